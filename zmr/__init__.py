@@ -1,0 +1,9 @@
+"""zmr: the tool behind zero-mismatch RL.
+
+The library is usable without the CLI: `zmr.manifest` loads and validates
+manifests, `zmr.series` reads patch series, `zmr.cache` keeps upstream
+mirrors, `zmr.release` builds and verifies release branches, and
+`zmr.mismatch` compares log-prob dumps. Only `zmr.git` starts git.
+"""
+
+__version__ = "0.1.0"
