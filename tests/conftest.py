@@ -1,0 +1,210 @@
+"""Fixtures: real upstream repositories with history, real zmr projects, the real CLI.
+
+Tests never touch the user's cache or config: ``ZMR_CACHE`` points into the
+test's temporary folder, ``HOME`` to an empty one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Fixed identity for fixture commits; zmr's own commits never use it.
+FIXTURE_ENV = {
+    "GIT_AUTHOR_NAME": "Upstream Dev",
+    "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
+    "GIT_COMMITTER_NAME": "Upstream Dev",
+    "GIT_COMMITTER_EMAIL": "dev@upstream.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "LC_ALL": "C",
+    "TZ": "UTC",
+}
+
+
+def git(*args: str, cwd: Path | str | None = None, env: dict | None = None, input: bytes | None = None, check: bool = True) -> str:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    full_env.update(FIXTURE_ENV)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, input=input, capture_output=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode().strip()
+
+
+@dataclass
+class Upstream:
+    """A fixture upstream repository with a linear history on main."""
+
+    path: Path
+    commits: list[str] = field(default_factory=list)
+    _clock: int = 1_700_000_000
+
+    def commit(self, files: dict[str, str | bytes | None], message: str) -> str:
+        for name, content in files.items():
+            target = self.path / name
+            if content is None:
+                git("rm", "-q", "--", name, cwd=self.path)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content)
+            git("add", "--", name, cwd=self.path)
+        self._clock += 3600
+        date = f"@{self._clock} +0000"
+        git("commit", "-q", "-m", message, cwd=self.path, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        sha = git("rev-parse", "HEAD", cwd=self.path)
+        self.commits.append(sha)
+        return sha
+
+    def file_at(self, commit: str, name: str) -> str:
+        return git("show", f"{commit}:{name}", cwd=self.path)
+
+
+def make_upstream(path: Path, history: list[dict[str, str | None]] | None = None) -> Upstream:
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    up = Upstream(path)
+    for index, files in enumerate(history or default_history()):
+        up.commit(files, f"upstream commit {index + 1}")
+    return up
+
+
+def default_history() -> list[dict[str, str | None]]:
+    base = "\n".join(f"line {i}" for i in range(1, 41)) + "\n"
+    return [
+        {"README.md": "toy upstream\n", "src/model.py": base, "src/kernels/matmul.py": "def matmul(a, b):\n    return a @ b\n"},
+        {"src/model.py": base.replace("line 5\n", "line 5 (v2)\n"), "docs/guide.md": "guide\n"},
+        {"src/kernels/attention.py": "def attention(q, k, v):\n    return q\n", "setup.cfg": "[metadata]\nname = toy\n"},
+    ]
+
+
+def make_patch(upstream: Upstream, base: str, changes: dict[str, str | None], subject: str, body: str = "", date: int = 1_710_000_000) -> bytes:
+    """A format-patch mail of *changes* on top of *base*, made in a scratch clone."""
+    scratch = upstream.path.parent / f"scratch-{abs(hash((subject, base))) % 10**8}"
+    if not scratch.exists():
+        git("clone", "-q", str(upstream.path), str(scratch))
+    git("checkout", "-q", "--detach", base, cwd=scratch)
+    for name, content in changes.items():
+        target = scratch / name
+        if content is None:
+            git("rm", "-q", "--", name, cwd=scratch)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        git("add", "--", name, cwd=scratch)
+    stamp = f"@{date} +0000"
+    git(
+        "commit", "-q", "-m", subject + ("\n\n" + body if body else ""), cwd=scratch,
+        env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp, "GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"},
+    )
+    return git("format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature", "-k", "HEAD", cwd=scratch).encode() + b"\n"
+
+
+@dataclass
+class Project:
+    """A zmr repository in a temp dir: manifests, series, git."""
+
+    root: Path
+
+    def write(self, rel: str, content: str | bytes) -> Path:
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+        return target
+
+    def manifest(self, model: str, text: str) -> Path:
+        return self.write(f"manifests/{model}.yaml", textwrap.dedent(text).lstrip())
+
+    def series(self, model: str, component: str, patches: list[tuple[str, bytes]], extra_lines: str = "") -> None:
+        folder = f"patches/{model}/{component}"
+        for name, data in patches:
+            self.write(f"{folder}/{name}", data)
+        self.write(f"{folder}/series", "".join(f"{name}\n" for name, _ in patches) + extra_lines)
+
+    def commit_all(self, message: str = "update") -> None:
+        git("add", "-A", cwd=self.root)
+        git("commit", "-q", "--allow-empty", "-m", message, cwd=self.root)
+
+    def ref(self, name: str) -> str | None:
+        out = git("rev-parse", "--verify", "--quiet", name, cwd=self.root, check=False)
+        return out or None
+
+    def refs(self) -> dict[str, str]:
+        text = git("for-each-ref", "--format=%(objectname) %(refname)", cwd=self.root)
+        return {name: oid for oid, name in (line.split(" ", 1) for line in text.splitlines())}
+
+
+def make_project(path: Path) -> Project:
+    path.mkdir(parents=True, exist_ok=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "manifests").mkdir()
+    return Project(path)
+
+
+def zmr(*args: str, cwd: Path, env: dict | None = None, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess."""
+    full_env = dict(os.environ)
+    full_env.pop("ZMR_REPO", None)
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=full_env, capture_output=True, text=True, input=input, timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("ZMR_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    for key in list(os.environ):
+        if key.startswith("GIT_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def upstream(tmp_path) -> Upstream:
+    return make_upstream(tmp_path / "upstream")
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return make_project(tmp_path / "project")
+
+
+def simple_model(project: Project, upstream: Upstream, model: str = "toy", pin_index: int = 1, upstream_spec: str | None = None) -> str:
+    """A model with one component `rollout` and a two-patch series; returns the pin."""
+    pin = upstream.commits[pin_index]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    p1 = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 10\n", "line 10 fixed split\n")}, "Use a fixed split size in matmul", "Batch-invariant: the split no longer depends on the row count.")
+    p2 = make_patch(upstream, pin, {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "Make matmul output contiguous")
+    project.series(model, "rollout", [("0001-fixed-split.patch", p1), ("0002-contiguous.patch", p2)])
+    project.manifest(
+        model,
+        f"""
+        model: {model}
+        title: Toy model
+        components:
+          rollout:
+            upstream: {upstream_spec or upstream.path}
+            commit: {pin}
+            track: main
+        """,
+    )
+    project.commit_all("add model")
+    return pin

@@ -1,0 +1,183 @@
+"""Build → verify round trips, tampering, atomicity, reproducibility."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from conftest import git, make_patch, make_project, make_upstream, simple_model, zmr
+
+
+def test_build_then_verify_round_trip(project, upstream):
+    pin = simple_model(project, upstream)
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "created   rollout/toy" in result.stdout
+    tip = project.ref("refs/heads/rollout/toy")
+    assert tip is not None
+    commits = git("rev-list", tip, cwd=project.root).split()
+    assert len(commits) == 2
+    snapshot, changes = commits[1], commits[0]
+    # The snapshot is a root commit whose tree is exactly the upstream tree.
+    assert git("rev-list", "--max-parents=0", tip, cwd=project.root) == snapshot
+    assert git("rev-parse", f"{snapshot}^{{tree}}", cwd=project.root) == git("rev-parse", f"{pin}^{{tree}}", cwd=upstream.path)
+    message = git("log", "-1", "--format=%B", snapshot, cwd=project.root)
+    assert f"Zmr-Upstream-Commit: {pin}" in message
+    assert f"Zmr-Upstream: {upstream.path}" in message
+    body = git("log", "-1", "--format=%B", changes, cwd=project.root)
+    assert "- Use a fixed split size in matmul" in body
+    assert "- Make matmul output contiguous" in body
+    assert "Zmr-Series: sha256:" in body
+    assert "line 10 fixed split" in git("show", f"{changes}:src/model.py", cwd=project.root)
+    verify = zmr("verify", "toy", cwd=project.root)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout.startswith("ok")
+    again = zmr("build", "toy", cwd=project.root)
+    assert "unchanged rollout/toy" in again.stdout
+    assert project.ref("refs/heads/rollout/toy") == tip
+
+
+def test_repository_holds_every_object_without_alternates(project, upstream, tmp_path):
+    simple_model(project, upstream)
+    assert zmr("build", "--all", cwd=project.root).returncode == 0
+    assert not (project.root / ".git/objects/info/alternates").exists()
+    shutil.rmtree(os.environ["ZMR_CACHE"])
+    git("fsck", "--strict", "--no-dangling", cwd=project.root)
+    clone = tmp_path / "clone"
+    git("clone", "-q", "--bare", str(project.root), str(clone))
+    assert git("rev-list", "--count", "rollout/toy", cwd=clone) == "2"
+
+
+def _tamper_amend(project):
+    tip = project.ref("refs/heads/rollout/toy")
+    git("checkout", "-q", "rollout/toy", cwd=project.root)
+    git("commit", "-q", "--amend", "-m", "rewritten message", cwd=project.root)
+    git("checkout", "-q", "main", cwd=project.root)
+    return tip
+
+
+def test_verify_names_an_amended_branch(project, upstream):
+    simple_model(project, upstream)
+    zmr("build", "toy", cwd=project.root)
+    _tamper_amend(project)
+    result = zmr("verify", "toy", cwd=project.root)
+    assert result.returncode == 1
+    assert "differs  rollout/toy" in result.stdout
+    assert "changes metadata differs (message" in result.stdout
+    assert "rollout/toy" in result.stderr
+
+
+def test_verify_names_an_added_commit(project, upstream):
+    simple_model(project, upstream)
+    zmr("build", "toy", cwd=project.root)
+    git("checkout", "-q", "rollout/toy", cwd=project.root)
+    (project.root / "src/extra.py").write_text("x = 1\n")
+    git("add", "src/extra.py", cwd=project.root)
+    git("commit", "-q", "-m", "sneaky", cwd=project.root)
+    git("checkout", "-q", "main", cwd=project.root)
+    result = zmr("verify", "toy", "--json", cwd=project.root)
+    assert result.returncode == 1
+    import json
+
+    data = json.loads(result.stdout)
+    reasons = data["branches"][0]["reasons"]
+    assert data["ok"] is False and data["branches"][0]["status"] == "differs"
+    assert any("has 3 commits, expected 2" in r for r in reasons)
+    assert any("changes tree differs (src/extra.py)" in r for r in reasons)
+
+
+def test_verify_names_a_changed_snapshot_tree(project, upstream):
+    pin = simple_model(project, upstream)
+    zmr("build", "toy", cwd=project.root)
+    tip = project.ref("refs/heads/rollout/toy")
+    snapshot = git("rev-list", "--max-parents=0", tip, cwd=project.root)
+    # Rebuild the branch with a snapshot whose tree lost a file.
+    tree_lines = git("ls-tree", f"{snapshot}^{{tree}}", cwd=project.root).splitlines()
+    new_tree = git("mktree", cwd=project.root, input=("\n".join(l for l in tree_lines if not l.endswith("\tREADME.md")) + "\n").encode())
+    message = git("log", "-1", "--format=%B", snapshot, cwd=project.root)
+    bad_snapshot = git("commit-tree", new_tree, "-m", message, cwd=project.root)
+    changes_tree = git("rev-parse", f"{tip}^{{tree}}", cwd=project.root)
+    bad_tip = git("commit-tree", changes_tree, "-p", bad_snapshot, "-m", git("log", "-1", "--format=%B", tip, cwd=project.root), cwd=project.root)
+    git("update-ref", "refs/heads/rollout/toy", bad_tip, cwd=project.root)
+    result = zmr("verify", "toy", cwd=project.root)
+    assert result.returncode == 1
+    assert f"snapshot tree differs from upstream {pin[:12]} (README.md)" in result.stdout
+
+
+def test_verify_reports_missing_branch(project, upstream):
+    simple_model(project, upstream)
+    result = zmr("verify", "--all", cwd=project.root)
+    assert result.returncode == 1
+    assert "missing  rollout/toy" in result.stdout
+
+
+def test_failing_patch_moves_no_ref(project, upstream):
+    pin = upstream.commits[1]
+    good = make_patch(upstream, pin, {"docs/guide.md": "guide v2\n"}, "Update the guide")
+    simple_model(project, upstream)
+    # A second model builds fine alone; in one run with a broken model, neither moves.
+    project.series("other", "trainer", [("0001-guide.patch", good)])
+    project.manifest("other", f"""
+        model: other
+        components:
+          trainer:
+            upstream: {upstream.path}
+            commit: {pin}
+        """)
+    assert zmr("build", "--all", cwd=project.root).returncode == 0
+    before = project.refs()
+    model_py = upstream.file_at(pin, "src/model.py")
+    broken = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 30\n", "line 30 changed\n")}, "Change line 30")
+    broken = broken.replace(b" line 29\n", b" line 29 drifted\n")
+    project.series("toy", "rollout", [("0001-broken.patch", broken)])
+    (project.root / "patches/other/trainer/0001-guide.patch").write_bytes(good.replace(b"guide v2", b"guide v3"))
+    result = zmr("build", "--all", cwd=project.root)
+    assert result.returncode == 2
+    assert "patches/toy/rollout/0001-broken.patch: does not apply" in result.stderr
+    assert f"at {pin}" in result.stderr
+    assert "src/model.py, hunk #1 (@@ -27,7 +27,7 @@" in result.stderr
+    assert project.refs() == before
+
+
+def test_upstream_as_bundle_file_url_and_insteadof(tmp_path, upstream):
+    bundle = tmp_path / "project/upstreams/toy.bundle"
+    project = make_project(tmp_path / "project")
+    bundle.parent.mkdir(parents=True)
+    git("bundle", "create", "-q", str(bundle), "--all", cwd=upstream.path)
+    simple_model(project, upstream, model="viabundle", upstream_spec="upstreams/toy.bundle")
+    simple_model(project, upstream, model="viafile", upstream_spec=f"file://{upstream.path}")
+    simple_model(project, upstream, model="viarewrite", upstream_spec="https://example.invalid/toy.git")
+    # Git's own URL rewriting, from the user's global config.
+    gitconfig = os.path.join(os.environ["HOME"], ".gitconfig")
+    with open(gitconfig, "w") as handle:
+        handle.write(f'[url "file://{upstream.path}"]\n\tinsteadOf = https://example.invalid/toy.git\n')
+    result = zmr("build", "--all", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    trees = {git("rev-parse", f"rollout/{m}^{{tree}}", cwd=project.root) for m in ("viabundle", "viafile", "viarewrite")}
+    assert len(trees) == 1
+    assert zmr("verify", "--all", cwd=project.root).returncode == 0
+
+
+def test_reproducible_across_clones_config_and_clock(tmp_path, upstream):
+    first = make_project(tmp_path / "first")
+    simple_model(first, upstream)
+    second = tmp_path / "second"
+    git("clone", "-q", str(first.root), str(second))
+    assert zmr("build", "--all", cwd=first.root).returncode == 0
+    home = tmp_path / "otherhome"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Someone Else\n\temail = else@example.com\n[core]\n\tabbrev = 7\n[format]\n\tsignature = x\n[commit]\n\tgpgSign = false\n")
+    env = {
+        "HOME": str(home),
+        "TZ": "Asia/Kolkata",
+        "LANG": "de_DE.UTF-8",
+        "LC_ALL": "de_DE.UTF-8",
+        "GIT_AUTHOR_NAME": "Leaky",
+        "GIT_COMMITTER_DATE": "@1234567890 +0500",
+        "GIT_AUTHOR_DATE": "@1234567890 +0500",
+        "ZMR_CACHE": str(tmp_path / "cache2"),
+    }
+    assert zmr("build", "--all", cwd=second, env=env).returncode == 0
+    a = git("rev-parse", "rollout/toy", cwd=first.root)
+    b = git("rev-parse", "rollout/toy", cwd=second)
+    assert a == b

@@ -1,0 +1,390 @@
+"""The only module that starts git.
+
+Every call is an argument vector (never a shell string) run with a fixed
+environment, so that nothing on the machine can change what zmr computes:
+
+- user and system config are isolated (``GIT_CONFIG_GLOBAL=/dev/null``,
+  ``GIT_CONFIG_NOSYSTEM=1``); the few user settings a *transport* needs
+  (``url.*.insteadOf``, credentials, http proxies, ssh command) are passed
+  through to network commands only, where they cannot change a result;
+- inherited ``GIT_*`` variables (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are
+  dropped; the caller sets what it means explicitly;
+- ``LC_ALL=C``, ``TZ=UTC``, no pager, no prompt, no hooks, no fsmonitor,
+  no gpg signing, no automatic gc (it would race parallel runs).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from zmr.errors import ZmrError
+
+ZERO_OID = "0" * 40
+
+# Inherited variables a user may legitimately need for a transport.
+_PASSTHROUGH_ENV = (
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH_VARIANT",
+    "GIT_ASKPASS",
+    "GIT_SSL_NO_VERIFY",
+    "GIT_SSL_CAINFO",
+    "GIT_PROXY_COMMAND",
+    "GIT_TRACE",
+    "GIT_TRACE_PACKET",
+    "GIT_CURL_VERBOSE",
+)
+
+# Options that make every call independent of config that could change a
+# result or run code: each one is forced, whatever the repository says.
+_FIXED_CONFIG = (
+    "core.hooksPath=/dev/null",  # no hooks, from any config level
+    "core.fsmonitor=false",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.quotePath=false",
+    "core.abbrev=40",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "fetch.writeCommitGraph=false",
+    "fetch.recurseSubmodules=false",
+    "submodule.recurse=false",
+    "protocol.ext.allow=never",
+    "protocol.file.allow=always",
+    "i18n.commitEncoding=UTF-8",
+    "advice.detachedHead=false",
+    "init.defaultBranch=main",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.renames=false",
+)
+
+# User config keys that only steer a transport; honoured for network commands.
+_TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand", "core.gitproxy")
+
+
+class GitError(ZmrError):
+    """A git command failed; carries the command, exit code and output."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, hint: str = ""):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        err = stderr.decode("utf-8", "replace").strip()
+        message = f"git {' '.join(self.argv)} failed (exit {returncode})"
+        details = [line for line in err.splitlines()[-20:]]
+        if hint:
+            details.append(hint)
+        super().__init__(message, details=details)
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
+
+    name: str
+    email: str
+    timestamp: int
+    offset: str = "+0000"
+
+    def env(self, role: str) -> dict[str, str]:
+        return {
+            f"GIT_{role}_NAME": self.name,
+            f"GIT_{role}_EMAIL": self.email,
+            f"GIT_{role}_DATE": f"@{self.timestamp} {self.offset}",
+        }
+
+
+@lru_cache(maxsize=1)
+def _user_transport_config() -> tuple[tuple[str, str], ...]:
+    """The user's transport settings (insteadOf, credentials, proxies), read once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["LC_ALL"] = "C"
+    try:
+        proc = subprocess.run(
+            ["git", "config", "--null", "--get-regexp", r"^(url|credential|http)\.|^core\.(sshcommand|gitproxy)$"],
+            cwd="/",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
+    except FileNotFoundError as exc:  # pragma: no cover - git missing
+        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+    pairs = []
+    for item in proc.stdout.decode("utf-8", "replace").split("\0"):
+        if not item:
+            continue
+        key, _, value = item.partition("\n")
+        if key.lower().startswith(_TRANSPORT_CONFIG_PREFIXES):
+            pairs.append((key, value))
+    return tuple(pairs)
+
+
+def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _PASSTHROUGH_ENV}
+    env.update(
+        {
+            "LC_ALL": "C",
+            "LANG": "C",
+            "LANGUAGE": "",
+            "TZ": "UTC",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_PAGER": "cat",
+            "PAGER": "cat",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_ADVICE": "0",
+            "GIT_AUTHOR_NAME": "zmr",
+            "GIT_AUTHOR_EMAIL": "zmr@localhost",
+            "GIT_COMMITTER_NAME": "zmr",
+            "GIT_COMMITTER_EMAIL": "zmr@localhost",
+        }
+    )
+    pairs: list[tuple[str, str]] = []
+    if transport:
+        pairs.extend(_user_transport_config())
+    if pairs:
+        env["GIT_CONFIG_COUNT"] = str(len(pairs))
+        for i, (key, value) in enumerate(pairs):
+            env[f"GIT_CONFIG_KEY_{i}"] = key
+            env[f"GIT_CONFIG_VALUE_{i}"] = value
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    args: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    git_dir: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    transport: bool = False,
+    hint: str = "",
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git ARGS`` and return the completed process (stdout/stderr as bytes)."""
+    argv = ["git", "--no-pager"]
+    for item in _FIXED_CONFIG:
+        argv += ["-c", item]
+    if git_dir is not None:
+        argv.append(f"--git-dir={os.fspath(git_dir)}")
+    argv += list(args)
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=_environment(env, transport),
+        )
+    except FileNotFoundError as exc:
+        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+    if check and proc.returncode != 0:
+        raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
+    return proc
+
+
+def out(args: Sequence[str], **kwargs) -> str:
+    """Run git and return stdout as text with the trailing newline removed."""
+    return run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+def ok(args: Sequence[str], **kwargs) -> bool:
+    """True when the git command exits 0."""
+    return run(args, check=False, **kwargs).returncode == 0
+
+
+class Repo:
+    """A git repository addressed by its git directory (bare or not).
+
+    All plumbing zmr uses goes through these methods; ``work_tree`` is set
+    only for repositories a human works in.
+    """
+
+    def __init__(self, git_dir: str | os.PathLike[str], work_tree: str | os.PathLike[str] | None = None):
+        self.git_dir = Path(git_dir)
+        self.work_tree = Path(work_tree) if work_tree is not None else None
+
+    def __repr__(self) -> str:
+        return f"Repo({str(self.git_dir)!r})"
+
+    @classmethod
+    def discover(cls, path: str | os.PathLike[str]) -> "Repo":
+        """The repository that contains *path* (its common git dir, so branches are shared by worktrees)."""
+        proc = run(["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"], cwd=path, check=False)
+        if proc.returncode != 0:
+            raise ZmrError(f"{path}: not inside a git repository; run `git init` there first")
+        lines = proc.stdout.decode("utf-8", "surrogateescape").splitlines()
+        top = lines[1] if len(lines) > 1 else None
+        return cls(lines[0], top)
+
+    # -- raw access -------------------------------------------------------
+    def run(self, args: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+        if self.work_tree is not None:
+            kwargs.setdefault("cwd", self.work_tree)
+            return run(args, **kwargs)
+        return run(args, git_dir=self.git_dir, **kwargs)
+
+    def out(self, args: Sequence[str], **kwargs) -> str:
+        return self.run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+    def ok(self, args: Sequence[str], **kwargs) -> bool:
+        return self.run(args, check=False, **kwargs).returncode == 0
+
+    # -- objects ----------------------------------------------------------
+    def has_object(self, oid: str, kind: str | None = None) -> bool:
+        spec = f"{oid}^{{{kind}}}" if kind else oid
+        return self.ok(["cat-file", "-e", spec])
+
+    def resolve(self, rev: str, kind: str = "commit") -> str | None:
+        """Full object id of *rev* peeled to *kind*, or None when it does not exist."""
+        proc = self.run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{{kind}}}"], check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout.decode().strip()
+
+    def tree_of(self, commit: str) -> str:
+        return self.out(["rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}"])
+
+    def cat_file(self, kind: str, oid: str) -> bytes:
+        return self.run(["cat-file", kind, oid]).stdout
+
+    def commit_info(self, commit: str) -> "CommitInfo":
+        raw = self.cat_file("commit", commit)
+        return CommitInfo.parse(commit, raw)
+
+    def commits_between(self, base: str, tip: str) -> list[str]:
+        """Commits reachable from *tip* but not *base*, oldest first."""
+        text = self.out(["rev-list", "--reverse", "--topo-order", tip, "--not", base])
+        return text.split() if text else []
+
+    def rev_list(self, args: Sequence[str]) -> list[str]:
+        text = self.out(["rev-list", *args])
+        return text.split() if text else []
+
+    def objects_complete(self, commit: str) -> bool:
+        """Every object of *commit*'s tree is present (no walk of its history)."""
+        return self.ok(["rev-list", "--objects", "--no-walk", "--missing=error", commit])
+
+    def hash_object(self, data: bytes, kind: str = "blob") -> str:
+        return self.out(["hash-object", "-w", "-t", kind, "--stdin"], input=data)
+
+    # -- index and commits --------------------------------------------------
+    def commit_tree(self, tree: str, parents: Iterable[str], message: str, author: Identity, committer: Identity) -> str:
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        env = {**author.env("AUTHOR"), **committer.env("COMMITTER")}
+        return self.out(args, input=message.encode("utf-8"), env=env)
+
+    # -- refs ----------------------------------------------------------------
+    def ref_value(self, ref: str) -> str | None:
+        proc = self.run(["rev-parse", "--verify", "--quiet", "--end-of-options", ref], check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout.decode().strip()
+
+    def refs(self, pattern: str) -> dict[str, str]:
+        text = self.out(["for-each-ref", "--format=%(objectname) %(refname)", pattern])
+        result = {}
+        for line in text.splitlines():
+            oid, _, name = line.partition(" ")
+            result[name] = oid
+        return result
+
+    def update_refs(self, updates: Sequence["RefUpdate"], message: str) -> None:
+        """Move refs in one transaction: all of them, or none (old values checked)."""
+        if not updates:
+            return
+        lines = ["start"]
+        for upd in updates:
+            if upd.new is None:
+                lines.append(f"delete {upd.ref} {upd.old or ''}".rstrip())
+            else:
+                lines.append(f"update {upd.ref} {upd.new} {upd.old or ZERO_OID}")
+        lines += ["prepare", "commit", ""]
+        self.run(
+            ["update-ref", "--create-reflog", "-m", message, "--stdin"],
+            input="\n".join(lines).encode(),
+            hint="no ref was moved",
+        )
+
+    def fetch(self, source: str, refspecs: Sequence[str], *, depth: int | None = None, extra: Sequence[str] = ()) -> subprocess.CompletedProcess[bytes]:
+        args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+        if depth is not None:
+            args.append(f"--depth={depth}")
+        args += list(extra)
+        args += ["--end-of-options", source, *refspecs]
+        return self.run(args, transport=True)
+
+    def ls_remote(self, remote: str, patterns: Sequence[str] = ()) -> dict[str, str]:
+        text = self.out(["ls-remote", "--end-of-options", remote, *patterns], transport=True)
+        result = {}
+        for line in text.splitlines():
+            oid, _, name = line.partition("\t")
+            result[name] = oid
+        return result
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    ref: str
+    new: str | None  # None deletes
+    old: str | None  # None: must not exist (for updates) / any (for deletes)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A parsed commit object."""
+
+    oid: str
+    tree: str
+    parents: tuple[str, ...]
+    author: str
+    committer: str
+    message: str
+
+    @classmethod
+    def parse(cls, oid: str, raw: bytes) -> "CommitInfo":
+        head, _, body = raw.partition(b"\n\n")
+        tree = ""
+        parents: list[str] = []
+        author = committer = ""
+        for line in head.decode("utf-8", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "tree":
+                tree = value
+            elif key == "parent":
+                parents.append(value)
+            elif key == "author":
+                author = value
+            elif key == "committer":
+                committer = value
+        return cls(oid, tree, tuple(parents), author, committer, body.decode("utf-8", "replace"))
+
+    def trailers(self) -> dict[str, str]:
+        """``Key: value`` lines of the last paragraph."""
+        paragraphs = self.message.strip().split("\n\n")
+        result: dict[str, str] = {}
+        for line in paragraphs[-1].splitlines() if paragraphs else []:
+            key, sep, value = line.partition(": ")
+            if sep and key and " " not in key:
+                result[key] = value.strip()
+        return result

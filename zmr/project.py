@@ -1,0 +1,124 @@
+"""The zmr repository: where manifests, series and cases live, and its settings.
+
+``zmr.yaml`` at the repository root is optional::
+
+    release:
+      name: zmr release        # author and committer of release commits
+      email: release@zmr.invalid
+      url: https://github.com/OWNER/REPO   # for links in generated docs
+
+The release identity is an input of every release commit id: change it and
+every branch changes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from yaml.nodes import MappingNode, ScalarNode
+
+from zmr import git
+from zmr.errors import ZmrError
+from zmr.manifest import Component, Manifest, ManifestError, Policy, load_manifests
+from zmr.yamlnodes import Problems, kind, mapping_items, read_yaml, scalar
+
+SETTINGS_FILE = "zmr.yaml"
+DEFAULT_RELEASE_NAME = "zmr release"
+DEFAULT_RELEASE_EMAIL = "release@zmr.invalid"
+
+
+@dataclass(frozen=True)
+class Settings:
+    release_name: str = DEFAULT_RELEASE_NAME
+    release_email: str = DEFAULT_RELEASE_EMAIL
+    release_url: str | None = None
+
+
+@dataclass
+class Project:
+    """A zmr repository checked out at *root*."""
+
+    root: Path
+    settings: Settings
+    policy: Policy = Policy()
+
+    @classmethod
+    def find(cls, start: str | os.PathLike[str] | None = None, policy: Policy = Policy()) -> "Project":
+        """The project at ``$ZMR_REPO``, or the nearest folder upward holding ``manifests/`` or ``zmr.yaml``."""
+        explicit = os.environ.get("ZMR_REPO")
+        here = Path(explicit or start or os.getcwd()).resolve()
+        for candidate in [here, *here.parents]:
+            if (candidate / "manifests").is_dir() or (candidate / SETTINGS_FILE).is_file():
+                return cls(candidate, load_settings(candidate), policy)
+            if explicit:
+                break
+        raise ZmrError(
+            f"{here}: not inside a zmr repository (no manifests/ folder found here or above)",
+            details=["run zmr from the repository root, or set ZMR_REPO"],
+        )
+
+    @property
+    def repo(self) -> git.Repo:
+        if not (self.root / ".git").exists():
+            raise ZmrError(f"{self.root}: not a git repository; release branches need one (run `git init`)")
+        return git.Repo.discover(self.root)
+
+    def manifests(self, models: list[str] | None = None) -> list[Manifest]:
+        return load_manifests(self.root, models or None, self.policy)
+
+    def targets(self, models: list[str] | None, components: list[str] | None, all_models: bool) -> list[Component]:
+        """The components a command acts on, in manifest order."""
+        if not models and not all_models:
+            raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
+        manifests = self.manifests(None if all_models else models)
+        result = []
+        for manifest in manifests:
+            if components:
+                for key in components:
+                    if key in manifest.components:
+                        result.append(manifest.components[key])
+                    elif len(manifests) == 1:
+                        manifest.component(key)  # raises with the known keys
+            else:
+                result.extend(manifest.components.values())
+        if components and not result:
+            raise ZmrError(f"no component named {', '.join(components)} in the selected models")
+        return result
+
+
+def load_settings(root: Path) -> Settings:
+    path = root / SETTINGS_FILE
+    if not path.is_file():
+        return Settings()
+    problems = Problems(SETTINGS_FILE)
+    node = read_yaml(path, SETTINGS_FILE, problems)
+    values: dict[str, str] = {}
+    if node is not None:
+        if not isinstance(node, MappingNode):
+            problems.add(node, f"top level: expected a mapping, got {kind(node)}", "write `release:` with name, email, url")
+        else:
+            for key, key_node, value in mapping_items(node, problems, "top level"):
+                if key != "release":
+                    problems.add(key_node, f"{key}: unknown key", "allowed keys: release")
+                    continue
+                if not isinstance(value, MappingNode):
+                    problems.add(value, f"release: expected a mapping, got {kind(value)}", "give it name, email and url")
+                    continue
+                for sub, sub_node, sub_value in mapping_items(value, problems, "release"):
+                    if sub not in ("name", "email", "url"):
+                        problems.add(sub_node, f"release.{sub}: unknown key", "allowed keys: name, email, url")
+                    elif not isinstance(sub_value, ScalarNode) or not isinstance(scalar(sub_value), str) or not scalar(sub_value).strip():
+                        problems.add(sub_value, f"release.{sub}: expected a non-empty string", "write a plain string")
+                    elif sub != "url" and any(c in scalar(sub_value) for c in "<>\n"):
+                        problems.add(sub_value, f"release.{sub}: must not contain '<', '>' or a newline", "remove them")
+                    else:
+                        values[sub] = scalar(sub_value)
+    if problems:
+        raise ManifestError(problems.items)
+    return Settings(
+        release_name=values.get("name", DEFAULT_RELEASE_NAME),
+        release_email=values.get("email", DEFAULT_RELEASE_EMAIL),
+        release_url=values.get("url"),
+    )

@@ -1,0 +1,348 @@
+"""Release branches: build them reproducibly, and verify published ones (DESIGN.md §4).
+
+Pipeline for one component, entirely in git plumbing inside the cache's
+mirror (no working tree is ever checked out)::
+
+    pin ──read-tree──▶ temporary index ──apply --cached (series)──▶ write-tree
+        ──commit-tree──▶ snapshot (root, upstream tree) ──commit-tree──▶ changes
+
+Commit ids are a pure function of (upstream tree, series bytes, manifest,
+release identity): author and committer are the release identity, the
+snapshot's date is the upstream commit's committer date, the changes'
+date the newest of that and the patches' author dates. Nothing comes from
+the clock, the machine or the user's git config.
+
+``build`` then copies the new objects into the zmr repository (a plain
+local fetch: the repository never borrows objects from the cache) and moves
+every branch of the run in one ``update-ref --stdin`` transaction.
+``verify`` runs the same computation and only compares.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from zmr import git
+from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.errors import ZmrError
+from zmr.manifest import Component
+from zmr.project import Project
+from zmr.series import Patch, Series, read_series
+
+TRAILER_UPSTREAM = "Zmr-Upstream"
+TRAILER_UPSTREAM_COMMIT = "Zmr-Upstream-Commit"
+TRAILER_SERIES = "Zmr-Series"
+TRAILER_MODEL = "Zmr-Model"
+TRAILER_COMPONENT = "Zmr-Component"
+
+Progress = Callable[[str], None]
+
+
+class ApplyError(ZmrError):
+    """A patch of the series does not apply to the pinned upstream tree."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release commits computed for one component."""
+
+    component: Component
+    mirror: Mirror
+    upstream_tree: str
+    tree: str  # tree of the tip: upstream + series
+    commits: tuple[str, ...]  # oldest first: (snapshot, changes) or (snapshot,)
+    series: Series
+
+    @property
+    def tip(self) -> str:
+        return self.commits[-1]
+
+    @property
+    def ref(self) -> str:
+        return f"refs/heads/{self.component.branch}"
+
+
+@dataclass(frozen=True)
+class BranchUpdate:
+    branch: str
+    old: str | None
+    new: str
+
+    @property
+    def status(self) -> str:
+        if self.old is None:
+            return "created"
+        return "unchanged" if self.old == self.new else "updated"
+
+
+@dataclass
+class VerifyResult:
+    component: Component
+    branch: str
+    status: str  # ok | missing | differs
+    expected: str
+    actual: str | None
+    reasons: list[str] = field(default_factory=list)
+
+
+# -- computing release commits -------------------------------------------------------
+
+
+def compute(project: Project, component: Component, cache: Cache, progress: Progress | None = None) -> Release:
+    """The release commits of *component*, written into its mirror (not into the repository)."""
+    series = read_series(project.root / component.patches, component.patches)
+    url = resolve_upstream(component.upstream, project.root)
+    if progress:
+        progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")
+    mirror = cache.ensure(url, [component.commit], display=f"{component.label} ({component.upstream})")
+    repo = mirror.repo
+    upstream = repo.commit_info(component.commit)
+    upstream_tree = upstream.tree
+    if progress:
+        progress(f"{component.label}: applying {len(series.patches)} patches")
+    tree = apply_series(repo, component, upstream_tree, series.patches) if series.patches else upstream_tree
+    identity = _identity(project, _commit_timestamp(upstream.committer))
+    if component.release == "snapshot":
+        message = _snapshot_only_message(component, series)
+        commits = (repo.commit_tree(tree, [], message, _dated(identity, series), _dated(identity, series)),)
+    else:
+        snapshot = repo.commit_tree(upstream_tree, [], _snapshot_message(component), identity, identity)
+        changes_identity = _dated(identity, series)
+        changes = repo.commit_tree(tree, [snapshot], _changes_message(component, series), changes_identity, changes_identity)
+        commits = (snapshot, changes)
+    return Release(component, mirror, upstream_tree, tree, commits, series)
+
+
+def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: Sequence[Patch]) -> str:
+    """Tree of *base_tree* with *patches* applied in order, via a temporary index."""
+    with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        repo.run(["read-tree", base_tree], env=env)
+        strips = {p.strip for p in patches}
+        # Fast path: one `git apply` for the whole series (it applies the
+        # patches in order, each on the result of the previous ones).
+        if len(strips) == 1:
+            proc = repo.run(_apply_args(patches[0].strip) + [str(p.path) for p in patches], env=env, check=False)
+            if proc.returncode == 0:
+                return repo.out(["write-tree"], env=env)
+            repo.run(["read-tree", base_tree], env=env)
+        for patch in patches:
+            proc = repo.run(_apply_args(patch.strip), input=patch.data, env=env, check=False)
+            if proc.returncode != 0:
+                raise _apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
+        return repo.out(["write-tree"], env=env)
+
+
+def _apply_args(strip: int) -> list[str]:
+    # No fuzz (git apply never fuzzes), whitespace as written, no rename guessing.
+    return ["apply", "--cached", f"-p{strip}", "--whitespace=nowarn"]
+
+
+_FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
+
+
+def _apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
+    lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
+    where = ""
+    for line in lines:
+        match = _FAILED_AT_RE.search(line)
+        if match:
+            file, start = match.group(1), int(match.group(2))
+            hunk = next((h for h in patch.hunks() if h.file == file and h.old_start == start), None)
+            if hunk is None:
+                hunk = next((h for h in patch.hunks() if h.file == file), None)
+            where = f"{file}, hunk #{hunk.index} ({hunk.header.split(' @@')[0]} @@, line {hunk.line} of the patch)" if hunk else f"{file}:{start}"
+            break
+    if not where:
+        for line in lines:
+            if ":" in line:
+                where = line
+                break
+    message = f"{component.patches}/{patch.name}: does not apply to {component.upstream} at {component.commit}"
+    details = [f"failed at: {where}" if where else "git apply failed", *[f"git: {line}" for line in lines[-6:]]]
+    details.append(f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series")
+    return ApplyError(message, details=details)
+
+
+def _commit_timestamp(signature: str) -> int:
+    # "Name <email> 1700000000 +0100"
+    parts = signature.rsplit(" ", 2)
+    return int(parts[1])
+
+
+def _identity(project: Project, timestamp: int) -> git.Identity:
+    return git.Identity(project.settings.release_name, project.settings.release_email, timestamp)
+
+
+def _dated(identity: git.Identity, series: Series) -> git.Identity:
+    stamps = [p.timestamp for p in series.patches if p.timestamp is not None]
+    newest = max([identity.timestamp, *stamps])
+    return git.Identity(identity.name, identity.email, newest)
+
+
+def _snapshot_message(component: Component) -> str:
+    return (
+        f"{component.model}/{component.key}: upstream snapshot {component.commit[:12]}\n\n"
+        f"The tree of {component.upstream} at {component.commit},\n"
+        "unmodified. The next commit holds the zero-mismatch changes.\n\n"
+        f"{TRAILER_UPSTREAM}: {component.upstream}\n"
+        f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}\n"
+    )
+
+
+def _patch_list(series: Series) -> str:
+    if not series.patches:
+        return "No patches.\n"
+    lines = [f"Patches ({len(series.patches)}):", ""]
+    lines += [f"- {p.subject}" for p in series.patches]
+    return "\n".join(lines) + "\n"
+
+
+def _changes_message(component: Component, series: Series) -> str:
+    return (
+        f"{component.model}/{component.key}: zero-mismatch changes\n\n"
+        f"{_patch_list(series)}\n"
+        f"{TRAILER_MODEL}: {component.model}\n"
+        f"{TRAILER_COMPONENT}: {component.key}\n"
+        f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}\n"
+        f"{TRAILER_SERIES}: {series.digest()}\n"
+    )
+
+
+def _snapshot_only_message(component: Component, series: Series) -> str:
+    return (
+        f"{component.model}/{component.key}: upstream {component.commit[:12]} with zero-mismatch changes\n\n"
+        f"The tree of {component.upstream} at {component.commit}\n"
+        f"with the series applied.\n\n{_patch_list(series)}\n"
+        f"{TRAILER_MODEL}: {component.model}\n"
+        f"{TRAILER_COMPONENT}: {component.key}\n"
+        f"{TRAILER_UPSTREAM}: {component.upstream}\n"
+        f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}\n"
+        f"{TRAILER_SERIES}: {series.digest()}\n"
+    )
+
+
+# -- build ---------------------------------------------------------------------------
+
+
+def build(project: Project, components: Sequence[Component], cache: Cache | None = None, progress: Progress | None = None) -> list[BranchUpdate]:
+    """Compute every release, copy the objects in, then move all branches at once."""
+    cache = cache or Cache()
+    repo = project.repo
+    releases = [compute(project, comp, cache, progress) for comp in components]
+    before = repo.refs("refs/heads/")
+    by_mirror: dict[Path, list[Release]] = {}
+    for rel in releases:
+        if not repo.has_object(rel.tip, "commit"):
+            by_mirror.setdefault(rel.mirror.path, []).append(rel)
+    for path, rels in by_mirror.items():
+        if progress:
+            progress(f"copying objects of {', '.join(r.component.branch for r in rels)}")
+        # A local fetch by id: the repository gets its own copy of every object.
+        repo.fetch(str(path), [r.tip for r in rels])
+    updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip) for rel in releases]
+    moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
+    repo.update_refs(moving, "zmr build")
+    return updates
+
+
+# -- verify --------------------------------------------------------------------------
+
+
+def verify(project: Project, components: Sequence[Component], remote: str | None = None, cache: Cache | None = None, progress: Progress | None = None) -> list[VerifyResult]:
+    """Rebuild in memory and compare with the local branches, or with *remote*'s."""
+    cache = cache or Cache()
+    repo = project.repo
+    if remote is None:
+        actual_refs = repo.refs("refs/heads/")
+    else:
+        actual_refs = repo.ls_remote(remote, [f"refs/heads/{c.branch}" for c in components])
+    results = []
+    for comp in components:
+        rel = compute(project, comp, cache, progress)
+        actual = actual_refs.get(rel.ref)
+        result = VerifyResult(comp, comp.branch, "ok", rel.tip, actual)
+        if actual is None:
+            result.status = "missing"
+            result.reasons.append("branch not found" + (f" on {remote}" if remote else "; run `zmr build`"))
+        elif actual != rel.tip:
+            result.status = "differs"
+            if not repo.has_object(actual, "commit") and remote is not None:
+                repo.fetch(remote, [rel.ref])
+            result.reasons = explain_drift(rel, repo, actual)
+        results.append(result)
+    return results
+
+
+def explain_drift(rel: Release, repo: git.Repo, actual: str) -> list[str]:
+    """How a branch differs from the expected release, in words.
+
+    The expected commits live in the mirror, the branch in *repo*: each side
+    is read from its own repository.
+    """
+    if not repo.has_object(actual, "commit"):
+        return [f"commit {actual[:12]} is not available locally"]
+    built = rel.mirror.repo
+    reasons: list[str] = []
+    history = repo.rev_list(["--max-count=16", "--topo-order", actual])
+    roots = repo.rev_list(["--max-parents=0", actual])
+    expected_count = len(rel.commits)
+    if len(history) != expected_count or len(roots) != 1:
+        count = f"{len(history)}+" if len(history) == 16 else str(len(history))
+        reasons.append(f"has {count} commits, expected {expected_count} with a single root")
+    root = roots[0] if roots else history[-1]
+    root_info = repo.commit_info(root)
+    tip_info = repo.commit_info(actual)
+    if rel.component.release == "two-commit":
+        if root_info.tree != rel.upstream_tree:
+            reasons.append(f"snapshot tree differs from upstream {rel.component.commit[:12]} ({_changed(built, rel.upstream_tree, repo, root_info.tree)})")
+        elif root != rel.commits[0]:
+            reasons.append(f"snapshot metadata differs ({_meta_diff(built.commit_info(rel.commits[0]), root_info)})")
+        upstream_commit = root_info.trailers().get(TRAILER_UPSTREAM_COMMIT)
+        if upstream_commit != rel.component.commit:
+            reasons.append(f"snapshot trailer {TRAILER_UPSTREAM_COMMIT} is {upstream_commit!r}, expected {rel.component.commit}")
+    if tip_info.tree != rel.tree:
+        reasons.append(f"changes tree differs ({_changed(built, rel.tree, repo, tip_info.tree)})")
+    elif not reasons:
+        reasons.append(f"changes metadata differs ({_meta_diff(built.commit_info(rel.tip), tip_info)})")
+    series_trailer = tip_info.trailers().get(TRAILER_SERIES)
+    if series_trailer is None:
+        reasons.append(f"tip has no {TRAILER_SERIES} trailer")
+    elif series_trailer != rel.series.digest():
+        reasons.append(f"series digest differs: branch {series_trailer}, series {rel.series.digest()}")
+    return reasons
+
+
+def _meta_diff(expected: git.CommitInfo, actual: git.CommitInfo) -> str:
+    fields = (
+        ("message", expected.message, actual.message),
+        ("author", expected.author, actual.author),
+        ("committer", expected.committer, actual.committer),
+        ("parents", len(expected.parents), len(actual.parents)),
+    )
+    return ", ".join(name for name, a, b in fields if a != b) or "metadata"
+
+
+def _changed(expected_repo: git.Repo, expected_tree: str, actual_repo: git.Repo, actual_tree: str) -> str:
+    """The paths whose entries differ between two trees held in two repositories."""
+    expected = _tree_entries(expected_repo, expected_tree)
+    actual = _tree_entries(actual_repo, actual_tree)
+    names = sorted(p for p in expected.keys() | actual.keys() if expected.get(p) != actual.get(p))
+    shown = ", ".join(names[:5]) + (f", ... ({len(names)} files)" if len(names) > 5 else "")
+    return shown or "trees differ"
+
+
+def _tree_entries(repo: git.Repo, tree: str) -> dict[str, str]:
+    if not repo.has_object(tree, "tree"):
+        return {}
+    entries = {}
+    for item in repo.out(["ls-tree", "-r", "-z", "--full-tree", tree]).split("\0"):
+        if item:
+            meta, _, path = item.partition("\t")
+            entries[path] = meta
+    return entries

@@ -1,0 +1,356 @@
+"""Patch series: ``patches/<model>/<component>/series`` (DESIGN.md §3).
+
+The ``series`` file is quilt's: one patch name per line in apply order,
+``#`` comments, blank lines ignored, an optional ``-pN`` per line (default
+``-p1``). Names are relative to the folder (subfolders allowed); absolute
+names, ``..`` and anything resolving outside the folder are refused.
+
+Each patch is a ``git format-patch`` mail, or a plain unified diff with
+free-form (e.g. DEP-3) headers. ``Patch`` keeps the exact bytes: the series
+digest and the changes commit are functions of those bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.header
+import email.utils
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from zmr.errors import ZmrError
+from zmr.yamlnodes import Problem
+
+MAX_PATCH_BYTES = 64 << 20
+PATCH_SUFFIXES = (".patch", ".diff")
+_STRIP_RE = re.compile(r"-p(\d+)\Z")
+_SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class SeriesError(ZmrError):
+    """A series or patch file is invalid."""
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    """One line of ``series``: the patch name, its -p level and where it was written."""
+
+    name: str
+    strip: int
+    line: int
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A patch file: exact bytes plus the metadata a commit needs."""
+
+    name: str
+    path: Path
+    strip: int
+    data: bytes
+    subject: str
+    body: str
+    author_name: str | None
+    author_email: str | None
+    timestamp: int | None  # author date, epoch seconds
+    offset: str = "+0000"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def hunks(self) -> list["Hunk"]:
+        return list_hunks(self.data, self.strip)
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a patch, for naming the one that failed."""
+
+    file: str
+    index: int  # 1-based within its file
+    old_start: int
+    header: str
+    line: int  # line in the patch file
+
+
+@dataclass
+class Series:
+    """The ordered patches of one component, plus warnings found while reading."""
+
+    folder: Path
+    patches: list[Patch] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def digest(self) -> str:
+        """``sha256:<hex>`` over every patch's bytes, name and -p level, in order."""
+        h = hashlib.sha256()
+        for patch in self.patches:
+            h.update(f"{patch.sha256} -p{patch.strip} {patch.name}\n".encode())
+        return "sha256:" + h.hexdigest()
+
+
+def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[Problem]]:
+    """Parse the text of a quilt ``series`` file."""
+    entries: list[SeriesEntry] = []
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        words = line.split()
+        name, options = words[0], words[1:]
+        strip = 1
+        bad = False
+        for option in options:
+            match = _STRIP_RE.match(option)
+            if match:
+                strip = int(match.group(1))
+            else:
+                problems.append(Problem(display, number, f"unsupported option {option!r} for {name}", "only -pN is supported (quilt's -R reverse patches are not)"))
+                bad = True
+        reason = _name_problem(name)
+        if reason:
+            problems.append(Problem(display, number, f"patch name {name!r} {reason}", "use a path relative to the series folder"))
+            continue
+        if name in seen:
+            problems.append(Problem(display, number, f"{name} is listed twice (first at line {seen[name]})", "remove one of the lines"))
+            continue
+        seen[name] = number
+        if not bad:
+            entries.append(SeriesEntry(name, strip, number))
+    return entries, problems
+
+
+def _name_problem(name: str) -> str:
+    if "\0" in name:
+        return "contains a NUL byte"
+    if name.startswith("-"):
+        return "starts with '-'"
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or name.startswith("~"):
+        return "is absolute"
+    if ".." in pure.parts:
+        return "contains '..'"
+    if "\\" in name:
+        return "contains a backslash"
+    return ""
+
+
+def read_series(folder: Path, display: str, *, required: bool = False) -> Series:
+    """Read the series in *folder*; a missing folder is an empty series unless *required*."""
+    series = Series(folder)
+    series_file = folder / "series"
+    if not series_file.is_file():
+        if required or (folder.is_dir() and _patch_files(folder)):
+            raise SeriesError(f"{display}/series: file not found", details=["list the patches in apply order, one per line, in a file named series"])
+        return series
+    try:
+        text = series_file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise SeriesError(f"{display}/series: not valid UTF-8", details=["save it as UTF-8"]) from None
+    entries, problems = parse_series_file(text, f"{display}/series")
+    root = folder.resolve()
+    for entry in entries:
+        path = folder / entry.name
+        resolved = path.resolve()
+        try:
+            resolved.relative_to(root)
+        except ValueError:
+            problems.append(Problem(f"{display}/series", entry.line, f"{entry.name} resolves outside the series folder", "do not use symbolic links that leave the folder"))
+            continue
+        if not path.is_file():
+            problems.append(Problem(f"{display}/series", entry.line, f"{entry.name}: patch file not found", f"add {display}/{entry.name} or remove the line"))
+            continue
+        try:
+            series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}"))
+        except SeriesError as err:
+            problems.append(Problem(f"{display}/series", entry.line, str(err), ""))
+    if problems:
+        raise SeriesError(
+            f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {display}/series",
+            details=[str(p) for p in problems],
+        )
+    listed = {e.name for e in entries}
+    for extra in _patch_files(folder):
+        rel = extra.relative_to(folder).as_posix()
+        if rel not in listed:
+            series.warnings.append(f"{display}/{rel}: not listed in series (ignored); add it to series or delete it")
+    return series
+
+
+def _patch_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in PATCH_SUFFIXES)
+
+
+def load_patch(path: Path, name: str, strip: int, display: str) -> Patch:
+    data = path.read_bytes()
+    if len(data) > MAX_PATCH_BYTES:
+        raise SeriesError(f"{display}: {len(data)} bytes is over the patch size limit")
+    return parse_patch(data, name, strip, path, display)
+
+
+def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None, display: str = "") -> Patch:
+    """Metadata of a format-patch mail or a plain diff with free-form headers."""
+    display = display or name
+    if b"\0" in data and b"GIT binary patch" not in data:
+        raise SeriesError(f"{display}: contains NUL bytes; it is not a text patch")
+    text = data.decode("utf-8", "surrogateescape")
+    header, body_text = _split_header(text)
+    fields = _mail_headers(header) if header is not None else {}
+    if not fields:
+        fields = _dep3_headers(text)
+        body_text = fields.pop("_body", "")
+    subject = fields.get("subject") or fields.get("description") or ""
+    subject = _SUBJECT_PREFIX_RE.sub("", _unfold(subject)).strip()
+    if not subject:
+        subject = PurePosixPath(name).stem
+        subject = re.sub(r"^\d{4}-", "", subject).replace("-", " ")
+    author = fields.get("from") or fields.get("author")
+    author_name = author_email = None
+    if author:
+        author_name, author_email = email.utils.parseaddr(_unfold(author))
+        author_name = author_name or None
+        author_email = author_email or None
+    timestamp, offset = None, "+0000"
+    date = fields.get("date") or fields.get("last-update")
+    if date:
+        timestamp, offset = _parse_date(date)
+    return Patch(
+        name=name,
+        path=path or Path(name),
+        strip=strip,
+        data=data,
+        subject=subject,
+        body=body_text.strip("\n"),
+        author_name=author_name,
+        author_email=author_email,
+        timestamp=timestamp,
+        offset=offset,
+    )
+
+
+def _split_header(text: str) -> tuple[str | None, str]:
+    """For a mail: (header block, body up to the diff); else (None, '')."""
+    lines = text.split("\n")
+    start = 1 if lines and lines[0].startswith("From ") else 0
+    if start >= len(lines) or not re.match(r"^(From|Subject|Date):", lines[start]):
+        return None, ""
+    end = start
+    while end < len(lines) and lines[end] != "":
+        end += 1
+    header = "\n".join(lines[start:end])
+    body: list[str] = []
+    for line in lines[end + 1 :]:
+        if line == "---" or line.startswith(("diff --git ", "Index: ", "--- ")):
+            break
+        body.append(line)
+    return header, "\n".join(body)
+
+
+def _mail_headers(header: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    current = None
+    for line in header.split("\n"):
+        if line[:1] in (" ", "\t") and current:
+            fields[current] += "\n" + line
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        current = key.strip().lower()
+        fields.setdefault(current, value.strip())
+    return {k: _decode_words(v) for k, v in fields.items()}
+
+
+def _dep3_headers(text: str) -> dict[str, str]:
+    """DEP-3 style headers (``Description:``, ``Author:``...) before the diff."""
+    fields: dict[str, str] = {}
+    body: list[str] = []
+    current = None
+    for line in text.split("\n"):
+        if line.startswith(("diff --git ", "--- ", "Index: ", "=== ")):
+            break
+        match = re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$", line)
+        if match and (current is None or not body):
+            current = match.group(1).lower()
+            fields.setdefault(current, match.group(2).strip())
+            continue
+        if line[:1] in (" ", "\t") and current and not body:
+            continue  # continuation of a long description: not the subject
+        if line.strip():
+            body.append(line)
+    fields["_body"] = "\n".join(body)
+    return fields
+
+
+def _decode_words(value: str) -> str:
+    try:
+        parts = email.header.decode_header(value)
+    except Exception:  # noqa: BLE001 - malformed encoded-words stay as written
+        return value
+    out = []
+    for text, charset in parts:
+        if isinstance(text, bytes):
+            out.append(text.decode(charset or "utf-8", "replace"))
+        else:
+            out.append(text)
+    return "".join(out)
+
+
+def _unfold(value: str) -> str:
+    return re.sub(r"\s*\n\s+", " ", value)
+
+
+def _parse_date(value: str) -> tuple[int | None, str]:
+    try:
+        parsed = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        parsed = None
+    if parsed is None:
+        return None, "+0000"
+    if parsed.tzinfo is None:
+        return int(parsed.replace(tzinfo=datetime.timezone.utc).timestamp()), "+0000"
+    delta = parsed.utcoffset()
+    minutes = int(delta.total_seconds() // 60) if delta else 0
+    sign = "+" if minutes >= 0 else "-"
+    offset = f"{sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
+    return int(parsed.timestamp()), offset
+
+
+def list_hunks(data: bytes, strip: int = 1) -> list[Hunk]:
+    """Every hunk with its file (after stripping *strip* components) and old start line."""
+    hunks: list[Hunk] = []
+    current_file = ""
+    index = 0
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.startswith(b"+++ "):
+            target = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            if target == "/dev/null":
+                continue
+            current_file = _strip_path(target, strip)
+            index = 0
+        elif line.startswith(b"--- ") and not current_file:
+            source = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            if source != "/dev/null":
+                current_file = _strip_path(source, strip)
+        elif line.startswith(b"diff --git "):
+            current_file = ""
+            index = 0
+        else:
+            match = _HUNK_RE.match(line)
+            if match and current_file:
+                index += 1
+                hunks.append(Hunk(current_file, index, int(match.group(1)), line.decode("utf-8", "replace"), number))
+    return hunks
+
+
+def _strip_path(path: str, strip: int) -> str:
+    if path.startswith('"') and path.endswith('"'):
+        path = path[1:-1]
+    parts = path.split("/")
+    return "/".join(parts[strip:]) if strip < len(parts) else parts[-1]

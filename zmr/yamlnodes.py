@@ -1,0 +1,185 @@
+"""Strict YAML reading with line numbers, for manifests and cases.
+
+Files are parsed into PyYAML's node graph (never constructed into Python
+objects first) so that every value keeps the line it came from. Anything a
+hand-written manifest never needs and an attacker might use is refused:
+anchors and aliases (YAML bombs), tags, duplicate keys, non-UTF-8 bytes and
+oversized files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+MAX_FILE_BYTES = 1 << 20
+
+
+@dataclass
+class Problem:
+    """One error (or warning) located in a file: ``file:line: text; fix``."""
+
+    path: str
+    line: int
+    text: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.text}" + (f"; {self.fix}" if self.fix else "")
+
+
+@dataclass
+class Problems:
+    """Collects every problem of a file so they can be reported together."""
+
+    path: str
+    items: list[Problem] = field(default_factory=list)
+
+    def add(self, node_or_line: Node | int | None, text: str, fix: str = "") -> None:
+        self.items.append(Problem(self.path, line_of(node_or_line), text, fix))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+def line_of(node_or_line: Node | int | None) -> int:
+    if node_or_line is None:
+        return 0
+    if isinstance(node_or_line, int):
+        return node_or_line
+    return node_or_line.start_mark.line + 1
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and anchors while composing."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.MarkedYAMLError(
+                None, None, "aliases (*name) are not allowed; write the value out", event.start_mark
+            )
+        event = self.peek_event()
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise yaml.MarkedYAMLError(
+                None, None, "anchors (&name) are not allowed; write the value out", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: Path, display: str, problems: Problems) -> Node | None:
+    """Parse *path* into a node tree; on failure, record why and return None."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        problems.add(None, f"cannot read file: {exc.strerror}", "check the path and permissions")
+        return None
+    if len(data) > MAX_FILE_BYTES:
+        problems.add(None, f"file is {len(data)} bytes, over the limit of {MAX_FILE_BYTES}", "manifests are small; split or trim it")
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problems.add(line, f"not valid UTF-8 (byte {exc.start})", "save the file as UTF-8")
+        return None
+    if "\0" in text:
+        problems.add(text[: text.index("\0")].count("\n") + 1, "NUL character in file", "remove it")
+        return None
+    try:
+        node = yaml.compose(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        problems.add(line, f"invalid YAML: {exc.problem or exc.context}", "fix the syntax")
+        return None
+    except yaml.YAMLError as exc:
+        problems.add(None, f"invalid YAML: {exc}", "fix the syntax")
+        return None
+    except RecursionError:
+        problems.add(None, "invalid YAML: nested too deeply", "flatten the structure")
+        return None
+    if node is None:
+        problems.add(1, "file is empty", "write the mapping described in DESIGN.md")
+        return None
+    _check_tags(node, problems)
+    return node
+
+
+_PLAIN_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:map",
+    "tag:yaml.org,2002:seq",
+}
+
+
+def _check_tags(node: Node, problems: Problems) -> None:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.tag not in _PLAIN_TAGS:
+            problems.add(current, f"YAML tag {current.tag!r} is not allowed", "remove the tag")
+        if isinstance(current, MappingNode):
+            for key, value in current.value:
+                stack += [key, value]
+        elif isinstance(current, SequenceNode):
+            stack += current.value
+
+
+_SCALAR_LOADER = _StrictLoader("")
+
+
+def _construct(node: Node) -> Any:
+    """The Python value of a node (scalars: str, int, float, bool or None)."""
+    try:
+        return _SCALAR_LOADER.construct_object(node, deep=True)
+    finally:
+        _SCALAR_LOADER.constructed_objects = {}
+
+
+scalar = _construct
+
+
+def kind(node: Node) -> str:
+    """A short name for the type of a node, for messages."""
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    value = _construct(node)
+    if value is None:
+        return "empty"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string"}.get(type(value), "a scalar")
+
+
+def mapping_items(node: MappingNode, problems: Problems, where: str) -> list[tuple[str, Node, Node]]:
+    """(key, key node, value node) for each entry; duplicate and non-string keys reported."""
+    seen: dict[str, int] = {}
+    items = []
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, ScalarNode) or not isinstance(_construct(key_node), str):
+            problems.add(key_node, f"{where}: keys must be plain strings", "quote the key")
+            continue
+        key = _construct(key_node)
+        if key in seen:
+            problems.add(key_node, f"{where}: duplicate key {key!r} (first at line {seen[key]})", "keep one of them")
+            continue
+        seen[key] = line_of(key_node)
+        items.append((key, key_node, value_node))
+    return items
+
+
+def join_path(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
