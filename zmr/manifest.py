@@ -43,7 +43,7 @@ class ManifestError(ZmrError):
     """One or more manifest files are invalid; ``problems`` lists each one."""
 
     def __init__(self, problems: list):
-        self.problems = list(problems)
+        self.problems = sorted(problems, key=lambda p: (p.path, p.line))
         count = len(self.problems)
         files = sorted({p.path for p in self.problems})
         head = f"{count} problem{'s' if count != 1 else ''} in {', '.join(files)}"
@@ -121,6 +121,7 @@ class _Context:
     model: str
     policy: Policy
     component: str = ""
+    upstream_hint: str = ""  # the component's upstream as written, for fix hints
 
 
 def _string(value, node, path, problems, ctx, *, allow_empty=False):
@@ -174,14 +175,14 @@ def _check_upstream(value, node, path, problems, ctx):
         return value
     local = ctx.root / value
     if not local.exists():
-        problems.add(node, f"{path}: {value!r} does not exist (paths are relative to the repository root {ctx.root})", "fix the path, or generate the bundle")
+        problems.add(node, f"{path}: {value!r} does not exist (paths are relative to the repository root)", "fix the path, or generate the bundle")
         return None
     return value
 
 
 def _check_commit(value, node, path, problems, ctx):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = node.value  # an all-digit id read as a number
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = node.value  # an all-digit id read as a number: keep the text
     value = _string(value, node, path, problems, ctx)
     if value is None:
         return None
@@ -195,7 +196,7 @@ def _check_commit(value, node, path, problems, ctx):
         problems.add(
             node,
             f"{path}: {value!r} is not a full commit id (a branch or tag name is not a pin)",
-            f"pin the commit: run `git ls-remote <upstream> {value}` and write the 40-hex id it prints",
+            f"pin the commit: run `git ls-remote {ctx.upstream_hint or '<upstream>'} {value}` and write the 40-hex id it prints",
         )
     return None
 
@@ -521,6 +522,7 @@ def _component(key: str, key_node: Node, node: Node, problems: Problems, ctx: _C
         problems.add(node, f"{path}: expected a mapping, got {kind(node)}", "give it `upstream:` and `commit:`")
         return None
     ctx.component = key
+    ctx.upstream_hint = next((str(v.value) for k, v in node.value if isinstance(k, ScalarNode) and k.value == "upstream" and isinstance(v, ScalarNode)), "")
     values = _fields(node, _COMPONENT_KEYS, path, problems, ctx)
     smoke = _smoke_list(values.get("smoke", (None, None))[1], f"{path}.smoke", problems, ctx, model_level=False)
     if not ok or "upstream" not in values or "commit" not in values:

@@ -388,9 +388,12 @@ def widen_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
     the equal normal float64. `narrow_bits` is the inverse.
     """
     np = _np()
+    bits = np.asarray(bits)
+    if bits.dtype.kind != "u":
+        raise TypeError(f"widen_bits takes unsigned integer bits, not {bits.dtype.name} values")
     if dtype == "float64":
-        return np.asarray(bits).astype(np.uint64)
-    u = np.asarray(bits).astype(np.uint64)
+        return bits.astype(np.uint64)
+    u = bits.astype(np.uint64)
     if dtype == "bfloat16":
         u = u << np.uint64(16)
     elif dtype != "float32":
@@ -857,8 +860,10 @@ def _columnar_records(
         ids = [str(v) for v in id_arr.tolist()]
     if logprob_dtype == "float64":
         values = np.ascontiguousarray(logprobs, dtype=np.float64)
+    elif logprob_dtype == "float32":
+        values = widen_bits(np.ascontiguousarray(logprobs, dtype=np.float32).view(np.uint32), "float32").view(np.float64)
     else:
-        values = widen_bits(logprobs, logprob_dtype).view(np.float64)
+        values = widen_bits(np.ascontiguousarray(logprobs, dtype=np.uint16), "bfloat16").view(np.float64)
     records = [
         DumpRecord(
             id=ids[i], step=int(step[i]),
@@ -1121,6 +1126,9 @@ def _atomic_write(p: Path, write) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a dump is an ordinary file
         os.replace(tmp, p)
     except BaseException:
         try:
@@ -1353,9 +1361,9 @@ def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mea
         rmax = float(ratio.max())
         with np.errstate(divide="ignore", invalid="ignore"):
             over = rmax / med if med != 0 else math.inf
-        figures = dict(
+        figures = dict(  # "+ 0.0" turns a -0.0 figure into 0.0
             max_abs_diff=float(absd.max()), mean_abs_diff=float(absd.mean()),
-            k1=float(-d.mean()), k3=float(k3.mean()),
+            k1=float(-d.mean()) + 0.0, k3=float(k3.mean()) + 0.0,
             ratio_max=rmax, ratio_median=med, ratio_max_over_median=float(over),
             probs_diff_max=float(pdiff.max()), probs_diff_mean=float(pdiff.mean()),
             probs_diff_std=float(pdiff.std(ddof=1)) if nf > 1 else None,

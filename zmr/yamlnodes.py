@@ -55,21 +55,21 @@ def line_of(node_or_line: Node | int | None) -> int:
     return node_or_line.start_mark.line + 1
 
 
+class _Refused(Exception):
+    def __init__(self, line: int, text: str, fix: str):
+        super().__init__(text)
+        self.line, self.text, self.fix = line, text, fix
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and anchors while composing."""
+    """SafeLoader that refuses aliases and anchors while composing (no YAML bombs)."""
 
     def compose_node(self, parent, index):  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.MarkedYAMLError(
-                None, None, "aliases (*name) are not allowed; write the value out", event.start_mark
-            )
         event = self.peek_event()
-        anchor = getattr(event, "anchor", None)
-        if anchor is not None:
-            raise yaml.MarkedYAMLError(
-                None, None, "anchors (&name) are not allowed; write the value out", event.start_mark
-            )
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(event.start_mark.line + 1, f"alias *{event.anchor} is not allowed", "write the value out in full")
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(event.start_mark.line + 1, f"anchor &{event.anchor} is not allowed", "write the value out in full")
         return super().compose_node(parent, index)
 
 
@@ -94,6 +94,9 @@ def read_yaml(path: Path, display: str, problems: Problems) -> Node | None:
         return None
     try:
         node = yaml.compose(text, Loader=_StrictLoader)
+    except _Refused as exc:
+        problems.add(exc.line, exc.text, exc.fix)
+        return None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
@@ -108,7 +111,8 @@ def read_yaml(path: Path, display: str, problems: Problems) -> Node | None:
     if node is None:
         problems.add(1, "file is empty", "write the mapping described in DESIGN.md")
         return None
-    _check_tags(node, problems)
+    if not _tags_allowed(node, problems):
+        return None
     return node
 
 
@@ -123,17 +127,21 @@ _PLAIN_TAGS = {
 }
 
 
-def _check_tags(node: Node, problems: Problems) -> None:
+def _tags_allowed(node: Node, problems: Problems) -> bool:
+    """Only plain YAML types; explicit tags such as !!python/object are refused."""
+    ok = True
     stack = [node]
     while stack:
         current = stack.pop()
         if current.tag not in _PLAIN_TAGS:
             problems.add(current, f"YAML tag {current.tag!r} is not allowed", "remove the tag")
+            ok = False
         if isinstance(current, MappingNode):
             for key, value in current.value:
                 stack += [key, value]
         elif isinstance(current, SequenceNode):
             stack += current.value
+    return ok
 
 
 _SCALAR_LOADER = _StrictLoader("")

@@ -20,8 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from zmr.mismatch import MismatchReport, Stats
 
 _COLUMNS = (
-    "step", "tokens", "bitwise", "max |Δ|", "mean |Δ|", "k1", "k3",
-    "ratio max", "ratio median", "max/median", "diverged",
+    "step", "tokens", "bitwise", "max |Δ|", "mean |Δ|", "k1", "k3", "ratio max", "diverged",
 )
 _LISTED = 10
 
@@ -85,8 +84,7 @@ def _fraction(s: Stats) -> str:
 def _row(label: str, s: Stats) -> list[str]:
     return [
         label, f"{s.tokens:,}", _fraction(s), _num(s.max_abs_diff), _num(s.mean_abs_diff),
-        _num(s.k1), _num(s.k3), _num(s.ratio_max, 9), _num(s.ratio_median, 9),
-        _num(s.ratio_max_over_median, 9), f"{s.sequences_diverged}/{s.sequences}",
+        _num(s.k1), _num(s.k3), _num(s.ratio_max, 9), f"{s.sequences_diverged}/{s.sequences}",
     ]
 
 
@@ -102,6 +100,8 @@ def _lines(report: MismatchReport) -> list[str]:
     """Everything below the table, as plain lines."""
     o = report.overall
     out = [
+        f"importance ratio exp(lp_train - lp_rollout): max {_num(o.ratio_max, 9)}, "
+        f"median {_num(o.ratio_median, 9)}, max/median {_num(o.ratio_max_over_median, 9)}",
         f"probabilities |exp(lp_train) - exp(lp_rollout)|: max {_num(o.probs_diff_max)}, "
         f"mean {_num(o.probs_diff_mean)}, std {_num(o.probs_diff_std)}; "
         f"mean |Δ| per sequence {_num(o.sample_mean_abs_diff)}",
@@ -163,13 +163,17 @@ def _render_plain(report: MismatchReport) -> None:
 
 
 def _render_rich(report: MismatchReport) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title="zmr mismatch: rollout vs train log-probs", show_footer=False)
+    table = Table(
+        title="zmr mismatch: rollout vs train log-probs", box=box.SIMPLE_HEAD,
+        padding=0, pad_edge=False, show_edge=False,  # one blank between columns: fits 80
+    )
     for i, name in enumerate(_COLUMNS):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
     for r in _rows(report):
         table.add_row(*r)
     table.add_section()
@@ -177,6 +181,6 @@ def _render_rich(report: MismatchReport) -> None:
     console.print(table)
     lines = _lines(report)
     for line in lines[:-1]:
-        console.print(line, markup=False, highlight=False)
-    console.print(lines[-1], markup=False, highlight=False,
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(lines[-1], markup=False, highlight=False, soft_wrap=True,
                   style="bold green" if report.bitwise_equal else "bold red")
