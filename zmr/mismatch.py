@@ -774,8 +774,8 @@ def _read_jsonl(p: Path) -> Dump:
                 errors.append(f"{where}not UTF-8 text; a dump is JSON Lines in UTF-8")
                 first = False
                 continue
-            except ValueError as err:
-                errors.append(f"{where}not valid JSON ({err.args[0] if err.args else err}); each line must be one JSON object")
+            except json.JSONDecodeError as err:
+                errors.append(f"{where}not valid JSON at column {err.colno} ({err.msg}); each line must be one JSON object")
                 first = False
                 continue
             if not isinstance(obj, dict):
@@ -1449,7 +1449,7 @@ def plot_report(report: MismatchReport, path: str | os.PathLike) -> Path:
         ax.plot(steps, ys, marker="o", markersize=4, linewidth=1.2, zorder=2, label=label)
         if equal_steps:
             ax.plot(equal_steps, [0.0] * len(equal_steps), linestyle="none", marker="s", markersize=6,
-                    color="tab:green", zorder=3, label="bitwise equal (0)")
+                    color="tab:green", zorder=3, clip_on=False, label="bitwise equal (0)")
         top = max(positive) if positive else linthresh
         ax.set_ylim(0, top * 10)
         ax.set_ylabel(f"{label}\n(symlog, linear below {linthresh:.1e})")

@@ -1,0 +1,181 @@
+"""Series reading: quilt syntax, format-patch and plain diffs, Debian layout, errors."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import git, make_patch, make_project, zmr
+from zmr.errors import ZmrError
+from zmr.series import SeriesError, parse_patch, parse_series_file, read_series
+
+
+def _unified(old: str, new: str, old_label: str, new_label: str, tmp: Path) -> str:
+    a, b = tmp / "old.txt", tmp / "new.txt"
+    a.write_text(old)
+    b.write_text(new)
+    proc = subprocess.run(["diff", "-u", "--label", old_label, "--label", new_label, str(a), str(b)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    return proc.stdout
+
+
+def test_debian_quilt_series_builds_the_same_tree_as_gnu_patch(tmp_path, upstream):
+    pin = upstream.commits[2]
+    readme = upstream.file_at(pin, "README.md") + "\n"
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    guide = upstream.file_at(pin, "docs/guide.md") + "\n"
+    dep3 = (
+        "Description: Fix the README wording\n"
+        " The README said toy; it is a tiny model.\n"
+        "Author: Debian Maintainer <maint@debian.invalid>\n"
+        "Forwarded: not-needed\n"
+        "Last-Update: 2024-03-01\n"
+        "---\n"
+        "This patch header follows DEP-3.\n"
+        + _unified(readme, "tiny upstream\n", "a/README.md", "b/README.md", tmp_path)
+    )
+    p0 = _unified(model_py, model_py.replace("line 20\n", "line 20 (p0)\n"), "src/model.py.orig", "src/model.py", tmp_path)
+    new_file = (
+        "Subject: add a notes file\n\n"
+        + _unified("", "notes\nmore notes\n", "a/docs/NOTES", "b/docs/NOTES", tmp_path).replace("--- a/docs/NOTES", "--- /dev/null", 1)
+    )
+    mail = make_patch(upstream, pin, {"docs/guide.md": guide + "appendix\n"}, "Extend the guide")
+    project = make_project(tmp_path / "project")
+    folder = "debian/patches"
+    project.write(f"{folder}/fix-readme.patch", dep3)
+    project.write(f"{folder}/upstream/0001-guide.patch", mail)
+    project.write(f"{folder}/p0-style.diff", p0)
+    project.write(f"{folder}/notes.patch", new_file)
+    project.write(
+        f"{folder}/series",
+        "# patches in apply order\nfix-readme.patch\n\nupstream/0001-guide.patch   # from upstream\np0-style.diff -p0\nnotes.patch -p1\n",
+    )
+    project.manifest(
+        "deb",
+        f"""
+        model: deb
+        components:
+          pkg:
+            upstream: {upstream.path}
+            commit: {pin}
+            patches: {folder}
+        """,
+    )
+    project.commit_all()
+    result = zmr("build", "deb", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    built_tree = git("rev-parse", "pkg/deb^{tree}", cwd=project.root)
+    # The same series applied the way quilt does it: GNU patch, in order, with each -pN.
+    tree_dir = tmp_path / "by-gnu-patch"
+    tree_dir.mkdir()
+    archive = subprocess.run(["git", "archive", "--format=tar", pin], cwd=upstream.path, capture_output=True, check=True).stdout
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(tree_dir)
+    for name, strip in (("fix-readme.patch", 1), ("upstream/0001-guide.patch", 1), ("p0-style.diff", 0), ("notes.patch", 1)):
+        subprocess.run(["patch", f"-p{strip}", "--batch", "--forward", "--no-backup-if-mismatch", "-F0", "-i", str(project.root / folder / name)], cwd=tree_dir, check=True, capture_output=True)
+    git("init", "-q", cwd=tree_dir)
+    git("add", "-A", cwd=tree_dir)
+    assert git("write-tree", cwd=tree_dir) == built_tree
+    series = read_series(project.root / folder, folder)
+    assert [p.subject for p in series.patches] == ["Fix the README wording", "Extend the guide", "p0 style", "add a notes file"]
+    assert series.patches[0].author_email == "maint@debian.invalid"
+    assert [p.strip for p in series.patches] == [1, 1, 0, 1]
+
+
+def test_series_file_syntax():
+    entries, problems = parse_series_file("# c\n\na.patch\nsub/b.patch -p0 # note\n  c.patch\n", "series")
+    assert problems == []
+    assert [(e.name, e.strip, e.line) for e in entries] == [("a.patch", 1, 3), ("sub/b.patch", 0, 4), ("c.patch", 1, 5)]
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("/etc/passwd", "series:1: patch name '/etc/passwd' is absolute; use a path relative to the series folder"),
+        ("../other/x.patch", "series:1: patch name '../other/x.patch' contains '..'; use a path relative to the series folder"),
+        ("--exec.patch", "series:1: patch name '--exec.patch' starts with '-'; use a path relative to the series folder"),
+        ("a.patch -R", "series:1: unsupported option '-R' for a.patch; only -pN is supported (quilt's -R reverse patches are not)"),
+    ],
+)
+def test_series_name_errors(line, message):
+    _, problems = parse_series_file(line + "\n", "series")
+    assert [str(p) for p in problems] == [message]
+
+
+def test_missing_patch_unlisted_patch_and_symlink_escape(tmp_path):
+    folder = tmp_path / "patches/m/c"
+    folder.mkdir(parents=True)
+    (folder / "series").write_text("present.patch\nmissing.patch\nlink.patch\n")
+    (folder / "present.patch").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    (folder / "stray.patch").write_text("")
+    outside = tmp_path / "secret.patch"
+    outside.write_text("x")
+    (folder / "link.patch").symlink_to(outside)
+    with pytest.raises(SeriesError) as info:
+        read_series(folder, "patches/m/c")
+    text = str(info.value)
+    assert "patches/m/c/series:2: missing.patch: patch file not found; add patches/m/c/missing.patch or remove the line" in text
+    assert "patches/m/c/series:3: link.patch resolves outside the series folder" in text
+    (folder / "series").write_text("present.patch\n")
+    series = read_series(folder, "patches/m/c")
+    assert series.warnings == ["patches/m/c/link.patch: not listed in series (ignored); add it to series or delete it", "patches/m/c/stray.patch: not listed in series (ignored); add it to series or delete it"]
+
+
+def test_validate_reports_series_problems_and_warnings(tmp_path, upstream):
+    project = make_project(tmp_path / "p")
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {upstream.commits[0]}\n")
+    project.write("patches/m/c/series", "gone.patch\n")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2
+    assert "patches/m/c/series:1: gone.patch: patch file not found" in result.stderr
+    project.write("patches/m/c/series", "")
+    project.write("patches/m/c/extra.patch", "")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 0
+    assert "warning: patches/m/c/extra.patch: not listed in series" in result.stderr
+
+
+def test_format_patch_metadata(upstream):
+    data = make_patch(upstream, upstream.commits[0], {"README.md": "changed\n"}, "Fix [the] thing", "Body line one.\n\nBody line two.", date=1_712_345_678)
+    patch = parse_patch(data, "0001-x.patch")
+    assert patch.subject == "Fix [the] thing"
+    assert patch.author_name == "Patch Author" and patch.author_email == "author@zmr.invalid"
+    assert patch.timestamp == 1_712_345_678
+    assert patch.body == "Body line one.\n\nBody line two."
+
+
+def test_encoded_subject_and_author():
+    data = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: =?UTF-8?q?J=C3=BCrgen=20M=C3=BCller?= <jm@example.invalid>\n"
+        b"Date: Tue, 2 Jan 2024 10:00:00 +0100\n"
+        b"Subject: [PATCH 3/7] =?UTF-8?q?Fix=20na=C3=AFve=20split?=\n"
+        b" continued\n\n---\n"
+    )
+    patch = parse_patch(data, "x.patch")
+    assert patch.subject == "Fix na\u00efve split continued"
+    assert patch.author_name == "J\u00fcrgen M\u00fcller"
+    assert (patch.timestamp, patch.offset) == (1704186000, "+0100")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_patch_parser_never_crashes(data):
+    try:
+        patch = parse_patch(data, "fuzz.patch")
+    except ZmrError:
+        return
+    assert isinstance(patch.subject, str) and patch.subject
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_series_parser_never_crashes(text):
+    entries, problems = parse_series_file(text, "series")
+    for entry in entries:
+        assert not entry.name.startswith(("/", "-")) and ".." not in entry.name.split("/")
