@@ -289,17 +289,14 @@ def _dep3_headers(text: str) -> dict[str, str]:
 
 
 def _decode_words(value: str) -> str:
+    """RFC 2047 encoded-words (=?UTF-8?q?...?=) decoded, folding undone."""
+    value = _unfold(value)
+    if "=?" not in value:
+        return value
     try:
-        parts = email.header.decode_header(value)
+        return str(email.header.make_header(email.header.decode_header(value)))
     except Exception:  # noqa: BLE001 - malformed encoded-words stay as written
         return value
-    out = []
-    for text, charset in parts:
-        if isinstance(text, bytes):
-            out.append(text.decode(charset or "utf-8", "replace"))
-        else:
-            out.append(text)
-    return "".join(out)
 
 
 def _unfold(value: str) -> str:
