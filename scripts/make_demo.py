@@ -1582,7 +1582,7 @@ def train_step(policy: ToyPolicy, prompts, responses, advantages, lr: float = 1e
         for p in policy.parameters():
             if p.grad is not None:
                 p -= lr * p.grad
-    return float(loss)
+    return float(loss.detach())
 '''
 
 T_TESTS = r'''import torch
