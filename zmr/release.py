@@ -243,12 +243,30 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
     for path, rels in by_mirror.items():
         if progress:
             progress(f"copying objects of {', '.join(r.component.branch for r in rels)}")
-        # A local fetch by id: the repository gets its own copy of every object.
-        repo.fetch(str(path), [r.tip for r in rels])
+        copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
     updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
     repo.update_refs(moving, "zmr build")
     return updates
+
+
+def copy_objects(repo: git.Repo, mirror: Mirror, tips: Sequence[str], haves: Sequence[str]) -> None:
+    """Give *repo* its own copy of every object of *tips* (minus what *haves* reach).
+
+    One ``pack-objects`` run in the repository, reading the mirror's objects
+    through an alternate set for this process only, writes a finished pack
+    (with its index) straight into the repository: packed data is reused,
+    nothing is inflated and re-hashed as a fetch would. The repository's
+    config never points at the cache. A pack appears by rename, whole or
+    not at all.
+    """
+    objects = repo.git_dir / "objects"
+    revs = "".join(f"{t}\n" for t in tips) + "".join(f"^{h}\n" for h in haves)
+    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(mirror.path / "objects")}
+    repo.run(["pack-objects", "--revs", "--quiet", str(objects / "pack" / "pack")], input=revs.encode(), env=env)
+    missing = [t for t in tips if not repo.has_object(t, "commit")]
+    if missing:
+        raise ZmrError(f"copying objects from the cache into {repo.git_dir} failed: {missing[0]} is missing", details=["run the command again"])
 
 
 # -- verify --------------------------------------------------------------------------

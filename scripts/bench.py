@@ -1,0 +1,508 @@
+#!/usr/bin/env python3
+"""Benchmark zmr against plain git scripts and against git's own plumbing floor.
+
+Everything is measured in one run, interleaved (variant A, B, C, A, B, C,
+...), several repetitions, and reported as medians, spreads and **ratios**
+between variants of the same run; absolute seconds mean little across
+machines, ratios do.
+
+    python scripts/bench.py                      # synthetic upstream, defaults
+    python scripts/bench.py --tiny               # seconds; what the tests run
+    python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA [--onto SHA2]
+
+The synthetic upstream is generated deterministically with git fast-import:
+~5,000 files in nested folders (~60 MB of text), a few hundred commits, a
+30-patch series touching ~60 files (some hunks near each other), and a later
+upstream commit a few hundred commits on for rebases.
+
+Variants (each delivers the same result: release branches in a repository
+that holds every object they need):
+
+- ``zmr``: the real CLI.
+- ``naive``: what a shell script does: clone the cache, check out the pin,
+  orphan snapshot commit, ``git am`` the series, squash, push the branch.
+- ``floor``: git plumbing as a bare shell loop: ``read-tree`` into a
+  temporary index, ``apply --cached`` each patch, ``write-tree``,
+  ``commit-tree``, then a local fetch + ``update-ref`` into the repository
+  (``floor-core`` is the same loop without that object copy).
+
+Figures are written to ``--out`` (default ``benchmarks/``) as
+``results.json`` and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "LC_ALL": "C",
+    "TZ": "UTC",
+    "GIT_AUTHOR_NAME": "Bench",
+    "GIT_AUTHOR_EMAIL": "bench@zmr.invalid",
+    "GIT_COMMITTER_NAME": "Bench",
+    "GIT_COMMITTER_EMAIL": "bench@zmr.invalid",
+    "GIT_AUTHOR_DATE": "@1700000000 +0000",
+    "GIT_COMMITTER_DATE": "@1700000000 +0000",
+}
+WORDS = "tensor kernel split reduce batch rollout trainer logprob invariant matmul attention norm softmax cache decode prefill shard expert router gate scale".split()
+
+
+def env(extra: dict | None = None) -> dict:
+    result = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    result.update(GIT_ENV)
+    if extra:
+        result.update(extra)
+    return result
+
+
+def git(*args, cwd=None, input=None, extra_env=None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=env(extra_env))
+    if proc.returncode != 0:
+        raise SystemExit(f"git {' '.join(map(str, args))} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode().strip()
+
+
+# -- measurement -------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    seconds: float
+    peak_kb: int
+
+
+def measure_mem(argv, cwd, extra_env=None) -> Sample:
+    """Run argv; wall time, and the peak RSS of its largest process via /usr/bin/time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        start = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-o", rss.name, "-f", "%M", *argv], cwd=cwd, env=env(extra_env), capture_output=True)
+        elapsed = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(map(str, argv))} failed ({proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
+        text = Path(rss.name).read_text().strip().splitlines()
+        peak = int(text[-1]) if text and text[-1].isdigit() else 0
+    return Sample(elapsed, peak)
+
+
+@dataclass
+class Series:
+    name: str
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(s.seconds for s in self.samples)
+
+    @property
+    def spread(self) -> float:
+        values = [s.seconds for s in self.samples]
+        return (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
+
+    @property
+    def peak_mb(self) -> float:
+        return max(s.peak_kb for s in self.samples) / 1024
+
+    def as_json(self) -> dict:
+        return {"median_s": round(self.median, 4), "spread_s": round(self.spread, 4), "peak_mb": round(self.peak_mb, 1), "runs": [round(s.seconds, 4) for s in self.samples]}
+
+
+# -- synthetic upstream ------------------------------------------------------------------
+
+
+@dataclass
+class Upstream:
+    path: Path
+    pin: str
+    onto: str
+    patched_files: list[str]
+    contents: dict[str, str]  # file -> text at the pin, for the patched files
+
+
+def _text(rng: random.Random, lines: int) -> str:
+    out = []
+    for i in range(lines):
+        out.append(f"    {' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))}  # {i}")
+    return "\n".join(out) + "\n"
+
+
+def generate_upstream(path: Path, files: int, file_lines: int, commits: int, pin_at: int, onto_at: int, seed: int = 7) -> Upstream:
+    """A deterministic upstream built with git fast-import."""
+    rng = random.Random(seed)
+    names = [f"pkg{i % 12:02d}/sub{(i // 12) % 20:02d}/mod{(i // 240) % 30:02d}/file{i:05d}.py" for i in range(files)]
+    contents = {n: _text(rng, file_lines) for n in names}
+    # Upstream churn touches only the first half of the files; the series the second half.
+    churn = names[: files // 2]
+    patched = names[files // 2 :][:: max(1, (files // 2) // 60)][:60]
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(path))
+    stream = bytearray()
+    for c in range(commits):
+        when = 1_600_000_000 + c * 3600
+        message = f"upstream change {c}".encode()
+        stream.extend(f"commit refs/heads/main\nmark :{c + 1}\nauthor Upstream <up@example.invalid> {when} +0000\ncommitter Upstream <up@example.invalid> {when} +0000\ndata {len(message)}\n".encode() + message + b"\n")
+        if c == 0:
+            touched = names
+        else:
+            touched = [churn[(c * 7 + k) % len(churn)] for k in range(3)]
+            for name in touched:
+                contents[name] = contents[name] + f"    churn {c}\n"
+        for name in touched:
+            raw = contents[name].encode()
+            stream.extend(f"M 100644 inline {name}\ndata {len(raw)}\n".encode() + raw + b"\n")
+        stream.extend(b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=bytes(stream), check=True, env=env())
+    shas = git("rev-list", "--reverse", "main", cwd=path).split()
+    git("reset", "-q", "--hard", "main", cwd=path)
+    pin, onto = shas[pin_at], shas[onto_at]
+    at_pin = {n: git("show", f"{pin}:{n}", cwd=path) + "\n" for n in patched}
+    return Upstream(path, pin, onto, patched, at_pin)
+
+
+def real_upstream(path: Path, pin: str, onto: str | None, count: int = 60) -> Upstream:
+    changed = set(git("diff", "--name-only", pin, onto, cwd=path).split()) if onto else set()
+    candidates = [n for n in git("ls-tree", "-r", "--name-only", pin, cwd=path).splitlines() if n.endswith(".py") and n not in changed]
+    picked = []
+    step = max(1, len(candidates) // count)
+    for name in candidates[::step]:
+        text = git("show", f"{pin}:{name}", cwd=path)
+        if text.count("\n") >= 60:
+            picked.append(name)
+        if len(picked) == count:
+            break
+    contents = {n: git("show", f"{pin}:{n}", cwd=path) + "\n" for n in picked}
+    return Upstream(path, pin, onto or pin, picked, contents)
+
+
+def make_series(up: Upstream, count: int = 30) -> list[tuple[str, bytes]]:
+    """*count* format-patch style mails, two files each, some hunks near earlier ones."""
+    import difflib
+
+    state = dict(up.contents)
+    files = up.patched_files
+    patches = []
+    for i in range(count):
+        touched = [files[(2 * i) % len(files)], files[(2 * i + 1) % len(files)]]
+        if i % 5 == 4:
+            touched.append(files[(2 * i - 2) % len(files)])  # near an earlier patch's hunk
+        diff_parts = []
+        for k, name in enumerate(touched):
+            old = state[name]
+            lines = old.splitlines(keepends=True)
+            at = min(len(lines) - 1, 20 + 25 * (k == 2))
+            lines.insert(at, f"# zmr bench patch {i}: batch-invariant fix\n")
+            new = "".join(lines)
+            state[name] = new
+            diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=3))
+            diff_parts.append(f"diff --git a/{name} b/{name}\n{diff}")
+        date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(1_700_000_000 + i * 60))
+        mail = (
+            "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+            f"From: Bench Author <author@zmr.invalid>\nDate: {date}\nSubject: [PATCH] Bench fix {i:02d}\n\n"
+            f"Fix number {i} of the synthetic series.\n---\n" + "".join(diff_parts) + "\n"
+        )
+        patches.append((f"{i + 1:04d}-bench-fix-{i:02d}.patch", mail.encode()))
+    return patches
+
+
+# -- projects ----------------------------------------------------------------------------
+
+
+def make_template(path: Path, up: Upstream, patches, components: int) -> None:
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(path))
+    lines = ["model: bench", "components:"]
+    for c in range(components):
+        key = f"c{c}"
+        folder = path / "patches" / "bench" / key
+        folder.mkdir(parents=True)
+        for name, data in patches:
+            (folder / name).write_bytes(data)
+        (folder / "series").write_text("".join(f"{name}\n" for name, _ in patches))
+        lines += [f"  {key}:", f"    upstream: {up.path}", f"    commit: {up.pin}"]
+    (path / "manifests").mkdir()
+    (path / "manifests" / "bench.yaml").write_text("\n".join(lines) + "\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "bench project", cwd=path)
+
+
+NAIVE = r"""
+set -e
+mirror=$1; pin=$2; project=$3; shift 3
+for comp in "$@"; do
+  w=$(mktemp -d)
+  git init -q "$w/tree"
+  cd "$w/tree"
+  git fetch -q "$mirror" "$pin"
+  git checkout -q "$pin"
+  git checkout -q --orphan snap
+  git commit -q -m "snapshot $pin"
+  snap=$(git rev-parse HEAD)
+  git am -q "$project/patches/bench/$comp/"*.patch
+  git reset -q --soft "$snap"
+  git commit -q -m "changes"
+  git push -q "$project" "HEAD:refs/heads/$comp/bench"
+  cd /; rm -rf "$w"
+done
+"""
+
+FLOOR = r"""
+set -e
+mirror=$1; pin=$2; project=$3; copy=$4; shift 4
+idx=$(mktemp -u)
+for comp in "$@"; do
+  export GIT_INDEX_FILE=$idx
+  git --git-dir="$mirror" read-tree "$pin"
+  for p in "$project/patches/bench/$comp/"*.patch; do git --git-dir="$mirror" apply --cached "$p"; done
+  tree=$(git --git-dir="$mirror" write-tree)
+  unset GIT_INDEX_FILE
+  snap=$(git --git-dir="$mirror" commit-tree "$pin^{tree}" -m "snapshot")
+  tip=$(git --git-dir="$mirror" commit-tree "$tree" -p "$snap" -m "changes")
+  if [ "$copy" = 1 ]; then
+    git -C "$project" fetch -q --no-write-fetch-head "$mirror" "$tip"
+    git -C "$project" update-ref "refs/heads/$comp/bench" "$tip"
+  fi
+  rm -f "$idx"
+done
+"""
+
+FLOOR_VERIFY = r"""
+set -e
+mirror=$1; pin=$2; project=$3; shift 3
+idx=$(mktemp -u)
+for comp in "$@"; do
+  export GIT_INDEX_FILE=$idx
+  git --git-dir="$mirror" read-tree "$pin"
+  for p in "$project/patches/bench/$comp/"*.patch; do git --git-dir="$mirror" apply --cached "$p"; done
+  tree=$(git --git-dir="$mirror" write-tree)
+  unset GIT_INDEX_FILE
+  snap=$(git --git-dir="$mirror" commit-tree "$pin^{tree}" -m "snapshot")
+  tip=$(git --git-dir="$mirror" commit-tree "$tree" -p "$snap" -m "changes")
+  test "$(git -C "$project" rev-parse "refs/heads/$comp/bench")" != "$tip" || true
+  rm -f "$idx"
+done
+"""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="a tiny size for tests (seconds)")
+    parser.add_argument("--files", type=int, default=5000)
+    parser.add_argument("--file-lines", type=int, default=150, help="lines per file (~80 bytes each)")
+    parser.add_argument("--commits", type=int, default=400)
+    parser.add_argument("--patches", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--upstream", type=Path, help="a real repository instead of the synthetic one")
+    parser.add_argument("--commit", help="the pin in --upstream")
+    parser.add_argument("--onto", help="a later commit of --upstream, for rebases")
+    parser.add_argument("--components", type=int, nargs="+", default=[1, 6])
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--zmr", default=None, help="zmr command (default: this Python's -m zmr)")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.files, args.file_lines, args.commits, args.patches, args.reps, args.components = 60, 40, 30, 5, 2, [1, 2]
+    zmr = args.zmr.split() if args.zmr else [sys.executable, "-m", "zmr"]
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="zmr-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict = {"schema_version": 1, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "git": git("--version")}, "params": {}, "measurements": {}, "ratios": {}}
+    try:
+        return _run(args, zmr, work, results)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args, zmr, work: Path, results: dict) -> int:
+    t0 = time.perf_counter()
+    if args.upstream:
+        if not args.commit:
+            raise SystemExit("--upstream needs --commit")
+        up = real_upstream(args.upstream.resolve(), git("rev-parse", args.commit, cwd=args.upstream), git("rev-parse", args.onto, cwd=args.upstream) if args.onto else None)
+        source = str(args.upstream)
+    else:
+        commits = args.commits
+        up = generate_upstream(work / "upstream", args.files, args.file_lines, commits, pin_at=commits // 4, onto_at=commits - 1)
+        source = "synthetic"
+    patches = make_series(up, args.patches)
+    size = sum(int(line.split()[3]) for line in git("ls-tree", "-r", "-l", up.pin, cwd=up.path).splitlines() if line.split()[3].isdigit())
+    history = int(git("rev-list", "--count", up.pin, cwd=up.path))
+    results["params"] = {
+        "upstream": source,
+        "files": len(git("ls-tree", "-r", "--name-only", up.pin, cwd=up.path).splitlines()),
+        "tree_bytes": size,
+        "history_commits_at_pin": history,
+        "patches": len(patches),
+        "patched_files": len({p for p in up.patched_files[: 2 * len(patches)]}),
+        "reps": args.reps,
+        "setup_s": None,
+    }
+    print(f"upstream: {source}, {results['params']['files']} files, {size / 1e6:.1f} MB, {history} commits at the pin; {len(patches)} patches", flush=True)
+    cache = work / "cache"
+    zenv = {"ZMR_CACHE": str(cache)}
+    m = results["measurements"]
+
+    # Cold fetch: bytes and time against a full clone, both over file:// (pack protocol).
+    url = f"file://{up.path}"
+    fetch_series, clone_series = Series("zmr fetch (cold)"), Series("git clone --bare (full)")
+    fetch_bytes = clone_bytes = 0
+    probe = work / "probe"
+    for rep in range(args.reps):
+        shutil.rmtree(probe, ignore_errors=True)
+        make_template(probe, up, patches[:1], 1)
+        (probe / "manifests/bench.yaml").write_text((probe / "manifests/bench.yaml").read_text().replace(str(up.path), url))
+        fetch_cache = work / f"cold-cache-{rep}"
+        fetch_series.samples.append(measure_mem([*zmr, "fetch", "bench"], probe, {"ZMR_CACHE": str(fetch_cache)}))
+        fetch_bytes = _dir_bytes(fetch_cache)
+        shutil.rmtree(fetch_cache)
+        clone_dir = work / f"clone-{rep}"
+        clone_series.samples.append(measure_mem(["git", "clone", "-q", "--bare", "--no-local", url, str(clone_dir)], work))
+        clone_bytes = _dir_bytes(clone_dir)
+        shutil.rmtree(clone_dir)
+    m["fetch_cold"] = {"zmr": {**fetch_series.as_json(), "bytes": fetch_bytes}, "full_clone": {**clone_series.as_json(), "bytes": clone_bytes}}
+    results["ratios"]["fetch_bytes_full_clone_over_zmr"] = round(clone_bytes / max(fetch_bytes, 1), 2)
+    results["ratios"]["fetch_time_full_clone_over_zmr"] = round(clone_series.median / fetch_series.median, 2)
+
+    # Warm the cache once; every build variant below reads from it.
+    for n in args.components:
+        template = work / f"template-{n}"
+        make_template(template, up, patches, n)
+    subprocess.run([*zmr, "fetch", "bench"], cwd=work / f"template-{args.components[0]}", env=env(zenv), check=True, capture_output=True)
+    mirror = next((cache / "mirrors").glob("*.git"))
+    results["params"]["setup_s"] = round(time.perf_counter() - t0, 1)
+
+    for n in args.components:
+        template = work / f"template-{n}"
+        comps = [f"c{c}" for c in range(n)]
+        variants = {
+            "zmr": lambda p: measure_mem([*zmr, "build", "bench"], p, zenv),
+            "naive": lambda p: measure_mem(["bash", "-c", NAIVE, "naive", str(mirror), up.pin, str(p), *comps], p),
+            "floor": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "1", *comps], p),
+            "floor-core": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "0", *comps], p),
+        }
+        series = {name: Series(name) for name in variants}
+        for rep in range(args.reps):
+            for name, run in variants.items():
+                target = work / f"run-{n}-{name}"
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(template, target, symlinks=True)
+                series[name].samples.append(run(target))
+            print(f"build N={n} rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
+        # The branches each variant made must hold the same trees.
+        trees = {name: git("rev-parse", f"c0/bench^{{tree}}", cwd=work / f"run-{n}-{name}") for name in ("zmr", "naive", "floor")}
+        assert len(set(trees.values())) == 1, trees
+        m[f"build_n{n}"] = {k: v.as_json() for k, v in series.items()}
+        results["ratios"][f"build_n{n}_naive_over_zmr"] = round(series["naive"].median / series["zmr"].median, 2)
+        results["ratios"][f"build_n{n}_zmr_over_floor"] = round(series["zmr"].median / series["floor"].median, 2)
+        results["ratios"][f"build_n{n}_zmr_over_floor_core"] = round(series["zmr"].median / series["floor-core"].median, 2)
+
+    # verify --all against the floor, on the last built project.
+    n = args.components[-1]
+    built = work / f"run-{n}-zmr"
+    comps = [f"c{c}" for c in range(n)]
+    verify_series = {"zmr": Series("zmr verify --all"), "floor": Series("floor verify")}
+    for rep in range(args.reps):
+        verify_series["zmr"].samples.append(measure_mem([*zmr, "verify", "--all"], built, zenv))
+        verify_series["floor"].samples.append(measure_mem(["bash", "-c", FLOOR_VERIFY, "floor", str(mirror), up.pin, str(built), *comps], built))
+    m[f"verify_n{n}"] = {k: v.as_json() for k, v in verify_series.items()}
+    results["ratios"][f"verify_n{n}_zmr_over_floor"] = round(verify_series["zmr"].median / verify_series["floor"].median, 2)
+
+    # Start-up.
+    startup = {"python": Series("python -c pass"), "help": Series("zmr --help"), "list": Series("zmr list")}
+    for rep in range(max(5, args.reps)):
+        startup["python"].samples.append(measure_mem([sys.executable, "-c", "pass"], built))
+        startup["help"].samples.append(measure_mem([*zmr, "--help"], built, zenv))
+        startup["list"].samples.append(measure_mem([*zmr, "list"], built, zenv))
+    m["startup"] = {k: v.as_json() for k, v in startup.items()}
+    python_start = startup["python"].median
+    # Targets that include Python start-up: zmr within 2x of (floor + start-up).
+    for key in [f"build_n{c}" for c in args.components] + [f"verify_n{n}"]:
+        floor = m[key]["floor"]["median_s"]
+        results["ratios"][f"{key}_zmr_over_floor_plus_startup"] = round(m[key]["zmr"]["median_s"] / (floor + python_start), 2)
+    _extra_workflows(args, zmr, work, up, patches, zenv, results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "results.md").write_text(render_markdown(results))
+    print(render_markdown(results))
+    return 0
+
+
+def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
+    """checkout and rebase against plain git, when this zmr has those commands."""
+    helptext = subprocess.run([*zmr, "--help"], capture_output=True, text=True).stdout
+    m = results["measurements"]
+    if " checkout " in helptext:
+        series = {"zmr": Series("zmr checkout"), "git": Series("git clone + git am")}
+        template = work / "template-1"
+        mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
+        for rep in range(args.reps):
+            target = work / "co-zmr"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(template, target, symlinks=True)
+            series["zmr"].samples.append(measure_mem([*zmr, "checkout", "bench", "-c", "c0", "--dir", str(work / "co-zmr-tree")], target, zenv))
+            shutil.rmtree(work / "co-zmr-tree", ignore_errors=True)
+            script = f'set -e; rm -rf "$1"; git clone -q "{mirror}" "$1"; cd "$1"; git checkout -q -b work {up.pin}; git am -q "{template}/patches/bench/c0/"*.patch'
+            series["git"].samples.append(measure_mem(["bash", "-c", script, "co", str(work / "co-git")], work))
+        m["checkout"] = {k: v.as_json() for k, v in series.items()}
+        results["ratios"]["checkout_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
+    if " rebase " in helptext and up.onto != up.pin:
+        series = {"zmr": Series("zmr rebase (in memory)"), "git": Series("git rebase in a working tree")}
+        template = work / "template-1"
+        mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
+        for rep in range(args.reps):
+            target = work / "rb-zmr"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(template, target, symlinks=True)
+            git("add", "-A", cwd=target)
+            series["zmr"].samples.append(measure_mem([*zmr, "rebase", "bench", "-c", "c0", "--onto", up.onto], target, zenv))
+            tree_dir = work / "rb-git"
+            shutil.rmtree(tree_dir, ignore_errors=True)
+            git("clone", "-q", str(up.path), str(tree_dir))
+            git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
+            git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
+            series["git"].samples.append(measure_mem(["git", "rebase", "-q", "--onto", up.onto, up.pin, "work"], tree_dir))
+        m["rebase"] = {k: v.as_json() for k, v in series.items()}
+        results["ratios"]["rebase_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def render_markdown(results: dict) -> str:
+    p = results["params"]
+    lines = [
+        "# zmr benchmark",
+        "",
+        f"Upstream: {p['upstream']}, {p['files']} files, {p['tree_bytes'] / 1e6:.1f} MB of tree, {p['history_commits_at_pin']} commits of history at the pin; "
+        f"{p['patches']} patches. {p['reps']} interleaved repetitions; medians ± half-range. Machine: {results['machine']['cpus']} CPUs, Python {results['machine']['python']}, {results['machine']['git']}.",
+        "",
+        "| measurement | variant | median (s) | ± | peak RSS (MB) |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for key, variants in results["measurements"].items():
+        for name, data in variants.items():
+            extra = f" ({data['bytes'] / 1e6:.1f} MB)" if "bytes" in data else ""
+            lines.append(f"| {key} | {name}{extra} | {data['median_s']:.3f} | {data['spread_s']:.3f} | {data['peak_mb']:.0f} |")
+    lines += ["", "| ratio | value |", "| --- | ---: |"]
+    for key, value in results["ratios"].items():
+        lines.append(f"| {key} | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

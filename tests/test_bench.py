@@ -1,0 +1,31 @@
+"""The benchmark script runs at a tiny size and writes well-formed figures (not a timed test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_tiny_writes_json_and_markdown(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema_version"] == 1
+    for key in ("fetch_cold", "build_n1", "build_n2", "verify_n2", "startup"):
+        assert key in data["measurements"], key
+    for variant in ("zmr", "naive", "floor", "floor-core"):
+        sample = data["measurements"]["build_n1"][variant]
+        assert sample["median_s"] > 0 and len(sample["runs"]) == 2
+        assert sample["peak_mb"] > 0
+    for ratio in ("build_n1_naive_over_zmr", "build_n2_zmr_over_floor", "verify_n2_zmr_over_floor", "fetch_bytes_full_clone_over_zmr"):
+        assert data["ratios"][ratio] > 0
+    table = (out / "results.md").read_text()
+    assert table.startswith("# zmr benchmark") and "| build_n1 | zmr |" in table
