@@ -110,19 +110,28 @@ class Cache:
         if mirror.path.is_dir() and self._has_all(mirror, commits):
             return mirror
         with self.lock(mirror):
-            if not mirror.path.is_dir():
-                self._create(mirror)
-            elif self._damaged(mirror):
-                self._quarantine(mirror)
-                self._create(mirror)
+            fresh = False
+            if not mirror.path.is_dir() or self._damaged(mirror):
+                self._replace(mirror)
+                fresh = True
             missing = [c for c in commits if not self._complete(mirror, c)]
+            if missing and not fresh and any(mirror.repo.has_object(c, "commit") for c in missing):
+                # A pin whose commit is here but whose tree is not: the mirror is damaged.
+                self._replace(mirror)
+                fresh = True
             if missing:
-                self._fetch_commits(mirror, missing, display)
+                try:
+                    self._fetch_commits(mirror, missing, display)
+                except CacheError:
+                    if fresh:
+                        raise
+                    # Fetching into an old mirror can trip over its damage: start clean once.
+                    self._replace(mirror)
+                    fresh = True
+                    self._fetch_commits(mirror, missing, display)
             still = [c for c in missing if not self._complete(mirror, c)]
-            if still:
-                # Objects were reported present but a tree is incomplete: never trust it.
-                self._quarantine(mirror)
-                self._create(mirror)
+            if still and not fresh:
+                self._replace(mirror)
                 self._fetch_commits(mirror, still, display)
                 still = [c for c in still if not self._complete(mirror, c)]
             if still:
@@ -194,12 +203,19 @@ class Cache:
                 ("core.logAllRefUpdates", "false"),
                 ("zmr.url", mirror.url),
                 ("uploadpack.allowAnySHA1InWant", "true"),
+                ("fetch.unpackLimit", "1"),  # keep fetched objects packed: builds reuse packed data
             ):
                 repo.run(["config", key, value])
             os.rename(tmp, mirror.path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def _replace(self, mirror: Mirror) -> None:
+        """Move a damaged mirror aside (kept for inspection) and start an empty one."""
+        if mirror.path.exists():
+            self._quarantine(mirror)
+        self._create(mirror)
 
     def _quarantine(self, mirror: Mirror) -> None:
         target = self.root / "quarantine" / f"{mirror.path.name}-{int(time.time())}-{os.getpid()}"

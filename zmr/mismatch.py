@@ -106,6 +106,26 @@ names RL frameworks log, to hold zmr's numbers against a dashboard:
 `training/rollout_probs_diff_{max,mean,std}` (verl) = `probs_diff_*`;
 `rollout_corr/k3_kl` (verl) = `k3`; `rollout_corr/kl` (verl) = `k1`;
 `train/train_rollout_logprob_abs_diff` (slime) = `sample_mean_abs_diff`.
+verl and slime compute in the tensors' dtype, zmr in float64, so the last
+digits can differ.
+
+Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 1
+------------------------------------------------------------------------------
+- `schema_version` (1), `tool` {`name`, `version`}, `verdict`
+  ("bitwise_equal" or "mismatch"), `bitwise_equal` (bool).
+- `rollout`, `train`: {`path`, `format`, `records`, `tokens`, `dtypes`,
+  `trees` (component -> commit id, from the provenance; {} when the dump has
+  none), `provenance` (verbatim, or null)}.
+- `overall`: every figure above, `all_bitwise_equal`, `aliases`.
+- `steps`: [{`step`, the same keys as `overall`}], ascending.
+- `sequences`: [{`step`, `id`, `tokens`, `bitwise_equal`,
+  `first_diverging` (position, or null), `max_abs_diff`, `mean_abs_diff`}].
+- `signed_zero_tokens`: {`count`, `listed`}; `nan_tokens`: {`count`,
+  `not_bitwise_equal`, `listed`}; a listed token is {`kind`, `step`, `id`,
+  `position`, `rollout`, `train` (values in dump notation), `rollout_bits`,
+  `train_bits` (hex, in each dump's dtype)}; at most 100 are listed.
+- `notes`: sentences for a human (dtypes differ, commits differ, k1
+  cancelled, ...).
 """
 
 from __future__ import annotations
@@ -143,7 +163,6 @@ _HEX_DIGITS = {"bfloat16": 4, "float32": 8, "float64": 16}
 _CANONICAL_NAN = {"bfloat16": 0x7FC0, "float32": 0x7FC00000, "float64": 0x7FF8000000000000}
 _SIGN_BIT = {"bfloat16": 1 << 15, "float32": 1 << 31, "float64": 1 << 63}
 _HEADER_KEYS = ("zmr_dump", "provenance", "dtype")
-_JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".npz": "npz", ".safetensors": "safetensors"}
 _COMMIT_RE = re.compile(r"\A[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?\Z")
 _MAX_ERRORS = 20
@@ -291,8 +310,8 @@ class MismatchReport:
 
     Invariant: `steps` ascend; `sequences` are in step order, then rollout
     dump order; `signed_zeros` and `nans` list at most `max_listed` tokens
-    each (their totals are `overall.signed_zero` and `overall.nan_mismatch`
-    plus NaNs with equal bits).
+    each, of `overall.signed_zero` and `nan_tokens` (NaN on either side,
+    equal bits or not) in all.
     """
 
     rollout: DumpInfo
@@ -311,7 +330,7 @@ class MismatchReport:
         return self.overall.all_bitwise_equal
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (`json.dumps(report.to_json())`); keys are listed in the module doc."""
+        """A JSON-ready dict (`json.dumps(report.to_json())`); see "Report JSON" in the module doc."""
         from zmr import __version__
 
         def stats(s: Stats) -> dict[str, Any]:
@@ -940,6 +959,8 @@ def _read_safetensors(p: Path) -> Dump:
         raise ZmrError(f"{p}: not a .safetensors file (bad header: {err})") from None
     body = memoryview(data)[8 + hlen:]
     meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise ZmrError(f"{p}: not a .safetensors file (__metadata__ is not an object)")
     arrays: dict[str, np.ndarray] = {}
     lp_dtype = "float64"
     for name, info in header.items():
@@ -1130,11 +1151,13 @@ def _atomic_write(p: Path, write) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a dump is an ordinary file
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(err, OSError):
+            raise ZmrError(f"{p}: cannot write it ({err.strerror or err})") from None
         raise
 
 
@@ -1342,10 +1365,6 @@ def _k3_terms(d: np.ndarray) -> np.ndarray:
         # d^2/2 + d^3/6 + d^4/24 + d^5/120: the first omitted term is below 1e-18 relative.
         out[small] = x * x * (0.5 + x * (1.0 / 6 + x * (1.0 / 24 + x * (1.0 / 120))))
     return out
-
-
-def _f(x: Any) -> float | None:
-    return None if x is None else float(x)
 
 
 def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mean: np.ndarray) -> Stats:

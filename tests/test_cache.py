@@ -1,0 +1,107 @@
+"""The cache: pins only, reuse, shallow mirrors, damage detection, locking."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO_ROOT, git, simple_model, zmr
+from zmr.cache import Cache, resolve_upstream
+
+
+def _mirror(upstream) -> Path:
+    return Cache().mirror_for(resolve_upstream(str(upstream.path), Path("/"))).path
+
+
+def _packs(mirror: Path) -> list[str]:
+    return sorted(p.name for p in (mirror / "objects/pack").glob("*.pack"))
+
+
+def test_fetch_takes_only_the_pin_and_reuses_the_mirror(project, upstream):
+    pin = simple_model(project, upstream)
+    result = zmr("fetch", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert f"fetched toy/rollout {pin[:12]}" in result.stdout
+    mirror = _mirror(upstream)
+    # Depth 1: the pin is there, its parent is not.
+    assert git("cat-file", "-t", pin, cwd=mirror) == "commit"
+    assert subprocess.run(["git", "cat-file", "-e", upstream.commits[0]], cwd=mirror).returncode != 0
+    packs = _packs(mirror)
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    assert _packs(mirror) == packs  # nothing fetched again
+
+
+def test_pin_older_than_the_shallow_mirror_is_fetched(project, upstream):
+    simple_model(project, upstream, pin_index=2)
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    # Move the pin back to the first commit: the shallow mirror does not have it.
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(upstream.commits[2], upstream.commits[0]))
+    (project.root / "patches/toy/rollout/series").write_text("")
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    tree = git("rev-parse", "rollout/toy^{tree}", cwd=project.root)
+    assert tree == git("rev-parse", f"{upstream.commits[0]}^{{tree}}", cwd=upstream.path)
+
+
+def test_unknown_pin_is_reported_with_the_fix(project, upstream):
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    bogus = "0123456789abcdef0123456789abcdef01234567"
+    manifest.write_text(manifest.read_text().replace(upstream.commits[1], bogus))
+    result = zmr("fetch", cwd=project.root)
+    assert result.returncode == 2
+    assert f"upstream has no commit {bogus}" in result.stderr
+    assert "pin a commit that exists" in result.stderr
+
+
+def test_missing_pack_is_detected_quarantined_and_refetched(project, upstream):
+    simple_model(project, upstream)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    tip = project.ref("refs/heads/rollout/toy")
+    mirror = _mirror(upstream)
+    for pack in (mirror / "objects/pack").glob("pack-*"):
+        pack.unlink()
+    git("update-ref", "-d", "refs/heads/rollout/toy", cwd=project.root)
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert project.ref("refs/heads/rollout/toy") == tip
+    git("fsck", "--no-dangling", cwd=mirror)
+
+
+def test_truncated_pack_is_never_used(project, upstream):
+    simple_model(project, upstream)
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    mirror = _mirror(upstream)
+    pack = next((mirror / "objects/pack").glob("*.pack"))
+    data = pack.read_bytes()
+    os.chmod(pack, 0o644)
+    pack.write_bytes(data[: len(data) // 2])
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    quarantined = list((Path(os.environ["ZMR_CACHE"]) / "quarantine").iterdir())
+    assert len(quarantined) == 1
+    assert zmr("verify", "toy", cwd=project.root).returncode == 0
+    git("fsck", "--no-dangling", cwd=project.root)
+
+
+def test_parallel_builds_on_one_cache_and_repository(project, upstream, tmp_path):
+    simple_model(project, upstream)
+    simple_model(project, upstream, model="second")
+    for round_ in range(2):
+        cache = tmp_path / f"cache-{round_}"
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "zmr", "build" if i % 2 == 0 else "fetch", "--all"], cwd=project.root, env={**os.environ, "ZMR_CACHE": str(cache)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(4)
+        ]
+        outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        for code, err in outcomes:
+            # A concurrent build may lose the ref race; it says so and changes nothing.
+            assert code == 0 or "cannot lock ref" in err or "is at" in err, err
+        assert zmr("build", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)}).returncode == 0
+        verify = zmr("verify", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)})
+        assert verify.returncode == 0, verify.stdout
+        git("fsck", "--no-dangling", cwd=project.root)
