@@ -455,7 +455,7 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
             shutil.copytree(template, target, symlinks=True)
             series["zmr"].samples.append(measure_mem([*zmr, "checkout", "bench", "-c", "c0", "--dir", str(work / "co-zmr-tree")], target, zenv))
             shutil.rmtree(work / "co-zmr-tree", ignore_errors=True)
-            script = f'set -e; rm -rf "$1"; git clone -q "{mirror}" "$1"; cd "$1"; git checkout -q -b work {up.pin}; git am -q "{template}/patches/bench/c0/"*.patch'
+            script = f'set -e; rm -rf "$1"; git init -q "$1"; cd "$1"; git fetch -q "{mirror}" {up.pin}; git checkout -q -b work {up.pin}; git am -q "{template}/patches/bench/c0/"*.patch'
             series["git"].samples.append(measure_mem(["bash", "-c", script, "co", str(work / "co-git")], work))
         m["checkout"] = {k: v.as_json() for k, v in series.items()}
         results["ratios"]["checkout_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)

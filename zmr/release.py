@@ -165,6 +165,8 @@ def _apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
                 break
     message = f"{component.patches}/{patch.name}: does not apply to {component.upstream} at {component.commit}"
     details = [f"failed at: {where}" if where else "git apply failed", *[f"git: {line}" for line in lines[-6:]]]
+    if b"\r\n" in patch.data:
+        details.append("the patch has CRLF line endings; if the tree's files use LF, convert the patch to LF")
     details.append(f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series")
     return ApplyError(message, details=details)
 

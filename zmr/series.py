@@ -27,6 +27,7 @@ MAX_PATCH_BYTES = 64 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
 _SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
+_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.M)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -191,6 +192,11 @@ def load_patch(path: Path, name: str, strip: int, display: str) -> Patch:
     data = path.read_bytes()
     if len(data) > MAX_PATCH_BYTES:
         raise SeriesError(f"{display}: {len(data)} bytes is over the patch size limit")
+    if not _DIFF_START_RE.search(data):
+        raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
+    problem = unsafe_path_problem(data, strip)
+    if problem:
+        raise SeriesError(f"{display}: {problem}; a patch may only change files inside the tree")
     return parse_patch(data, name, strip, path, display)
 
 
@@ -351,3 +357,81 @@ def _strip_path(path: str, strip: int) -> str:
         path = path[1:-1]
     parts = path.split("/")
     return "/".join(parts[strip:]) if strip < len(parts) else parts[-1]
+
+
+_GIT_HEADER_PATHS = (b"rename from ", b"rename to ", b"copy from ", b"copy to ")
+
+
+def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
+    """Why a patch would write outside the tree, into ``.git``, or plant an escaping symlink; '' if safe."""
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        paths: list[str] = []
+        if line.startswith((b"--- ", b"+++ ")):
+            raw = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            if raw != "/dev/null":
+                paths.append(_strip_path(raw, strip) if _has_components(raw, strip) else raw)
+        elif line.startswith(b"diff --git "):
+            parts = line[len(b"diff --git ") :].decode("utf-8", "replace").split(" ")
+            paths += [_strip_path(p, 1) for p in parts if p.startswith(("a/", "b/"))]
+        elif line.startswith(_GIT_HEADER_PATHS):
+            paths.append(line.split(b" ", 2)[2].decode("utf-8", "replace"))
+        for path in paths:
+            reason = _tree_path_problem(path)
+            if reason:
+                return f"line {number}: path {path!r} {reason}"
+        if line.startswith(b"new file mode 120000") or line.startswith(b"new mode 120000"):
+            target = _symlink_target(lines, number)
+            link = _link_path(lines, number, strip)
+            if target is not None and _escapes(link, target):
+                return f"line {number}: creates symlink {link!r} pointing outside the tree ({target!r})"
+    return ""
+
+
+def _has_components(path: str, strip: int) -> bool:
+    return len(path.split("/")) > strip
+
+
+def _tree_path_problem(path: str) -> str:
+    if "\0" in path:
+        return "contains a NUL byte"
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        return "is absolute"
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return "leaves the tree ('..')"
+    if any(p.lower().rstrip(". ") == ".git" for p in parts):
+        return "writes into .git"
+    return ""
+
+
+def _symlink_target(lines: list[bytes], start: int) -> str | None:
+    """The first added line of the hunk after a symlink's mode line: its target."""
+    for line in lines[start : start + 12]:
+        if line.startswith(b"+") and not line.startswith(b"+++"):
+            return line[1:].decode("utf-8", "replace")
+    return None
+
+
+def _link_path(lines: list[bytes], start: int, strip: int) -> str:
+    for back in range(start - 1, max(start - 6, -1), -1):
+        if lines[back].startswith(b"diff --git "):
+            parts = lines[back][len(b"diff --git ") :].decode("utf-8", "replace").split(" ")
+            if len(parts) >= 2:
+                return _strip_path(parts[-1], 1)
+    return ""
+
+
+def _escapes(link: str, target: str) -> bool:
+    if target.startswith("/"):
+        return True
+    depth = len([p for p in link.split("/")[:-1] if p not in ("", ".")])
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False

@@ -1,0 +1,96 @@
+"""Hostile and broken patches: refused before git runs, or applied exactly, with precise messages."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import git, make_patch, make_project, zmr
+
+CORPUS = Path(__file__).parent / "data" / "hostile-patches"
+CASES = sorted(p.stem for p in CORPUS.glob("*.patch"))
+
+
+def _model(project, upstream, pin, entries: list[tuple[str, bytes, int]]):
+    folder = project.root / "patches/m/c"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for name, data, strip in entries:
+        (folder / name).write_bytes(data)
+        lines.append(name + ("" if strip == 1 else f" -p{strip}"))
+    (folder / "series").write_text("\n".join(lines) + "\n")
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {pin}\n")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_patch_is_refused_before_git_runs(case, tmp_path, upstream):
+    project = make_project(tmp_path / "p")
+    expected = json.loads((CORPUS / f"{case}.expected").read_text())
+    _model(project, upstream, upstream.commits[-1], [(f"{case}.patch", (CORPUS / f"{case}.patch").read_bytes(), expected["strip"])])
+    for command in ("validate", "build"):
+        result = zmr(command, *(["m"] if command == "build" else []), cwd=project.root)
+        assert result.returncode == 2, result.stderr
+        assert f"patches/m/c/{case}.patch: {expected['message']}; a patch may only change files inside the tree" in result.stderr
+    # Refused before any fetch: the cache holds no mirror, and no ref exists.
+    assert not list(Path(os.environ["ZMR_CACHE"]).glob("mirrors/*.git"))
+    assert project.refs() == {}
+
+
+def test_binary_rename_mode_create_delete_all_build(tmp_path, upstream):
+    pin = upstream.commits[-1]
+    scratch = tmp_path / "scratch"
+    git("clone", "-q", str(upstream.path), str(scratch))
+    git("checkout", "-q", "--detach", pin, cwd=scratch)
+    (scratch / "weights.bin").write_bytes(bytes(range(256)) * 4)
+    git("add", "weights.bin", cwd=scratch)
+    git("commit", "-q", "-m", "Add binary weights", cwd=scratch)
+    git("mv", "docs/guide.md", "docs/GUIDE.md", cwd=scratch)
+    git("commit", "-q", "-m", "Rename the guide", cwd=scratch)
+    (scratch / "setup.cfg").chmod(0o755)
+    git("add", "setup.cfg", cwd=scratch)
+    git("commit", "-q", "-m", "Make setup.cfg executable", cwd=scratch)
+    git("rm", "-q", "src/kernels/attention.py", cwd=scratch)
+    git("commit", "-q", "-m", "Delete attention", cwd=scratch)
+    out = tmp_path / "out"
+    git("format-patch", "-q", "-M", "--binary", "--full-index", "--zero-commit", "--no-signature", "-o", str(out), f"{pin}..HEAD", cwd=scratch)
+    project = make_project(tmp_path / "p")
+    _model(project, upstream, pin, [(p.name, p.read_bytes(), 1) for p in sorted(out.glob("*.patch"))])
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert git("rev-parse", "c/m^{tree}", cwd=project.root) == git("rev-parse", "HEAD^{tree}", cwd=scratch)
+
+
+def test_empty_patch_is_named(tmp_path, upstream):
+    project = make_project(tmp_path / "p")
+    empty = b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: A <a@b.c>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: [PATCH] Nothing here\n\n---\n"
+    _model(project, upstream, upstream.commits[-1], [("0001-empty.patch", empty, 1)])
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 2
+    assert "patches/m/c/0001-empty.patch: contains no diff" in result.stderr
+
+
+def test_crlf_patch_fails_with_a_hint(tmp_path, upstream):
+    pin = upstream.commits[-1]
+    data = make_patch(upstream, pin, {"README.md": "changed\n"}, "Change README").replace(b"\n", b"\r\n")
+    project = make_project(tmp_path / "p")
+    _model(project, upstream, pin, [("0001-crlf.patch", data, 1)])
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 2
+    assert "0001-crlf.patch: does not apply" in result.stderr
+    assert "CRLF line endings" in result.stderr
+
+
+def test_patch_needing_fuzz_is_an_error_naming_the_hunk(tmp_path, upstream):
+    pin = upstream.commits[-1]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    patch = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 3\n", "line 3!\n").replace("line 33\n", "line 33!\n")}, "Two hunks")
+    # Drift one context line of the second hunk: GNU patch would apply it with fuzz 1.
+    patch = patch.replace(b" line 31\n", b" line 31 drifted\n")
+    project = make_project(tmp_path / "p")
+    _model(project, upstream, pin, [("0001-fuzzy.patch", patch, 1)])
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 2
+    assert "src/model.py, hunk #2 (@@ -30,7 +30,7 @@" in result.stderr
