@@ -194,7 +194,10 @@ class Cache:
 
     def _create(self, mirror: Mirror) -> None:
         self.mirrors_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.mirrors_dir))
+        # Called under this mirror's lock: leftovers of an interrupted creation are ours to remove.
+        for stale in self.mirrors_dir.glob(f".tmp-{mirror.path.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{mirror.path.name}-", dir=self.mirrors_dir))
         try:
             git.run(["init", "--quiet", "--bare", str(tmp)])
             repo = git.Repo(tmp)
