@@ -94,3 +94,28 @@ def test_patch_needing_fuzz_is_an_error_naming_the_hunk(tmp_path, upstream):
     result = zmr("build", "m", cwd=project.root)
     assert result.returncode == 2
     assert "src/model.py, hunk #2 (@@ -30,7 +30,7 @@" in result.stderr
+
+
+def test_hooks_fsmonitor_and_external_diff_never_run(tmp_path, upstream):
+    from conftest import simple_model
+
+    project = make_project(tmp_path / "p")
+    simple_model(project, upstream)
+    marker = tmp_path / "pwned"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    evil = f"#!/bin/sh\necho \"$0\" >> {marker}\n"
+    for hook in ("reference-transaction", "post-checkout", "pre-commit", "post-rewrite", "pre-push"):
+        (hooks / hook).write_text(evil)
+        (hooks / hook).chmod(0o755)
+    script = tmp_path / "evil.sh"
+    script.write_text(evil)
+    script.chmod(0o755)
+    config = f"[core]\n\thooksPath = {hooks}\n\tfsmonitor = {script}\n\tsshCommand = {script}\n[diff]\n\texternal = {script}\n"
+    with open(project.root / ".git/config", "a") as handle:
+        handle.write(config)
+    (Path(os.environ["HOME"]) / ".gitconfig").write_text(config)
+    for args in (("build", "--all"), ("verify", "--all"), ("list",)):
+        result = zmr(*args, cwd=project.root)
+        assert result.returncode == 0, result.stderr
+    assert not marker.exists(), marker.read_text()
