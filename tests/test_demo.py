@@ -1,0 +1,236 @@
+"""The demo model: deterministic upstreams and series, a real mismatch, removed bit for bit.
+
+(1) scripts/make_demo.py gives the same commits, manifest and patch bytes on
+    every run, and the same as the files in the repository;
+(2) on the upstream trees the rollout and trainer log-probs differ; on the
+    release trees (pin + series) they are bitwise identical for batch sizes
+    1, 3 and 8 in fp32 and bf16, with 1 and 2 CPU threads, while the negative
+    control (TOY_BATCH_INVARIANT=0) still differs;
+(3) the trainer's backward pass runs (upstream kernels and batch-invariant ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAKE_DEMO = ROOT / "scripts" / "make_demo.py"
+DEMO_BITWISE = ROOT / "scripts" / "demo_bitwise.py"
+COMPONENTS = ("rollout", "trainer")
+
+
+def _git_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_TERMINAL_PROMPT="0",
+        HOME=str(home), LC_ALL="C", TZ="UTC",
+        GIT_AUTHOR_NAME="zmr test", GIT_AUTHOR_EMAIL="test@zmr.example",
+        GIT_COMMITTER_NAME="zmr test", GIT_COMMITTER_EMAIL="test@zmr.example",
+        GIT_COMMITTER_DATE="2025-03-01T00:00:00+00:00",
+    )
+    return env
+
+
+def _git(cwd: Path, *args: str, env: dict[str, str]) -> str:
+    proc = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def _pins(manifest: Path) -> dict[str, str]:
+    """component -> pinned commit, read from manifests/demo.yaml."""
+    pins, current = {}, None
+    for line in manifest.read_text().splitlines():
+        m = re.match(r"^  ([a-z0-9][a-z0-9-]*):\s*$", line)
+        if m:
+            current = m.group(1)
+        m = re.match(r"^    commit:\s*([0-9a-f]{40})\s*$", line)
+        if m and current:
+            pins[current] = m.group(1)
+    return pins
+
+
+def _series(folder: Path) -> list[Path]:
+    names = [ln.split()[0] for ln in (folder / "series").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    return [folder / n for n in names]
+
+
+def _snapshot(root: Path, env: dict[str, str]) -> dict[str, object]:
+    """What make_demo writes: bundle refs (commit ids), manifest and patch bytes."""
+    snap: dict[str, object] = {}
+    for comp in COMPONENTS:
+        bundle = root / "upstreams" / f"toy-{comp}.bundle"
+        snap[f"bundle:{comp}"] = _git(root, "bundle", "list-heads", str(bundle), env=env)
+        for f in sorted((root / "patches" / "demo" / comp).iterdir()):
+            snap[f"patches/demo/{comp}/{f.name}"] = f.read_bytes()
+    snap["manifests/demo.yaml"] = (root / "manifests" / "demo.yaml").read_bytes()
+    return snap
+
+
+def _run(cmd: list[str], timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("TOY_BATCH_INVARIANT", "PYTHONPATH")}
+    env.update(kw.pop("env", {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+# ---------------------------------------------------------------------------
+# (1) generation is deterministic and matches the repository
+# ---------------------------------------------------------------------------
+
+def test_make_demo_is_deterministic(tmp_path):
+    env = _git_env(tmp_path)
+    snaps = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        proc = _run([sys.executable, str(MAKE_DEMO), "--out", str(out), "-q"])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        snaps.append(_snapshot(out, env))
+    assert snaps[0] == snaps[1]
+    committed = _snapshot(ROOT, env)
+    assert sorted(committed) == sorted(snaps[0])
+    for key in committed:
+        assert committed[key] == snaps[0][key], f"{key} differs from a fresh run of scripts/make_demo.py"
+    # the pins are full commit ids, not the newest commit of main
+    pins = _pins(ROOT / "manifests" / "demo.yaml")
+    assert set(pins) == set(COMPONENTS)
+    for comp, pin in pins.items():
+        heads = committed[f"bundle:{comp}"]
+        assert f"refs/heads/main" in heads and pin not in heads
+
+
+def test_rollout_history_has_the_first_patch_upstream(tmp_path):
+    """A later upstream commit lands the same change as a rollout patch (for zmr upstreamed)."""
+    env = _git_env(tmp_path)
+    repo = tmp_path / "rollout"
+    _git(tmp_path, "clone", "-q", str(ROOT / "upstreams" / "toy-rollout.bundle"), str(repo), env=env)
+    pin = _pins(ROOT / "manifests" / "demo.yaml")["rollout"]
+    later = _git(repo, "rev-list", "--reverse", f"{pin}..main", env=env).split()
+    assert len(later) >= 2
+
+    def pid(text: str) -> str:
+        proc = subprocess.run(["git", "patch-id", "--stable"], input=text, capture_output=True, text=True,
+                              env=env, cwd=repo)
+        return proc.stdout.split()[0] if proc.stdout else ""
+
+    upstream = {pid(_git(repo, "show", sha, env=env)) for sha in later}
+    patches = _series(ROOT / "patches" / "demo" / "rollout")
+    landed = [p.name for p in patches if pid(p.read_text()) in upstream]
+    assert landed == [patches[0].name]
+
+
+# ---------------------------------------------------------------------------
+# trees
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def demo_trees(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """{"upstream": {comp: tree}, "release": {comp: tree}} for rollout and trainer.
+
+    upstream: the bundle cloned and checked out at the manifest's pin;
+    release: the same plus the component's series applied with git am.
+    """
+    base = tmp_path_factory.mktemp("demo-trees")
+    env = _git_env(base)
+    pins = _pins(ROOT / "manifests" / "demo.yaml")
+    trees: dict[str, dict[str, Path]] = {"upstream": {}, "release": {}}
+    for kind in trees:
+        for comp in COMPONENTS:
+            tree = base / kind / comp
+            _git(base, "clone", "-q", str(ROOT / "upstreams" / f"toy-{comp}.bundle"), str(tree), env=env)
+            _git(tree, "checkout", "-q", "--detach", pins[comp], env=env)
+            if kind == "release":
+                patches = _series(ROOT / "patches" / "demo" / comp)
+                _git(tree, "am", "-q", "--no-3way", *map(str, patches), env=env)
+            trees[kind][comp] = tree
+    return trees
+
+
+def _bitwise(trees: dict[str, Path], artifacts: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = _run([sys.executable, str(DEMO_BITWISE), "--rollout", str(trees["rollout"]),
+                 "--trainer", str(trees["trainer"]), "--artifacts", str(artifacts), *extra], cwd=ROOT)
+    summary = json.loads((artifacts / "summary.json").read_text())
+    return proc, summary
+
+
+# ---------------------------------------------------------------------------
+# (2) a real mismatch upstream, bitwise zero with the series
+# ---------------------------------------------------------------------------
+
+def test_upstream_trees_mismatch(demo_trees, tmp_path):
+    proc, summary = _bitwise(demo_trees["upstream"], tmp_path, "--expect-mismatch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert summary["zero_mismatch_switch"] is False
+    for dtype in ("fp32", "bf16"):
+        res = summary["results"][dtype]["after"]
+        assert res["differ"] > 0, (dtype, res)
+        assert "mismatch before:" in proc.stdout
+    # without --expect-mismatch the same trees fail the check
+    proc2, _ = _bitwise(demo_trees["upstream"], tmp_path / "strict", "--dtypes", "fp32", "--batch-sizes", "3")
+    assert proc2.returncode == 1, proc2.stdout + proc2.stderr
+
+
+# Two threads: shorter sequences, to keep the test quick on a busy 2-core machine
+# (OpenMP barriers stall when the other core is taken); same batch sizes and dtypes.
+@pytest.mark.parametrize("threads,extra", [(1, ()), (2, ("--prompt-len", "2:20", "--new-tokens", "4:12"))],
+                         ids=["1-thread", "2-threads"])
+def test_release_trees_bitwise(demo_trees, tmp_path, threads, extra):
+    proc, summary = _bitwise(demo_trees["release"], tmp_path, "--threads", str(threads), *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert summary["ok"] is True and summary["zero_mismatch_switch"] is True
+    assert summary["threads"] == threads
+    for dtype in ("fp32", "bf16"):
+        after = summary["results"][dtype]["after"]
+        before = summary["results"][dtype]["before"]
+        assert after["tokens"] >= 50 and after["differ"] == 0, (dtype, after)
+        assert before["differ"] > 0, (dtype, before)  # the negative control
+        assert sorted(after["per_batch"]) == ["bs1", "bs3", "bs8"]
+        assert all(v["differ"] == 0 and v["tokens"] > 0 for v in after["per_batch"].values())
+    # the dumps read back bit for bit
+    line = (tmp_path / "after" / "bf16" / "rollout.jsonl").read_text().splitlines()
+    assert any('"logprobs"' in ln for ln in line)
+    assert "after: 0 of" in proc.stdout
+
+
+def test_both_trees_share_the_invariant_kernels(demo_trees):
+    r = demo_trees["release"]["rollout"] / "toy_rollout" / "batch_invariant.py"
+    t = demo_trees["release"]["trainer"] / "toy_trainer" / "batch_invariant.py"
+    assert r.read_bytes() == t.read_bytes()
+
+
+# ---------------------------------------------------------------------------
+# (3) the trainer is a trainer: backward runs
+# ---------------------------------------------------------------------------
+
+BACKWARD = r"""
+import os, sys, torch
+from toy_trainer import ModelConfig, ToyPolicy, random_weights, train_step
+flag = {"on": True, "off": False, "upstream": None}[sys.argv[1]]
+cfg = ModelConfig()
+kw = {} if flag is None else {"batch_invariant": flag}
+policy = ToyPolicy(cfg, random_weights(cfg, seed=3), **kw)
+before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+loss = train_step(policy, [[1, 2, 3], [4, 5, 6, 7, 8]], [[9, 10, 11], [12]], advantages=[1.0, -0.5], lr=1e-2)
+assert loss == loss and abs(loss) < 1e4, loss
+grads = [p.grad for p in policy.parameters()]
+assert all(g is not None and torch.isfinite(g).all() for g in grads)
+moved = [n for n, p in policy.named_parameters() if not torch.equal(before[n], p.detach())]
+assert "lm_head__weight" in moved and "layers__0__attn__q_proj__weight" in moved, moved
+print("ok", loss)
+"""
+
+
+@pytest.mark.parametrize("kind,flag", [("upstream", "upstream"), ("release", "on"), ("release", "off")])
+def test_trainer_backward(demo_trees, kind, flag):
+    tree = demo_trees[kind]["trainer"]
+    proc = _run([sys.executable, "-c", BACKWARD, flag], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ok")
