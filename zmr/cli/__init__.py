@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from zmr.errors import ZmrError
 
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except ZmrError as err:
         _print_error(err)
         return err.exit_code
@@ -41,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(err.code or 0)
     except Exception as err:  # noqa: BLE001 - the last line of defence
         return _usage_or_bug(err)
-    return 0
+    # Without standalone mode, click turns Ctrl-C into a returned 130.
+    if code == 130:
+        print("zmr: interrupted", file=sys.stderr)
+        return 130
+    return code if isinstance(code, int) else 0
 
 
 def _print_error(err: Exception) -> None:

@@ -1,1 +1,185 @@
-"""placeholder"""
+"""`zmr smoke`: run the declared smoke tests in clean trees of the built release branches.
+
+Parses arguments and renders; the work is `zmr.smoke` (and `zmr.smoke_ray`
+for `--executor ray`), imported inside the command so `zmr --help` loads
+neither rich's live display nor Ray. On a terminal a live table shows each
+test (running, elapsed, result); in CI or a pipe one quiet line per finished
+test goes to stderr. Then a summary table (stdout, or nothing with `--json`,
+which prints the report there instead), `--junit FILE`, `--record`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from zmr.cli import app
+from zmr.cli._core import ALL, COMPONENTS, JSON, MODELS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.smoke import Job, Report, Result
+
+_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
+_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "red", "running": "yellow", "queued": "dim"}
+
+
+@app.command("smoke")
+def smoke(
+    models: Optional[List[str]] = MODELS,
+    all_models: bool = ALL,
+    components: Optional[List[str]] = COMPONENTS,
+    only: Optional[List[str]] = typer.Option(None, "--only", metavar="NAME", help="Only these tests: a name, or <component>.<name> (repeatable).", show_default=False),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Run up to N tests at once (local default 1; Ray default: as many as the cluster schedules).", show_default=False),
+    no_build: bool = typer.Option(False, "--no-build", help="Refuse (exit 2) instead of building release branches that are missing or stale."),
+    artifacts: Optional[Path] = typer.Option(None, "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False),
+    json_out: bool = JSON,
+    junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write a JUnit XML report (GitHub Actions, GitLab).", show_default=False),
+    record: bool = typer.Option(False, "--record", help="Write each result to cases/<model>/evidence/smoke-<test>.json."),
+    executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Run tests as local processes, or as Ray tasks (pip install 'zmr[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to use (host:port or auto; default: $RAY_ADDRESS, else a local instance).", show_default=False),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", min=1, metavar="N", help="CPUs of the local Ray instance (default: all).", show_default=False),
+    shared_dir: Optional[Path] = typer.Option(None, "--shared-dir", metavar="DIR", help="Stage trees in DIR, mounted at the same path on every Ray node, instead of uploading them.", show_default=False),
+) -> None:
+    """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
+    from zmr import smoke as sm
+    from zmr.cli._core import _project
+    from zmr.cli._render import print_json
+
+    options = sm.Options(
+        models=list(models or []),
+        all_models=all_models,
+        components=list(components or []),
+        only=list(only or []),
+        build=not no_build,
+        jobs=jobs,
+        artifacts=artifacts.resolve() if artifacts is not None else None,
+        executor=executor,
+        ray_address=ray_address,
+        ray_cpus=ray_cpus,
+        shared_dir=shared_dir.resolve() if shared_dir is not None else None,
+        record=record,
+    )
+    project = _project()
+    try:
+        with _View() as view:
+            report = sm.run(project, options, events=view.event, progress=view.progress)
+    except KeyboardInterrupt:
+        # Raised as a zmr error: typer would turn a KeyboardInterrupt into exit status 0 here.
+        raise sm.Interrupted("interrupted: the running smoke tests were stopped and their trees removed") from None
+    if junit is not None:
+        sm.write_junit(report, junit)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        _summary(report, project.root)
+    if junit is not None and not json_out:
+        print(f"JUnit report: {junit}")
+    if not report.results:
+        print("zmr: no smoke tests in the selection", file=sys.stderr)
+    failure = report.failure()
+    if failure is not None:
+        raise failure
+
+
+def _summary(report: "Report", root: Path) -> None:
+    from zmr.cli._render import table
+
+    if not report.results:
+        return
+    rows = []
+    for r in report.results:
+        commits = " ".join(f"{c}@{sha[:12]}" for c, sha in r.job.commits.items())
+        rows.append([r.job.classname, r.job.test.name, r.status, f"{r.duration:.1f}s", commits, _relative(r.log, root)])
+    table(["class", "test", "status", "time", "commits", "log"], rows, title="smoke tests")
+    counts = report.counts()
+    print(", ".join(f"{counts[s]} {s}" for s in ("passed", "failed", "timeout", "error") if counts[s] or s == "passed") + f" in {report.duration:.1f}s")
+    for path in report.evidence:
+        print(f"recorded {_relative(path, root)}")
+
+
+def _relative(path: Optional[Path], root: Path) -> str:
+    if path is None:
+        return ""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+class _View:
+    """The live table on a terminal; quiet lines on stderr elsewhere."""
+
+    def __init__(self) -> None:
+        self.live_enabled = sys.stderr.isatty() and not os.environ.get("CI")
+        self._lock = threading.Lock()
+        self._rows: dict[str, dict] = {}
+        self._status = "preparing"
+        self._live = None
+
+    def __enter__(self) -> "_View":
+        if self.live_enabled:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(stderr=True), get_renderable=self._render, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            with self._lock:
+                self._status = "interrupted" if exc and exc[0] is KeyboardInterrupt else "done"
+            self._live.__exit__(*exc)
+
+    def progress(self, message: str) -> None:
+        with self._lock:
+            self._status = message
+
+    def event(self, kind: str, job: "Job", result: "Optional[Result]") -> None:
+        with self._lock:
+            row = self._rows.setdefault(job.label, {"job": job, "state": "queued", "since": None, "result": None})
+            if kind == "queued":
+                self._status = "running"
+            elif kind == "start":
+                row["state"], row["since"] = "running", time.monotonic()
+            elif kind == "finish" and result is not None:
+                row["state"], row["result"] = result.status, result
+        if kind == "finish" and result is not None and self._live is None:
+            line = f"{_MARK[result.status]} {job.label} ({result.duration:.1f}s)"
+            if result.message:
+                line += f": {result.message}"
+            print(line, file=sys.stderr, flush=True)
+
+    def _render(self):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            rows = list(self._rows.values())
+            status = self._status
+        grid = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for header in ("", "test", "status", "time", "note"):
+            grid.add_column(header)
+        done = 0
+        for row in rows:
+            job, state, result = row["job"], row["state"], row["result"]
+            if result is not None:
+                done += 1
+                elapsed = f"{result.duration:.1f}s"
+                note = result.message
+            elif row["since"] is not None:
+                elapsed = f"{time.monotonic() - row['since']:.0f}s"
+                note = f"timeout {job.test.timeout}s"
+            else:
+                elapsed, note = "", ""
+            mark = {"queued": "·", "running": "▶"}.get(state, _MARK.get(state, "?").strip())
+            grid.add_row(Text(mark, style=_STYLE.get(state, "")), job.label, Text(state, style=_STYLE.get(state, "")), elapsed, note)
+        head = Text(f"zmr smoke: {status}" + (f" ({done}/{len(rows)} done)" if rows else ""), style="bold")
+        return Group(head, grid) if rows else head

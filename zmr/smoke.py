@@ -1,0 +1,983 @@
+"""Smoke tests: run the declared commands in clean trees of the built release branches.
+
+Pipeline of ``zmr smoke`` (DESIGN.md §2 ``smoke:`` keys, §6)::
+
+    manifests ──select──▶ jobs (one per test) ──compute, build if stale──▶ commit per component
+        ──executor (local threads | Ray tasks)──▶ results
+        ──▶ summary, --json, --junit FILE, --record (cases/<model>/evidence/smoke-<test>.json)
+
+Jobs. A component test (``components.<c>.smoke``) runs with cwd = a tree of
+that component's release branch; a model test (top-level ``smoke:``) gets one
+tree per component it ``needs`` and runs with cwd = the repository root. A
+job's id is ``<component>.<name>`` or ``<name>``; its log is
+``$ZMR_ARTIFACTS/<id>.log`` and its evidence ``smoke-<id>.json``.
+
+Trees. Every tree is a detached ``git worktree`` of the release *commit*
+(never the branch name, so a concurrent build cannot change what runs),
+made in a private temporary folder, fresh for each job, and removed when the
+job ends -- also on Ctrl-C or SIGTERM. The user's checkout, index and
+branches are never touched; only git's worktree bookkeeping gains entries for
+the duration of a run.
+
+Processes. ``run_command`` starts ``/bin/sh -c RUN`` in a new session (its
+own process group), output to the log, stdin closed. On timeout or cancel the
+whole group gets SIGTERM, then SIGKILL after a grace period
+(``ZMR_SMOKE_KILL_GRACE`` seconds, default 10); processes a test leaves behind
+after it exits are ended the same way. The leader is reaped only after its
+group is gone, so the group id cannot be reused meanwhile.
+
+Environment of a test: the caller's, without git variables that would
+redirect git inside a tree, with the directory of the running interpreter
+first on ``PATH``; then the test's ``env:``; then the reserved ``ZMR_*``
+variables (``ZMR_MODEL``, ``ZMR_TEST``, ``ZMR_EXECUTOR``, ``ZMR_ARTIFACTS``,
+``ZMR_TREE_<COMPONENT>`` and ``ZMR_COMMIT_<COMPONENT>`` per tree, and for
+component tests ``ZMR_COMPONENT``, ``ZMR_TREE``, ``ZMR_COMMIT``).
+
+Mismatch metrics. A test may write ``zmr mismatch --json`` reports as
+``*.mismatch.json`` under ``$ZMR_ARTIFACTS``; those created or changed while
+it ran are attached to its result. When tests of one model run in parallel,
+name them ``<test id>.<anything>.mismatch.json`` or put them in
+``$ZMR_ARTIFACTS/<test id>/`` so each is claimed by its own test.
+
+This module imports only the standard library and ``zmr.git``/``zmr.errors``
+at import time: the Ray executor runs ``run_command`` and
+``smoke_environment`` on workers that need nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from xml.etree import ElementTree as ET
+
+from zmr.errors import CheckFailed, ZmrError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr import git
+    from zmr.manifest import Component, Manifest, SmokeTest
+    from zmr.project import Project
+
+SCHEMA_VERSION = 1
+EXECUTORS = ("local", "ray")
+PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
+STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
+DEFAULT_KILL_GRACE = 10.0
+KILL_GRACE_ENV = "ZMR_SMOKE_KILL_GRACE"
+MISMATCH_SUFFIX = ".mismatch.json"
+EVIDENCE_PREFIX = "smoke-"
+# JUnit: how much of a log goes into <system-out> and into a failure's text.
+JUNIT_LOG_BYTES = 1 << 20
+TAIL_LINES = 50
+_POLL = 0.05
+# Inherited variables that would point git inside a tree at another repository.
+_GIT_REDIRECTS = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
+_RESERVED_PREFIXES = ("ZMR_TREE_", "ZMR_COMMIT_")
+_RESERVED = ("ZMR_MODEL", "ZMR_TEST", "ZMR_EXECUTOR", "ZMR_ARTIFACTS", "ZMR_COMPONENT", "ZMR_TREE", "ZMR_COMMIT")
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+Progress = Callable[[str], None]
+
+
+class Interrupted(ZmrError):
+    """Ctrl-C or SIGTERM stopped the run; its tests were killed and its trees removed."""
+
+    exit_code = 130
+
+
+# -- data model ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The release commit a job's tree is made from (one per needed component)."""
+
+    component: str
+    branch: str
+    commit: str  # the release branch's tip when the run started
+    upstream: str  # as written in the manifest
+    pin: str  # the pinned upstream commit
+
+    def to_json(self) -> dict:
+        return {"component": self.component, "branch": self.branch, "commit": self.commit, "upstream": self.upstream, "upstream_commit": self.pin}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One smoke test to run: its manifest entry and the trees it gets."""
+
+    model: str
+    test: "SmokeTest"
+    component: str | None  # set for component tests
+    needs: tuple[str, ...]  # components whose trees the test gets
+    trees: tuple[Tree, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.component}.{self.test.name}" if self.component else self.test.name
+
+    @property
+    def classname(self) -> str:
+        return f"{self.model}.{self.component}" if self.component else self.model
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.id}"
+
+    @property
+    def commits(self) -> dict[str, str]:
+        return {t.component: t.commit for t in self.trees}
+
+    @property
+    def key(self) -> str:
+        """What a result is keyed by: the commit id of each tree it ran on."""
+        return ",".join(f"{t.component}@{t.commit}" for t in sorted(self.trees, key=lambda t: t.component))
+
+    @property
+    def resources(self) -> dict[str, float]:
+        return dict(self.test.resources)
+
+
+@dataclass
+class Outcome:
+    """What running one command gave: status, exit code, timing."""
+
+    status: str
+    exit_code: int | None
+    started: float  # epoch seconds
+    duration: float
+    message: str = ""
+
+
+@dataclass
+class Result:
+    """A finished job, as reported and recorded."""
+
+    job: Job
+    status: str
+    exit_code: int | None
+    start: str  # UTC ISO 8601
+    duration: float
+    message: str
+    executor: str
+    log: Path | None = None
+    mismatch: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASSED
+
+    def record(self) -> dict:
+        """The host-independent record: what ``--record`` writes and ``--json`` lists."""
+        job = self.job
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "zmr-smoke",
+            "model": job.model,
+            "test": job.test.name,
+            "id": job.id,
+            "component": job.component,
+            "components": list(job.needs),
+            "branches": {t.component: t.branch for t in job.trees},
+            "commits": job.commits,
+            "key": job.key,
+            "trees": [t.to_json() for t in job.trees],
+            "run": job.test.run,
+            "timeout": job.test.timeout,
+            "resources": job.resources,
+            "env": dict(job.test.env),
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "start": self.start,
+            "duration": round(self.duration, 3),
+            "executor": self.executor,
+            "mismatch": self.mismatch,
+            "zmr_version": _zmr_version(),
+        }
+
+
+@dataclass
+class Report:
+    """Every result of one ``zmr smoke`` run, in job order."""
+
+    results: list[Result]
+    executor: str
+    start: str
+    duration: float
+    artifacts: dict[str, Path] = field(default_factory=dict)  # model -> folder
+    built: list[str] = field(default_factory=list)  # branches built by this run
+    evidence: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        counts = {s: 0 for s in STATUSES}
+        for r in self.results:
+            counts[r.status] += 1
+        counts["total"] = len(self.results)
+        return counts
+
+    def to_json(self) -> dict:
+        tests = []
+        for r in self.results:
+            item = r.record()
+            del item["schema_version"], item["kind"]
+            item["classname"] = r.job.classname
+            item["log"] = str(r.log) if r.log else None
+            item["notes"] = r.notes
+            tests.append(item)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": self.ok,
+            "executor": self.executor,
+            "start": self.start,
+            "duration": round(self.duration, 3),
+            "counts": self.counts(),
+            "built": self.built,
+            "artifacts": {m: str(p) for m, p in self.artifacts.items()},
+            "evidence": [str(p) for p in self.evidence],
+            "tests": tests,
+        }
+
+    def failure(self) -> CheckFailed | None:
+        bad = [r for r in self.results if not r.ok]
+        if not bad:
+            return None
+        counts = self.counts()
+        what = ", ".join(f"{counts[s]} {s}" for s in (FAILED, TIMEOUT, ERROR) if counts[s])
+        return CheckFailed(
+            f"{len(bad)} of {len(self.results)} smoke test{'s' if len(self.results) != 1 else ''} did not pass ({what})",
+            details=[f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
+        )
+
+
+# -- selecting jobs ----------------------------------------------------------------------
+
+
+def select(manifests: Sequence["Manifest"], components: Sequence[str] | None = None, only: Sequence[str] | None = None) -> list[Job]:
+    """The jobs of *manifests*, filtered.
+
+    ``components``: only the tests of these components, and the model tests
+    whose ``needs`` all lie among them. ``only``: tests whose name or id is
+    listed; a name that matches nothing is an error.
+    """
+    jobs: list[Job] = []
+    wanted = set(components or ())
+    for manifest in manifests:
+        if wanted and len(manifests) == 1:
+            for key in wanted:
+                manifest.component(key)  # raises naming the known components
+        model_jobs = []
+        for comp in manifest.components.values():
+            if wanted and comp.key not in wanted:
+                continue
+            for test in comp.smoke:
+                model_jobs.append(Job(manifest.model, test, comp.key, (comp.key,)))
+        for test in manifest.smoke:
+            if wanted and not set(test.needs) <= wanted:
+                continue
+            model_jobs.append(Job(manifest.model, test, None, tuple(test.needs)))
+        seen: dict[str, Job] = {}
+        for job in model_jobs:
+            if job.id in seen:
+                raise ZmrError(
+                    f"{manifest.path.name}: smoke test id {job.id!r} is used twice (model test {job.test.name!r} and component test {seen[job.id].id!r})",
+                    details=["rename the model-level test; ids name logs and evidence files"],
+                )
+            seen[job.id] = job
+        jobs.extend(model_jobs)
+    if wanted and not any(c in m.components for m in manifests for c in wanted):
+        raise ZmrError(f"no component named {', '.join(sorted(wanted))} in the selected models")
+    if only:
+        names = set(only)
+        unknown = sorted(n for n in names if not any(n in (j.test.name, j.id) for j in jobs))
+        if unknown:
+            known = ", ".join(sorted({j.id for j in jobs})) or "none"
+            raise ZmrError(f"no smoke test named {', '.join(repr(n) for n in unknown)} in the selection", details=[f"tests: {known}"])
+        jobs = [j for j in jobs if j.test.name in names or j.id in names]
+    return jobs
+
+
+# -- building what the jobs need -----------------------------------------------------------
+
+
+def prepare(project: "Project", manifests: Sequence["Manifest"], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None) -> tuple[list[Job], list[str]]:
+    """Make sure every needed release branch is built and current; give each job its trees.
+
+    A branch is current when it points at what ``release.compute`` gives for
+    the manifest and series as they are now. Stale or missing branches are
+    built with ``release.build`` (all in one transaction), or, with
+    ``build=False``, refused (exit 2). Returns (jobs with trees, branches built).
+    """
+    from zmr import release
+    from zmr.cache import Cache
+
+    by_model = {m.model: m for m in manifests}
+    needed: dict[tuple[str, str], "Component"] = {}
+    for job in jobs:
+        for key in job.needs:
+            needed[(job.model, key)] = by_model[job.model].components[key]
+    if not needed:
+        return list(jobs), []
+    cache = cache or Cache()
+    repo = project.repo
+    tips: dict[tuple[str, str], str] = {}
+    stale: list[tuple["Component", str | None]] = []
+    for ident, comp in needed.items():
+        rel = release.compute(project, comp, cache, progress)
+        tips[ident] = rel.tip
+        current = repo.ref_value(rel.ref)
+        if current != rel.tip:
+            stale.append((comp, current))
+    built: list[str] = []
+    if stale:
+        if not build:
+            lines = [f"{comp.branch}: {'missing' if cur is None else f'at {cur[:12]}, the manifest and series give {tips[(comp.model, comp.key)][:12]}'}" for comp, cur in stale]
+            models = sorted({comp.model for comp, _ in stale})
+            raise ZmrError(
+                f"{len(stale)} release branch{'es are' if len(stale) != 1 else ' is'} not built or out of date, and --no-build was given",
+                details=[*lines, f"run `zmr build {' '.join(models)}` first, or drop --no-build"],
+            )
+        updates = release.build(project, [comp for comp, _ in stale], cache, progress)
+        built = [u.branch for u in updates if u.status != "unchanged"]
+    result = []
+    for job in jobs:
+        manifest = by_model[job.model]
+        trees = []
+        for key in job.needs:
+            comp = manifest.components[key]
+            trees.append(Tree(key, comp.branch, tips[(job.model, key)], comp.upstream, comp.commit))
+        result.append(Job(job.model, job.test, job.component, job.needs, tuple(trees)))
+    return result, built
+
+
+# -- trees ------------------------------------------------------------------------------------
+
+
+def _worktree_add(repo: "git.Repo", path: Path, commit: str) -> None:
+    # --detach: no branch is created or checked out; the tree is the commit's.
+    repo.run(["worktree", "add", "--detach", "--quiet", str(path), commit], hint="the tree of a smoke test could not be created")
+
+
+def _worktree_remove(repo: "git.Repo", path: Path) -> bool:
+    return repo.ok(["worktree", "remove", "--force", "--force", str(path)])
+
+
+def _worktree_paths(repo: "git.Repo") -> list[Path]:
+    text = repo.out(["worktree", "list", "--porcelain", "-z"])
+    return [Path(item[len("worktree "):]) for item in text.split("\0") if item.startswith("worktree ")]
+
+
+class Worktrees:
+    """Detached worktrees under one private folder; ``close`` removes every one of them.
+
+    ``git worktree add`` calls are serialised: git names each worktree's
+    bookkeeping entry after the folder's base name and two concurrent adds
+    could race for it.
+    """
+
+    def __init__(self, repo: "git.Repo", root: Path):
+        self.repo = repo
+        self.root = root
+        self._lock = threading.Lock()
+        self._paths: set[Path] = set()
+
+    def add(self, commit: str, *parts: str) -> Path:
+        path = self.root.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._paths.add(path)
+            _worktree_add(self.repo, path, commit)
+        return path
+
+    def remove(self, path: Path) -> None:
+        with self._lock:
+            if path in self._paths:
+                _worktree_remove(self.repo, path)
+                self._paths.discard(path)
+        _rmtree(path)
+
+    def close(self) -> None:
+        for path in sorted(self._paths):
+            self.remove(path)
+        roots = {self.root, self.root.resolve()}
+        _rmtree(self.root)
+        # An entry whose add was interrupted half-way: its folder is gone now, prune it.
+        if any(_is_within(p, r) for p in _worktree_paths(self.repo) for r in roots):
+            self.repo.run(["worktree", "prune"], check=False)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func, name, _exc):
+        # A test may leave read-only folders behind; make them writable and retry.
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(name), stat.S_IRWXU)
+            os.chmod(name, stat.S_IRWXU)
+            func(name)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=onerror)
+
+
+# -- running one command ----------------------------------------------------------------------
+
+
+def kill_grace() -> float:
+    try:
+        return max(0.0, float(os.environ.get(KILL_GRACE_ENV, DEFAULT_KILL_GRACE)))
+    except ValueError:
+        return DEFAULT_KILL_GRACE
+
+
+def smoke_environment(
+    base: Mapping[str, str],
+    *,
+    model: str,
+    test_id: str,
+    executor: str,
+    artifacts: str,
+    trees: Mapping[str, str],
+    commits: Mapping[str, str],
+    component: str | None,
+    extra: Iterable[tuple[str, str]] = (),
+    python: str | None = None,
+) -> dict[str, str]:
+    """The environment a test runs with (see the module doc for the layers)."""
+    env = {k: v for k, v in base.items() if k not in _GIT_REDIRECTS and k not in _RESERVED and not k.startswith(_RESERVED_PREFIXES)}
+    bindir = os.path.dirname(python or sys.executable)
+    env["PATH"] = bindir + (os.pathsep + env["PATH"] if env.get("PATH") else "")
+    env.update(dict(extra))
+    env.update({"ZMR_MODEL": model, "ZMR_TEST": test_id, "ZMR_EXECUTOR": executor, "ZMR_ARTIFACTS": artifacts})
+    for key, path in trees.items():
+        env[f"ZMR_TREE_{env_key(key)}"] = path
+        env[f"ZMR_COMMIT_{env_key(key)}"] = commits[key]
+    if component is not None:
+        env.update({"ZMR_COMPONENT": component, "ZMR_TREE": trees[component], "ZMR_COMMIT": commits[component]})
+    return env
+
+
+def env_key(component: str) -> str:
+    """``trainer-megatron`` -> ``TRAINER_MEGATRON`` (for ``ZMR_TREE_<COMPONENT>``)."""
+    return component.upper().replace("-", "_")
+
+
+def run_command(
+    command: str,
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    timeout: float,
+    log_path: str | os.PathLike[str],
+    cancel: threading.Event | None = None,
+    grace: float | None = None,
+) -> Outcome:
+    """Run ``/bin/sh -c COMMAND`` in its own process group, output to *log_path*.
+
+    Status: passed (exit 0), failed (other exit), timeout (ran past
+    *timeout*; the group was killed), error (could not start, or *cancel*
+    was set). An exception in the caller's thread (Ctrl-C, a cancelled Ray
+    task) kills the group before it propagates.
+    """
+    grace = kill_grace() if grace is None else grace
+    started = time.time()
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            log.write(f"zmr: cannot start /bin/sh: {exc}\n".encode())
+            return Outcome(ERROR, None, started, time.time() - started, f"cannot start the command: {exc}")
+    clock = time.monotonic()
+    deadline = clock + timeout
+    status = ""
+    message = ""
+    try:
+        while not _exited(proc):
+            if cancel is not None and cancel.is_set():
+                status, message = ERROR, "cancelled"
+                _end_group(proc, grace)
+                break
+            if time.monotonic() >= deadline:
+                status, message = TIMEOUT, f"timed out after {_fmt_seconds(timeout)}; its process group was killed"
+                _end_group(proc, grace)
+                break
+            time.sleep(_POLL)
+        else:
+            if _group_alive(proc.pid):
+                message = "left processes running; they were ended"
+                _end_group(proc, grace)
+    except BaseException:
+        _end_group(proc, grace)
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+        raise
+    duration = time.monotonic() - clock
+    returncode = _reap(proc)
+    if not status:
+        if returncode == 0:
+            status = PASSED
+        else:
+            status = FAILED
+            text = f"exit status {returncode}" if returncode is not None and returncode >= 0 else f"killed by signal {_signal_name(-returncode)}" if returncode is not None else "exit status unknown"
+            message = f"{text}; {message}" if message else text
+    if status != PASSED:
+        with contextlib.suppress(OSError), open(log_path, "ab") as log:
+            log.write(f"\nzmr: {status}: {message}\n".encode())
+    return Outcome(status, returncode, started, duration, message)
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """The leader has exited (it is left a zombie, so its group id stays reserved)."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):  # pragma: no cover - macOS: reap at once
+        return proc.poll() is not None
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored)
+        return True
+    return info is not None and info.si_pid != 0
+
+
+def _reap(proc: subprocess.Popen) -> int | None:
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _end_group(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM to the whole group, then SIGKILL once *grace* seconds have passed."""
+    pgid = proc.pid
+    _killpg(pgid, signal.SIGTERM)
+    until = time.monotonic() + grace
+    while time.monotonic() < until:
+        if _exited(proc) and not _group_alive(pgid):
+            return
+        time.sleep(_POLL)
+    _killpg(pgid, signal.SIGKILL)
+    # Give the kernel a moment to deliver it before the leader is reaped.
+    until = time.monotonic() + 5
+    while time.monotonic() < until and _group_alive(pgid):
+        time.sleep(_POLL)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group *pgid* other than its (zombie) leader still runs."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return _group_signalable(pgid)
+    for name in names:
+        if not name.isdigit() or int(name) == pgid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def _group_signalable(pgid: int) -> bool:  # pragma: no cover - systems without /proc
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _fmt_seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# -- mismatch reports ---------------------------------------------------------------------------
+
+
+def scan_mismatch(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """``*.mismatch.json`` under *folder*: relative path -> (mtime_ns, size, inode)."""
+    result = {}
+    if not folder.is_dir():
+        return result
+    for path in folder.rglob(f"*{MISMATCH_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if stat.S_ISREG(st.st_mode):
+                result[path.relative_to(folder).as_posix()] = (st.st_mtime_ns, st.st_size, st.st_ino)
+    return result
+
+
+def read_mismatch(path: Path, rel: str) -> tuple[dict | None, str]:
+    """The metrics of a ``zmr mismatch --json`` report, or (None, why not)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"{rel}: not readable as JSON ({exc.__class__.__name__})"
+    if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("overall"), dict):
+        return None, f"{rel}: not a `zmr mismatch --json` report (no schema_version and overall)"
+    return {
+        "file": rel,
+        "schema_version": data["schema_version"],
+        "verdict": data.get("verdict"),
+        "bitwise_equal": data.get("bitwise_equal"),
+        "overall": data["overall"],
+    }, ""
+
+
+def claimant(rel: str, ids: Iterable[str]) -> str | None:
+    """The test id a mismatch file names (``<id>/...`` or ``<id>.<...>``), longest first."""
+    best = None
+    for ident in ids:
+        if rel.startswith(ident + "/") or rel.startswith(ident + "."):
+            if best is None or len(ident) > len(best):
+                best = ident
+    return best
+
+
+def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict], list[str]]:
+    found, notes = [], []
+    for rel in sorted(rels):
+        metrics, why = read_mismatch(folder / rel, rel)
+        if metrics is None:
+            notes.append(why)
+        else:
+            found.append(metrics)
+    return found, notes
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+
+Events = Callable[[str, Job, "Result | None"], None]
+
+
+def _no_events(kind: str, job: Job, result: "Result | None") -> None:
+    pass
+
+
+class LocalExecutor:
+    """Runs jobs as local processes, up to *jobs* at a time, each in fresh worktrees."""
+
+    name = "local"
+
+    def __init__(self, project: "Project", jobs: int = 1, grace: float | None = None):
+        self.project = project
+        self.limit = max(1, jobs)
+        self.grace = kill_grace() if grace is None else grace
+
+    def run(self, jobs: Sequence[Job], artifacts: Mapping[str, Path], events: Events = _no_events) -> list[Result]:
+        repo = self.project.repo
+        root = Path(tempfile.mkdtemp(prefix="zmr-smoke-"))
+        trees = Worktrees(repo, root)
+        cancel = threading.Event()
+        ids = {m: [j.id for j in jobs if j.model == m] for m in artifacts}
+        pool = ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="zmr-smoke")
+        futures: dict[Future, int] = {}
+        results: list[Result | None] = [None] * len(jobs)
+        try:
+            for index, job in enumerate(jobs):
+                futures[pool.submit(self._one, index, job, artifacts[job.model], trees, cancel, events, ids[job.model])] = index
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for future in done:
+                    results[futures[future]] = future.result()
+        except BaseException:
+            cancel.set()  # each running job kills its process group and returns
+            raise
+        finally:
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                trees.close()  # also when a second Ctrl-C cuts the wait short
+        return [r for r in results if r is not None]
+
+    def _one(self, index: int, job: Job, folder: Path, trees: Worktrees, cancel: threading.Event, events: Events, ids: Sequence[str]) -> Result:
+        if cancel.is_set():
+            return Result(job, ERROR, None, iso(time.time()), 0.0, "cancelled", self.name)
+        events("start", job, None)
+        paths: dict[str, Path] = {}
+        log = folder / f"{job.id}.log"
+        try:
+            for tree in job.trees:
+                paths[tree.component] = trees.add(tree.commit, f"{index:03d}-{job.id}", tree.component)
+            env = smoke_environment(
+                os.environ, model=job.model, test_id=job.id, executor=self.name, artifacts=str(folder),
+                trees={k: str(p) for k, p in paths.items()}, commits=job.commits, component=job.component, extra=job.test.env,
+            )
+            cwd = paths[job.component] if job.component else self.project.root
+            before = scan_mismatch(folder)
+            outcome = run_command(job.test.run, cwd=cwd, env=env, timeout=job.test.timeout, log_path=log, cancel=cancel, grace=self.grace)
+            after = scan_mismatch(folder)
+        except ZmrError as err:
+            with contextlib.suppress(OSError):
+                log.write_text(f"zmr: {err}\n")
+            result = Result(job, ERROR, None, iso(time.time()), 0.0, str(err).splitlines()[0], self.name, log)
+            events("finish", job, result)
+            return result
+        finally:
+            for path in paths.values():
+                trees.remove(path)
+        changed = {rel for rel, meta in after.items() if before.get(rel) != meta}
+        mine = {rel for rel in changed if claimant(rel, ids) in (None, job.id)}
+        mismatch, notes = collect_mismatch(folder, mine)
+        result = Result(job, outcome.status, outcome.exit_code, iso(outcome.started), outcome.duration, outcome.message, self.name, log, mismatch, notes)
+        events("finish", job, result)
+        return result
+
+
+# -- the whole run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    """What ``zmr smoke`` was asked to do (CLI flags, as data)."""
+
+    models: list[str] = field(default_factory=list)
+    all_models: bool = False
+    components: list[str] = field(default_factory=list)
+    only: list[str] = field(default_factory=list)
+    build: bool = True
+    jobs: int | None = None  # local default 1; ray default: as many as the cluster takes
+    artifacts: Path | None = None  # base folder; <base>/<model>/ per model
+    executor: str = "local"
+    ray_address: str | None = None
+    ray_cpus: int | None = None
+    shared_dir: Path | None = None
+    record: bool = False
+
+
+def artifacts_dir(project: "Project", base: Path | None, model: str) -> Path:
+    return (base if base is not None else project.root / ".zmr" / "smoke") / model
+
+
+def run(project: "Project", options: Options, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
+    """Select, build, run, and (with ``record``) write evidence. Raises nothing for failing tests."""
+    if options.executor not in EXECUTORS:
+        raise ZmrError(f"unknown executor {options.executor!r}", details=[f"use one of: {', '.join(EXECUTORS)}"])
+    if options.jobs is not None and options.jobs < 0:
+        raise ZmrError(f"-j {options.jobs}: expected a positive number of parallel tests")
+    if options.executor == "ray":
+        from zmr import smoke_ray
+
+        smoke_ray.import_ray()  # exit 2 early when ray is not installed
+    elif options.shared_dir is not None or options.ray_address is not None or options.ray_cpus is not None:
+        raise ZmrError("--ray-address, --ray-cpus and --shared-dir only apply to --executor ray")
+    if not options.models and not options.all_models:
+        raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
+    manifests = project.manifests(None if options.all_models else options.models)
+    jobs = select(manifests, options.components, options.only)
+    started = time.time()
+    clock = time.monotonic()
+    if not jobs:
+        return Report([], options.executor, iso(started), 0.0)
+    jobs, built = prepare(project, manifests, jobs, build=options.build, progress=progress)
+    folders = {}
+    for job in jobs:
+        folder = artifacts_dir(project, options.artifacts, job.model)
+        folder.mkdir(parents=True, exist_ok=True)
+        folders[job.model] = folder
+        with contextlib.suppress(FileNotFoundError):
+            (folder / f"{job.id}.log").unlink()
+    for job in jobs:
+        events("queued", job, None)
+    with _sigterm_as_interrupt():
+        if options.executor == "ray":
+            from zmr import smoke_ray
+
+            executor = smoke_ray.RayExecutor(
+                project, address=options.ray_address, num_cpus=options.ray_cpus, shared_dir=options.shared_dir, jobs=options.jobs, progress=progress
+            )
+        else:
+            executor = LocalExecutor(project, options.jobs or 1)
+        results = executor.run(jobs, folders, events)
+    report = Report(results, options.executor, iso(started), time.monotonic() - clock, folders, built)
+    if options.record:
+        report.evidence = record(project, results)
+    return report
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """CI cancels jobs with SIGTERM: treat it as Ctrl-C so trees and process groups are cleaned up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- reports ---------------------------------------------------------------------------------------------
+
+
+def record(project: "Project", results: Sequence[Result]) -> list[Path]:
+    """Write ``cases/<model>/evidence/smoke-<id>.json`` per result (temp file, then rename)."""
+    written = []
+    for result in results:
+        folder = project.root / "cases" / result.job.model / "evidence"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{EVIDENCE_PREFIX}{result.job.id}.json"
+        write_atomic(target, json.dumps(result.record(), indent=2, allow_nan=False) + "\n")
+        written.append(target)
+    return written
+
+
+def write_atomic(target: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def log_tail(path: Path | None, limit: int = JUNIT_LOG_BYTES, lines: int | None = None) -> str:
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    if size > limit:
+        text = f"[... {size - limit} bytes cut ...]\n" + text.split("\n", 1)[-1]
+    if lines is not None:
+        text = "\n".join(text.rstrip("\n").splitlines()[-lines:])
+    return _XML_BAD.sub("\ufffd", text)
+
+
+def junit_xml(report: Report) -> ET.ElementTree:
+    """JUnit XML: one <testsuite> per model, <testcase name=test classname=model[.component]>.
+
+    Failed and timed-out tests carry <failure>, errors (the test could not
+    run, or its Ray worker died) <error>; both hold the log's last lines, and
+    <system-out> the log itself. The attributes are those GitHub Actions
+    reporters and GitLab read: tests, failures, errors, skipped, time.
+    """
+    root = ET.Element("testsuites", name="zmr smoke")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "time": 0.0}
+    models: dict[str, list[Result]] = {}
+    for result in report.results:
+        models.setdefault(result.job.model, []).append(result)
+    for index, (model, results) in enumerate(models.items()):
+        failures = sum(r.status in (FAILED, TIMEOUT) for r in results)
+        errors = sum(r.status == ERROR for r in results)
+        seconds = sum(r.duration for r in results)
+        first = min(r.start for r in results)
+        suite = ET.SubElement(
+            root, "testsuite", name=model, tests=str(len(results)), failures=str(failures), errors=str(errors), skipped="0",
+            time=f"{seconds:.3f}", timestamp=first.rstrip("Z")[:19], id=str(index), package=model, hostname="localhost",
+        )
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="zmr.executor", value=report.executor)
+        commits: dict[str, str] = {}
+        for r in results:
+            for t in r.job.trees:
+                commits.setdefault(t.branch, t.commit)
+        for branch, commit in sorted(commits.items()):
+            ET.SubElement(props, "property", name=f"commit:{branch}", value=commit)
+        for r in results:
+            case = ET.SubElement(suite, "testcase", name=r.job.test.name, classname=r.job.classname, time=f"{r.duration:.3f}")
+            if r.status != PASSED:
+                tag = "error" if r.status == ERROR else "failure"
+                element = ET.SubElement(case, tag, message=_XML_BAD.sub("\ufffd", r.message or r.status), type=r.status)
+                element.text = log_tail(r.log, 64 * 1024, TAIL_LINES)
+            out = ET.SubElement(case, "system-out")
+            out.text = log_tail(r.log)
+        totals["tests"] += len(results)
+        totals["failures"] += failures
+        totals["errors"] += errors
+        totals["time"] += seconds
+    root.set("tests", str(totals["tests"]))
+    root.set("failures", str(totals["failures"]))
+    root.set("errors", str(totals["errors"]))
+    root.set("skipped", "0")
+    root.set("time", f"{report.duration:.3f}")
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(report: Report, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tree = junit_xml(report)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        tree.write(tmp, encoding="UTF-8", xml_declaration=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _zmr_version() -> str:
+    from zmr import __version__
+
+    return __version__
