@@ -262,7 +262,7 @@ done
 
 FLOOR = r"""
 set -e
-mirror=$1; pin=$2; project=$3; copy=$4; shift 4
+mirror=$1; pin=$2; project=$3; then=$4; shift 4
 idx=$(mktemp -u)
 for comp in "$@"; do
   export GIT_INDEX_FILE=$idx
@@ -272,27 +272,13 @@ for comp in "$@"; do
   unset GIT_INDEX_FILE
   snap=$(git --git-dir="$mirror" commit-tree "$pin^{tree}" -m "snapshot")
   tip=$(git --git-dir="$mirror" commit-tree "$tree" -p "$snap" -m "changes")
-  if [ "$copy" = 1 ]; then
-    git -C "$project" fetch -q --no-write-fetch-head "$mirror" "$tip"
-    git -C "$project" update-ref "refs/heads/$comp/bench" "$tip"
-  fi
-  rm -f "$idx"
-done
-"""
-
-FLOOR_VERIFY = r"""
-set -e
-mirror=$1; pin=$2; project=$3; shift 3
-idx=$(mktemp -u)
-for comp in "$@"; do
-  export GIT_INDEX_FILE=$idx
-  git --git-dir="$mirror" read-tree "$pin"
-  for p in "$project/patches/bench/$comp/"*.patch; do git --git-dir="$mirror" apply --cached "$p"; done
-  tree=$(git --git-dir="$mirror" write-tree)
-  unset GIT_INDEX_FILE
-  snap=$(git --git-dir="$mirror" commit-tree "$pin^{tree}" -m "snapshot")
-  tip=$(git --git-dir="$mirror" commit-tree "$tree" -p "$snap" -m "changes")
-  test "$(git -C "$project" rev-parse "refs/heads/$comp/bench")" != "$tip" || true
+  case "$then" in
+    copy)   # deliver the branch: objects into the repository, then the ref
+      git -C "$project" fetch -q --no-write-fetch-head "$mirror" "$tip"
+      git -C "$project" update-ref "refs/heads/$comp/bench" "$tip" ;;
+    verify) # compare with the branch
+      test "$(git -C "$project" rev-parse "refs/heads/$comp/bench")" != "$tip" || true ;;
+  esac
   rm -f "$idx"
 done
 """
@@ -391,8 +377,8 @@ def _run(args, zmr, work: Path, results: dict) -> int:
         variants = {
             "zmr": lambda p: measure_mem([*zmr, "build", "bench"], p, zenv),
             "naive": lambda p: measure_mem(["bash", "-c", NAIVE, "naive", str(mirror), up.pin, str(p), *comps], p),
-            "floor": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "1", *comps], p),
-            "floor-core": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "0", *comps], p),
+            "floor": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "copy", *comps], p),
+            "floor-core": lambda p: measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(p), "none", *comps], p),
         }
         series = {name: Series(name) for name in variants}
         for rep in range(args.reps):
@@ -417,7 +403,7 @@ def _run(args, zmr, work: Path, results: dict) -> int:
     verify_series = {"zmr": Series("zmr verify --all"), "floor": Series("floor verify")}
     for rep in range(args.reps):
         verify_series["zmr"].samples.append(measure_mem([*zmr, "verify", "--all"], built, zenv))
-        verify_series["floor"].samples.append(measure_mem(["bash", "-c", FLOOR_VERIFY, "floor", str(mirror), up.pin, str(built), *comps], built))
+        verify_series["floor"].samples.append(measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(built), "verify", *comps], built))
     m[f"verify_n{n}"] = {k: v.as_json() for k, v in verify_series.items()}
     results["ratios"][f"verify_n{n}_zmr_over_floor"] = round(verify_series["zmr"].median / verify_series["floor"].median, 2)
 
