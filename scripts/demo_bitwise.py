@@ -350,7 +350,7 @@ def main(argv=None) -> int:
                 write_dump(folder / "rollout.jsonl", r_recs, dict(prov, side="rollout"))
                 write_dump(folder / "train.jsonl", t_recs, dict(prov, side="trainer"))
                 stats = compare(folder / "rollout.jsonl", folder / "train.jsonl")
-                rc = zmr_mismatch(folder / "rollout.jsonl", folder / "train.jsonl", folder / "mismatch.json")
+                rc = zmr_mismatch(folder / "rollout.jsonl", folder / "train.jsonl", folder / f"{mode}-{dtype_name}.mismatch.json")
                 stats["zmr_mismatch_exit"] = rc
                 if rc is not None and rc != (0 if stats["differ"] == 0 else 1):
                     problems.append(f"{mode}/{dtype_name}: zmr mismatch exited {rc}, "

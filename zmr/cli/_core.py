@@ -61,8 +61,10 @@ def validate(models: Optional[List[str]] = MODELS, json_out: bool = JSON, untrus
     from zmr.errors import ZmrError
     from zmr.series import read_series
 
+    from zmr.cases import check_project
+
     project = _project(untrusted)
-    manifests = project.manifests(models)
+    manifests, cases = check_project(project, models)
     problems: list[str] = []
     warnings: list[str] = []
     count = 0
@@ -80,9 +82,9 @@ def validate(models: Optional[List[str]] = MODELS, json_out: bool = JSON, untrus
     if problems:
         raise ZmrError(problems[0].splitlines()[0], details=[line for p in problems for line in p.splitlines()][1:])
     if json_out:
-        print_json({"ok": True, "models": [m.model for m in manifests], "patches": count, "warnings": warnings})
+        print_json({"ok": True, "models": [m.model for m in manifests], "cases": [c.model for c in cases], "patches": count, "warnings": warnings})
     else:
-        print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {count} patches")
+        print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {len(cases)} case{'s' if len(cases) != 1 else ''}, {count} patches")
 
 
 @app.command("fetch")

@@ -1,0 +1,205 @@
+"""CI: `zmr ci-matrix` against the manifests, and the GitHub Actions workflow (actionlint + structure)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from conftest import simple_model, zmr
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+WORKFLOW = WORKFLOWS / "zmr.yml"
+LINTER = REPO_ROOT / "scripts" / "actionlint.cjs"
+
+
+# -- ci-matrix --------------------------------------------------------------------------
+
+
+def test_ci_matrix_one_job_per_component(project, upstream):
+    pin = simple_model(project, upstream)
+    project.series("big", "rollout", [])
+    project.series("big", "trainer", [])
+    project.manifest(
+        "big",
+        f"""
+        model: big
+        components:
+          rollout:
+            upstream: {upstream.path}
+            commit: {pin}
+            branch: engine/big
+            smoke:
+              - name: import
+                run: python -c "import toy"
+              - name: kernels
+                run: python -m pytest tests/kernels
+                resources: {{GPU: 1}}
+          trainer:
+            upstream: {upstream.path}
+            commit: {pin}
+            release: snapshot
+            smoke:
+              - name: cpu-only
+                run: "true"
+                resources: {{CPU: 4, GPU: 0}}
+        smoke:
+          - name: bitwise
+            needs: [trainer, rollout]
+            run: python scripts/bitwise.py
+          - name: bitwise-8gpu
+            needs: [trainer]
+            run: python scripts/bitwise.py --gpus 8
+            resources: {{GPU: 8}}
+        """,
+    )
+    result = zmr("ci-matrix", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1  # one line: fits $GITHUB_OUTPUT as is
+    matrix = json.loads(result.stdout)
+    assert matrix == {
+        "include": [
+            {
+                "name": "big/rollout", "model": "big", "component": "rollout", "branch": "engine/big",
+                "upstream": str(upstream.path), "commit": pin, "release": "two-commit",
+                # The model test needing [trainer, rollout] goes to the first of them in manifest order.
+                "smoke": ["rollout.import", "bitwise"], "smoke_args": "--only rollout.import --only bitwise",
+                "gpu": True, "gpu_smoke": ["rollout.kernels"],
+            },
+            {
+                "name": "big/trainer", "model": "big", "component": "trainer", "branch": "trainer/big",
+                "upstream": str(upstream.path), "commit": pin, "release": "snapshot",
+                "smoke": ["trainer.cpu-only"], "smoke_args": "--only trainer.cpu-only",
+                "gpu": True, "gpu_smoke": ["bitwise-8gpu"],
+            },
+            {
+                "name": "toy/rollout", "model": "toy", "component": "rollout", "branch": "rollout/toy",
+                "upstream": str(upstream.path), "commit": pin, "release": "two-commit",
+                "smoke": [], "smoke_args": "", "gpu": False, "gpu_smoke": [],
+            },
+        ]
+    }
+    only = json.loads(zmr("ci-matrix", "toy", cwd=project.root).stdout)
+    assert [job["name"] for job in only["include"]] == ["toy/rollout"]
+    # The ids work as they are with `zmr smoke --only` (its selection accepts them).
+    from zmr.manifest import load_manifests
+    from zmr.smoke import select
+
+    big = load_manifests(project.root, ["big"])
+    for job in matrix["include"][:2]:
+        chosen = select(big, None, job["smoke"] + job["gpu_smoke"])
+        assert sorted(j.id for j in chosen) == sorted(job["smoke"] + job["gpu_smoke"])
+
+
+def test_ci_matrix_matches_the_repository_manifests():
+    """Every component of the repository's manifests is one job, with its pin and branch."""
+    matrix = json.loads(zmr("ci-matrix", cwd=REPO_ROOT).stdout)
+    listed = json.loads(zmr("list", "--json", cwd=REPO_ROOT).stdout)
+    expected = sorted(
+        (m["model"], c["component"], c["branch"], c["upstream"], c["commit"], c["release"]) for m in listed["models"] for c in m["components"]
+    )
+    assert sorted((j["model"], j["component"], j["branch"], j["upstream"], j["commit"], j["release"]) for j in matrix["include"]) == expected
+    assert all(re.fullmatch(r"(--only [A-Za-z0-9][A-Za-z0-9._-]*( |$))*", j["smoke_args"]) for j in matrix["include"])
+
+
+def test_ci_matrix_bad_manifest_exit_2(project):
+    project.manifest("bad", "model: bad\ncomponents:\n  rollout:\n    upstream: https://example.org/x.git\n    commit: main\n")
+    result = zmr("ci-matrix", cwd=project.root)
+    assert result.returncode == 2
+    assert "manifests/bad.yaml:5: components.rollout.commit: 'main' is not a full commit id" in result.stderr
+
+
+# -- the workflow ------------------------------------------------------------------------
+
+
+def _lint(*files: Path) -> subprocess.CompletedProcess[str]:
+    node = shutil.which("node")
+    assert node, "Node.js is needed to run actionlint; install it, then run scripts/setup-test-tools"
+    return subprocess.run([node, str(LINTER), *map(str, files)], capture_output=True, text=True, timeout=120)
+
+
+def test_actionlint_passes_on_the_workflows():
+    files = sorted(WORKFLOWS.glob("*.yml")) + sorted(WORKFLOWS.glob("*.yaml"))
+    assert files, "no workflow in .github/workflows"
+    result = _lint(*files)
+    assert result.returncode == 0, (
+        result.stdout + result.stderr + "\n(if the actionlint package is missing, run scripts/setup-test-tools)"
+    )
+    assert result.stdout == ""
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path):
+    text = WORKFLOW.read_text()
+    broken = tmp_path / "broken.yml"
+    assert "needs: [validate, branches, docs]" in text and "fromJSON(needs.validate.outputs.matrix)" in text
+    broken.write_text(
+        text.replace("needs: [validate, branches, docs]", "needs: [validate, branches, doc]").replace("fromJSON(needs.validate.outputs.matrix)", "fromJSON(needs.validate.outputs.matrx)")
+    )
+    result = _lint(broken)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r'broken\.yml:\d+:\d+: job "publish" needs job "doc" which does not exist', result.stdout), result.stdout
+    assert re.search(r'property "matrx" is not defined', result.stdout), result.stdout
+    assert "finding" in result.stdout.splitlines()[-1]
+
+
+def _workflow() -> dict:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def _runs(job: dict) -> str:
+    return "\n".join(step.get("run", "") for step in job["steps"])
+
+
+def test_workflow_structure():
+    wf = _workflow()
+    assert set(wf["on"]) == {"pull_request", "push", "schedule", "workflow_dispatch"}
+    assert wf["on"]["push"]["branches"] == ["main"]
+    assert wf["permissions"] == {"contents": "read"}
+    jobs = wf["jobs"]
+    # Write access only where publishing happens, and only for pushes to main.
+    writers = [name for name, job in jobs.items() if job.get("permissions", {}).get("contents") == "write"]
+    assert writers == ["publish"]
+    assert jobs["publish"]["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    assert set(jobs["publish"]["needs"]) == {"validate", "branches", "docs"}
+    assert "zmr publish --remote origin" in _runs(jobs["publish"])
+    # Pull requests: validate (untrusted), the matrix, build + verify + CPU smoke per job, README check.
+    assert "zmr validate --untrusted" in _runs(jobs["validate"])
+    assert "zmr ci-matrix --untrusted" in _runs(jobs["validate"])
+    assert jobs["branches"]["strategy"]["matrix"] == "${{ fromJSON(needs.validate.outputs.matrix) }}"
+    assert jobs["branches"]["strategy"]["fail-fast"] is False
+    runs = _runs(jobs["branches"])
+    for command in ('zmr build "$MODEL" -c "$COMPONENT"', 'zmr verify "$MODEL" -c "$COMPONENT"', 'zmr smoke "$MODEL" $SMOKE_ARGS'):
+        assert command in runs
+    assert "zmr build --all" in _runs(jobs["docs"]) and "zmr docs --check" in _runs(jobs["docs"])
+    # Those run for pull requests and pushes; the schedule runs only the upstreamed job.
+    assert jobs["validate"]["if"] == "github.event_name == 'pull_request' || github.event_name == 'push'"
+    assert jobs["branches"]["needs"] == "validate" and jobs["docs"]["needs"] == "validate"
+    # The weekly job: upstreamed patches fail it.
+    upstreamed = jobs["upstreamed"]
+    assert "schedule" in upstreamed["if"]
+    assert "zmr upstreamed --all --json > upstreamed.json" in _runs(upstreamed)
+    assert "sys.exit(1 if landed else 0)" in _runs(upstreamed)
+    assert wf["on"]["schedule"][0]["cron"]
+
+
+def test_workflow_hygiene():
+    wf = _workflow()
+    for name, job in wf["jobs"].items():
+        for step in job["steps"]:
+            if "uses" in step:
+                # Pinned by full commit id, the tag kept in a comment.
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}", step["uses"]), (name, step["uses"])
+            # No ${{ }} expansion inside shell scripts (script injection from pull requests).
+            assert "${{" not in step.get("run", ""), (name, step.get("run"))
+        checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+        if name != "publish":
+            assert checkout.get("with", {}).get("persist-credentials") is False, name
+    text = WORKFLOW.read_text()
+    assert len(re.findall(r"uses: \S+@[0-9a-f]{40} # v\d+\.\d+\.\d+\n", text)) == text.count("uses: ")

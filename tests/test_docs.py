@@ -1,0 +1,324 @@
+"""`zmr docs`: README sections from manifests, cases, branches and evidence; case.yaml validation.
+
+The golden project (tests/data/docs/project) has a model with a manifest and
+a case (alpha, built), a model with a manifest and no case (beta, not built)
+and a case without a manifest (gamma). Commit ids in the expected README are
+placeholders (@ROLLOUT_SNAPSHOT@, @ROLLOUT_SNAPSHOT_12@, ...) filled in from
+the branches the test built, so the golden file checks layout and links
+without depending on how the fixture's git happens to hash.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import Project, git, make_patch, make_project, make_upstream, zmr
+
+DATA = Path(__file__).parent / "data" / "docs"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _golden_project(tmp_path: Path) -> tuple[Project, dict[str, str]]:
+    upstream = make_upstream(tmp_path / "upstream")
+    project = make_project(tmp_path / "project")
+    shutil.copytree(DATA / "project", project.root, dirs_exist_ok=True)
+    bundle = project.root / "upstreams" / "toy.bundle"
+    bundle.parent.mkdir()
+    git("bundle", "create", "-q", str(bundle), "main", cwd=upstream.path)
+    pin = upstream.commits[1]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    p1 = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 10\n", "line 10 fixed split\n")}, "Use a fixed split size")
+    p2 = make_patch(upstream, pin, {"docs/guide.md": "guide, batch-invariant\n"}, "Document the batch-invariant path")
+    project.series("alpha", "rollout", [("0001-split.patch", p1)])
+    project.series("alpha", "trainer", [("0001-guide.patch", p2)])
+    project.manifest(
+        "alpha",
+        f"""
+        model: alpha
+        title: Alpha (manifest title, overridden by the case)
+        components:
+          rollout:
+            upstream: upstreams/toy.bundle
+            commit: {pin}
+          trainer:
+            upstream: upstreams/toy.bundle
+            commit: {pin}
+            release: snapshot
+        """,
+    )
+    project.manifest(
+        "beta",
+        f"""
+        model: beta
+        title: Beta
+        components:
+          rollout:
+            upstream: https://github.com/example/toy-engine.git
+            commit: {upstream.commits[2]}
+            branch: engine/beta
+        """,
+    )
+    project.commit_all("fixture")
+    result = zmr("build", "alpha", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    rollout = project.ref("refs/heads/rollout/alpha")
+    trainer = project.ref("refs/heads/trainer/alpha")
+    ids = {
+        "PIN": pin,
+        "BETA_PIN": upstream.commits[2],
+        "ROLLOUT_CHANGES": rollout,
+        "ROLLOUT_SNAPSHOT": git("rev-parse", f"{rollout}^", cwd=project.root),
+        "TRAINER": trainer,
+    }
+    return project, ids
+
+
+def _expected(ids: dict[str, str]) -> str:
+    text = (DATA / "expected-README.md").read_text()
+    for name, oid in ids.items():
+        text = text.replace(f"@{name}_12@", oid[:12]).replace(f"@{name}@", oid)
+    assert "@" not in text.replace("@example", ""), "unfilled placeholder in expected-README.md"
+    return text
+
+
+def test_docs_golden_then_check(tmp_path):
+    project, ids = _golden_project(tmp_path)
+    readme = project.root / "README.md"
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "README.md: updated support-matrix, key-features, hardware, code-branches, evidence, notes\n"
+    # The unreadable evidence file is left out, with a warning.
+    assert "cases/alpha/evidence/smoke-truncated.json: not readable as JSON (JSONDecodeError); left out of the evidence table" in result.stderr
+    assert readme.read_text() == _expected(ids)
+    # Deterministic: a second run changes nothing, and --check agrees.
+    again = zmr("docs", cwd=project.root)
+    assert again.returncode == 0 and again.stdout == "README.md is up to date\n"
+    check = zmr("docs", "--check", cwd=project.root)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout == "README.md is up to date\n"
+
+
+def test_docs_check_on_a_stale_readme_shows_the_diff_and_writes_nothing(tmp_path):
+    project, ids = _golden_project(tmp_path)
+    assert zmr("docs", cwd=project.root).returncode == 0
+    case = project.root / "cases/gamma/case.yaml"
+    case.write_text(case.read_text().replace("status: in progress", "status: zero mismatch on H200"))
+    before = (project.root / "README.md").read_bytes()
+    result = zmr("docs", "--check", cwd=project.root)
+    assert result.returncode == 1
+    assert "--- a/README.md\n+++ b/README.md\n" in result.stdout
+    assert "-| gamma | dense decoder-only | in progress | — | — | — |\n" in result.stdout
+    assert "+| gamma | dense decoder-only | zero mismatch on H200 | — | — | — |\n" in result.stdout
+    assert result.stderr.splitlines()[-2:] == ["zmr: error: README.md is out of date: section support-matrix would change", "  run `zmr docs` and commit the result"]
+    assert "zmr: warning: branch engine/beta is not built; shown without commit ids (run `zmr build beta` first)" in result.stderr
+    assert (project.root / "README.md").read_bytes() == before
+    json_out = zmr("docs", "--check", "--json", cwd=project.root)
+    assert json_out.returncode == 1
+    assert '"up_to_date": false' in json_out.stdout and '"changed": [\n    "support-matrix"\n  ]' in json_out.stdout
+
+
+def test_docs_shows_a_stale_branch_as_not_built(tmp_path):
+    project, ids = _golden_project(tmp_path)
+    assert zmr("docs", cwd=project.root).returncode == 0
+    # Change the series: the built branch no longer matches its inputs.
+    patch = project.root / "patches/alpha/rollout/0001-split.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"Use a fixed split size", b"Use a fixed split size (v2)"))
+    result = zmr("docs", "--check", cwd=project.root)
+    assert result.returncode == 1
+    assert f"-| `alpha` | `rollout` | `upstreams/toy.bundle` | `{ids['PIN'][:12]}` | [`rollout/alpha`](https://github.com/example/zmr/tree/rollout/alpha)" in result.stdout
+    assert f"+| `alpha` | `rollout` | `upstreams/toy.bundle` | `{ids['PIN'][:12]}` | `rollout/alpha` | not built |" in result.stdout
+    assert "branch rollout/alpha was built from another pin or series; shown as not built (run `zmr build alpha`)" in result.stderr
+
+
+def test_docs_without_release_url_or_evidence_or_git(tmp_path):
+    """No zmr.yaml, no evidence, no cases, no git repository: plain names, no links."""
+    project = Project(tmp_path / "plain")
+    (project.root / "manifests").mkdir(parents=True)
+    project.manifest(
+        "solo",
+        """
+        model: solo
+        components:
+          rollout:
+            upstream: https://example.org/solo.git
+            commit: 0123456789abcdef0123456789abcdef01234567
+        """,
+    )
+    readme = "# Solo\n\n" + "".join(f"<!-- zmr:begin {n} -->\n<!-- zmr:end {n} -->\n\n" for n in ("support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes"))
+    project.write("README.md", readme)
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    text = (project.root / "README.md").read_text()
+    assert "| solo | — | — | — | — | — |" in text
+    assert "| `solo` | `rollout` | `https://example.org/solo.git` | `0123456789ab` | `rollout/solo` | not built |" in text
+    assert "_No key features recorded yet (`features:` in `cases/<model>/case.yaml`)._" in text
+    assert "_No smoke-test evidence recorded yet (`zmr smoke --record`)._" in text
+    assert "_No notes._" in text
+
+
+def test_marker_problems_are_reported_together(tmp_path):
+    project = make_project(tmp_path / "project")
+    project.write(
+        "README.md",
+        textwrap.dedent(
+            """\
+            # Title
+            <!-- zmr:begin support-matrix -->
+            <!-- zmr:begin key-features -->
+            <!-- zmr:end key-features -->
+            <!-- zmr:begin hardwares -->
+            <!-- zmr:end hardware -->
+            <!-- zmr:stop notes -->
+            <!-- zmr:begin code-branches -->
+            <!-- zmr:end evidence -->
+            """
+        ),
+    )
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "zmr: error: 6 problems in README.md",
+        "  README.md: section 'notes' is missing; add the lines <!-- zmr:begin notes --> and <!-- zmr:end notes --> where it should go",
+        "  README.md:2: section 'support-matrix' is not closed before section 'key-features' begins (line 3); add <!-- zmr:end support-matrix --> before line 3",
+        "  README.md:5: unknown section 'hardwares'; did you mean 'hardware'?",
+        "  README.md:6: <!-- zmr:end hardware --> without a begin; add <!-- zmr:begin hardware --> before it, or remove it",
+        "  README.md:7: malformed marker '<!-- zmr:stop notes -->'; write <!-- zmr:begin NAME --> or <!-- zmr:end NAME --> on a line of its own",
+        "  README.md:9: <!-- zmr:end evidence --> closes section 'code-branches' (begun at line 8); write <!-- zmr:end code-branches -->",
+    ], result.stderr
+
+
+def test_duplicate_and_unmatched_markers(tmp_path):
+    project = make_project(tmp_path / "project")
+    sections = ("support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes")
+    body = "".join(f"<!-- zmr:begin {n} -->\n<!-- zmr:end {n} -->\n" for n in sections)
+    project.write("README.md", body + "<!-- zmr:end notes -->\n<!-- zmr:begin notes -->\n<!-- zmr:end notes -->\n")
+    result = zmr("docs", "--check", cwd=project.root)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "zmr: error: 2 problems in README.md",
+        "  README.md:13: <!-- zmr:end notes --> without a begin; add <!-- zmr:begin notes --> before it, or remove it",
+        "  README.md:14: section 'notes' appears twice (first at line 11); keep one of them",
+    ], result.stderr
+
+
+def test_docs_without_readme(tmp_path):
+    project = make_project(tmp_path / "project")
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 2
+    assert result.stderr.startswith("zmr: error: README.md: no such file\n")
+
+
+# -- case.yaml validation ----------------------------------------------------------------
+
+BAD_CASES = sorted(p.name for p in (DATA / "bad-cases").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("name", BAD_CASES)
+def test_bad_case(name, tmp_path):
+    """Each folder holds a case.yaml and expected.txt: the exact problems, in order."""
+    from zmr.cases import load_cases
+
+    root = tmp_path / "repo"
+    (root / "cases" / name).mkdir(parents=True)
+    (root / "cases" / "demo").mkdir()
+    (root / "cases" / "demo" / "README.md").write_text("# demo\n")
+    shutil.copy(DATA / "bad-cases" / name / "case.yaml", root / "cases" / name / "case.yaml")
+    found, problems = load_cases(root)
+    expected = (DATA / "bad-cases" / name / "expected.txt").read_text().splitlines()
+    assert [str(p) for p in sorted(problems, key=lambda p: (p.path, p.line))] == expected
+    assert found == []
+
+
+def test_case_errors_exit_2_naming_every_file(tmp_path):
+    project = make_project(tmp_path / "project")
+    for name in ("unknown-key", "link-targets"):
+        shutil.copytree(DATA / "bad-cases" / name, project.root / "cases" / name)
+    (project.root / "cases/demo").mkdir()
+    (project.root / "cases/demo/README.md").write_text("# demo\n")
+    shutil.copy(DATA / "project" / "README.md", project.root / "README.md")
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == "zmr: error: 8 problems in cases/link-targets/case.yaml, cases/unknown-key/case.yaml"
+    expected = []
+    for name in ("link-targets", "unknown-key"):
+        expected += ["  " + line for line in (DATA / "bad-cases" / name / "expected.txt").read_text().splitlines()]
+    assert lines[1:] == expected
+
+
+def test_case_library_model(tmp_path):
+    """The parsed case keeps file order, takes scalars as written and folds nothing itself."""
+    from zmr.cases import Hardware, Link, load_cases
+
+    root = tmp_path / "repo"
+    shutil.copytree(DATA / "project", root)
+    found, problems = load_cases(root)
+    assert problems == []
+    alpha, gamma = found
+    assert alpha.model == "alpha" and alpha.title == "Alpha-MoE 8x1B"
+    assert alpha.evidence.links == (Link("case study", "cases/alpha/README.md"), Link("run log", "https://example.org/runs/alpha-42"))
+    assert alpha.features == (
+        ("attention", "MLA, batch-invariant split-KV"),
+        ("MoE", "fixed expert order | deterministic all-to-all"),
+        ("LoRA", "yes"),
+        ("training context parallel", "2"),
+    )
+    assert alpha.hardware == (Hardware("H200", "validated", "8 GPUs, CUDA 13.0"), Hardware("B200", "not verified", ""))
+    assert alpha.overhead.footnote.startswith("Measured with scripts/bench_rollout.py on 8 H200 GPUs")
+    assert gamma.hardware == (Hardware("H200", "validated", ""),)
+    assert gamma.trainer is None and gamma.evidence is None and gamma.overhead is None
+
+
+def test_repository_case_files_are_valid():
+    from zmr.cases import load_cases
+
+    found, problems = load_cases(REPO_ROOT)
+    assert [str(p) for p in problems] == []
+    assert "demo" in {c.model for c in found}
+
+
+def test_repository_readme_is_current(tmp_path):
+    """What CI does: build the release branches, then `zmr docs --check` (on a copy of the repository)."""
+    copy = tmp_path / "repo"
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO_ROOT)
+    for name in filter(None, listed.split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    git("init", "-q", "-b", "main", cwd=copy)
+    git("add", "-A", cwd=copy)
+    git("commit", "-q", "-m", "copy", cwd=copy)
+    built = zmr("build", "--all", cwd=copy)
+    assert built.returncode == 0, built.stderr
+    result = zmr("docs", "--check", cwd=copy)
+    assert result.returncode == 0, "README.md is stale; run `zmr build --all && zmr docs`\n" + result.stdout + result.stderr
+
+
+def test_check_project_reports_manifest_and_case_problems_together(tmp_path):
+    """What `zmr validate` calls: both kinds of file, one error; a model may have only a case."""
+    from zmr.cases import CaseError, check_project
+    from zmr.errors import ZmrError
+    from zmr.project import Project as ZmrProject
+
+    project = make_project(tmp_path / "project")
+    shutil.copytree(DATA / "project" / "cases", project.root / "cases")
+    project.manifest("alpha", "model: alpha\ncomponents:\n  rollout:\n    upstream: https://example.org/a.git\n    commit: main\n")
+    shutil.copytree(DATA / "bad-cases" / "duplicate-key", project.root / "cases" / "duplicate-key")
+    zp = ZmrProject.find(project.root)
+    with pytest.raises(CaseError) as info:
+        check_project(zp)
+    assert [str(p) for p in info.value.problems] == [
+        "cases/duplicate-key/case.yaml:3: top level: duplicate key 'family' (first at line 1); keep one of them",
+        "manifests/alpha.yaml:5: components.rollout.commit: 'main' is not a full commit id (a branch or tag name is not a pin); "
+        "pin the commit: run `git ls-remote https://example.org/a.git main` and write the 40-hex id it prints",
+    ]
+    assert info.value.exit_code == 2
+    manifests, found = check_project(zp, ["gamma"])
+    assert manifests == [] and [c.model for c in found] == ["gamma"]
+    with pytest.raises(ZmrError, match="no manifest for model 'nope' in .*, and no case in "):
+        check_project(zp, ["nope"])

@@ -1,0 +1,212 @@
+"""zmr rebase and zmr upstreamed against fixture upstreams that moved on."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import git, make_patch, make_project, simple_model, zmr
+
+MANIFEST = """\
+# Toy model: zero-mismatch pins.
+model: toy
+title: "Toy model"     # display name
+
+components:
+  rollout:   # the rollout engine
+    upstream: {upstream}
+    # pinned; bump it with zmr rebase
+    commit:   "{pin}"    # quoted on purpose
+    track: main
+"""
+
+
+def tree_files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and ".git" not in p.relative_to(folder).parts}
+
+
+@pytest.fixture
+def proj(tmp_path):
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    return project
+
+
+def toy(project, upstream) -> tuple[str, str]:
+    """simple_model with a hand-laid-out manifest; returns (pin, model.py at the pin)."""
+    pin = simple_model(project, upstream)
+    project.write("manifests/toy.yaml", MANIFEST.format(upstream=upstream.path, pin=pin))
+    project.commit_all("layout")
+    return pin, upstream.file_at(pin, "src/model.py") + "\n"
+
+
+def test_rebase_in_memory_keeps_manifest_layout_and_untouched_patch_bytes(proj, upstream, tmp_path):
+    pin, model_py = toy(proj, upstream)
+    folder = proj.root / "patches/toy/rollout"
+    before = tree_files(folder)
+    manifest = (proj.root / "manifests/toy.yaml").read_bytes()
+    upstream.commit({"src/model.py": "# header\n# more header\n" + model_py}, "Add a header")
+    new = upstream.commit({"docs/guide.md": "guide v2\n"}, "Update the guide")
+    report = tmp_path / "report.md"
+    result = zmr("rebase", "toy", "-c", "rollout", "--onto", "main", "--report", str(report), cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    # Only the commit value changed: comments, quotes and spacing are kept.
+    assert (proj.root / "manifests/toy.yaml").read_bytes() == manifest.replace(pin.encode(), new.encode())
+    after = tree_files(folder)
+    assert after["series"] == before["series"]
+    assert after["0002-contiguous.patch"] == before["0002-contiguous.patch"]  # applies as it was: not rewritten
+    refreshed = after["0001-fixed-split.patch"].decode()
+    assert refreshed != before["0001-fixed-split.patch"].decode()
+    assert "@@ -9,7 +9,7 @@" in refreshed and "+line 10 fixed split\n" in refreshed
+    assert "Subject: [PATCH] Use a fixed split size in matmul" in refreshed and "Date: Sat, 9 Mar 2024 16:00:00 +0000" in refreshed
+    text = report.read_text()
+    assert text == result.stdout
+    assert f"- old pin: `{pin}`" in text and f"- new pin: `{new}` (main)" in text
+    assert "- upstream commits in between: 3" in text
+    assert "## Kept (2)" in text and "`0001-fixed-split.patch` Use a fixed split size in matmul (refreshed" in text
+    assert "## Changed (0)" in text and "## Dropped: already upstream (0)" in text
+    assert not (proj.root / ".zmr/rebase").exists() or not any((proj.root / ".zmr/rebase").iterdir())
+    build = zmr("build", "toy", cwd=proj.root)
+    assert build.returncode == 0, build.stderr
+    built = git("show", "rollout/toy:src/model.py", cwd=proj.root)
+    assert built.startswith("# header\n") and "line 10 fixed split" in built
+    assert git("show", "rollout/toy:docs/guide.md", cwd=proj.root) == "guide v2"
+
+
+def test_upstreamed_and_rebase_drop_patches_that_landed_upstream(proj, upstream):
+    pin, model_py = toy(proj, upstream)
+    guide = make_patch(upstream, pin, {"docs/guide.md": "guide\nzero-mismatch notes\n"}, "Document zero-mismatch")
+    proj.series("toy", "rollout", [("0001-fixed-split.patch", (proj.root / "patches/toy/rollout/0001-fixed-split.patch").read_bytes()), ("0002-contiguous.patch", (proj.root / "patches/toy/rollout/0002-contiguous.patch").read_bytes()), ("0003-guide.patch", guide)])
+    proj.commit_all("three patches")
+    # Upstream takes the contiguous patch as is (same patch-id) and the split fix inside a bigger commit.
+    same = upstream.commit({"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "matmul: contiguous output")
+    folded = upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 fixed split\n"), "README.md": "toy upstream, now batch-invariant\n"}, "Batch invariance for the toy model")
+    upstream.commit({"setup.cfg": "[metadata]\nname = toy\nversion = 3\n"}, "Release 3")
+    git("tag", "v3", cwd=upstream.path)
+    listed = zmr("upstreamed", "toy", "--json", cwd=proj.root)
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)["components"][0]
+    assert data["rev"] == "main" and data["rev_commit"] == upstream.commits[-1]
+    assert [(u["name"], u["upstream_commit"], u["method"]) for u in data["upstreamed"]] == [
+        ("0001-fixed-split.patch", folded, "reverse-apply"),
+        ("0002-contiguous.patch", same, "patch-id"),
+    ]
+    text = zmr("upstreamed", "toy", "--rev", upstream.commits[-2], cwd=proj.root)
+    assert text.returncode == 0
+    assert f"0002-contiguous.patch  Make matmul output contiguous  <- {same[:12]} matmul: contiguous output  [patch-id]" in text.stdout
+    result = zmr("rebase", "toy", "--onto", "v3", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    assert "## Dropped: already upstream (2)" in result.stdout
+    assert f"- `0002-contiguous.patch` Make matmul output contiguous: upstream commit `{same}` (matmul: contiguous output); same patch-id" in result.stdout
+    assert f"- `0001-fixed-split.patch` Use a fixed split size in matmul: upstream commit `{folded}` (Batch invariance for the toy model)" in result.stdout
+    assert "## Kept (1)" in result.stdout
+    folder = proj.root / "patches/toy/rollout"
+    assert (folder / "series").read_text() == "0003-guide.patch\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["0003-guide.patch", "series"]
+    assert (folder / "0003-guide.patch").read_bytes() == guide
+    assert f"commit:   \"{upstream.commits[-1]}\"" in (proj.root / "manifests/toy.yaml").read_text()
+    # Without --rev and without track: a clear error.
+    manifest = proj.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
+    missing = zmr("upstreamed", "toy", cwd=proj.root)
+    assert missing.returncode == 2
+    assert "toy/rollout: no upstream revision to compare with" in missing.stderr and "--rev REV" in missing.stderr
+
+
+def _conflicting_upstream(upstream, model_py: str) -> str:
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")
+    return upstream.commit({"docs/guide.md": "guide v2\n"}, "Update the guide")
+
+
+def test_rebase_stops_on_conflict_and_continues_after_resolution(proj, upstream):
+    pin, model_py = toy(proj, upstream)
+    new = _conflicting_upstream(upstream, model_py)
+    folder = proj.root / "patches/toy/rollout"
+    contiguous = (folder / "0002-contiguous.patch").read_bytes()
+    stopped = zmr("rebase", "toy", "--onto", new[:10], cwd=proj.root)
+    assert stopped.returncode == 1
+    assert "toy/rollout: patch 0001-fixed-split.patch (Use a fixed split size in matmul) conflicts with upstream" in stopped.stderr
+    assert "conflicting files: src/model.py" in stopped.stderr
+    assert "zmr rebase toy -c rollout --continue" in stopped.stderr and "--abort" in stopped.stderr
+    co = proj.root / "work/toy/rollout"
+    assert "both modified:   src/model.py" in git("status", cwd=co)
+    assert git("rev-parse", "zmr/base", cwd=co) == new
+    early = zmr("rebase", "toy", "--continue", cwd=proj.root)
+    assert early.returncode == 2 and "conflicts in src/model.py are not resolved yet" in early.stderr
+    busy = zmr("rebase", "toy", "--onto", "main", cwd=proj.root)
+    assert busy.returncode == 2 and "a rebase is already in progress" in busy.stderr
+    # Resolve: keep both intentions.
+    text = (co / "src/model.py").read_text()
+    resolved = re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S)
+    (co / "src/model.py").write_text(resolved)
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "toy", "--continue", cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    assert "## Changed (1)" in done.stdout and "## Kept (1)" in done.stdout
+    assert "-+line 10 fixed split" in done.stdout and "++line 10 upstream, fixed split" in done.stdout
+    assert "replayed: in the checkout (conflicts resolved)" in done.stdout
+    assert f"commit:   \"{new}\"" in (proj.root / "manifests/toy.yaml").read_text()
+    patch = (folder / "0001-fixed-split.patch").read_text()
+    assert "-line 10 upstream\n+line 10 upstream, fixed split\n" in patch
+    assert "Subject: [PATCH] Use a fixed split size in matmul\n" in patch and "From: Patch Author <author@zmr.invalid>" in patch
+    assert (folder / "0002-contiguous.patch").read_bytes() == contiguous
+    assert git("log", "--format=%an %s", "zmr/base..", cwd=co).splitlines() == ["Patch Author Make matmul output contiguous", "Patch Author Use a fixed split size in matmul"]
+    assert git("config", "zmr.pin", cwd=co) == new
+    assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
+    build = zmr("build", "toy", cwd=proj.root)
+    assert build.returncode == 0, build.stderr
+    assert git("rev-parse", "rollout/toy^{tree}", cwd=proj.root) == git("rev-parse", "HEAD^{tree}", cwd=co)
+
+
+def test_rebase_abort_restores_manifest_series_refs_and_checkout(proj, upstream):
+    pin, model_py = toy(proj, upstream)
+    new = _conflicting_upstream(upstream, model_py)
+    co = proj.root / "work/toy/rollout"
+
+    def state():
+        return tree_files(proj.root / "manifests"), tree_files(proj.root / "patches"), proj.refs()
+
+    before = state()
+    # Without a checkout: the one made for the conflict goes away again.
+    assert zmr("rebase", "toy", "--onto", "main", cwd=proj.root).returncode == 1
+    assert co.is_dir()
+    aborted = zmr("rebase", "toy", "--abort", cwd=proj.root)
+    assert aborted.returncode == 0, aborted.stderr
+    assert not co.exists() and state() == before
+    # With a checkout, half-way through resolving.
+    assert zmr("checkout", "toy", cwd=proj.root).returncode == 0
+    git("config", "user.name", "Local Setting", cwd=co)
+    checkout_before = (tree_files(co), git("for-each-ref", cwd=co), git("symbolic-ref", "HEAD", cwd=co), (co / ".git/config").read_bytes())
+    assert zmr("rebase", "toy", "--onto", "main", cwd=proj.root).returncode == 1
+    (co / "src/model.py").write_text("half resolved\n")
+    git("add", "src/model.py", cwd=co)
+    aborted = zmr("rebase", "toy", "--abort", cwd=proj.root)
+    assert aborted.returncode == 0, aborted.stderr
+    assert state() == before
+    assert (tree_files(co), git("for-each-ref", cwd=co), git("symbolic-ref", "HEAD", cwd=co), (co / ".git/config").read_bytes()) == checkout_before
+    assert git("status", "--porcelain", cwd=co) == ""
+    assert not (co / ".git/CHERRY_PICK_HEAD").exists()
+    assert not (proj.root / ".zmr/rebase/toy-rollout").exists()
+    again = zmr("rebase", "toy", "--abort", cwd=proj.root)
+    assert again.returncode == 2 and "no rebase in progress" in again.stderr
+    # The checkout is usable as before: export changes nothing.
+    assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
+
+
+def test_rebase_refuses_unexported_work_and_unknown_revisions(proj, upstream):
+    toy(proj, upstream)
+    assert zmr("checkout", "toy", cwd=proj.root).returncode == 0
+    co = proj.root / "work/toy/rollout"
+    (co / "README.md").write_text("work\n")
+    git("commit", "-q", "-am", "Local work", cwd=co)
+    refused = zmr("rebase", "toy", "--onto", "main", cwd=proj.root)
+    assert refused.returncode == 2
+    assert "the checkout has work that is not in the series" in refused.stderr and "zmr export toy -c rollout" in refused.stderr
+    git("reset", "-q", "--hard", "HEAD~1", cwd=co)
+    unknown = zmr("rebase", "toy", "--onto", "no-such-branch", cwd=proj.root)
+    assert unknown.returncode == 2 and "cannot fetch 'no-such-branch'" in unknown.stderr
+    usage = zmr("rebase", "toy", cwd=proj.root)
+    assert usage.returncode == 2 and "give exactly one of --onto REV, --continue, --abort" in usage.stderr

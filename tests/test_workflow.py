@@ -1,0 +1,264 @@
+"""zmr checkout and zmr export: working trees per component, byte-stable series."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import git, make_project, simple_model, zmr
+
+QUILT = (
+    "Description: Extend the guide, quilt style\n"
+    "Author: Quilt Maintainer <quilt@zmr.invalid>\n"
+    "Forwarded: not-needed\n"
+    "\n"
+    "--- a/docs/guide.md\n"
+    "+++ b/docs/guide.md\n"
+    "@@ -1 +1,2 @@\n"
+    " guide\n"
+    "+appendix from quilt\n"
+)
+
+SERIES_TEXT = (
+    "# zero-mismatch series for toy/rollout\n"
+    "\n"
+    "# batch-invariant split\n"
+    "0001-fixed-split.patch\n"
+    "0002-contiguous.patch   # small\n"
+    "\n"
+    "# documentation, quilt style\n"
+    "guide.diff\n"
+    "# trailing comment\n"
+)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def proj(tmp_path):
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    return project
+
+
+def three_patch_model(project, upstream) -> tuple[str, Path, Path]:
+    """toy/rollout with two format-patch mails and a quilt-style diff, checked out."""
+    pin = simple_model(project, upstream)
+    folder = project.root / "patches/toy/rollout"
+    (folder / "guide.diff").write_text(QUILT)
+    (folder / "series").write_text(SERIES_TEXT)
+    (folder / "NOTES.txt").write_text("not a patch; export must leave it alone\n")
+    project.commit_all("three patches")
+    result = zmr("checkout", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    return pin, folder, project.root / "work/toy/rollout"
+
+
+def test_checkout_is_a_plain_repository_with_one_commit_per_patch(proj, upstream):
+    pin, folder, co = three_patch_model(proj, upstream)
+    log = git("log", "--reverse", "--format=%an|%ae|%at|%s", "zmr/base..", cwd=co).splitlines()
+    assert log == [
+        "Patch Author|author@zmr.invalid|1710000000|Use a fixed split size in matmul",
+        "Patch Author|author@zmr.invalid|1710000000|Make matmul output contiguous",
+        "Quilt Maintainer|quilt@zmr.invalid|0|Extend the guide, quilt style",
+    ]
+    assert git("rev-parse", "zmr/base", cwd=co) == pin
+    assert git("symbolic-ref", "HEAD", cwd=co) == "refs/heads/toy/rollout"
+    assert git("config", "zmr.pin", cwd=co) == pin
+    assert git("status", "--porcelain", cwd=co) == ""
+    assert "appendix from quilt" in (co / "docs/guide.md").read_text()
+    body = git("log", "-1", "--format=%b", "zmr/base~0..HEAD~1", cwd=co)
+    assert "Batch-invariant" not in body  # HEAD~1 is the contiguous patch; the body of the first:
+    assert "Batch-invariant" in git("log", "-1", "--format=%b", "HEAD~2", cwd=co)
+    # Objects are copied, never borrowed: the checkout survives the cache.
+    assert not (co / ".git/objects/info/alternates").exists()
+    shutil.rmtree(os.environ["ZMR_CACHE"])
+    git("fsck", "--no-dangling", cwd=co)
+    assert git("rev-list", "--count", "zmr/base..HEAD", cwd=co) == "3"
+    # A checkout equal to the series is left alone, and export writes nothing.
+    again = zmr("checkout", "toy", cwd=proj.root)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("unchanged")
+    before = files(folder)
+    exported = zmr("export", "toy", cwd=co)
+    assert exported.returncode == 0, exported.stderr
+    assert "unchanged patches/toy/rollout" in exported.stdout
+    assert files(folder) == before
+
+
+def test_checkout_refuses_dirty_or_unexported_work_and_force_keeps_a_backup(proj, upstream):
+    _, folder, co = three_patch_model(proj, upstream)
+    (co / "README.md").write_text("edited\n")
+    dirty = zmr("checkout", "toy", cwd=proj.root)
+    assert dirty.returncode == 2
+    assert "has work that is not in the series" in dirty.stderr
+    assert "uncommitted changes in README.md" in dirty.stderr
+    assert "zmr export toy" in dirty.stderr and "--force" in dirty.stderr
+    git("commit", "-q", "-am", "Rewrite the README", cwd=co)
+    unexported = zmr("checkout", "toy", cwd=proj.root)
+    assert unexported.returncode == 2
+    assert "added     0004-rewrite-the-readme.patch" in unexported.stderr
+    work = git("rev-parse", "HEAD", cwd=co)
+    (co / "scratch.txt").write_text("untracked\n")
+    forced = zmr("checkout", "toy", "--force", cwd=proj.root)
+    assert forced.returncode == 0, forced.stderr
+    assert "saved the discarded work as refs/zmr/backup/" in forced.stdout
+    backups = git("for-each-ref", "--format=%(refname) %(objectname)", "refs/zmr/backup/", cwd=co).splitlines()
+    assert any(line.endswith(work) for line in backups)
+    snapshot = next(line.split()[0] for line in backups if line.split()[0].endswith("-worktree"))
+    assert git("show", f"{snapshot}:scratch.txt", cwd=co) == "untracked"
+    assert git("rev-list", "--count", "zmr/base..HEAD", cwd=co) == "3"
+    assert git("status", "--porcelain", cwd=co) == ""
+    assert not (co / "scratch.txt").exists()
+    # An interrupted refresh (its marker still there) is finished, not taken for work.
+    (co / ".git/zmr-refresh").write_text("x\n")
+    (co / "README.md").write_text("half reset\n")
+    resumed = zmr("checkout", "toy", cwd=proj.root)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git("status", "--porcelain", cwd=co) == "" and not (co / ".git/zmr-refresh").exists()
+
+
+HOSTILE_GITCONFIG = """\
+[format]
+\tsignature = hostile signature
+\tnumbered = true
+\tsubjectPrefix = HOSTILE
+\tcoverLetter = true
+\tthread = shallow
+\tsignOff = true
+[diff]
+\tnoprefix = true
+\tmnemonicPrefix = true
+\trenames = copies
+\tcontext = 9
+\tsuppressBlankEmpty = true
+\talgorithm = patience
+[core]
+\tabbrev = 7
+[user]
+\tname = Hostile Person
+\temail = hostile@example.com
+"""
+
+
+def test_export_bytes_ignore_user_and_checkout_config(proj, upstream, tmp_path):
+    pin, folder, co = three_patch_model(proj, upstream)
+    model_py = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(model_py.replace("line 30\n", "line 30\n\nline 30b\n"))
+    (co / "src/kernels/blank.py").write_text("a = 1\n\nb = 2\n")
+    git("add", "-A", cwd=co)
+    git("commit", "-q", "-m", "Add a blank-line kernel\n\nTwo files, one new.", cwd=co, env={"GIT_AUTHOR_DATE": "@1712000000 +0200", "GIT_AUTHOR_NAME": "Zoë Dev"})
+    # Hostile settings in the user's config and in the checkout's own config.
+    Path(os.environ["HOME"], ".gitconfig").write_text(HOSTILE_GITCONFIG)
+    for key, value in (("diff.noprefix", "true"), ("diff.suppressBlankEmpty", "true"), ("diff.context", "1"), ("diff.interHunkContext", "20"), ("apply.ignoreWhitespace", "change")):
+        git("config", key, value, cwd=co)
+    hostile = zmr("export", "toy", cwd=proj.root)
+    assert hostile.returncode == 0, hostile.stderr
+    written = files(folder)
+    data = written["0004-add-a-blank-line-kernel.patch"].decode()
+    # Restore the series and export again with a clean environment: same bytes.
+    git("checkout", "-q", "--", "patches", cwd=proj.root)
+    git("clean", "-q", "-fd", "--", "patches", cwd=proj.root)
+    Path(os.environ["HOME"], ".gitconfig").unlink()
+    git("update-ref", "-d", "refs/zmr/exported", cwd=co)
+    clean = zmr("export", "toy", cwd=proj.root, env={"TZ": "Asia/Kolkata", "LC_ALL": "de_DE.UTF-8"})
+    assert clean.returncode == 0, clean.stderr
+    assert files(folder) == written
+    # Only the new patch was written; the untouched ones (quilt style included) kept their bytes.
+    assert set(written) == {"series", "0001-fixed-split.patch", "0002-contiguous.patch", "guide.diff", "NOTES.txt", "0004-add-a-blank-line-kernel.patch"}
+    assert written["guide.diff"] == QUILT.encode()
+    assert written["series"] == SERIES_TEXT.replace("# trailing", "0004-add-a-blank-line-kernel.patch\n# trailing").encode()
+    lines = data.split("\n")
+    assert lines[0] == "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001"
+    assert lines[1] == "From: =?utf-8?q?Zo=C3=AB_Dev?= <dev@upstream.invalid>"
+    assert lines[2] == "Date: Mon, 1 Apr 2024 21:33:20 +0200"
+    assert lines[3] == "Subject: [PATCH] Add a blank-line kernel"
+    assert "Content-Type: text/plain; charset=UTF-8" in lines
+    assert "\nTwo files, one new.\n---\ndiff --git a/src/kernels/blank.py b/src/kernels/blank.py\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..fe3eb89aa494c8decbe0729968cc399d5c7d6aca\n--- /dev/null\n" in data
+    assert "--- a/src/model.py\n+++ b/src/model.py\n@@ -28,6 +28,8 @@ line 27\n line 28\n line 29\n line 30\n+\n+line 30b\n line 31\n line 32\n line 33\n" in data
+    assert "hostile" not in data.lower() and "-- \n" not in data and data.endswith(" line 33\n")
+    # Reading it back gives the commit's metadata: a second export writes nothing.
+    again = zmr("export", "toy", cwd=proj.root)
+    assert again.returncode == 0 and "unchanged" in again.stdout
+    assert files(folder) == written
+    # git am takes the file as it is and makes the same tree.
+    scratch = tmp_path / "am"
+    git("clone", "-q", "--no-checkout", str(co), str(scratch))
+    git("checkout", "-q", "-B", "am", "HEAD~1", cwd=scratch)
+    git("am", "-q", str(folder / "0004-add-a-blank-line-kernel.patch"), cwd=scratch)
+    assert git("rev-parse", "HEAD^{tree}", cwd=scratch) == git("rev-parse", "HEAD^{tree}", cwd=co)
+
+
+def test_export_reflects_added_removed_reordered_and_reworded_commits(proj, upstream):
+    _, folder, co = three_patch_model(proj, upstream)
+    split, contiguous, guide = git("rev-list", "--reverse", "zmr/base..HEAD", cwd=co).split()
+    before = files(folder)
+    # Reorder (guide first), reword (split), drop (contiguous), add a new one.
+    git("reset", "-q", "--hard", "zmr/base", cwd=co)
+    git("cherry-pick", guide, cwd=co)
+    git("cherry-pick", split, cwd=co)
+    git("commit", "-q", "--amend", "-m", "Fix the split size for batch invariance\n\nBatch-invariant: the split no longer depends on the row count.", cwd=co)
+    (co / "setup.cfg").write_text("[metadata]\nname = toy\nversion = 2\n")
+    git("add", "setup.cfg", cwd=co)
+    git("commit", "-q", "-m", "Pin the toy version", cwd=co)
+    result = zmr("export", "toy", "--json", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    report = json.loads(result.stdout)["exports"][0]
+    assert [(p["name"], p["status"], p["written"]) for p in report["patches"]] == [
+        ("guide.diff", "unchanged", False),
+        ("0002-fix-the-split-size-for-batch-invariance.patch", "reworded", True),
+        ("0003-pin-the-toy-version.patch", "added", True),
+    ]
+    assert report["removed"] == ["0001-fixed-split.patch", "0002-contiguous.patch"]
+    after = files(folder)
+    assert after["guide.diff"] == before["guide.diff"]
+    assert after["NOTES.txt"] == before["NOTES.txt"]  # never listed: never removed
+    assert "0001-fixed-split.patch" not in after and "0002-contiguous.patch" not in after
+    assert after["series"].decode() == (
+        "# zero-mismatch series for toy/rollout\n"
+        "\n"
+        "# documentation, quilt style\n"
+        "guide.diff\n"
+        "\n"
+        "# batch-invariant split\n"
+        "0002-fix-the-split-size-for-batch-invariance.patch\n"
+        "0003-pin-the-toy-version.patch\n"
+        "# trailing comment\n"
+    )
+    reworded = after["0002-fix-the-split-size-for-batch-invariance.patch"].decode()
+    assert "Subject: [PATCH] Fix the split size for batch invariance\n" in reworded
+    assert "Date: Sat, 9 Mar 2024 16:00:00 +0000\n" in reworded
+    # The new series builds, and exporting again changes nothing.
+    assert zmr("validate", "toy", cwd=proj.root).returncode == 0
+    again = zmr("export", "toy", cwd=proj.root)
+    assert again.returncode == 0 and again.stdout.startswith("unchanged")
+    assert files(folder) == after
+    build = zmr("build", "toy", cwd=proj.root)
+    assert build.returncode == 0, build.stderr
+    assert git("rev-parse", "rollout/toy^{tree}", cwd=proj.root) == git("rev-parse", "HEAD^{tree}", cwd=co)
+
+
+def test_export_refuses_a_dirty_tree_or_a_moved_base(proj, upstream):
+    _, folder, co = three_patch_model(proj, upstream)
+    before = files(folder)
+    (co / "README.md").write_text("dirty\n")
+    dirty = zmr("export", "toy", cwd=proj.root)
+    assert dirty.returncode == 2
+    assert "work/toy/rollout: the working tree is not clean" in dirty.stderr
+    assert "uncommitted changes in README.md" in dirty.stderr
+    git("checkout", "-q", "--", "README.md", cwd=co)
+    manifest = proj.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(upstream.commits[1], upstream.commits[2]))
+    moved = zmr("export", "toy", cwd=proj.root)
+    assert moved.returncode == 2
+    assert f"the base moved: the checkout is on {upstream.commits[1][:12]}, the manifest pins {upstream.commits[2][:12]}" in moved.stderr
+    assert files(folder) == before
+    none = zmr("export", "toy", "--dir", str(proj.root / "elsewhere"), cwd=proj.root)
+    assert none.returncode == 2 and "no checkout" in none.stderr

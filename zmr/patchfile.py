@@ -1,0 +1,258 @@
+"""Canonical patch files: one commit → one byte-stable ``git format-patch``-style mail.
+
+The bytes are a function of the commit alone (author, date, message, the
+diff against its parent), never of the git version or of anyone's config:
+the mail header is written here, not by ``format-patch``, and the diff comes
+from ``git diff-tree`` with every option that could vary spelled out::
+
+    From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+    From: Patch Author <author@example.org>
+    Date: Sun, 10 Mar 2024 16:00:00 +0000
+    Subject: [PATCH] Use a fixed split size in matmul
+
+    Body of the commit message, as written.
+    ---
+    diff --git a/src/model.py b/src/model.py
+    index <40 hex>..<40 hex> 100644
+    --- a/src/model.py
+    +++ b/src/model.py
+    @@ -7,7 +7,7 @@
+    ...
+
+- the ``From`` line carries the zero id (no commit id churn), there is no
+  ``[PATCH n/m]`` numbering, no diffstat and no version signature;
+- non-ASCII subjects and names are RFC 2047 encoded (UTF-8) and the body is
+  declared ``text/plain; charset=UTF-8`` with 8bit transfer, as git does;
+- the diff: full ``index`` lines, ``a/`` ``b/`` prefixes, 3 lines of
+  context, no rename or copy detection, myers with the indent heuristic,
+  binary changes as ``GIT binary patch``, no textconv or external diff.
+
+``series.parse_patch`` reads these files back to the same author, date,
+subject and body, and ``git am`` / ``git apply`` take them as they are.
+
+The same module maps a patch to the commit that stands for it
+(``CommitMeta.for_patch``): author, date and message come from the patch;
+a patch without them (a quilt-style diff) gets fixed placeholders, so the
+commit is still a pure function of the patch bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.header
+import email.utils
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from zmr import git
+from zmr.series import Patch
+
+ZERO_FROM_LINE = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001"
+# Identity of a commit made from a patch that names no author or date.
+UNKNOWN_NAME = "Unknown Author"
+UNKNOWN_EMAIL = "unknown@zmr.invalid"
+UNKNOWN_TIMESTAMP = 0
+
+# Repository config that could still change a diff (a checkout's own .git/config is read):
+# forced here, on top of what zmr.git fixes for every call.
+DIFF_CONFIG = (
+    "-c", "diff.suppressBlankEmpty=false",
+    "-c", "diff.context=3",
+    "-c", "diff.interHunkContext=0",
+    "-c", "diff.algorithm=myers",
+    "-c", "diff.indentHeuristic=true",
+    "-c", "diff.relative=false",
+    "-c", "apply.ignoreWhitespace=no",
+    "-c", "apply.whitespace=nowarn",
+)
+DIFF_OPTIONS = (
+    "-p",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--full-index",
+    "--binary",
+    "--no-renames",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--unified=3",
+    "--diff-algorithm=myers",
+    "--indent-heuristic",
+    "--ignore-submodules=none",
+    "--inter-hunk-context=0",
+    "--no-relative",
+    "-O/dev/null",
+)
+
+_SIGNATURE_RE = re.compile(r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$")
+_SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+SLUG_MAX = 52
+
+
+@dataclass(frozen=True)
+class CommitMeta:
+    """What a patch says about its commit: author, author date, subject and body."""
+
+    name: str
+    email: str
+    timestamp: int
+    offset: str
+    subject: str
+    body: str
+
+    @property
+    def identity(self) -> git.Identity:
+        return git.Identity(self.name, self.email, self.timestamp, self.offset)
+
+    @property
+    def message(self) -> str:
+        return self.subject + "\n" + (f"\n{self.body}\n" if self.body else "")
+
+    @classmethod
+    def for_patch(cls, patch: Patch) -> "CommitMeta":
+        return cls(
+            name=patch.author_name or UNKNOWN_NAME,
+            email=patch.author_email or UNKNOWN_EMAIL,
+            timestamp=patch.timestamp if patch.timestamp is not None else UNKNOWN_TIMESTAMP,
+            offset=patch.offset if patch.timestamp is not None else "+0000",
+            subject=patch.subject,
+            body=patch.body,
+        )
+
+    @classmethod
+    def for_commit(cls, info: git.CommitInfo) -> "CommitMeta":
+        match = _SIGNATURE_RE.match(info.author.strip())
+        if match:
+            name, mail, stamp, offset = match.group(1), match.group(2), int(match.group(3)), match.group(4)
+        else:  # pragma: no cover - git never writes such an author line
+            name, mail, stamp, offset = info.author, "", 0, "+0000"
+        subject, body = split_message(info.message)
+        return cls(name.strip(), mail.strip(), stamp, offset, subject, body)
+
+    def same_as_patch(self, patch: Patch) -> bool:
+        """True when a commit with this metadata is what *patch* turns into."""
+        mine = CommitMeta(self.name, self.email, self.timestamp, self.offset, normalize_subject(self.subject), self.body)
+        return mine == CommitMeta.for_patch(patch)
+
+
+def split_message(message: str) -> tuple[str, str]:
+    """(subject, body) as ``git format-patch`` sees a message: first paragraph joined into one line."""
+    lines = [line.rstrip() for line in message.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    subject_lines = []
+    while lines and lines[0].strip():
+        subject_lines.append(lines.pop(0).strip())
+    body = "\n".join(lines).strip("\n")
+    return " ".join(subject_lines), body
+
+
+def normalize_subject(subject: str) -> str:
+    """The subject ``git am`` (and ``series.parse_patch``) reads back: leading ``[...]`` tags dropped."""
+    return _SUBJECT_PREFIX_RE.sub("", subject).strip()
+
+
+def slug(subject: str) -> str:
+    """``Use a fixed split size!`` → ``use-a-fixed-split-size`` (a-z, 0-9, '-'; at most 52 characters)."""
+    text = _SLUG_RE.sub("-", normalize_subject(subject).lower()).strip("-")
+    if len(text) > SLUG_MAX:
+        text = text[:SLUG_MAX].rsplit("-", 1)[0] if "-" in text[:SLUG_MAX] else text[:SLUG_MAX]
+    return text.strip("-") or "patch"
+
+
+def patch_name(position: int, subject: str) -> str:
+    return f"{position:04d}-{slug(subject)}.patch"
+
+
+def commit_diff(repo: git.Repo, parent: str, commit: str) -> bytes:
+    """The canonical diff of *commit* against *parent* (trees or commits)."""
+    return repo.run(diff_tree_args(parent, commit)).stdout
+
+
+def diff_tree_args(*rest: str) -> list[str]:
+    """``git diff-tree`` with the canonical options (and config overrides) and *rest*."""
+    return [*DIFF_CONFIG, "diff-tree", *DIFF_OPTIONS, *rest]
+
+
+def format_commit(repo: git.Repo, commit: str, info: git.CommitInfo | None = None, parent: str | None = None) -> bytes:
+    """The canonical patch bytes of *commit* (diff against its first parent, or *parent*)."""
+    info = info or repo.commit_info(commit)
+    if parent is None:
+        if not info.parents:
+            raise ValueError(f"{commit} is a root commit; give the tree to diff against")
+        parent = info.parents[0]
+    meta = CommitMeta.for_commit(info)
+    return format_mail(meta, commit_diff(repo, parent, commit))
+
+
+def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
+    """Header, message and diff of one patch mail."""
+    ascii_only = all(ord(c) < 128 for c in meta.subject + meta.body + meta.name)
+    headers = [
+        ZERO_FROM_LINE,
+        "From: " + email.utils.formataddr((meta.name, meta.email), charset="utf-8"),
+        "Date: " + format_date(meta.timestamp, meta.offset),
+        "Subject: [PATCH] " + _encode_header(meta.subject),
+    ]
+    if not ascii_only:
+        headers += ["MIME-Version: 1.0", "Content-Type: text/plain; charset=UTF-8", "Content-Transfer-Encoding: 8bit"]
+    text = "\n".join(headers) + "\n\n"
+    if meta.body:
+        text += meta.body + "\n"
+    text += "---\n"
+    return text.encode("utf-8", "surrogateescape") + diff
+
+
+def _encode_header(value: str) -> str:
+    if all(32 <= ord(c) < 127 for c in value):
+        return value
+    return email.header.Header(value, "utf-8", maxlinelen=1 << 20).encode()
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def format_date(timestamp: int, offset: str) -> str:
+    """RFC 2822 date as git writes it: ``Sat, 9 Mar 2024 16:00:00 +0000`` (in the author's offset)."""
+    if not re.fullmatch(r"[+-]\d{4}", offset):
+        offset = "+0000"
+    sign = -1 if offset.startswith("-") else 1
+    minutes = sign * (int(offset[1:3]) * 60 + int(offset[3:5]))
+    tz = datetime.timezone(datetime.timedelta(minutes=minutes))
+    dt = datetime.datetime.fromtimestamp(timestamp, tz)
+    return f"{_DAYS[dt.weekday()]}, {dt.day} {_MONTHS[dt.month - 1]} {dt.year} {dt:%H:%M:%S} {offset}"
+
+
+def current_umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write *path* through a temporary file in the same folder and a rename: never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = None
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".zmr-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,257 @@
+"""Publishing release branches (``zmr publish``) and the CI job matrix (``zmr ci-matrix``).
+
+Publish pipeline::
+
+    verify (rebuild in memory, compare with the local branches)   refuse on any drift
+      ──▶ ls-remote (what the remote has now)
+      ──▶ lease check per branch                                   refuse a branch someone else moved
+      ──▶ one `git push --atomic --porcelain` with
+          --force-with-lease=refs/heads/<b>:<remote value>   (or `<b>:`: must not exist)
+          <verified commit>:refs/heads/<b>                  for every branch
+
+The push names the verified commit ids, never the local branch names, so a
+branch moved after verification cannot slip in. ``--atomic``: the remote
+moves every branch or none (a hook refusing one ref refuses them all).
+
+Lease. Release branches are rewritten on every change (a new root commit),
+so the push is forced; the lease makes it safe. A remote branch may be
+overwritten only when it holds what this repository last saw there (its
+remote-tracking ref, which a successful push updates), or -- when there is
+no such ref, as in a fresh CI clone -- a release commit zmr made for the
+same model and component (checked on its trailers and layout after fetching
+it). Anything else is somebody's work: publish refuses, naming the branch,
+and moves nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from zmr import git
+from zmr.errors import CheckFailed, ZmrError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.cache import Cache
+    from zmr.manifest import Component, Manifest, SmokeTest
+    from zmr.project import Project
+
+Progress = Callable[[str], None]
+
+CREATED, UPDATED, UP_TO_DATE = "created", "updated", "up to date"
+_PORCELAIN_RE = re.compile(r"^([ +\-*!=])\t([^\t]*):([^\t]+)\t(.*)$")
+
+
+@dataclass
+class BranchPush:
+    """One release branch: what the remote had and what publish sends."""
+
+    component: "Component"
+    new: str
+    old: str | None  # on the remote before; None: absent
+
+    @property
+    def branch(self) -> str:
+        return self.component.branch
+
+    @property
+    def ref(self) -> str:
+        return f"refs/heads/{self.component.branch}"
+
+    @property
+    def status(self) -> str:
+        if self.old is None:
+            return CREATED
+        return UP_TO_DATE if self.old == self.new else UPDATED
+
+    def to_json(self) -> dict:
+        return {"model": self.component.model, "component": self.component.key, "branch": self.branch, "old": self.old, "new": self.new, "status": self.status}
+
+
+@dataclass
+class PublishResult:
+    remote: str
+    dry_run: bool
+    branches: list[BranchPush] = field(default_factory=list)
+    pushed: bool = False
+
+    @property
+    def moving(self) -> list[BranchPush]:
+        return [b for b in self.branches if b.status != UP_TO_DATE]
+
+    def to_json(self) -> dict:
+        return {"remote": self.remote, "dry_run": self.dry_run, "pushed": self.pushed, "branches": [b.to_json() for b in self.branches]}
+
+
+def publish(project: "Project", components: Sequence["Component"], remote: str = "origin", *, dry_run: bool = False, cache: "Cache | None" = None, progress: Progress | None = None) -> PublishResult:
+    """Verify, check the leases, then push every branch in one atomic push (or, dry run, nothing)."""
+    from zmr import release
+
+    if not remote.strip() or remote.startswith("-") or any(ord(c) < 32 for c in remote):
+        raise ZmrError(f"--remote {remote!r} is not a remote name or URL", details=["name a remote of `git remote -v`, e.g. origin"])
+    repo = project.repo
+    results = release.verify(project, components, cache=cache, progress=progress)
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        raise CheckFailed(
+            f"refusing to publish: {', '.join(r.branch for r in bad)} do{'es' if len(bad) == 1 else ''} not rebuild to the same commit ids",
+            details=[f"{r.status} {r.branch}: {'; '.join(r.reasons)}" for r in bad] + ["nothing was pushed; run `zmr build` (and look at what changed), then publish again"],
+        )
+    if progress:
+        progress(f"reading {remote}")
+    remote_refs = repo.ls_remote(remote, [f"refs/heads/{r.branch}" for r in results])
+    plan = [BranchPush(r.component, r.expected, remote_refs.get(f"refs/heads/{r.branch}")) for r in results]
+    outcome = PublishResult(remote, dry_run, plan)
+    _check_leases(repo, remote, plan, progress)
+    if dry_run or not outcome.moving:
+        return outcome
+    if progress:
+        progress(f"pushing {len(outcome.moving)} branch{'es' if len(outcome.moving) != 1 else ''} to {remote}")
+    _push(repo, remote, plan)
+    outcome.pushed = True
+    return outcome
+
+
+def _check_leases(repo: git.Repo, remote: str, plan: Sequence[BranchPush], progress: Progress | None) -> None:
+    """Refuse to overwrite a remote branch that holds something this repository has not seen."""
+    specs = fetch_refspecs(repo, remote)
+    refused: list[str] = []
+    for item in plan:
+        if item.old is None or item.old == item.new:
+            continue
+        seen_ref = tracking_ref(specs, item.ref)
+        if seen_ref is not None:
+            seen = repo.ref_value(seen_ref)
+            if seen is not None:
+                if seen != item.old:
+                    refused.append(f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it")
+                continue
+        if progress:
+            progress(f"inspecting {item.branch} on {remote}")
+        why = _not_a_release(repo, remote, item)
+        if why:
+            refused.append(f"{item.branch}: {remote} has {item.old[:12]}, which {why}; someone else pushed to it")
+    if refused:
+        raise CheckFailed(
+            f"refusing to publish: {len(refused)} branch{'es' if len(refused) != 1 else ''} on {remote} changed behind zmr's back",
+            details=refused
+            + [
+                "nothing was pushed; look at the remote branch (git fetch " + remote + "), and when it may be replaced,",
+                "update the remote-tracking ref to it (git fetch " + remote + ") and publish again",
+            ],
+        )
+
+
+def fetch_refspecs(repo: git.Repo, remote: str) -> list[tuple[str, str]]:
+    """(src, dst) of ``remote.<remote>.fetch``; empty for a URL or an unknown remote."""
+    proc = repo.run(["config", "--get-all", f"remote.{remote}.fetch"], check=False)
+    specs = proc.stdout.decode("utf-8", "replace").split() if proc.returncode == 0 else []
+    return [tuple(spec.lstrip("+").split(":", 1)) for spec in specs if ":" in spec and not spec.startswith("^")]  # type: ignore[misc]
+
+
+def tracking_ref(specs: Sequence[tuple[str, str]], ref: str) -> str | None:
+    """The remote-tracking ref *ref* maps to under *specs* (exact or one-'*' refspecs)."""
+    for src, dst in specs:
+        if src.count("*") == 1 and dst.count("*") == 1:
+            head, tail = src.split("*")
+            if ref.startswith(head) and ref.endswith(tail) and len(ref) > len(head) + len(tail):
+                return dst.replace("*", ref[len(head) : len(ref) - len(tail)])
+        elif "*" not in src and src == ref and "*" not in dst:
+            return dst
+    return None
+
+
+def _not_a_release(repo: git.Repo, remote: str, item: BranchPush) -> str:
+    """'' when *item.old* is a release commit of the same model and component, else why not."""
+    from zmr.release import TRAILER_COMPONENT, TRAILER_MODEL
+
+    oid = item.old
+    assert oid is not None
+    if not repo.has_object(oid, "commit"):
+        # --refmap= : do not touch remote-tracking refs (that would accept the commit as seen).
+        repo.fetch(remote, [item.ref], extra=["--refmap="])
+        if not repo.has_object(oid, "commit"):
+            return "changed again while zmr was looking at it"
+    info = repo.commit_info(oid)
+    trailers = info.trailers()
+    comp = item.component
+    if trailers.get(TRAILER_MODEL) != comp.model or trailers.get(TRAILER_COMPONENT) != comp.key:
+        return f"is not a release commit of {comp.label} (no {TRAILER_MODEL}/{TRAILER_COMPONENT} trailers naming it)"
+    if len(info.parents) > 1 or (info.parents and repo.commit_info(info.parents[0]).parents):
+        return "has commits on top of or below a release layout (expected a snapshot and a changes commit)"
+    return ""
+
+
+def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
+    args = ["push", "--atomic", "--porcelain", "--no-verify", "--no-recurse-submodules"]
+    for item in plan:
+        args.append(f"--force-with-lease={item.ref}:{item.old or ''}")
+    args += ["--end-of-options", remote]
+    args += [f"{item.new}:{item.ref}" for item in plan]
+    proc = repo.run(args, check=False, transport=True)
+    out = proc.stdout.decode("utf-8", "replace")
+    err = proc.stderr.decode("utf-8", "replace")
+    statuses: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        match = _PORCELAIN_RE.match(line)
+        if match:
+            statuses[match.group(3)] = (match.group(1), match.group(4))
+    rejected = [(item, statuses.get(item.ref, ("?", "no status reported"))) for item in plan]
+    rejected = [(item, st) for item, st in rejected if st[0] in "!?"]
+    if proc.returncode != 0 or rejected:
+        details = [f"{item.branch}: {summary}" for item, (_, summary) in rejected]
+        details += [f"git: {line}" for line in err.strip().splitlines()[-8:]]
+        details.append("the push was atomic: no branch moved on " + remote)
+        lease = any("stale info" in summary for _, (_, summary) in rejected)
+        if lease:
+            details.append(f"a branch on {remote} changed while publishing; run `zmr publish` again to look at it")
+        raise CheckFailed(f"{remote} refused the push of {', '.join(item.branch for item, _ in rejected) or 'the release branches'}", details=details)
+
+
+# -- CI matrix -------------------------------------------------------------------------------
+
+
+def needs_gpu(test: "SmokeTest") -> bool:
+    """A test needs a GPU when it asks for a positive ``GPU`` resource."""
+    return any(name.upper() == "GPU" and amount > 0 for name, amount in test.resources)
+
+
+def ci_matrix(manifests: Sequence["Manifest"]) -> dict:
+    """``{"include": [...]}``: one job per model × component, for ``strategy.matrix``.
+
+    A component's own smoke tests go to its job; a model-level test goes to
+    the job of the first component (in manifest order) it needs (``zmr
+    smoke`` builds the other trees it needs). ``smoke`` lists the test ids
+    that need no GPU, ``smoke_args`` the same as ``--only`` options for
+    ``zmr smoke MODEL``; ``gpu_smoke`` the ids that need one.
+    """
+    include = []
+    for manifest in sorted(manifests, key=lambda m: m.model):
+        order = list(manifest.components)
+        assigned: dict[str, list[tuple[str, "SmokeTest"]]] = {key: [] for key in order}
+        for key, comp in manifest.components.items():
+            for test in comp.smoke:
+                assigned[key].append((f"{key}.{test.name}", test))
+        for test in manifest.smoke:
+            owner = min(test.needs, key=order.index) if test.needs else order[0]
+            assigned[owner].append((test.name, test))
+        for key, comp in manifest.components.items():
+            cpu = [ident for ident, test in assigned[key] if not needs_gpu(test)]
+            gpu = [ident for ident, test in assigned[key] if needs_gpu(test)]
+            include.append(
+                {
+                    "name": f"{manifest.model}/{key}",
+                    "model": manifest.model,
+                    "component": key,
+                    "branch": comp.branch,
+                    "upstream": comp.upstream,
+                    "commit": comp.commit,
+                    "release": comp.release,
+                    "smoke": cpu,
+                    "smoke_args": " ".join(f"--only {ident}" for ident in cpu),
+                    "gpu": bool(gpu),
+                    "gpu_smoke": gpu,
+                }
+            )
+    return {"include": include}

@@ -1,0 +1,898 @@
+"""Checkouts: a git working tree per component where engineers change a series, and export.
+
+``zmr checkout`` turns a series into commits and ``zmr export`` turns commits
+back into a series::
+
+    series ──(temp index in the mirror: apply, commit-tree per patch)──▶ chain of commits
+           ──(local fetch: objects copied, never borrowed)──▶ checkout: branch <model>/<component>
+    checkout ──(rev-list zmr/base..HEAD, match each commit to a patch)──▶ export plan ──▶ series
+
+Where state is kept, inside the checkout's ``.git``:
+
+- config ``zmr.model``, ``zmr.component``, ``zmr.pin``, ``zmr.branch``,
+  ``zmr.project``, ``zmr.upstream``: what the checkout is of;
+- ``refs/zmr/base``: the pinned upstream commit (``git log zmr/base..``
+  shows exactly the series);
+- ``refs/zmr/exported``: the last tip known to equal the series (set by
+  checkout and export); a HEAD elsewhere may hold unexported work;
+- ``refs/zmr/backup/<time>[-worktree]``: what ``--force`` discarded;
+- ``zmr-refresh``: present only while a refresh runs, so an interrupted one
+  is finished by the next ``zmr checkout`` instead of being taken for work.
+
+A checkout made with ``--dir`` is remembered in ``.zmr/checkouts/<model>/<component>``
+of the zmr repository.
+
+Export invariants (DESIGN.md §3, byte-stable):
+
+- a commit that is exactly an existing patch (same author, date and message;
+  the patch applies to the commit's parent with no offset and gives the
+  commit's tree) keeps that file's bytes, whatever wrote it (quilt too);
+- every other commit is written canonically (``zmr.patchfile``); a file whose
+  canonical bytes are already on disk is not rewritten;
+- names are kept for patches that keep their subject; new and reworded
+  patches are named ``NNNN-<subject-slug>.patch`` by position;
+- files are removed only when they were listed in the series; ``series``
+  keeps its comments, blank lines and options where the entries survive;
+- every file is written to a temporary file and renamed; patch files first,
+  then ``series``, then removals (recorded first in
+  ``.zmr/pending-removals/`` so an interrupted export finishes them next time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from zmr import git
+from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.errors import ZmrError
+from zmr.manifest import Component
+from zmr.patchfile import CommitMeta, current_umask, atomic_write, format_commit, normalize_subject, patch_name
+from zmr.project import Project
+from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
+
+BASE_REF = "refs/zmr/base"
+EXPORTED_REF = "refs/zmr/exported"
+BACKUP_PREFIX = "refs/zmr/backup/"
+REFRESH_MARKER = "zmr-refresh"
+_IN_PROGRESS = {
+    "MERGE_HEAD": "a merge",
+    "CHERRY_PICK_HEAD": "a cherry-pick",
+    "REVERT_HEAD": "a revert",
+    "rebase-merge": "a rebase",
+    "rebase-apply": "a rebase or git am",
+    "BISECT_LOG": "a bisect",
+}
+
+Progress = Callable[[str], None]
+
+
+class WorkspaceError(ZmrError):
+    """A checkout or export cannot proceed."""
+
+
+# -- applying patches without a working tree ------------------------------------------------
+
+
+class TempIndex:
+    """A throwaway index file in *repo*: read a tree, apply patches, write a tree."""
+
+    def __init__(self, repo: git.Repo):
+        self.repo = repo
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> "TempIndex":
+        self._tmp = tempfile.TemporaryDirectory(prefix="zmr-index-")
+        self.env = {"GIT_INDEX_FILE": os.path.join(self._tmp.name, "index")}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def read_tree(self, tree: str) -> None:
+        self.repo.run(["read-tree", tree], env=self.env)
+
+    def write_tree(self) -> str:
+        return self.repo.out(["write-tree"], env=self.env)
+
+    def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
+        """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
+        args = ["-c", "apply.ignoreWhitespace=no", "apply", "--cached", f"-p{patch.strip}", "--whitespace=nowarn"]
+        if reverse:
+            args.append("--reverse")
+        if check:
+            args.append("--check")
+        if verbose:
+            args.append("--verbose")
+        return self.repo.run(args, input=patch.data, env=self.env, check=False)
+
+
+class Replayer:
+    """Commits patches one by one on top of *base* (a commit), in a temporary index.
+
+    Each commit takes author, date and message from its patch (``CommitMeta``)
+    and the same identity as committer, so a chain is a pure function of the
+    base and the patch bytes.
+    """
+
+    def __init__(self, repo: git.Repo, base: str):
+        self.repo = repo
+        self.base = base
+        self.tip = base
+        self.tree = repo.tree_of(base)
+        self.commits: list[str] = []
+        self._index = TempIndex(repo)
+
+    def __enter__(self) -> "Replayer":
+        self._index.__enter__()
+        self._index.read_tree(self.tree)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._index.__exit__(*exc)
+
+    def try_apply(self, patch: Patch) -> tuple[bool, str]:
+        proc = self._index.apply(patch)
+        return proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+
+    def reverse_applies(self, patch: Patch) -> bool:
+        return self._index.apply(patch, reverse=True, check=True).returncode == 0
+
+    def commit(self, patch: Patch, tree: str | None = None) -> str:
+        """Commit what the last successful ``try_apply`` left in the index (*tree*, when written already)."""
+        tree = tree or self._index.write_tree()
+        meta = CommitMeta.for_patch(patch)
+        commit = self.repo.commit_tree(tree, [self.tip], meta.message, meta.identity, meta.identity)
+        self.tip, self.tree = commit, tree
+        self.commits.append(commit)
+        return commit
+
+    def write_tree(self) -> str:
+        return self._index.write_tree()
+
+
+def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
+    """One commit per patch on *base*; a patch that does not apply exactly is an error naming it."""
+    from zmr.release import _apply_error
+
+    with Replayer(repo, base) as replay:
+        for patch in patches:
+            ok, stderr = replay.try_apply(patch)
+            if not ok:
+                raise _apply_error(dataclasses.replace(component, commit=base), patch, stderr)
+            replay.commit(patch)
+        return list(replay.commits)
+
+
+# -- export plan ----------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedPatch:
+    """One patch of the exported series and what export does with its file."""
+
+    name: str
+    strip: int
+    status: str  # unchanged | refreshed | modified | reworded | added
+    commit: str
+    subject: str
+    old_name: str | None = None
+    data: bytes | None = None  # bytes to write; None keeps the file as it is
+
+
+@dataclass
+class ExportPlan:
+    """Everything an export writes, computed before any file is touched."""
+
+    folder: Path
+    display: str
+    patches: list[PlannedPatch] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    series_text: bytes | None = None  # None keeps the series file as it is
+    pending: list[str] = field(default_factory=list)  # leftovers of an interrupted export
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.writes or self.removed or self.series_text is not None)
+
+    @property
+    def writes(self) -> list[PlannedPatch]:
+        return [p for p in self.patches if p.data is not None]
+
+    def summary(self) -> list[str]:
+        lines = []
+        for item in self.patches:
+            if item.status == "unchanged" and item.data is None:
+                continue
+            if item.status == "reworded":
+                lines.append(f"reworded  {item.old_name} -> {item.name}")
+            elif item.status == "added":
+                lines.append(f"added     {item.name}")
+            elif item.data is not None:
+                lines.append(f"{item.status:9} {item.name}")
+        lines += [f"removed   {name}" for name in self.removed]
+        if self.series_text is not None and not any(l.startswith(("added", "removed", "reworded")) for l in lines):
+            lines.append("series: order or -p options changed")
+        return lines
+
+
+def list_commits(repo: git.Repo, base: str, tip: str, where: str) -> list[str]:
+    """The commits base..tip, oldest first; merges and empty commits are refused."""
+    merges = repo.rev_list(["--merges", tip, "--not", base])
+    if merges:
+        subject = CommitMeta.for_commit(repo.commit_info(merges[0])).subject
+        raise WorkspaceError(
+            f"{where}: commit {merges[0][:12]} ({subject}) is a merge; a series is linear",
+            details=["linearize the branch (git rebase zmr/base), then export again"],
+        )
+    return repo.commits_between(base, tip)
+
+
+def plan_export(repo: git.Repo, base: str, commits: Sequence[str], folder: Path, display: str, journal: Path | None = None) -> ExportPlan:
+    """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write."""
+    series = read_series(folder, display)
+    old = list(series.patches)
+    series_file = folder / "series"
+    old_text = series_file.read_bytes() if series_file.is_file() else None
+    plan = ExportPlan(folder, display)
+    infos = commit_infos(repo, commits)
+    metas = [CommitMeta.for_commit(i) for i in infos]
+    parent_trees: list[str] = []
+    for n, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
+        if len(info.parents) != 1:
+            raise WorkspaceError(f"{display}: commit {commit[:12]} ({meta.subject}) has {len(info.parents)} parents; a series is linear")
+        parent_trees.append(infos[n - 1].tree if n and info.parents[0] == commits[n - 1] else repo.tree_of(info.parents[0]))
+        if parent_trees[-1] == info.tree:
+            raise WorkspaceError(
+                f"{display}: commit {commit[:12]} ({meta.subject}) changes nothing",
+                details=["drop it (git rebase -i zmr/base) or give it changes, then export again"],
+            )
+        if not meta.subject:
+            raise WorkspaceError(f"{display}: commit {commit[:12]} has an empty subject", details=["reword it (git rebase -i zmr/base)"])
+    assigned: list[tuple[Patch, str] | None] = [None] * len(commits)
+    used: set[int] = set()
+
+    with TempIndex(repo) as index:
+        loaded: list[str | None] = [None]  # the tree the index holds, when known
+
+        def replays(patch: Patch, position: int) -> str | None:
+            """'exact' or 'offset' when *patch* turns the commit's parent into the commit's tree."""
+            if loaded[0] != parent_trees[position]:
+                index.read_tree(parent_trees[position])
+                loaded[0] = parent_trees[position]
+            proc = index.apply(patch, verbose=True)
+            if proc.returncode != 0:
+                return None  # git apply is all or nothing: the index is unchanged
+            tree = index.write_tree()
+            loaded[0] = tree
+            if tree != infos[position].tree:
+                return None
+            return "offset" if b"(offset " in proc.stderr else "exact"
+
+        # 1. The same patch: metadata equal and the patch replays to the commit (same position first).
+        for i, meta in enumerate(metas):
+            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
+            for j in order:
+                if j in used or not meta.same_as_patch(old[j]):
+                    continue
+                how = replays(old[j], i)
+                if how:
+                    assigned[i] = (old[j], "unchanged" if how == "exact" else "refreshed")
+                    used.add(j)
+                    break
+        # 2. The same subject: the patch was edited (content, body, author or date).
+        for i, meta in enumerate(metas):
+            if assigned[i] is not None:
+                continue
+            for j, patch in enumerate(old):
+                if j not in used and normalize_subject(patch.subject) == normalize_subject(meta.subject):
+                    assigned[i] = (patch, "modified")
+                    used.add(j)
+                    break
+        # 3. The same change under a new subject: reworded (the same position first).
+        for i in range(len(metas)):
+            if assigned[i] is not None:
+                continue
+            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
+            for j in order:
+                if j not in used and replays(old[j], i):
+                    assigned[i] = (old[j], "reworded")
+                    used.add(j)
+                    break
+
+    old_names = {p.name for p in old}
+    kept_names = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
+    taken = set(kept_names)
+    for i, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
+        match = assigned[i]
+        if match is not None and match[1] != "reworded":
+            patch, status = match
+            item = PlannedPatch(patch.name, patch.strip, status, commit, meta.subject, old_name=patch.name)
+            if status != "unchanged":
+                item.data = format_commit(repo, commit, info)
+                item.strip = 1
+        else:
+            name = _free_name(i + 1, meta.subject, folder, taken, old_names)
+            status = "reworded" if match is not None else "added"
+            item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_commit(repo, commit, info))
+        taken.add(item.name)
+        if item.data is not None:
+            path = folder / item.name
+            if path.is_file() and path.read_bytes() == item.data:
+                item.data = None  # the canonical bytes are already there
+        plan.patches.append(item)
+    new_names = [p.name for p in plan.patches]
+    plan.removed = sorted(old_names - set(new_names))
+    if journal is not None and journal.is_file():
+        try:
+            leftovers = json.loads(journal.read_text())
+        except ValueError:
+            leftovers = []
+        plan.pending = [n for n in leftovers if isinstance(n, str) and n not in new_names and n not in old_names and (folder / n).is_file()]
+    entries, _ = parse_series_file(old_text.decode("utf-8"), display) if old_text is not None else ([], [])
+    new_entries = [(p.name, p.strip, p.old_name if p.status != "added" else None) for p in plan.patches]
+    if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
+        plan.series_text = render_series(old_text.decode("utf-8") if old_text is not None else "", entries, new_entries).encode("utf-8")
+    return plan
+
+
+def commit_infos(repo: git.Repo, commits: Sequence[str]) -> list[git.CommitInfo]:
+    """Parsed commit objects, read with one ``git cat-file --batch``."""
+    if not commits:
+        return []
+    out = repo.run(["cat-file", "--batch"], input=("\n".join(commits) + "\n").encode()).stdout
+    infos = []
+    pos = 0
+    for commit in commits:
+        end = out.index(b"\n", pos)
+        oid, kind, size = out[pos:end].decode().split()
+        if kind != "commit":
+            raise WorkspaceError(f"{commit} is a {kind}, not a commit")
+        start = end + 1
+        infos.append(git.CommitInfo.parse(oid, out[start : start + int(size)]))
+        pos = start + int(size) + 1
+    return infos
+
+
+def _free_name(position: int, subject: str, folder: Path, taken: set[str], old_names: set[str]) -> str:
+    base = patch_name(position, subject)
+    candidate, n = base, 1
+    while candidate in taken or ((folder / candidate).exists() and candidate not in old_names):
+        n += 1
+        candidate = base.removesuffix(".patch") + f"-{n}.patch"
+    return candidate
+
+
+_ENTRY_RE = re.compile(r"^(\s*)(\S+)((?:\s+-p\d+)*)(\s*#.*)?\s*$")
+
+
+def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple[str, int, str | None]]) -> str:
+    """The series text for *new* (name, strip, old name or None), keeping *old_text*'s comments.
+
+    A comment block directly above an entry moves and goes with it; blank
+    lines and other comments stay where they are; new entries follow the
+    entry they follow in the new order.
+    """
+    lines = old_text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    by_line = {e.line: e for e in old_entries}
+    items: list[tuple[str, object]] = []  # ("free", line) | ("entry", (entry, comments, raw))
+    pending: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        if number in by_line:
+            items.append(("entry", (by_line[number], pending, raw)))
+            pending = []
+        elif raw.lstrip().startswith("#"):
+            pending.append(raw)
+        else:
+            items += [("free", c) for c in pending]
+            pending = []
+            items.append(("free", raw))
+    items += [("free", c) for c in pending]
+    old_by_name: dict[str, tuple[SeriesEntry, list[str], str]] = {}
+    for kind, value in items:
+        if kind == "entry":
+            entry, comments, raw = value  # type: ignore[misc]
+            old_by_name[entry.name] = (entry, comments, raw)
+    surviving = [n for n in new if n[2] is not None and n[2] in old_by_name]
+    surviving_old = {n[2] for n in surviving}
+
+    def render(item: tuple[str, int, str | None]) -> list[str]:
+        name, strip, old_name = item
+        if old_name is None or old_name not in old_by_name:
+            return [name + (f" -p{strip}" if strip != 1 else "")]
+        entry, comments, raw = old_by_name[old_name]
+        if entry.name == name and entry.strip == strip:
+            return [*comments, raw]
+        match = _ENTRY_RE.match(raw)
+        indent, options, comment = (match.group(1), match.group(3), match.group(4) or "") if match else ("", "", "")
+        if entry.strip != strip:
+            options = f" -p{strip}" if strip != 1 else ""
+        return [*comments, f"{indent}{name}{options}{comment}"]
+
+    # Group the new order into runs: a surviving entry followed by the new ones after it.
+    leading: list[tuple[str, int, str | None]] = []
+    runs: list[list[tuple[str, int, str | None]]] = []
+    for item in new:
+        if item in surviving:
+            runs.append([item])
+        elif runs:
+            runs[-1].append(item)
+        else:
+            leading.append(item)
+    out: list[str] = []
+    slot = 0
+    placed_leading = False
+    for kind, value in items:
+        if kind == "free":
+            out.append(value)  # type: ignore[arg-type]
+            continue
+        entry = value[0]  # type: ignore[index]
+        if entry.name not in surviving_old:
+            if not surviving and not placed_leading:
+                out += [line for item in leading for line in render(item)]
+                placed_leading = True
+            continue
+        if not placed_leading:
+            out += [line for item in leading for line in render(item)]
+            placed_leading = True
+        for item in runs[slot]:
+            out += render(item)
+        slot += 1
+    if not placed_leading:
+        out += [line for item in leading for line in render(item)]
+    return "\n".join(out) + "\n" if out else ""
+
+
+def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
+    """Write patch files, then ``series``, then remove stale files; each write atomic."""
+    for item in plan.writes:
+        atomic_write(plan.folder / item.name, item.data or b"")
+    removals = plan.removed + plan.pending
+    if removals and journal is not None:
+        atomic_write(journal, json.dumps(sorted(set(removals))).encode())
+    if plan.series_text is not None:
+        atomic_write(plan.folder / "series", plan.series_text)
+    for name in removals:
+        path = plan.folder / name
+        if path.is_file():
+            path.unlink()
+        _prune_empty_dirs(path.parent, plan.folder)
+    if journal is not None and journal.exists():
+        journal.unlink()
+
+
+def _prune_empty_dirs(folder: Path, root: Path) -> None:
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def journal_path(project: Project, component: Component) -> Path:
+    return project.root / ".zmr" / "pending-removals" / f"{component.model}-{component.key}.json"
+
+
+# -- checkouts ------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkout:
+    """A zmr checkout: a normal git working tree with zmr's notes in its config and refs."""
+
+    path: Path
+    repo: git.Repo
+    config: dict[str, str]
+
+    @property
+    def git_dir(self) -> Path:
+        return self.repo.git_dir
+
+    @property
+    def model(self) -> str:
+        return self.config.get("zmr.model", "")
+
+    @property
+    def component(self) -> str:
+        return self.config.get("zmr.component", "")
+
+    @property
+    def pin(self) -> str:
+        return self.config.get("zmr.pin", "")
+
+    @property
+    def branch(self) -> str:
+        return self.config.get("zmr.branch", "")
+
+    def head(self) -> str | None:
+        return self.repo.resolve("HEAD")
+
+    def base(self) -> str | None:
+        return self.repo.ref_value(BASE_REF)
+
+    def exported(self) -> str | None:
+        return self.repo.ref_value(EXPORTED_REF)
+
+    def set_config(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            if self.config.get(key) != value:
+                self.repo.run(["config", key, value])
+                self.config[key] = value
+
+
+def branch_name(component: Component) -> str:
+    return f"{component.model}/{component.key}"
+
+
+def checkout_path(project: Project, component: Component, explicit: Path | None = None) -> Path:
+    """--dir, else the folder remembered from an earlier --dir, else work/<model>/<component>."""
+    if explicit is not None:
+        return Path(os.path.abspath(explicit))
+    pointer = _pointer(project, component)
+    if pointer.is_file():
+        text = pointer.read_text().strip()
+        if text:
+            return Path(text)
+    return project.root / "work" / component.model / component.key
+
+
+def _pointer(project: Project, component: Component) -> Path:
+    return project.root / ".zmr" / "checkouts" / component.model / component.key
+
+
+def open_checkout(path: Path) -> Checkout | None:
+    """The zmr checkout at *path*; None when nothing is there; an error for anything else."""
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return None
+    git_dir = path / ".git"
+    if not git_dir.is_dir():
+        raise WorkspaceError(f"{path}: exists and is not a zmr checkout", details=["remove it, or pass another --dir"])
+    repo = git.Repo(git_dir, path)
+    proc = repo.run(["config", "--local", "-z", "--get-regexp", r"^zmr\."], check=False)
+    config = {}
+    for item in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if item:
+            key, _, value = item.partition("\n")
+            config[key] = value
+    if "zmr.model" not in config:
+        raise WorkspaceError(f"{path}: is a git repository but not a zmr checkout", details=["remove it, or pass another --dir"])
+    return Checkout(path, repo, config)
+
+
+def require_checkout(project: Project, component: Component, explicit: Path | None = None) -> Checkout:
+    path = checkout_path(project, component, explicit)
+    co = open_checkout(path)
+    if co is None:
+        raise WorkspaceError(
+            f"{component.label}: no checkout at {show_path(project, path)}",
+            details=[f"run `zmr checkout {component.model} -c {component.key}` first"],
+        )
+    check_identity(co, component)
+    check_not_half_refreshed(co, component)
+    return co
+
+
+def check_not_half_refreshed(co: Checkout, component: Component) -> None:
+    if (co.git_dir / REFRESH_MARKER).exists():
+        raise WorkspaceError(
+            f"{co.path}: an interrupted `zmr checkout` left this checkout half-refreshed",
+            details=[f"run `zmr checkout {component.model} -c {component.key}` again to finish it"],
+        )
+
+
+def check_identity(co: Checkout, component: Component) -> None:
+    if (co.model, co.component) != (component.model, component.key):
+        raise WorkspaceError(
+            f"{co.path}: is the checkout of {co.model}/{co.component}, not {component.label}",
+            details=["pass another --dir"],
+        )
+
+
+def dirty(co: Checkout, untracked_files: bool = True) -> list[str]:
+    """Why the checkout holds uncommitted work: changed (or untracked) files, an operation in progress.
+
+    Untracked files count before a checkout moves the tree (``reset --hard``
+    would overwrite one that the new tree tracks); export reads commits only.
+    """
+    reasons = []
+    for name, what in _IN_PROGRESS.items():
+        if (co.git_dir / name).exists():
+            reasons.append(f"{what} is in progress")
+    out = co.repo.run(["status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignore-submodules=none"]).stdout
+    entries = [e for e in out.decode("utf-8", "surrogateescape").split("\0") if e]
+    changed = [e[3:] for e in entries if len(e) > 3 and e[:2] != "??"]
+    untracked = [e[3:] for e in entries if e.startswith("??")]
+    if changed:
+        reasons.append("uncommitted changes in " + _few(changed))
+    if untracked and untracked_files:
+        reasons.append("untracked files " + _few(untracked))
+    return reasons
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bool, list[str]]:
+    """(the checkout's commits equal the series, the work that exporting would save).
+
+    Work is reported only when HEAD moved since the last checkout or export
+    (``refs/zmr/exported``): a checkout left behind by a newer series is stale,
+    not precious.
+    """
+    head = co.head()
+    if head is None:
+        return False, []
+    fresh = head == co.exported()
+    base = co.base()
+    if base is None or not co.repo.ok(["merge-base", "--is-ancestor", base, head]):
+        return False, [] if fresh else [f"HEAD {head[:12]} is not on top of the checkout's base"]
+    if co.pin != component.commit:
+        count = len(co.repo.commits_between(base, head))
+        return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
+    try:
+        commits = list_commits(co.repo, base, head, component.label)
+        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches)
+    except ZmrError as err:
+        return False, [] if fresh else [err.message]
+    if not plan.changed:
+        return True, []
+    return False, [] if fresh else ["commits not exported: " + "; ".join(plan.summary())]
+
+
+def rebase_in_progress(project: Project, component: Component) -> Path | None:
+    path = project.root / ".zmr" / "rebase" / f"{component.model}-{component.key}"
+    return path if (path / "state.json").is_file() else None
+
+
+def _refuse_during_rebase(project: Project, component: Component, what: str) -> None:
+    if rebase_in_progress(project, component):
+        raise WorkspaceError(
+            f"{component.label}: a rebase is in progress; {what} would interfere",
+            details=[f"finish it with `zmr rebase {component.model} -c {component.key} --continue`, or undo it with `--abort`"],
+        )
+
+
+@dataclass
+class CheckoutResult:
+    component: Component
+    path: Path
+    branch: str
+    base: str
+    tip: str
+    patches: int
+    action: str  # created | refreshed | unchanged
+    backups: list[str] = field(default_factory=list)
+
+
+def checkout(project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, force: bool = False, progress: Progress | None = None) -> CheckoutResult:
+    """Make (or refresh) the working tree of *component*: the pin plus one commit per patch."""
+    _refuse_during_rebase(project, component, "a checkout")
+    cache = cache or Cache()
+    target = checkout_path(project, component, path)
+    co = open_checkout(target)
+    in_sync = False
+    if co is not None:
+        check_identity(co, component)
+        if not (co.git_dir / REFRESH_MARKER).exists():
+            problems = dirty(co)
+            in_sync, work = sync_state(project, component, co)
+            problems += work
+            if problems and not force:
+                raise WorkspaceError(
+                    f"{show_path(project, target)}: the checkout of {component.label} has work that is not in the series",
+                    details=[
+                        *problems,
+                        f"keep it: commit, then `zmr export {component.model} -c {component.key}`",
+                        f"or discard it: `zmr checkout {component.model} -c {component.key} --force` (saves it under {BACKUP_PREFIX}... first)",
+                    ],
+                )
+            if in_sync and not problems:
+                # The branch already is the series (maybe as the engineer's own commits): leave it.
+                head = co.head() or ""
+                if co.exported() != head:
+                    co.repo.update_refs([git.RefUpdate(EXPORTED_REF, head, co.exported())], "zmr checkout")
+                if path is not None:
+                    atomic_write(_pointer(project, component), (str(target) + "\n").encode())
+                count = len(co.repo.commits_between(component.commit, head))
+                return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
+    series = read_series(project.root / component.patches, component.patches)
+    if progress:
+        progress(f"{component.label}: fetching {component.commit[:12]}")
+    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    if progress:
+        progress(f"{component.label}: committing {len(series.patches)} patches")
+    chain = build_chain(mirror.repo, component, component.commit, series.patches)
+    tip = chain[-1] if chain else component.commit
+    branch = branch_name(component)
+    config = config_values(project, component, branch)
+    if co is None:
+        create_checkout(target, mirror, branch, component.commit, tip, config)
+        action, backups = "created", []
+    else:
+        backups = _backup(co) if force else []
+        action = refresh(co, mirror.path, branch, component.commit, tip, config, clean=force, extra_updates=backups)
+    if path is not None:
+        atomic_write(_pointer(project, component), (str(target) + "\n").encode())
+    return CheckoutResult(component, target, branch, component.commit, tip, len(series.patches), action, [u.ref for u in backups])
+
+
+def config_values(project: Project, component: Component, branch: str) -> dict[str, str]:
+    return {
+        "zmr.model": component.model,
+        "zmr.component": component.key,
+        "zmr.pin": component.commit,
+        "zmr.branch": branch,
+        "zmr.project": str(project.root),
+        "zmr.upstream": component.upstream,
+    }
+
+
+def create_checkout(target: Path, mirror: Mirror | Path, branch: str, base: str, tip: str, config: dict[str, str], extra: Sequence[str] = ()) -> None:
+    """A new checkout, built in a temporary sibling folder and renamed into place."""
+    source = mirror.path if isinstance(mirror, Mirror) else mirror
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.zmr-tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted checkout
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.zmr-tmp-", dir=target.parent))
+    try:
+        os.chmod(tmp, 0o777 & ~current_umask())
+        git.run(["init", "--quiet", f"--initial-branch={branch}", str(tmp)])
+        repo = git.Repo(tmp / ".git", tmp)
+        for key, value in config.items():
+            repo.run(["config", key, value])
+        _fetch(repo, source, [tip, base, *extra])
+        repo.update_refs(
+            [git.RefUpdate(f"refs/heads/{branch}", tip, None), git.RefUpdate(BASE_REF, base, None), git.RefUpdate(EXPORTED_REF, tip, None)],
+            "zmr checkout",
+        )
+        repo.run(["reset", "--quiet", "--hard", "HEAD"])
+        if target.is_dir():
+            target.rmdir()  # an empty folder: checked by open_checkout
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fetch(repo: git.Repo, source: Path, oids: Sequence[str]) -> None:
+    """Copy the objects of *oids* (and their history, as deep as *source* has it) into *repo*."""
+    wanted = [o for o in dict.fromkeys(oids) if not repo.has_object(o, "commit")]
+    if wanted:
+        # A local fetch copies objects (no alternates); --update-shallow accepts a shallow mirror's roots.
+        repo.fetch(str(source), wanted, extra=["--update-shallow"])
+
+
+def refresh(co: Checkout, source: Path, branch: str, base: str, tip: str, config: dict[str, str], *, clean: bool, extra_updates: Sequence[git.RefUpdate] = (), extra_objects: Sequence[str] = (), exported: str | None = None) -> str:
+    """Point the checkout's branch at *tip* on *base* and reset its working tree.
+
+    A marker file makes an interrupted refresh resumable: the next checkout
+    sees it and finishes the job instead of taking the half-reset tree for work.
+    """
+    head_ref = co.repo.run(["symbolic-ref", "--quiet", "HEAD"], check=False).stdout.decode().strip()
+    if (
+        co.head() == tip
+        and head_ref == f"refs/heads/{branch}"
+        and co.base() == base
+        and co.exported() == (exported or tip)
+        and not extra_updates
+        and not dirty(co)
+        and all(co.config.get(k) == v for k, v in config.items())
+        and not (co.git_dir / REFRESH_MARKER).exists()
+    ):
+        return "unchanged"
+    marker = co.git_dir / REFRESH_MARKER
+    atomic_write(marker, f"{tip}\n".encode())
+    _fetch(co.repo, source, [tip, base, *extra_objects])
+    current = co.repo.refs("refs/")
+    wanted = {f"refs/heads/{branch}": tip, BASE_REF: base, EXPORTED_REF: exported or tip}
+    updates = [git.RefUpdate(ref, new, current.get(ref)) for ref, new in wanted.items() if current.get(ref) != new]
+    co.repo.update_refs([*updates, *extra_updates], "zmr checkout")
+    for args in (["rebase", "--quit"], ["cherry-pick", "--quit"], ["am", "--quit"]):
+        co.repo.run(args, check=False)
+    co.repo.run(["symbolic-ref", "HEAD", f"refs/heads/{branch}"])
+    co.set_config(config)
+    co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
+    if clean:
+        co.repo.run(["clean", "--quiet", "-d", "--force"])
+    marker.unlink()
+    return "refreshed"
+
+
+def _backup(co: Checkout) -> list[git.RefUpdate]:
+    """Refs that keep the checkout's commits and working tree before --force discards them."""
+    head = co.head()
+    if head is None:
+        return []
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    existing = co.repo.refs(BACKUP_PREFIX)
+    name = f"{BACKUP_PREFIX}{stamp}"
+    n = 1
+    while name in existing or f"{name}-worktree" in existing:
+        n += 1
+        name = f"{BACKUP_PREFIX}{stamp}-{n}"
+    updates = []
+    if head != co.exported():
+        updates.append(git.RefUpdate(name, head, None))
+    if dirty(co):
+        with TempIndex(co.repo) as index:
+            index.read_tree(head)
+            co.repo.run(["add", "--all", "--", "."], env=index.env)
+            tree = index.write_tree()
+        if tree != co.repo.tree_of(head):
+            ident = git.Identity("zmr", "zmr@localhost", int(datetime.datetime.now().timestamp()))
+            snap = co.repo.commit_tree(tree, [head], "zmr: working tree saved by checkout --force\n", ident, ident)
+            updates.append(git.RefUpdate(f"{name}-worktree", snap, None))
+    return updates
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportResult:
+    component: Component
+    path: Path
+    plan: ExportPlan
+
+
+def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False) -> ExportResult:
+    """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
+    _refuse_during_rebase(project, component, "an export")
+    co = require_checkout(project, component, path)
+    where = show_path(project, co.path)
+    base = co.base()
+    head = co.head()
+    if co.pin != component.commit or base != component.commit:
+        raise WorkspaceError(
+            f"{where}: the base moved: the checkout is on {(base or co.pin)[:12]}, the manifest pins {component.commit[:12]}",
+            details=[
+                "the series belongs to the new pin now; exporting would write patches made for the old one",
+                f"save your commits (git branch keep), then `zmr checkout {component.model} -c {component.key} --force` and cherry-pick them",
+            ],
+        )
+    if head is None or not co.repo.ok(["merge-base", "--is-ancestor", base, head]):
+        raise WorkspaceError(
+            f"{where}: HEAD is not on top of zmr/base ({base[:12]})",
+            details=["rebase your branch onto zmr/base (git rebase zmr/base), then export again"],
+        )
+    problems = dirty(co, untracked_files=False)
+    if problems:
+        raise WorkspaceError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
+    commits = list_commits(co.repo, base, head, component.label)
+    journal = journal_path(project, component)
+    plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, journal)
+    if not dry_run:
+        if plan.changed or plan.pending:
+            write_plan(plan, journal)
+        if co.exported() != head:
+            co.repo.update_refs([git.RefUpdate(EXPORTED_REF, head, co.exported())], "zmr export")
+    return ExportResult(component, co.path, plan)
+
+
+def show_path(project: Project, path: Path) -> str:
+    try:
+        return str(path.relative_to(project.root))
+    except ValueError:
+        return str(path)
+
+
+def select_components(project: Project, model: str, keys: Sequence[str] | None) -> list[Component]:
+    manifest = project.manifests([model])[0]
+    if keys:
+        return [manifest.component(k) for k in keys]
+    return list(manifest.components.values())
