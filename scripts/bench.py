@@ -174,7 +174,7 @@ def generate_upstream(path: Path, files: int, file_lines: int, commits: int, pin
 
 
 def real_upstream(path: Path, pin: str, onto: str | None, count: int = 60) -> Upstream:
-    changed = set(git("diff", "--name-only", pin, onto, cwd=path).split()) if onto else set()
+    changed = set(git("diff", "--name-only", "--no-renames", pin, onto, cwd=path).split()) if onto else set()
     candidates = [n for n in git("ls-tree", "-r", "--name-only", pin, cwd=path).splitlines() if n.endswith(".py") and n not in changed]
     picked = []
     step = max(1, len(candidates) // count)
