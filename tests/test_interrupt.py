@@ -70,3 +70,79 @@ def test_build_and_fetch_survive_interruption_at_random_points(tmp_path, upstrea
         assert not list((cache / "mirrors").glob(".tmp-*")), iteration
     # The random delays must really have hit runs in flight, not only finished ones.
     assert outcomes["killed"] >= KILLS // 3, outcomes
+
+
+def _tree_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_rebase_survives_interruption(tmp_path, upstream):
+    """Kill `zmr rebase` (which also exports) mid-run: manifest and series are old or new, never half."""
+    from conftest import make_project
+
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = simple_model(project, upstream)
+    new_pin = upstream.commits[2]
+    cache = tmp_path / "cache"
+    env = {"ZMR_CACHE": str(cache)}
+    manifest = project.root / "manifests/toy.yaml"
+    series = project.root / "patches/toy/rollout"
+    before = (manifest.read_bytes(), _tree_bytes(series))
+    # The uninterrupted result, once, for comparison.
+    assert zmr("rebase", "toy", "-c", "rollout", "--onto", new_pin, cwd=project.root, env=env).returncode == 0
+    after = (manifest.read_bytes(), _tree_bytes(series))
+    assert after != before
+    rng = random.Random(7)
+    state = project.root / ".zmr" / "rebase" / "toy-rollout"
+    stopped = 0
+    for iteration in range(max(6, KILLS // 3)):
+        # Back to the old pin and series, as committed.
+        git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
+        git("clean", "-qfd", "--", "patches", cwd=project.root)
+        assert (manifest.read_bytes(), _tree_bytes(series)) == before
+        proc = _start(["rebase", "toy", "-c", "rollout", "--onto", new_pin], project.root, cache)
+        code = _interrupt(proc, rng.uniform(0.05, 1.2), signal.SIGKILL if iteration % 2 else signal.SIGINT)
+        stopped += code != 0
+        now = (manifest.read_bytes(), _tree_bytes(series))
+        if state.exists():
+            # Interrupted in the middle: the saved state lets --abort restore every byte.
+            result = zmr("rebase", "toy", "-c", "rollout", "--abort", cwd=project.root, env=env)
+            assert result.returncode == 0, (iteration, result.stderr)
+            assert (manifest.read_bytes(), _tree_bytes(series)) == before, iteration
+        else:
+            assert now in (before, after), iteration  # never a half-written manifest or series
+            git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
+            git("clean", "-qfd", "--", "patches", cwd=project.root)
+        # From the old state, an uninterrupted rebase reaches the same result.
+        result = zmr("rebase", "toy", "-c", "rollout", "--onto", new_pin, cwd=project.root, env=env)
+        assert result.returncode == 0, (iteration, result.stderr)
+        assert (manifest.read_bytes(), _tree_bytes(series)) == after, iteration
+    assert stopped >= 2, stopped
+    assert pin != new_pin
+
+
+def test_publish_is_all_or_nothing_when_killed(tmp_path, upstream):
+    from conftest import make_project
+
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    simple_model(project, upstream, model="second")
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote))
+    git("remote", "add", "origin", str(remote), cwd=project.root)
+    cache = tmp_path / "cache"
+    assert zmr("build", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)}).returncode == 0
+    expected = {ref: oid for ref, oid in project.refs().items() if ref.startswith("refs/heads/rollout/")}
+    rng = random.Random(11)
+    for iteration in range(max(6, KILLS // 3)):
+        for ref in expected:
+            git("update-ref", "-d", ref, cwd=remote)
+            git("update-ref", "-d", ref.replace("refs/heads/", "refs/remotes/origin/"), cwd=project.root, check=False)
+        code = _interrupt(_start(["publish"], project.root, cache), rng.uniform(0.0, 1.0), signal.SIGKILL if iteration % 2 else signal.SIGINT)
+        remote_refs = {ref: git("rev-parse", "--verify", "--quiet", ref, cwd=remote, check=False) or None for ref in expected}
+        # One atomic push: every branch moved, or none did.
+        assert set(remote_refs.values()) in ({None}, set(expected.values())), (iteration, code, remote_refs)
+        result = zmr("publish", cwd=project.root, env={"ZMR_CACHE": str(cache)})
+        assert result.returncode == 0, (iteration, result.stderr)
+        assert {ref: git("rev-parse", ref, cwd=remote) for ref in expected} == expected
