@@ -201,11 +201,11 @@ def _read_branch(project, repo, cache, name, remote, remote_url, model, upstream
     else:
         release, layout = "two-commit", "two-commit" if len(commits) == 2 else "per-commit"
         if root.tree != upstream_tree:
-            from zmr.release import _changed
+            from zmr.release import changed_paths
 
             raise ImportBranchError(
                 f"{name}: the snapshot tree of {commits[0][:12]} differs from {url} at {pin}",
-                details=[f"differing paths: {_changed(mrepo, upstream_tree, mrepo, root.tree)}", "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree"],
+                details=[f"differing paths: {changed_paths(mrepo, upstream_tree, mrepo, root.tree)}", "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree"],
             )
         steps = []
         for oid in commits[1:]:

@@ -134,7 +134,7 @@ def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: 
         for patch in patches:
             proc = repo.run(_apply_args(patch.strip), input=patch.data, env=env, check=False)
             if proc.returncode != 0:
-                raise _apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
+                raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
         return repo.out(["write-tree"], env=env)
 
 
@@ -146,7 +146,7 @@ def _apply_args(strip: int) -> list[str]:
 _FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
 
 
-def _apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
+def apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
     lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
     where = ""
     for line in lines:
@@ -320,14 +320,14 @@ def explain_drift(rel: Release, repo: git.Repo, actual: str) -> list[str]:
     tip_info = repo.commit_info(actual)
     if rel.component.release == "two-commit":
         if root_info.tree != rel.upstream_tree:
-            reasons.append(f"snapshot tree differs from upstream {rel.component.commit[:12]} ({_changed(built, rel.upstream_tree, repo, root_info.tree)})")
+            reasons.append(f"snapshot tree differs from upstream {rel.component.commit[:12]} ({changed_paths(built, rel.upstream_tree, repo, root_info.tree)})")
         elif root != rel.commits[0]:
             reasons.append(f"snapshot metadata differs ({_meta_diff(built.commit_info(rel.commits[0]), root_info)})")
         upstream_commit = root_info.trailers().get(TRAILER_UPSTREAM_COMMIT)
         if upstream_commit != rel.component.commit:
             reasons.append(f"snapshot trailer {TRAILER_UPSTREAM_COMMIT} is {upstream_commit!r}, expected {rel.component.commit}")
     if tip_info.tree != rel.tree:
-        reasons.append(f"changes tree differs ({_changed(built, rel.tree, repo, tip_info.tree)})")
+        reasons.append(f"changes tree differs ({changed_paths(built, rel.tree, repo, tip_info.tree)})")
     elif not reasons:
         reasons.append(f"changes metadata differs ({_meta_diff(built.commit_info(rel.tip), tip_info)})")
     series_trailer = tip_info.trailers().get(TRAILER_SERIES)
@@ -348,7 +348,7 @@ def _meta_diff(expected: git.CommitInfo, actual: git.CommitInfo) -> str:
     return ", ".join(name for name, a, b in fields if a != b) or "metadata"
 
 
-def _changed(expected_repo: git.Repo, expected_tree: str, actual_repo: git.Repo, actual_tree: str) -> str:
+def changed_paths(expected_repo: git.Repo, expected_tree: str, actual_repo: git.Repo, actual_tree: str) -> str:
     """The paths whose entries differ between two trees held in two repositories."""
     expected = _tree_entries(expected_repo, expected_tree)
     actual = _tree_entries(actual_repo, actual_tree)

@@ -164,13 +164,13 @@ class Replayer:
 
 def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
     """One commit per patch on *base*; a patch that does not apply exactly is an error naming it."""
-    from zmr.release import _apply_error
+    from zmr.release import apply_error
 
     with Replayer(repo, base) as replay:
         for patch in patches:
             ok, stderr = replay.try_apply(patch)
             if not ok:
-                raise _apply_error(dataclasses.replace(component, commit=base), patch, stderr)
+                raise apply_error(dataclasses.replace(component, commit=base), patch, stderr)
             replay.commit(patch)
         return list(replay.commits)
 

@@ -1,1 +1,126 @@
-"""placeholder"""
+"""`zmr locate` (first diverging operation in tensor dumps) and `zmr new` (scaffold a model).
+
+Parse arguments and render; the work is `zmr.locate` and `zmr.scaffold`,
+imported inside the commands so that `zmr --help` loads neither numpy nor
+anything else heavy.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from zmr.cli import app
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.locate import LocateReport
+
+_TABLE_LIMIT = 40
+
+
+@app.command("locate")
+def locate(
+    rollout: Path = typer.Argument(..., metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file."),
+    train: Path = typer.Argument(..., metavar="TRAIN_DUMP", help="The trainer side's tensor dump, on the same tokens."),
+    name_map: Optional[Path] = typer.Option(None, "--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently."),
+    limit: int = typer.Option(_TABLE_LIMIT, "--limit", metavar="N", help="Operations shown after the first divergence (0: all); --json lists all."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+) -> None:
+    """First operation whose output differs in any bit between rollout and trainer. Exit 1 when one is found."""
+    from zmr import locate as loc
+
+    report = loc.locate(rollout, train, name_map)
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+    else:
+        _render(report, limit)
+    loc.check(report)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def _render(report: "LocateReport", limit: int) -> None:
+    from zmr.cli._render import table
+
+    r, t = report.rollout, report.train
+    print(f"rollout: {r.path} ({r.files} steps, {r.records} records, {r.ops} operations)")
+    print(f"train:   {t.path} ({t.files} steps, {t.records} records, {t.ops} operations)")
+    print(f"rows paired: {r.rows} (sequence id, position); operations in both: {len(report.ops)}")
+    f = report.first
+    if f is None:
+        rows = sum(o.rows for o in report.ops)
+        print(f"no divergence: every output of {len(report.ops)} operations is bitwise equal ({rows} row comparisons)")
+    else:
+        print()
+        before = "the first one" if f.order == 0 else f"the {f.order} before it {'is' if f.order == 1 else 'are'} bitwise equal"
+        print(f"first divergence: {f.op}  (operation {f.order + 1} of {len(report.ops)} in execution order; {before})")
+        print(f"  rollout: {f.rollout_name}" + (f" at {f.rollout_site}" if f.rollout_site else "") + f", step {f.rollout_step}" + (f" ({f.rollout_label})" if f.rollout_label else ""))
+        print(f"  train:   {f.train_name}" + (f" at {f.train_site}" if f.train_site else "") + f", step {f.train_step}" + (f" ({f.train_label})" if f.train_label else ""))
+        token = f", token {f.token}" if f.token is not None else ""
+        print(f"  row:     sequence {f.seq_id!r}, position {f.position}{token}")
+        where = f"[{', '.join(map(str, f.element))}] of {list(f.row_shape)}" if f.row_shape else "the scalar"
+        print(f"  element: {f.slot} {where}: rollout {f.rollout_value} ({f.rollout_bits}), train {f.train_value} ({f.train_bits})"
+              + (f", |Δ| {_num(f.abs_diff)}" if f.abs_diff is not None else "") + (f" [{f.kind}]" if f.kind != "value" else ""))
+        for check in f.inputs:
+            extra = f", max |Δ| {_num(check.max_abs_diff)}" if check.max_abs_diff is not None else ""
+            how = {"row": "this row", "whole": "whole tensor"}.get(check.how, check.how)
+            print(f"  input {check.slot}: {check.status} ({how}{extra})")
+        verdict = {
+            "equal": "inputs equal: this operation introduces the difference; fix it",
+            "differ": "an input already differs: the fault is earlier, in code that was not recorded; record more of it",
+            "unknown": "no input could be compared: record the inputs on both sides",
+        }[f.inputs_verdict]
+        print(f"  verdict: {verdict}")
+        first_op = next(o for o in report.ops if o.order == f.order)
+        if len(first_op.rows_by_label) > 1 or first_op.rows_differ:
+            parts = [f"{k} {v[1]} of {v[0]}" for k, v in first_op.rows_by_label.items()]
+            print(f"  differing rows: {first_op.rows_differ} of {first_op.rows}" + (f" (by rollout step: {', '.join(parts)})" if parts else ""))
+        print()
+        after = report.after_first()
+        shown = after if limit <= 0 else after[:limit]
+        rows = [[o.order + 1, o.name, f"{o.rows_differ}/{o.rows}", _num(o.max_abs_diff), o.introduced or "-"] for o in shown]
+        table(["#", "operation", "rows differ", "max |Δ|", "introduced"], rows, title="from the first divergence on (introduced: rows that differ although every input is equal)")
+        if len(shown) < len(after):
+            print(f"... {len(after) - len(shown)} more (--limit 0 shows all)")
+    for label, names in (("rollout", report.only_rollout), ("train", report.only_train)):
+        if names:
+            shown_names = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+            print(f"only in {label} (not compared): {shown_names}")
+    for note in report.notes:
+        print(f"note: {note}")
+
+
+@app.command("new")
+def new(
+    model: str = typer.Argument(..., metavar="MODEL", help="Name of the new model ([a-z0-9][a-z0-9._-]*)."),
+    components: Optional[List[str]] = typer.Option(None, "--component", "-c", metavar="NAME=URL@SHA", help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).", show_default=False),
+    title: Optional[str] = typer.Option(None, "--title", metavar="T", help="Display name (default: MODEL).", show_default=False),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+) -> None:
+    """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
+    from zmr import scaffold
+    from zmr.cli._core import _project
+    from zmr.cli._render import print_json
+
+    project = _project()
+    written = scaffold.create(project, model, components or [], title)
+    if json_out:
+        print_json({"model": model, "files": written})
+        return
+    for path in written:
+        print(f"created  {path}")
+    print(f"next: fill in cases/{model}/, add patches (zmr checkout {model} -c <component>, then zmr export), zmr validate {model}, zmr docs")
