@@ -210,3 +210,15 @@ def test_rebase_refuses_unexported_work_and_unknown_revisions(proj, upstream):
     assert unknown.returncode == 2 and "cannot fetch 'no-such-branch'" in unknown.stderr
     usage = zmr("rebase", "toy", cwd=proj.root)
     assert usage.returncode == 2 and "give exactly one of --onto REV, --continue, --abort" in usage.stderr
+
+
+def test_upstreamed_all_covers_every_tracked_component(proj, upstream):
+    pin, model_py = toy(proj, upstream)
+    # Upstream lands the series' second patch verbatim.
+    upstream.commit({"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "Make matmul output contiguous")
+    result = zmr("upstreamed", "--all", "--json", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [c["component"] for c in data["components"]] == ["rollout"]
+    assert [p["name"] for p in data["components"][0]["upstreamed"]] == ["0002-contiguous.patch"]
+    assert zmr("upstreamed", cwd=proj.root).returncode == 2

@@ -174,7 +174,8 @@ def _finish_rebase(outcome, report: Optional[Path], json_out: bool) -> None:
 
 @app.command("upstreamed")
 def upstreamed(
-    model: str = MODEL,
+    model: Optional[str] = typer.Argument(None, help="Model name (manifests/<model>.yaml).", show_default=False),
+    all_models: bool = typer.Option(False, "--all", help="Every component of every model that has a `track` ref."),
     components: Optional[List[str]] = COMPONENTS,
     rev: Optional[str] = typer.Option(None, "--rev", help="Upstream commit, tag or branch (default: the component's track).", show_default=False),
     json_out: bool = JSON,
@@ -182,9 +183,16 @@ def upstreamed(
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
     from zmr import rebase as rb
     from zmr import workspace
+    from zmr.errors import ZmrError
 
     project = _project()
-    targets = workspace.select_components(project, model, components)
+    if all_models == bool(model):
+        raise ZmrError("name one model, or pass --all", details=["`zmr list` shows the models"])
+    if all_models:
+        # Scheduled CI: components that follow no upstream ref have nothing to compare with.
+        targets = [c for c in project.targets(None, components, True) if rev is not None or c.track is not None]
+    else:
+        targets = workspace.select_components(project, model, components)
     with Progress() as progress:
         reports = [rb.upstreamed(project, comp, rev, progress=progress) for comp in targets]
     if json_out:
