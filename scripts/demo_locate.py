@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Record the demo's intermediate tensors on both sides, for `zmr locate`.
+
+Runs the toy rollout engine (continuous batching, seeded sampling) and then
+the toy trainer on the sampled tokens, like scripts/demo_bitwise.py, with
+zmr.locate recording every GEMM, RMSNorm, SiLU and attention call of both
+and the log-probability of every sampled token. Neither tree is edited: the
+functions are wrapped while the run lasts (zmr.locate.trace_functions).
+
+  python scripts/demo_locate.py --rollout T/rollout --trainer T/trainer --out build/locate
+  zmr locate build/locate/rollout build/locate/train --map build/locate/names.yaml
+
+Writes OUT/rollout/step-*.safetensors (one file per prefill or decode step:
+rows are (request id, position) of the tokens of the step), OUT/train/
+(one step: the trainer's teacher-forced batch, rows (request id, position)
+for every position the rollout also computed), and OUT/names.yaml (the
+rollout's prefill_attention/decode_attention are the trainer's attention).
+
+Trees come from --rollout/--trainer or ZMR_TREE_ROLLOUT/ZMR_TREE_TRAINER
+(e.g. `git worktree add` of rollout/demo and trainer/demo after `zmr build
+demo`, or the upstream pins for the "before" picture).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import random
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+ROLLOUT_FUNCTIONS = {
+    "toy_rollout.ops": ["linear", "rms_norm", "silu"],
+    "toy_rollout.attention": ["prefill_attention", "decode_attention"],
+}
+TRAINER_FUNCTIONS = {"toy_trainer.ops": ["linear", "rms_norm", "silu", "attention"]}
+NAME_MAP = """\
+# zmr locate --map: rollout operation names -> the trainer's
+rollout:
+  prefill_attention: attention
+  decode_attention: attention
+"""
+
+
+def import_trees(rollout: Path, trainer: Path):
+    """toy_rollout and toy_trainer from the given trees (any earlier import of them dropped)."""
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("toy_rollout", "toy_trainer"):
+            del sys.modules[name]
+    for tree in (rollout, trainer):
+        while str(tree) in sys.path:
+            sys.path.remove(str(tree))
+    sys.path[:0] = [str(rollout), str(trainer)]
+    try:
+        mods = [importlib.import_module("toy_rollout"), importlib.import_module("toy_trainer")]
+    finally:
+        for tree in (rollout, trainer):
+            while str(tree) in sys.path:
+                sys.path.remove(str(tree))
+    for mod, tree in zip(mods, (rollout, trainer)):
+        if tree.resolve() not in Path(mod.__file__).resolve().parents:
+            raise SystemExit(f"error: {mod.__name__} was imported from {mod.__file__}, not from {tree}")
+    return mods
+
+
+def make_requests(count: int, vocab: int, prompt_len, new_tokens, seed: int):
+    rng = random.Random(seed)
+    out, seen = [], set()
+    while len(out) < count:
+        prompt = [rng.randrange(1, vocab) for _ in range(rng.randint(*prompt_len))]
+        if tuple(prompt) in seen:
+            continue
+        seen.add(tuple(prompt))
+        out.append((f"r{len(out):02d}", prompt, rng.randint(*new_tokens)))
+    return out
+
+
+def _traced(stack: contextlib.ExitStack, functions: dict[str, list[str]]) -> None:
+    from zmr import locate
+
+    for module, names in functions.items():
+        stack.enter_context(locate.trace_functions(importlib.import_module(module), names))
+
+
+def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_running: int, seed: int):
+    """Serve *requests* with the engine, one step file per prefill or decode; returns the completions."""
+    import torch
+
+    from zmr import locate
+
+    model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
+    engine = toy_rollout.Engine(model, max_running=max_running, seed=seed)
+    by_prompt = {tuple(p): rid for rid, p, _ in requests}
+    slot_seq: dict[int, str] = {}
+    state: dict = {"step": None, "rows": None}
+    rec = locate.Recorder(out, side="rollout", overwrite=True)
+
+    def open_step(rows, label):
+        close_step()
+        ctx = rec.step(rows, label=label)
+        ctx.__enter__()
+        state["step"], state["rows"] = ctx, rows
+
+    def close_step():
+        if state["step"] is not None:
+            ctx, state["step"] = state["step"], None
+            ctx.__exit__(None, None, None)
+
+    prefill, decode, logits_of, sample = model.prefill, model.decode, model._logits, engine._sample
+
+    def traced_prefill(ids, cache, slot):
+        sid = by_prompt[tuple(ids.tolist())]
+        slot_seq[slot] = sid
+        n = ids.shape[0]
+        open_step(locate.Rows.make(sid, range(n), ids), "prefill")
+        state["last"] = state["rows"].narrow(slice(n - 1, n))
+        return prefill(ids, cache, slot)
+
+    def traced_decode(ids, slots, cache):
+        rows = locate.Rows.make([slot_seq[s] for s in slots], [cache.lengths[s] for s in slots], ids)
+        open_step(rows, "decode")
+        state["last"] = rows
+        return decode(ids, slots, cache)
+
+    def traced_logits(x):
+        # A prefill computes logits for its last position only.
+        with rec.rows(state["last"]) if x.shape[0] != state["rows"].size else contextlib.nullcontext():
+            return logits_of(x)
+
+    def traced_sample(logits, generators):
+        tokens, chosen = sample(logits, generators)
+        locate.dump("token_logprob", torch.tensor(chosen, dtype=torch.float32), inputs={"logits": logits}, rows=state["last"])
+        close_step()
+        return tokens, chosen
+
+    model.prefill, model.decode, model._logits, engine._sample = traced_prefill, traced_decode, traced_logits, traced_sample
+    reqs = [toy_rollout.Request(rid, prompt, n) for rid, prompt, n in requests]
+    with rec, contextlib.ExitStack() as stack:
+        _traced(stack, ROLLOUT_FUNCTIONS)
+        completions = engine.generate(reqs)
+        close_step()
+    return completions
+
+
+def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> None:
+    """Score the completions teacher-forced in one batch, as one step."""
+    import torch
+
+    from zmr import locate
+
+    policy = toy_trainer.ToyPolicy(cfg, weights, dtype=dtype)
+    prompts = [c.prompt for c in completions]
+    responses = [c.tokens for c in completions]
+    ids, lengths = toy_trainer.pack(prompts, responses, "cpu")
+    width = ids.shape[1]
+    # The last token of each sequence is never fed through the rollout engine: leave it out.
+    rows = locate.padded_rows([c.id for c in completions], [int(n) - 1 for n in lengths], width, tokens=ids)
+    captured = {}
+    forward = policy.forward
+
+    def traced_forward(*args, **kwargs):
+        captured["logits"] = out_ = forward(*args, **kwargs)
+        return out_
+
+    policy.forward = traced_forward
+    seqs, positions, tokens, logits_rows, values = [], [], [], [], []
+    with locate.Recorder(out, side="train", overwrite=True) as rec, contextlib.ExitStack() as stack:
+        _traced(stack, TRAINER_FUNCTIONS)
+        with rec.step(rows, label="score"), torch.no_grad():
+            scored = toy_trainer.response_logprobs(policy, prompts, responses)
+            for b, (c, lp) in enumerate(zip(completions, scored)):
+                start = len(c.prompt) - 1
+                for i in range(len(c.tokens)):
+                    seqs.append(c.id)
+                    positions.append(start + i)
+                    tokens.append(int(ids[b, start + i]))
+                    logits_rows.append(captured["logits"][b, start + i])
+                values.append(lp.float())
+            locate.dump("token_logprob", torch.cat(values), inputs={"logits": torch.stack(logits_rows)},
+                        rows=locate.Rows.make(seqs, positions, tokens))
+
+
+def record(rollout_tree, trainer_tree, out, *, dtype: str = "fp32", requests: int = 4, max_running: int = 3,
+           prompt_len=(2, 12), new_tokens=(3, 8), seed: int = 0, threads: int = 1) -> dict:
+    """Record both sides into OUT/rollout and OUT/train, write OUT/names.yaml; returns a summary."""
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    toy_rollout, toy_trainer = import_trees(Path(rollout_tree).resolve(), Path(trainer_tree).resolve())
+    cfg = toy_rollout.ModelConfig()
+    weights = toy_rollout.random_weights(cfg, seed=seed)
+    tcfg = toy_trainer.ModelConfig(**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__})
+    torch_dtype = getattr(torch, DTYPES[dtype])
+    reqs = make_requests(requests, cfg.vocab_size, prompt_len, new_tokens, seed)
+    completions = record_rollout(toy_rollout, weights, cfg, reqs, out / "rollout", torch_dtype, max_running, seed)
+    record_trainer(toy_trainer, weights, tcfg, completions, out / "train", torch_dtype)
+    (out / "names.yaml").write_text(NAME_MAP, encoding="utf-8")
+    return {
+        "rollout": str(out / "rollout"), "train": str(out / "train"), "map": str(out / "names.yaml"),
+        "steps": len(list((out / "rollout").glob("step-*.safetensors"))),
+        "tokens": sum(len(c.tokens) for c in completions),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rollout", default=os.environ.get("ZMR_TREE_ROLLOUT"), help="toy rollout tree (default: $ZMR_TREE_ROLLOUT)")
+    p.add_argument("--trainer", default=os.environ.get("ZMR_TREE_TRAINER"), help="toy trainer tree (default: $ZMR_TREE_TRAINER)")
+    p.add_argument("--out", default=str(REPO / "build" / "demo-locate"), help="output folder (default build/demo-locate)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--requests", type=int, default=4)
+    p.add_argument("--max-running", type=int, default=3)
+    p.add_argument("--prompt-len", default="2:12", help="MIN:MAX (default 2:12)")
+    p.add_argument("--new-tokens", default="3:8", help="MIN:MAX (default 3:8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    args = p.parse_args(argv)
+    if not args.rollout or not args.trainer:
+        p.error("need the two trees: --rollout/--trainer or ZMR_TREE_ROLLOUT/ZMR_TREE_TRAINER")
+    try:
+        prompt_len = tuple(int(x) for x in args.prompt_len.split(":"))
+        new_tokens = tuple(int(x) for x in args.new_tokens.split(":"))
+        assert len(prompt_len) == 2 and len(new_tokens) == 2 and min(prompt_len + new_tokens) >= 1
+    except (ValueError, AssertionError):
+        p.error("--prompt-len and --new-tokens are MIN:MAX with MIN >= 1")
+    summary = record(args.rollout, args.trainer, args.out, dtype=args.dtype, requests=args.requests,
+                     max_running=args.max_running, prompt_len=prompt_len, new_tokens=new_tokens,
+                     seed=args.seed, threads=args.threads)
+    print(f"{summary['tokens']} tokens, {summary['steps']} rollout steps; now run:")
+    print(f"  zmr locate {summary['rollout']} {summary['train']} --map {summary['map']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

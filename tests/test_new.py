@@ -1,0 +1,170 @@
+"""`zmr new`: a scaffolded model validates, renders in the README and builds; never overwrites; bad specs write nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import make_project, zmr
+from zmr.cases import parse_case
+from zmr.docs import SECTIONS
+from zmr.manifest import load_manifests
+from zmr.series import read_series
+
+SHA_A = "0123456789abcdef0123456789abcdef01234567"
+SHA_B = "89abcdef0123456789abcdef0123456789abcdef"
+README = "# project\n\n" + "".join(f"<!-- zmr:begin {name} -->\n<!-- zmr:end {name} -->\n\n" for name in SECTIONS)
+EXPECTED_FILES = [
+    "manifests/qwen3.yaml",
+    "patches/qwen3/rollout/series",
+    "patches/qwen3/trainer/series",
+    "cases/qwen3/README.md",
+    "cases/qwen3/recipe.md",
+    "cases/qwen3/case.yaml",
+]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.relative_to(root).parts}
+
+
+def test_new_model_validates_renders_and_builds(tmp_path, upstream):
+    project = make_project(tmp_path / "project")
+    project.write("README.md", README)
+    project.commit_all("empty project")
+    result = zmr(
+        "new", "qwen3",
+        "--component", f"rollout=https://github.com/vllm-project/vllm.git@{SHA_A}",
+        "-c", f"trainer={upstream.path}@{upstream.commits[1]}",
+        "--title", "Qwen3-8B: dense, bf16",
+        cwd=project.root,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[: len(EXPECTED_FILES)] == [f"created  {f}" for f in EXPECTED_FILES]
+    assert sorted(p for p in _tree(project.root) if p != "README.md") == sorted(EXPECTED_FILES)
+    # the manifest: the components asked for, pinned, default branches
+    (manifest,) = load_manifests(project.root, ["qwen3"])
+    assert manifest.title == "Qwen3-8B: dense, bf16"
+    assert [(c.key, c.upstream, c.commit, c.branch) for c in manifest.components.values()] == [
+        ("rollout", "https://github.com/vllm-project/vllm.git", SHA_A, "rollout/qwen3"),
+        ("trainer", str(upstream.path), upstream.commits[1], "trainer/qwen3"),
+    ]
+    # empty series, with a comment header
+    for comp in ("rollout", "trainer"):
+        series = project.root / f"patches/qwen3/{comp}/series"
+        assert series.read_text().startswith(f"# Zero-mismatch series of qwen3/{comp}")
+        assert read_series(series.parent, f"patches/qwen3/{comp}").patches == []
+    # the case: valid under zmr.cases' schema, linking its README and recipe
+    case, problems = parse_case(project.root / "cases/qwen3/case.yaml", project.root)
+    assert problems == [] and case is not None
+    assert case.family and case.status and [link.url for link in case.evidence.links] == ["cases/qwen3/README.md", "cases/qwen3/recipe.md"]
+    readme = (project.root / "cases/qwen3/README.md").read_text()
+    for heading in ("## Support status", "## What broke and how it was fixed", "## Evidence", "## Upstreamed changes"):
+        assert heading in readme
+    assert f"| rollout | `https://github.com/vllm-project/vllm.git` | `{SHA_A}` | `patches/qwen3/rollout/` |" in readme
+    assert "zmr build qwen3" in (project.root / "cases/qwen3/recipe.md").read_text()
+    # straight away: validate, docs, docs --check, and a build of the local component
+    validate = zmr("validate", "qwen3", cwd=project.root)
+    assert validate.returncode == 0, validate.stderr
+    assert zmr("docs", cwd=project.root).returncode == 0
+    rendered = (project.root / "README.md").read_text()
+    assert "[Qwen3-8B: dense, bf16](cases/qwen3/README.md)" in rendered and "`trainer/qwen3`" in rendered
+    check = zmr("docs", "--check", cwd=project.root)
+    assert check.returncode == 0, check.stdout + check.stderr
+    build = zmr("build", "qwen3", "-c", "trainer", cwd=project.root)
+    assert build.returncode == 0, build.stderr
+    assert project.ref("refs/heads/trainer/qwen3")
+
+
+def test_new_json_output(tmp_path):
+    project = make_project(tmp_path / "project")
+    result = zmr("new", "m1", "-c", f"engine=https://example.com/engine.git@{SHA_B}", "--json", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "model": "m1",
+        "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml"],
+    }
+    assert load_manifests(project.root, ["m1"])[0].title == "m1"
+
+
+@pytest.mark.parametrize("existing,shown", [
+    ("manifests/qwen3.yaml", "manifests/qwen3.yaml"),
+    ("cases/qwen3/README.md", "cases/qwen3/"),
+    ("patches/qwen3/rollout/series", "patches/qwen3/"),
+])
+def test_new_refuses_to_overwrite(tmp_path, existing, shown):
+    project = make_project(tmp_path / "project")
+    project.write(existing, "mine\n")
+    before = _tree(project.root)
+    result = zmr("new", "qwen3", "-c", f"rollout=https://github.com/vllm-project/vllm.git@{SHA_A}", cwd=project.root)
+    assert result.returncode == 2
+    assert f"zmr: error: model 'qwen3' already exists: {shown}" in result.stderr
+    assert "zmr new never overwrites" in result.stderr
+    assert _tree(project.root) == before
+
+
+def test_new_twice_refuses_the_second_time(tmp_path):
+    project = make_project(tmp_path / "project")
+    spec = f"rollout=https://github.com/vllm-project/vllm.git@{SHA_A}"
+    assert zmr("new", "qwen3", "-c", spec, cwd=project.root).returncode == 0
+    before = _tree(project.root)
+    again = zmr("new", "qwen3", "-c", spec, "--title", "Other", cwd=project.root)
+    assert again.returncode == 2
+    assert "model 'qwen3' already exists: manifests/qwen3.yaml, cases/qwen3/, patches/qwen3/" in again.stderr
+    assert _tree(project.root) == before
+
+
+URL = "https://github.com/vllm-project/vllm.git"
+BAD_SPECS = [
+    (["rollout"], "--component 'rollout': expected NAME=URL@SHA"),
+    ([f"rollout={URL}"], f"--component 'rollout={URL}': no @SHA after the upstream"),
+    ([f"Roll_out={URL}@{SHA_A}"], "'Roll_out' is not a valid component name"),
+    ([f"rollout={URL}@main"], f"--component 'rollout={URL}@main': components.rollout.commit: 'main' is not a full commit id (a branch or tag name is not a pin); pin the commit: run `git ls-remote {URL} main`"),
+    ([f"rollout={URL}@0123456"], "components.rollout.commit: '0123456' is an abbreviated commit id; write the full 40-hex id (git rev-parse 0123456)"),
+    ([f"rollout={URL}@{SHA_A.upper()}"], f"has upper-case hex digits; write it in lower case: {SHA_A}"),
+    ([f"rollout=ext::sh -c touch% /tmp/x@{SHA_A}"], "transport 'ext':: runs commands and is not allowed"),
+    ([f"rollout=upstreams/missing.bundle@{SHA_A}"], "components.rollout.upstream: 'upstreams/missing.bundle' does not exist"),
+    ([f"rollout={URL}@{SHA_A}", f"rollout={URL}@{SHA_B}"], "component 'rollout' is given twice"),
+    ([], "zmr new qwen3: name at least one component"),
+]
+
+
+@pytest.mark.parametrize("specs,message", BAD_SPECS, ids=[m.split(":")[0][:40] for _, m in BAD_SPECS])
+def test_new_bad_component_specs_write_nothing(tmp_path, specs, message):
+    project = make_project(tmp_path / "project")
+    before = _tree(project.root)
+    args = [a for spec in specs for a in ("--component", spec)]
+    result = zmr("new", "qwen3", *args, cwd=project.root)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stderr
+    assert _tree(project.root) == before
+    assert not (project.root / "cases").exists() and not (project.root / "patches").exists()
+
+
+def test_new_bad_model_name(tmp_path):
+    project = make_project(tmp_path / "project")
+    result = zmr("new", "Qwen3", "-c", f"rollout={URL}@{SHA_A}", cwd=project.root)
+    assert result.returncode == 2
+    assert "zmr: error: 'Qwen3' is not a valid model name" in result.stderr
+    assert list((project.root / "manifests").iterdir()) == []
+
+
+def test_new_rolls_back_when_the_whole_project_does_not_validate(tmp_path):
+    # Another model already uses the branch the new one would get by default.
+    project = make_project(tmp_path / "project")
+    project.manifest("other", f"""
+        model: other
+        components:
+          rollout:
+            upstream: {URL}
+            commit: {SHA_A}
+            branch: rollout/qwen3
+        """)
+    before = _tree(project.root)
+    result = zmr("new", "qwen3", "-c", f"rollout={URL}@{SHA_B}", cwd=project.root)
+    assert result.returncode == 2
+    assert "components.rollout.branch: 'rollout/qwen3' is already the branch of other/rollout" in result.stderr
+    assert _tree(project.root) == before
+    assert not (project.root / "cases").exists() and not (project.root / "patches").exists()

@@ -1,0 +1,214 @@
+"""`zmr new MODEL`: scaffold a model from the templates in ``zmr/templates/``.
+
+Writes, for a model that does not exist yet (no manifest, no case folder,
+no series folder):
+
+- ``manifests/<model>.yaml``: the components asked for (``NAME=URL@SHA``,
+  a full commit id, validated exactly like a manifest written by hand);
+- ``patches/<model>/<component>/series``: an empty series with a comment
+  header, one per component;
+- ``cases/<model>/README.md`` (support status, what broke and how it was
+  fixed, evidence, upstreamed changes), ``recipe.md`` (how to reproduce the
+  evidence) and ``case.yaml`` (the facts ``zmr docs`` renders; schema
+  ``zmr.cases``).
+
+Everything is rendered and validated in memory first (the manifest with
+``zmr.manifest.parse_manifest``, the case with ``zmr.cases.parse_case``), so
+a bad component spec writes nothing. Each file is written to a temporary
+name and linked into place (never over an existing file); if anything fails
+on the way, the files and folders written so far are removed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Sequence
+
+from zmr.errors import ZmrError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.project import Project
+
+SPEC_HELP = "NAME=URL@SHA, e.g. rollout=https://github.com/vllm-project/vllm.git@<40-hex commit id>"
+# A YAML plain scalar that stays the same string (no quoting needed).
+_PLAIN_RE = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./:@+~=-]*\Z")
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One ``--component NAME=URL@SHA``, split (not validated beyond its syntax)."""
+
+    key: str
+    upstream: str
+    commit: str
+    spec: str
+
+
+def parse_component(spec: str) -> ComponentSpec:
+    """Split ``NAME=URL@SHA`` (the URL may hold '@' itself: the last one separates the commit)."""
+    name, eq, rest = spec.partition("=")
+    if not eq or not name.strip():
+        raise ZmrError(f"--component {spec!r}: expected {SPEC_HELP}")
+    upstream, at, commit = rest.rpartition("@")
+    if not at or not upstream.strip() or not commit.strip():
+        raise ZmrError(f"--component {spec!r}: no @SHA after the upstream", details=[f"pin a full commit id: {SPEC_HELP}"])
+    return ComponentSpec(name.strip(), upstream.strip(), commit.strip(), spec)
+
+
+def _template(name: str) -> Template:
+    return Template(resources.files("zmr.templates").joinpath(name).read_text(encoding="utf-8"))
+
+
+def _yaml_str(value: str) -> str:
+    """*value* as a YAML scalar: plain when that is unambiguous, else double-quoted (JSON escapes)."""
+    if _PLAIN_RE.match(value) and value.lower() not in ("true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"):
+        try:
+            float(value)
+        except ValueError:
+            return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[str, str]:
+    """Repository-relative path -> text of every file `zmr new` writes."""
+    blocks = "".join(
+        _template("component.yaml.tmpl").substitute(component=c.key, model=model, upstream_yaml=_yaml_str(c.upstream), commit=c.commit)
+        for c in components
+    ).rstrip("\n")
+    files = {
+        f"manifests/{model}.yaml": _template("manifest.yaml.tmpl").substitute(
+            model=model, title=title.replace("\n", " "), title_yaml=_yaml_str(title), components=blocks, needs=", ".join(c.key for c in components)
+        ),
+    }
+    for c in components:
+        files[f"patches/{model}/{c.key}/series"] = _template("series.tmpl").substitute(
+            model=model, component=c.key, commit_short=c.commit[:12], upstream=c.upstream
+        )
+    rows = "\n".join(f"| {c.key} | `{c.upstream}` | `{c.commit}` | `patches/{model}/{c.key}/` |" for c in components)
+    branches = ", ".join(f"`{c.key}/{model}`" for c in components)
+    files[f"cases/{model}/README.md"] = _template("README.md.tmpl").substitute(model=model, title=title, component_rows=rows)
+    files[f"cases/{model}/recipe.md"] = _template("recipe.md.tmpl").substitute(model=model, title=title, branches=branches)
+    files[f"cases/{model}/case.yaml"] = _template("case.yaml.tmpl").substitute(model=model, title=title)
+    return files
+
+
+def existing(root: Path, model: str) -> list[str]:
+    """What of *model* already exists: its manifest, case folder or series folder."""
+    found = []
+    for rel in (f"manifests/{model}.yaml", f"manifests/{model}.yml", f"cases/{model}", f"patches/{model}"):
+        if (root / rel).exists() or (root / rel).is_symlink():
+            found.append(rel + ("/" if (root / rel).is_dir() else ""))
+    return found
+
+
+def validate(project: "Project", model: str, files: dict[str, str], components: Sequence[ComponentSpec]) -> None:
+    """Validate the rendered manifest and case as `zmr validate` and `zmr docs` would; raise on any problem."""
+    from zmr.cases import parse_case
+    from zmr.manifest import parse_manifest
+
+    with tempfile.TemporaryDirectory(prefix="zmr-new-") as tmp:
+        staged = Path(tmp)
+        for rel, text in files.items():
+            target = staged / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        # Paths in the manifest (a bundle in the repository) resolve against the project.
+        _, problems = parse_manifest(staged / f"manifests/{model}.yaml", project.root, project.policy)
+        if problems:
+            details = []
+            for p in problems:
+                spec = next((c.spec for c in components if f"components.{c.key}." in p.text or f"components.{c.key}:" in p.text), None)
+                text = p.text + (f"; {p.fix}" if p.fix else "")
+                details.append(f"--component {spec!r}: {text}" if spec else text)
+            raise ZmrError(f"zmr new {model}: {len(problems)} problem{'s' if len(problems) != 1 else ''} with the components", details=details)
+        _, problems = parse_case(staged / f"cases/{model}/case.yaml", staged)
+        if problems:  # pragma: no cover - the template is tested to be valid
+            raise ZmrError(f"zmr new {model}: the case template does not validate (a bug in zmr)", details=[str(p) for p in problems])
+
+
+def create(project: "Project", model: str, components: Sequence[str], title: str | None = None) -> list[str]:
+    """Scaffold *model*; returns the repository-relative paths written, in order."""
+    from zmr.manifest import COMPONENT_RE, MODEL_RE, load_manifests
+
+    root = project.root
+    if not MODEL_RE.match(model):
+        raise ZmrError(f"{model!r} is not a valid model name", details=["use [a-z0-9][a-z0-9._-]* (lower case, digits, '.', '_', '-'): it names manifests/<model>.yaml and the branches"])
+    there = existing(root, model)
+    if there:
+        raise ZmrError(f"model {model!r} already exists: {', '.join(there)}", details=["zmr new never overwrites; pick another name, or edit the files"])
+    if not components:
+        raise ZmrError(f"zmr new {model}: name at least one component", details=[f"--component {SPEC_HELP} (repeat it for the trainer, ...)"])
+    specs = [parse_component(s) for s in components]
+    seen: set[str] = set()
+    for c in specs:
+        if not COMPONENT_RE.match(c.key):
+            raise ZmrError(f"--component {c.spec!r}: {c.key!r} is not a valid component name", details=["use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), e.g. rollout, trainer, vllm, megatron"])
+        if c.key in seen:
+            raise ZmrError(f"--component {c.spec!r}: component {c.key!r} is given twice")
+        seen.add(c.key)
+    title = (title or model).strip() or model
+    if any(ord(ch) < 32 for ch in title):
+        raise ZmrError("--title: control characters (line breaks, tabs) are not allowed")
+    files = render(model, title, specs)
+    validate(project, model, files, specs)
+    written: list[Path] = []
+    made_dirs: list[Path] = []
+    try:
+        for rel, text in files.items():
+            target = root / rel
+            _mkdirs(target.parent, made_dirs)
+            _write_new(target, text)
+            written.append(target)
+        # Branch names must not collide with other models' (checked across every manifest).
+        load_manifests(root, [model], project.policy)
+    except BaseException:
+        for path in reversed(written):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        for folder in reversed(made_dirs):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise
+    return list(files)
+
+
+def _mkdirs(folder: Path, made: list[Path]) -> None:
+    missing = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        path.mkdir()
+        made.append(path)
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write *path* whole or not at all, never over an existing file (temp file, then link)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise ZmrError(f"{path}: appeared while zmr new was writing; nothing was overwritten") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
