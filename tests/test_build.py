@@ -181,3 +181,22 @@ def test_reproducible_across_clones_config_and_clock(tmp_path, upstream):
     a = git("rev-parse", "rollout/toy", cwd=first.root)
     b = git("rev-parse", "rollout/toy", cwd=second)
     assert a == b
+
+
+def test_snapshot_release_is_one_root_commit_with_the_series_applied(project, upstream):
+    pin = simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text() + "    release: snapshot\n")
+    project.commit_all("snapshot mode")
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    tip = project.ref("refs/heads/rollout/toy")
+    assert git("rev-list", tip, cwd=project.root) == tip  # a single, root commit
+    assert "line 10 fixed split" in git("show", f"{tip}:src/model.py", cwd=project.root)
+    message = git("log", "-1", "--format=%B", tip, cwd=project.root)
+    for trailer in (f"Zmr-Upstream-Commit: {pin}", f"Zmr-Upstream: {upstream.path}", "Zmr-Model: toy", "Zmr-Component: rollout", "Zmr-Series: sha256:"):
+        assert trailer in message
+    assert zmr("verify", "toy", cwd=project.root).returncode == 0
+    other = git("commit-tree", "-m", "hand-made", f"{tip}^{{tree}}", cwd=project.root)
+    git("update-ref", "refs/heads/rollout/toy", other, cwd=project.root)
+    result = zmr("verify", "toy", cwd=project.root)
+    assert result.returncode == 1 and "changes metadata differs (message" in result.stdout

@@ -51,7 +51,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from zmr.errors import ZmrError
 from zmr.manifest import MODEL_RE, ManifestError, manifest_paths
-from zmr.yamlnodes import Problems, join_path, kind, mapping_items, read_yaml, scalar
+from zmr.yamlnodes import Problems, display_path, join_path, kind, mapping_items, read_top_mapping, scalar
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Manifest
@@ -323,25 +323,15 @@ def _fields(node: MappingNode, schema: dict[str, _Key], path: str, problems: Pro
 # -- loading --------------------------------------------------------------------------
 
 
-def _display(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def parse_case(path: Path, root: Path) -> tuple[Case | None, list]:
     """Parse and validate one case file; returns (case or None, problems)."""
-    display = _display(path, root)
+    display = display_path(path, root)
     problems = Problems(display)
     model = path.parent.name
     if not MODEL_RE.match(model):
         problems.add(None, f"folder name {model!r} is not a valid model name", "name the folder cases/<model> with [a-z0-9][a-z0-9._-]*")
-    node = read_yaml(path, display, problems)
+    node = read_top_mapping(path, display, problems, "start with `family:` and `status:`")
     if node is None:
-        return None, problems.items
-    if not isinstance(node, MappingNode):
-        problems.add(node, f"top level: expected a mapping, got {kind(node)}", "start with `family:` and `status:`")
         return None, problems.items
     values = _fields(node, _TOP_KEYS, "", problems, _Context(root, model))
     if problems:
@@ -382,7 +372,7 @@ def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case],
         path = folder / CASE_FILE
         wrong = folder / "case.yml"
         if wrong.is_file():
-            p = Problems(_display(wrong, root))
+            p = Problems(display_path(wrong, root))
             p.add(None, "case files use the .yaml extension", "rename it to case.yaml")
             problems.extend(p.items)
         if not path.is_file():

@@ -21,7 +21,7 @@ from typing import Callable
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from zmr.errors import ZmrError
-from zmr.yamlnodes import Problems, join_path, kind, line_of, mapping_items, read_yaml, scalar
+from zmr.yamlnodes import Problems, display_path, join_path, kind, line_of, mapping_items, read_top_mapping, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -475,16 +475,13 @@ def _smoke_env(values, where, problems) -> list[tuple[str, str]]:
 
 def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[Manifest | None, list]:
     """Parse and validate one manifest; returns (manifest or None, problems)."""
-    display = _display(path, root)
+    display = display_path(path, root)
     problems = Problems(display)
     model = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.stem
     if not MODEL_RE.match(model):
         problems.add(None, f"file name {path.name!r} is not a valid model name", "name it <model>.yaml with [a-z0-9][a-z0-9._-]*")
-    node = read_yaml(path, display, problems)
+    node = read_top_mapping(path, display, problems, "start with `model: <name>`")
     if node is None:
-        return None, problems.items
-    if not isinstance(node, MappingNode):
-        problems.add(node, f"top level: expected a mapping, got {kind(node)}", "start with `model: <name>`")
         return None, problems.items
     ctx = _Context(root=root, model=model, policy=policy)
     top = _fields(node, _TOP_KEYS, "", problems, ctx)
@@ -556,13 +553,6 @@ def _check_branch_collisions(components: dict[str, Component], problems: Problem
         seen[comp.branch] = comp.key
 
 
-def _display(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
 def manifest_paths(root: Path) -> list[Path]:
     folder = root / "manifests"
     if not folder.is_dir():
@@ -589,7 +579,7 @@ def load_manifests(root: Path, models: list[str] | None = None, policy: Policy =
     for model, path in sorted(by_model.items()):
         if path.suffix == ".yml":
             if not models or model in models:
-                wrong = Problems(_display(path, root))
+                wrong = Problems(display_path(path, root))
                 wrong.add(None, "manifests use the .yaml extension", f"rename it to {model}.yaml")
                 problems.extend(wrong.items)
             continue
@@ -616,7 +606,7 @@ def _cross_model_problems(manifests: list[Manifest], root: Path, models: list[st
     for manifest in manifests:
         if models and manifest.model not in models:
             continue
-        p = Problems(_display(manifest.path, root))
+        p = Problems(display_path(manifest.path, root))
         for comp in manifest.components.values():
             owner = owners[comp.branch]
             if owner[0] is not manifest:

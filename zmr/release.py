@@ -205,14 +205,19 @@ def _patch_list(series: Series) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _series_trailers(component: Component, series: Series, *, with_upstream: bool) -> str:
+    lines = [f"{TRAILER_MODEL}: {component.model}", f"{TRAILER_COMPONENT}: {component.key}"]
+    if with_upstream:
+        lines.append(f"{TRAILER_UPSTREAM}: {component.upstream}")
+    lines += [f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}", f"{TRAILER_SERIES}: {series.digest()}"]
+    return "\n".join(lines) + "\n"
+
+
 def _changes_message(component: Component, series: Series) -> str:
     return (
         f"{component.model}/{component.key}: zero-mismatch changes\n\n"
         f"{_patch_list(series)}\n"
-        f"{TRAILER_MODEL}: {component.model}\n"
-        f"{TRAILER_COMPONENT}: {component.key}\n"
-        f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}\n"
-        f"{TRAILER_SERIES}: {series.digest()}\n"
+        + _series_trailers(component, series, with_upstream=False)
     )
 
 
@@ -221,11 +226,7 @@ def _snapshot_only_message(component: Component, series: Series) -> str:
         f"{component.model}/{component.key}: upstream {component.commit[:12]} with zero-mismatch changes\n\n"
         f"The tree of {component.upstream} at {component.commit}\n"
         f"with the series applied.\n\n{_patch_list(series)}\n"
-        f"{TRAILER_MODEL}: {component.model}\n"
-        f"{TRAILER_COMPONENT}: {component.key}\n"
-        f"{TRAILER_UPSTREAM}: {component.upstream}\n"
-        f"{TRAILER_UPSTREAM_COMMIT}: {component.commit}\n"
-        f"{TRAILER_SERIES}: {series.digest()}\n"
+        + _series_trailers(component, series, with_upstream=True)
     )
 
 

@@ -47,6 +47,25 @@ class Problems:
         return bool(self.items)
 
 
+def display_path(path: Path, root: Path) -> str:
+    """*path* relative to the repository root, as messages show it."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def read_top_mapping(path: Path, display: str, problems: Problems, hint: str) -> MappingNode | None:
+    """The top-level mapping of a file, or None with the reason recorded (*hint*: how it should start)."""
+    node = read_yaml(path, display, problems)
+    if node is None:
+        return None
+    if not isinstance(node, MappingNode):
+        problems.add(node, f"top level: expected a mapping, got {kind(node)}", hint)
+        return None
+    return node
+
+
 def line_of(node_or_line: Node | int | None) -> int:
     if node_or_line is None:
         return 0
