@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -163,15 +164,32 @@ class Replayer:
 
 
 def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
-    """One commit per patch on *base*; a patch that does not apply exactly is an error naming it."""
+    """One commit per patch on *base*; a patch that does not apply exactly is an error naming it.
+
+    A chain is a pure function of the base and the patch bytes, so the mirror
+    keeps it under a ref named by their digest: checkout, upstreamed and
+    rebase of an unchanged series reuse it instead of replaying every patch.
+    """
     from zmr.release import apply_error
 
+    if not patches:
+        return []
+    digest = hashlib.sha256(base.encode())
+    for patch in patches:
+        digest.update(f"\n{patch.strip} {patch.sha256} {patch.name}".encode())  # the name can be the subject
+    ref = f"refs/zmr/chains/{digest.hexdigest()}"
+    cached = repo.ref_value(ref)
+    if cached is not None:
+        chain = repo.rev_list(["--reverse", "--first-parent", cached, "--not", base])
+        if len(chain) == len(patches):
+            return chain
     with Replayer(repo, base) as replay:
         for patch in patches:
             ok, stderr = replay.try_apply(patch)
             if not ok:
                 raise apply_error(dataclasses.replace(component, commit=base), patch, stderr)
             replay.commit(patch)
+        repo.run(["update-ref", ref, replay.tip])
         return list(replay.commits)
 
 
