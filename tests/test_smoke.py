@@ -371,6 +371,18 @@ def test_local_junit_is_what_ci_renderers_read(local_run):
     assert props["commit:rollout/toy"] == branch_tip(local_run.project, "rollout/toy")
 
 
+def test_junit_renders_in_a_junit_viewer(local_run, tmp_path):
+    """junit2html, a JUnit viewer: the report renders with every test and its outcome."""
+    html = tmp_path / "junit.html"
+    viewer = Path(sys.executable).with_name("junit2html")
+    proc = subprocess.run([str(viewer), str(local_run.junit), str(html)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    page = html.read_text()
+    for name in ("cwd", "fail", "hang", "import", "two-trees", "mismatch"):
+        assert f">{name}<" in page or f"{name}</" in page, name
+    assert "exit status 3" in page and "boom" in page
+
+
 def test_local_run_leaves_the_checkout_untouched(local_run):
     root = local_run.project.root
     assert checkout_state(root) == local_run.before
