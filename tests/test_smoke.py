@@ -201,9 +201,14 @@ def copy_project(template: Template, target: Path) -> Project:
     return Project(target)
 
 
+# Temporary folders of the runs under test: private, so that other processes on the
+# machine (another test session, say) cannot make a leftover appear or disappear.
+RUN_TMP = Path(tempfile.mkdtemp(prefix="zmr-test-smoke-tmp-"))
+
+
 def isolated_env(base: Path) -> dict:
     (base / "home").mkdir(parents=True, exist_ok=True)
-    return {"HOME": str(base / "home"), "ZMR_CACHE": str(base / "cache"), "RAY_AUTH_MODE": "disabled", "ZMR_SMOKE_KILL_GRACE": "5"}
+    return {"HOME": str(base / "home"), "ZMR_CACHE": str(base / "cache"), "RAY_AUTH_MODE": "disabled", "ZMR_SMOKE_KILL_GRACE": "5", "TMPDIR": str(RUN_TMP)}
 
 
 def checkout_state(root: Path) -> dict:
@@ -219,7 +224,7 @@ def checkout_state(root: Path) -> dict:
 
 
 def temp_entries() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("zmr-smoke*")}
+    return {p.name for p in RUN_TMP.glob("zmr-smoke*")}
 
 
 def full_run(template: Template, base: Path, *extra: str) -> Run:
@@ -249,7 +254,17 @@ def ray_cluster():
 
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    # Workers inherit TMPDIR (their task folders land in RUN_TMP); Ray's own sockets stay short.
+    saved_tmp = {k: os.environ.get(k) for k in ("TMPDIR", "RAY_TMPDIR")}
+    os.environ.update({"TMPDIR": str(RUN_TMP), "RAY_TMPDIR": tempfile.gettempdir()})
+    try:
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    finally:
+        for key, value in saved_tmp.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     try:
         yield context.address_info["gcs_address"]
     finally:
