@@ -1,0 +1,1 @@
+"""Opt-in tests that run the real vLLM engine (see conftest.py)."""

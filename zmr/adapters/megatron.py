@@ -1,0 +1,265 @@
+"""Trainer side with Megatron-core: teacher-forced log-probs of the response tokens from a ``GPTModel``.
+
+    from zmr.adapters import megatron as zm
+    lps = zm.teacher_forced_logprobs(gpt_model, seqs, batch_size=8)      # on the last pipeline stage
+    write_dump("train.jsonl", zm.records(seqs, lps), provenance=zm.provenance(gpt_model))
+
+The forward is ``model(input_ids, position_ids, attention_mask)`` as
+``megatron.core.models.gpt.GPTModel.forward`` takes it, returning logits
+``[batch, seq, vocab / TP]`` (``labels=None``). The mask follows
+Megatron-core's convention: a bool ``[B, 1, T, T]`` tensor, **True where
+attention is masked out** (future keys and padding keys); `build_inputs`
+makes it with the input ids and position ids (`zmr.adapters.common.pack`).
+With right padding (the default) a causal mask alone already hides the
+padding from every real token, so models whose attention is built for a
+causal mask type (``AttnMaskType.causal``, Transformer Engine's default)
+give correct results; left padding needs a kernel that honours the padding
+mask.
+
+Log-probs: with tensor parallelism 1, ``log_softmax(float32(logits))``
+gathered at the labels (vLLM's formula, `zmr.adapters.common`); with TP > 1
+the logits are split over the vocabulary and
+``megatron.core.tensor_parallel.vocab_parallel_cross_entropy`` gives minus
+the log-prob (a different summation order: not bitwise comparable with a
+TP = 1 log_softmax). ``method`` picks one explicitly. Pipeline parallelism:
+call on the last stage (the one that has logits); others get None.
+
+What needs CUDA is only the model; `build_inputs`, `causal_padding_mask`,
+`logprobs_from_logits` and `teacher_forced_logprobs` with any callable of
+that signature run on the CPU (the unit tests use a tiny torch model).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence as _Seq
+from typing import Any
+
+from zmr.adapters import env_switches, smoke_trees
+from zmr.adapters.common import Packed, Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
+
+__all__ = ["Sequence", "build_inputs", "causal_padding_mask", "logprobs_from_logits", "teacher_forced_logprobs", "records", "provenance"]
+
+METHODS = ("auto", "log_softmax", "vocab_parallel")
+
+
+def causal_padding_mask(attention_mask: Any) -> Any:
+    """[B, T] 1/0 (1 = real token) -> bool [B, 1, T, T], True = masked: key after query, or key is padding."""
+    import torch
+
+    B, T = attention_mask.shape
+    future = torch.ones((T, T), dtype=torch.bool, device=attention_mask.device).triu(1)
+    pad_key = attention_mask.eq(0)[:, None, None, :]  # [B, 1, 1, T]
+    return future[None, None, :, :] | pad_key
+
+
+def build_inputs(sequences: _Seq[Any], *, padding: str = "right", pad_id: int = 0, device: Any = None) -> tuple[Packed, Any]:
+    """(`Packed` batch, Megatron attention mask) for `sequences`: input_ids, position_ids, mask ready for the forward."""
+    packed = pack(as_sequences(sequences), padding=padding, pad_id=pad_id, device=device)
+    return packed, causal_padding_mask(packed.attention_mask)
+
+
+def _tp_size() -> int:
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None:
+        return 1
+    try:
+        return int(ps.get_tensor_model_parallel_world_size()) if ps.model_parallel_is_initialized() else 1
+    except Exception:  # pragma: no cover - uninitialised groups
+        return 1
+
+
+def logprobs_from_logits(logits: Any, labels: Any, *, temperature: float = 1.0, method: str = "auto") -> Any:
+    """Log-probs of `labels` under `logits` [..., V or V/TP]; method: auto, log_softmax, vocab_parallel."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if method == "auto":
+        method = "vocab_parallel" if _tp_size() > 1 else "log_softmax"
+    if method == "log_softmax":
+        return gather_logprobs(logits, labels, temperature=temperature)
+    from megatron.core import tensor_parallel
+
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    return -tensor_parallel.vocab_parallel_cross_entropy(z.contiguous(), labels)
+
+
+def _logits(out: Any) -> Any:
+    if isinstance(out, tuple):
+        out = out[0]
+    return getattr(out, "logits", out)
+
+
+def teacher_forced_logprobs(
+    model: Any,
+    sequences: _Seq[Any],
+    *,
+    padding: str = "right",
+    batch_size: int | None = None,
+    pad_id: int = 0,
+    temperature: float = 1.0,
+    method: str = "auto",
+    device: Any = None,
+) -> list[Any] | None:
+    """Per sequence, a float32 tensor of log p(response[j] | prompt + response[:j]); None off the last PP stage."""
+    import torch
+
+    seqs = as_sequences(sequences)
+    if device is None:
+        try:
+            device = next(model.parameters()).device
+        except (AttributeError, StopIteration, TypeError):
+            device = None
+    out: list[Any] = []
+    with torch.inference_mode():
+        for _, chunk in chunks(seqs, batch_size):
+            packed, mask = build_inputs(chunk, padding=padding, pad_id=pad_id, device=device)
+            logits = _logits(model(packed.input_ids, packed.position_ids, mask))
+            if logits is None:  # not the last pipeline stage
+                return None
+            if logits.shape[:2] != packed.input_ids.shape:  # [s, b, v] layout
+                logits = logits.transpose(0, 1)
+            lp = logprobs_from_logits(response_logits(logits, packed), packed.targets, temperature=temperature, method=method)
+            out.extend(unpack(lp, packed))
+    return out
+
+
+def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict]:
+    """Dump records from `sequences` and `teacher_forced_logprobs`' result."""
+    return to_records(as_sequences(sequences), logprobs)
+
+
+def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, method: str = "auto",
+               extra: dict | None = None) -> dict:
+    """Provenance for a Megatron trainer dump: megatron-core/torch/CUDA versions, TP size, dtype, env switches."""
+    prov: dict[str, Any] = {"engine": "megatron-core", "side": "trainer"}
+    try:
+        from importlib import metadata
+
+        prov["megatron_core_version"] = metadata.version("megatron-core")
+    except Exception:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        prov["torch_version"] = str(torch.__version__)
+        prov["cuda_version"] = getattr(torch.version, "cuda", None)
+        if torch.cuda.is_available():
+            prov["device_name"] = torch.cuda.get_device_name()
+    prov["tensor_parallel_size"] = _tp_size()
+    prov["logprob_method"] = ("vocab_parallel" if prov["tensor_parallel_size"] > 1 else "log_softmax") if method == "auto" else method
+    if model is not None:
+        prov["architecture"] = type(model).__name__
+        try:
+            prov["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+        except (AttributeError, StopIteration, TypeError):
+            pass
+    if batch_size is not None:
+        prov["batch_size"] = int(batch_size)
+    if padding is not None:
+        prov["padding"] = padding
+    prov["env"] = env_switches()
+    trees = smoke_trees()
+    if trees:
+        prov["trees"] = trees
+    if extra:
+        prov.update(extra)
+    return prov
+
+
+# -- a self-test on a real Megatron-core GPTModel (needs CUDA and megatron-core) ---------------------
+
+
+def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None) -> dict[str, Any]:
+    """A tiny ``GPTModel`` (local layer spec, RoPE, TP = PP = 1): the adapter against plain forwards.
+
+    Compares, per response token: batched right padding vs one sequence at a
+    time, left vs right padding, both against a manual forward of the unpadded
+    sequence with ``log_softmax`` (so masks and positions are right when the
+    numbers agree up to the GEMM's batch-shape rounding), and the two log-prob
+    methods. Returns figures (max |delta|, fraction bitwise equal).
+    """
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run of the plumbing
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+    if device == "cuda":
+        model_parallel_cuda_manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    config = TransformerConfig(
+        num_layers=2, hidden_size=128, num_attention_heads=4, num_query_groups=2, ffn_hidden_size=256,
+        params_dtype=torch_dtype, bf16=dtype == "bfloat16", init_method_std=0.08, normalization="RMSNorm",
+        gated_linear_unit=True, activation_func=torch.nn.functional.silu, add_bias_linear=False,
+        hidden_dropout=0.0, attention_dropout=0.0, use_cpu_initialization=device != "cuda",
+    )
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"), vocab_size=512,
+                     max_sequence_length=256, position_embedding_type="rope", share_embeddings_and_output_weights=False)
+    model = model.to(device).eval()
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for i in range(8):
+        p = torch.randint(4, 512, (int(torch.randint(3, 60, (1,), generator=g)),), generator=g).tolist()
+        r = torch.randint(4, 512, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
+        seqs.append(Sequence(p, r, id=f"s{i}"))
+
+    def manual(s: Sequence):
+        ids = torch.tensor([list(s.prompt) + list(s.response)], device=device)
+        T = ids.shape[1]
+        mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)[None, None]
+        with torch.inference_mode():
+            logits = _logits(model(ids, torch.arange(T, device=device)[None], mask))
+        lp = torch.log_softmax(logits[0].float(), -1)
+        P = len(s.prompt)
+        return torch.stack([lp[P - 1 + j, t] for j, t in enumerate(s.response)]).cpu()
+
+    def stats(a, b):
+        a, b = torch.cat(a), torch.cat(b)
+        return {"tokens": int(a.numel()), "bitwise_equal": int((a.view(torch.int32) == b.view(torch.int32)).sum()),
+                "max_abs_diff": float((a - b).abs().max())}
+
+    right = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8)
+    left = teacher_forced_logprobs(model, seqs, padding="left", batch_size=8)
+    alone = [teacher_forced_logprobs(model, [s])[0] for s in seqs]
+    man = [manual(s) for s in seqs]
+    vp = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8, method="vocab_parallel")
+    # a control: positions/mask deliberately wrong (left padding without the padding mask) must differ
+    packed, mask = build_inputs(seqs, padding="left", device=device)
+    causal_only = causal_padding_mask(torch.ones_like(packed.attention_mask))
+    with torch.inference_mode():
+        bad_logits = _logits(model(packed.input_ids, packed.position_ids, causal_only))
+    bad = unpack(logprobs_from_logits(response_logits(bad_logits, packed), packed.targets), packed)
+    return {
+        "dtype": dtype, "megatron_core": provenance(model).get("megatron_core_version"), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "sequences": len(seqs),
+        "right_padded_batch_vs_alone": stats(right, alone),
+        "left_vs_right_padding": stats(left, right),
+        "alone_vs_manual": stats(alone, man),
+        "right_padded_batch_vs_manual": stats(right, man),
+        "vocab_parallel_vs_log_softmax": stats(vp, right),
+        "control_left_padding_without_padding_mask_vs_manual": stats(bad, man),
+    }
+
+
+if __name__ == "__main__":  # python -m zmr.adapters.megatron [float32|bfloat16 ...]: the self-test, as JSON
+    import json
+
+    out = {d: selftest(d) for d in (sys.argv[1:] or ["float32", "bfloat16"])}
+    print(json.dumps(out, indent=1))
