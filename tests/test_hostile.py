@@ -119,3 +119,29 @@ def test_hooks_fsmonitor_and_external_diff_never_run(tmp_path, upstream):
         result = zmr(*args, cwd=project.root)
         assert result.returncode == 0, result.stderr
     assert not marker.exists(), marker.read_text()
+
+
+def test_huge_manifest_is_refused_unread(tmp_path):
+    project = make_project(tmp_path / "p")
+    big = "model: m\ntitle: x\n" + "# padding\n" * 120_000
+    project.write("manifests/m.yaml", big)
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2
+    assert "manifests/m.yaml: file is" in result.stderr and "over the limit of 1048576" in result.stderr
+
+
+def test_patch_through_a_symlink_in_the_tree_is_refused(tmp_path):
+    from conftest import make_upstream
+
+    up = make_upstream(tmp_path / "up", [{"real/model.py": "a = 1\n"}])
+    (up.path / "alias").symlink_to("real")
+    git("add", "alias", cwd=up.path)
+    pin = up.commit({}, "add a symlink to the folder")
+    patch = b"diff --git a/alias/model.py b/alias/model.py\n--- a/alias/model.py\n+++ b/alias/model.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"
+    project = make_project(tmp_path / "p")
+    _model(project, up, pin, [("0001-through-link.patch", patch, 1)])
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 2
+    assert "patches/m/c/0001-through-link.patch: does not apply" in result.stderr
+    assert "alias/model.py" in result.stderr
+    assert project.refs() == {}

@@ -146,3 +146,41 @@ def test_publish_is_all_or_nothing_when_killed(tmp_path, upstream):
         result = zmr("publish", cwd=project.root, env={"ZMR_CACHE": str(cache)})
         assert result.returncode == 0, (iteration, result.stderr)
         assert {ref: git("rev-parse", ref, cwd=remote) for ref in expected} == expected
+
+
+def test_export_survives_interruption(tmp_path, upstream):
+    """Kill `zmr export` mid-run: every series file is the old or the new one, never a part."""
+    from conftest import make_project
+
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    simple_model(project, upstream)
+    project.commit_all("ignore work")
+    cache = tmp_path / "cache"
+    env = {"ZMR_CACHE": str(cache)}
+    assert zmr("checkout", "toy", cwd=project.root, env=env).returncode == 0
+    work = project.root / "work/toy/rollout"
+    git("commit", "-q", "--amend", "-m", "Make matmul output contiguous (reworded)\n\nWhy: stable strides for the kernels.", cwd=work)
+    (work / "src/notes.md").write_text("notes\n")
+    git("add", "src/notes.md", cwd=work)
+    git("commit", "-q", "-m", "Add notes", cwd=work)
+    series = project.root / "patches/toy/rollout"
+    before = _tree_bytes(series)
+    assert zmr("export", "toy", cwd=project.root, env=env).returncode == 0
+    after = _tree_bytes(series)
+    assert after != before and len(after) == len(before) + 1
+    rng = random.Random(3)
+    stopped = 0
+    for iteration in range(max(6, KILLS // 3)):
+        git("checkout", "-q", "--", "patches", cwd=project.root)
+        git("clean", "-qfd", "--", "patches", cwd=project.root)
+        assert _tree_bytes(series) == before
+        code = _interrupt(_start(["export", "toy"], project.root, cache), rng.uniform(0.05, 0.8), signal.SIGKILL if iteration % 2 else signal.SIGINT)
+        stopped += code != 0
+        now = _tree_bytes(series)
+        for name, data in now.items():
+            assert data in (before.get(name), after.get(name)), (iteration, code, name)  # no partial file
+        result = zmr("export", "toy", cwd=project.root, env=env)
+        assert result.returncode == 0, (iteration, result.stderr)
+        assert _tree_bytes(series) == after, iteration
+    assert stopped >= 2, stopped
