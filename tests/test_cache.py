@@ -105,3 +105,28 @@ def test_parallel_builds_on_one_cache_and_repository(project, upstream, tmp_path
         verify = zmr("verify", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)})
         assert verify.returncode == 0, verify.stdout
         git("fsck", "--no-dangling", cwd=project.root)
+
+
+def test_a_lock_held_by_a_killed_process_never_blocks(project, upstream):
+    """Mirror locks are flock(2) locks: held while the holder lives, gone the moment it dies."""
+    simple_model(project, upstream)
+    mirror = _mirror(upstream)
+    lock = mirror.with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import fcntl,time; f=open({str(lock)!r},'a+b'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    waiting = subprocess.Popen([sys.executable, "-m", "zmr", "fetch"], cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        waiting.wait(timeout=2)
+        raise AssertionError("fetch did not wait for the lock held by a live process")
+    except subprocess.TimeoutExpired:
+        pass
+    holder.kill()  # SIGKILL: no chance to clean up; the lock file stays behind
+    holder.wait()
+    assert lock.exists()
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert "fetched toy/rollout" in out
