@@ -103,3 +103,18 @@ def smoke_trees(environ=None) -> dict[str, str]:
     if not trees and environ.get("ZMR_COMPONENT") and re.fullmatch(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?", environ.get("ZMR_COMMIT", "")):
         trees[environ["ZMR_COMPONENT"]] = environ["ZMR_COMMIT"]
     return trees
+
+
+def finish_provenance(prov: dict, *, batch_size=None, padding=None, extra=None) -> dict:
+    """The tail every adapter's provenance shares: batch size, padding, env switches, release trees, extras."""
+    if batch_size is not None:
+        prov["batch_size"] = int(batch_size)
+    if padding is not None:
+        prov["padding"] = padding
+    prov["env"] = env_switches()
+    trees = smoke_trees()
+    if trees:
+        prov["trees"] = trees
+    if extra:
+        prov.update(extra)
+    return prov

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Sequence as _Seq
 from typing import Any
 
-from zmr.adapters import env_switches, smoke_trees
+from zmr.adapters import finish_provenance
 from zmr.adapters.common import Packed, Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
 
 __all__ = ["Sequence", "build_inputs", "causal_padding_mask", "logprobs_from_logits", "teacher_forced_logprobs", "records", "provenance"]
@@ -154,17 +154,7 @@ def provenance(model: Any = None, *, batch_size: int | None = None, padding: str
             prov["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
         except (AttributeError, StopIteration, TypeError):
             pass
-    if batch_size is not None:
-        prov["batch_size"] = int(batch_size)
-    if padding is not None:
-        prov["padding"] = padding
-    prov["env"] = env_switches()
-    trees = smoke_trees()
-    if trees:
-        prov["trees"] = trees
-    if extra:
-        prov.update(extra)
-    return prov
+    return finish_provenance(prov, batch_size=batch_size, padding=padding, extra=extra)
 
 
 # -- a self-test on a real Megatron-core GPTModel (needs CUDA and megatron-core) ---------------------

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zmr.adapters import env_switches, smoke_trees
+from zmr.adapters import finish_provenance
 
 __all__ = ["response_records", "prompt_records", "records", "provenance", "output_to_json", "outputs_from_json"]
 
@@ -204,8 +204,6 @@ def provenance(
         prov["cpu"] = cpu_features(torch)
     if dtype is not None:
         prov["dtype"] = str(dtype).replace("torch.", "")
-    if batch_size is not None:
-        prov["batch_size"] = int(batch_size)
     if sampling_params is not None:
         sp = {}
         for key in ("temperature", "top_p", "top_k", "seed", "logprobs", "prompt_logprobs", "max_tokens", "n"):
@@ -213,13 +211,7 @@ def provenance(
             if value is not None:
                 sp[key] = value
         prov["sampling"] = sp
-    prov["env"] = env_switches()
-    trees = smoke_trees()
-    if trees:
-        prov["trees"] = trees
-    if extra:
-        prov.update(extra)
-    return prov
+    return finish_provenance(prov, batch_size=batch_size, extra=extra)
 
 
 def cpu_features(torch: Any) -> dict[str, Any]:
