@@ -44,7 +44,7 @@ from zmr.errors import ZmrError
 from zmr.manifest import Component, parse_manifest
 from zmr.patchfile import CommitMeta, atomic_write, diff_tree_args
 from zmr.project import Project
-from zmr.series import Patch, read_series
+from zmr.series import Patch, Series, read_series
 from zmr import workspace
 from zmr.workspace import Replayer, TempIndex, build_chain
 
@@ -187,6 +187,13 @@ class UpstreamedReport:
         return "\n".join(lines) + "\n"
 
 
+def _inputs(project: Project, component: Component, cache: Cache | None) -> tuple[Cache, str, str, Series]:
+    """What upstreamed and rebase both start from: the cache, the upstream URL, its label, the series."""
+    cache = cache or Cache()
+    url = resolve_upstream(component.upstream, project.root)
+    return cache, url, f"{component.label} ({component.upstream})", read_series(project.root / component.patches, component.patches)
+
+
 def upstreamed(project: Project, component: Component, rev: str | None, cache: Cache | None = None, progress: Progress | None = None) -> UpstreamedReport:
     """Patches of the series already in upstream between the pin and *rev* (default: ``track``)."""
     rev = rev or component.track
@@ -195,10 +202,7 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
             f"{component.label}: no upstream revision to compare with",
             details=[f"pass --rev REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
         )
-    cache = cache or Cache()
-    url = resolve_upstream(component.upstream, project.root)
-    display = f"{component.label} ({component.upstream})"
-    series = read_series(project.root / component.patches, component.patches)
+    cache, url, display, series = _inputs(project, component, cache)
     if progress:
         progress(f"{component.label}: fetching {rev}")
     cache.ensure(url, [component.commit], display=display)
@@ -455,10 +459,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
             f"{component.label}: a rebase is already in progress",
             details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`, or undo it with `--abort`"],
         )
-    cache = cache or Cache()
-    url = resolve_upstream(component.upstream, project.root)
-    display = f"{component.label} ({component.upstream})"
-    series = read_series(project.root / component.patches, component.patches)
+    cache, url, display, series = _inputs(project, component, cache)
     old = component.commit
     co_path = workspace.checkout_path(project, component, checkout_dir)
     co = workspace.open_checkout(co_path)
