@@ -431,14 +431,19 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
     """checkout and rebase against plain git, when this zmr has those commands."""
     helptext = subprocess.run([*zmr, "--help"], capture_output=True, text=True).stdout
     m = results["measurements"]
+    template = work / "template-1"
+    mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
+
+    def fresh_project(name: str) -> Path:
+        target = work / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(template, target, symlinks=True)
+        return target
+
     if " checkout " in helptext:
         series = {"zmr": Series("zmr checkout"), "git": Series("git clone + git am")}
-        template = work / "template-1"
-        mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
         for rep in range(args.reps):
-            target = work / "co-zmr"
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(template, target, symlinks=True)
+            target = fresh_project("co-zmr")
             series["zmr"].samples.append(measure_mem([*zmr, "checkout", "bench", "-c", "c0", "--dir", str(work / "co-zmr-tree")], target, zenv))
             shutil.rmtree(work / "co-zmr-tree", ignore_errors=True)
             script = f'set -e; rm -rf "$1"; git init -q "$1"; cd "$1"; git fetch -q "{mirror}" {up.pin}; git checkout -q -b work {up.pin}; git am -q "{template}/patches/bench/c0/"*.patch'
@@ -447,13 +452,8 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
         results["ratios"]["checkout_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
     if " rebase " in helptext and up.onto != up.pin:
         series = {"zmr": Series("zmr rebase (in memory)"), "git": Series("git rebase in a working tree")}
-        template = work / "template-1"
-        mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
         for rep in range(args.reps):
-            target = work / "rb-zmr"
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(template, target, symlinks=True)
-            git("add", "-A", cwd=target)
+            target = fresh_project("rb-zmr")
             series["zmr"].samples.append(measure_mem([*zmr, "rebase", "bench", "-c", "c0", "--onto", up.onto], target, zenv))
             tree_dir = work / "rb-git"
             shutil.rmtree(tree_dir, ignore_errors=True)
