@@ -200,3 +200,20 @@ def test_snapshot_release_is_one_root_commit_with_the_series_applied(project, up
     git("update-ref", "refs/heads/rollout/toy", other, cwd=project.root)
     result = zmr("verify", "toy", cwd=project.root)
     assert result.returncode == 1 and "changes metadata differs (message" in result.stdout
+
+
+def test_build_refuses_to_move_a_checked_out_branch(project, upstream, tmp_path):
+    simple_model(project, upstream)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    tip = project.ref("refs/heads/rollout/toy")
+    worktree = tmp_path / "looking-at-the-release"
+    git("worktree", "add", "-q", str(worktree), "rollout/toy", cwd=project.root)
+    series = project.root / "patches/toy/rollout/series"
+    series.write_text(series.read_text().splitlines()[0] + "\n")  # drop the second patch
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 2
+    assert f"rollout/toy is checked out in {worktree}" in result.stderr
+    assert project.ref("refs/heads/rollout/toy") == tip
+    git("worktree", "remove", str(worktree), cwd=project.root)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    assert project.ref("refs/heads/rollout/toy") != tip

@@ -249,8 +249,27 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
         copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
     updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
+    _refuse_checked_out(repo, [m.ref for m in moving])
     repo.update_refs(moving, "zmr build")
     return updates
+
+
+def _refuse_checked_out(repo: git.Repo, refs: Sequence[str]) -> None:
+    """Moving a branch under a worktree that has it checked out would make its files look changed."""
+    checked_out: dict[str, str] = {}
+    path = ""
+    for line in repo.out(["worktree", "list", "--porcelain"]).splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree ") :]
+        elif line.startswith("branch "):
+            checked_out[line[len("branch ") :]] = path
+    busy = [(ref, checked_out[ref]) for ref in refs if ref in checked_out]
+    if busy:
+        ref, where = busy[0]
+        raise ZmrError(
+            f"{ref.removeprefix('refs/heads/')} is checked out in {where}; zmr build will not move it under that working tree",
+            details=["switch that worktree to another branch (git switch main), then build again; no ref was moved"],
+        )
 
 
 def copy_objects(repo: git.Repo, mirror: Mirror, tips: Sequence[str], haves: Sequence[str]) -> None:
