@@ -222,3 +222,32 @@ def test_upstreamed_all_covers_every_tracked_component(proj, upstream):
     assert [c["component"] for c in data["components"]] == ["rollout"]
     assert [p["name"] for p in data["components"][0]["upstreamed"]] == ["0002-contiguous.patch"]
     assert zmr("upstreamed", cwd=proj.root).returncode == 2
+
+
+def test_clean_rebase_shortcut_gives_what_the_full_replay_gives(tmp_path, upstream):
+    """Upstream moved elsewhere: without a checkout only the pin moves, byte for byte as a replay would."""
+    results = {}
+    for mode in ("shortcut", "replay"):
+        project = make_project(tmp_path / mode)
+        project.write(".gitignore", "/work/\n/.zmr/\n")
+        toy(project, upstream)
+        if mode == "replay":
+            # A checkout makes rebase replay every patch and refresh it.
+            assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+        results[mode] = project
+    new = upstream.commit({"docs/other.md": "unrelated\n"}, "Unrelated upstream change")
+    outputs = {}
+    for mode, project in results.items():
+        result = zmr("rebase", "toy", "-c", "rollout", "--onto", new, "--json", cwd=project.root)
+        assert result.returncode == 0, result.stderr
+        outputs[mode] = json.loads(result.stdout)
+    a, b = results["shortcut"].root, results["replay"].root
+    assert tree_files(a / "patches") == tree_files(b / "patches")
+    assert (a / "manifests/toy.yaml").read_bytes() == (b / "manifests/toy.yaml").read_bytes()
+    assert new in (a / "manifests/toy.yaml").read_text()
+    assert not (a / "work").exists()  # no checkout was made for the shortcut
+    assert (outputs["shortcut"]["path"], outputs["replay"]["path"]) == ("pin-only", "fast")
+    for key in ("old", "new", "kept", "changed", "dropped"):
+        assert outputs["shortcut"][key] == outputs["replay"][key], key
+    assert zmr("build", "toy", cwd=a).returncode == 0 and zmr("build", "toy", cwd=b).returncode == 0
+    assert git("rev-parse", "rollout/toy", cwd=a) == git("rev-parse", "rollout/toy", cwd=b)

@@ -340,6 +340,13 @@ def pick_component(project: Project, model: str, keys: Sequence[str] | None, in_
 # -- rebase: results -----------------------------------------------------------------------------
 
 
+_REPLAYED = {
+    "pin-only": "not needed (every hunk applies where it was: only the pin moved)",
+    "fast": "in memory (every patch applied)",
+    "checkout": "in the checkout (conflicts resolved)",
+}
+
+
 @dataclass
 class Outcome:
     """A finished rebase: what happened to each patch."""
@@ -354,7 +361,7 @@ class Outcome:
     changed: list[tuple[str, str, str]] = field(default_factory=list)  # (name, subject, range-diff)
     added: list[tuple[str, str]] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
-    path: str = "fast"  # fast (in memory) | checkout (after conflicts)
+    path: str = "fast"  # pin-only (nothing to replay) | fast (in memory) | checkout (after conflicts)
     already: bool = False
 
     def markdown(self) -> str:
@@ -370,7 +377,7 @@ class Outcome:
             f"- upstream commits in between: {self.upstream_count}",
             f"- series: {c.patches}: {len(self.kept)} kept, {len(self.changed)} changed, {len(self.dropped)} dropped"
             + (f", {len(self.added)} added" if self.added else ""),
-            f"- replayed: {'in memory (every patch applied)' if self.path == 'fast' else 'in the checkout (conflicts resolved)'}",
+            f"- replayed: {_REPLAYED[self.path]}",
             "",
             f"## Kept ({len(self.kept)})",
             "",
@@ -482,8 +489,13 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
     old_chain = build_chain(repo, component, old, series.patches)
     paths = touched_paths(repo, old_chain)
-    pids = patch_ids(repo, old_chain)
     upstream = upstream_patch_ids(repo, old, new, paths)
+    # No upstream commit touches the series' files: nothing can have landed, no ids to compare.
+    pids = patch_ids(repo, old_chain) if upstream else {}
+    if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain):
+        shortcut = _series_stands(project, component, repo, series, old, new, rev)
+        if shortcut is not None:
+            return shortcut
     dropped: list[Dropped] = []
     conflict_at = None
     with Replayer(repo, new) as replay:
@@ -542,6 +554,29 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     )
     _snapshot(project, component, state, co, co_path)
     return _run(project, component, state, cache, progress)
+
+
+def _series_stands(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome | None:
+    """The clean rebase, without a replay: None unless every hunk applies at its recorded line.
+
+    When the whole series applies to the new pin in one ``git apply`` with no
+    hunk moved, a replay would commit exactly these patches and the export
+    would keep every file's bytes: only the pin moves. With no checkout to
+    refresh, that is one manifest write (atomic: interrupted, nothing changed).
+    """
+    if len({p.strip for p in series.patches}) > 1:
+        return None
+    if series.patches:
+        with TempIndex(repo) as index:
+            index.read_tree(new)
+            args = ["apply", "--cached", "--verbose", f"-p{series.patches[0].strip}", "--whitespace=nowarn"]
+            proc = repo.run([*args, *(str(p.path) for p in series.patches)], env=index.env, check=False)
+        if proc.returncode != 0 or b"(offset " in proc.stderr:
+            return None
+    set_pin(project, _reload(project, component), old, new)
+    count = int(repo.out(["rev-list", "--count", new, "--not", old]))
+    kept = [(p.name, p.subject, "") for p in series.patches]
+    return Outcome(component, old, new, rev, component.upstream, count, kept=kept, path="pin-only")
 
 
 def _checkout_of(state: dict) -> Path:
