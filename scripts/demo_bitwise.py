@@ -91,41 +91,6 @@ def parse_args(argv):
 # inputs
 # ---------------------------------------------------------------------------
 
-def make_weights(path: Path, cfg: dict, seed: int) -> None:
-    """Seeded random fp32 weights with the layout both toy packages load."""
-    import torch
-    from safetensors.torch import save_file
-
-    h, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    shapes = {"embed.weight": (v, h), "pos_embed.weight": (cfg["max_positions"], h)}
-    for i in range(cfg["num_layers"]):
-        p = f"layers.{i}."
-        shapes[p + "attn_norm.weight"] = (h,)
-        for name in ("q", "k", "v", "o"):
-            shapes[f"{p}attn.{name}_proj.weight"] = (h, h)
-        shapes[p + "mlp_norm.weight"] = (h,)
-        shapes[p + "mlp.gate_proj.weight"] = (f, h)
-        shapes[p + "mlp.up_proj.weight"] = (f, h)
-        shapes[p + "mlp.down_proj.weight"] = (h, f)
-    shapes["norm.weight"] = (h,)
-    shapes["lm_head.weight"] = (v, h)
-    g = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for name, shape in shapes.items():
-        t = torch.randn(shape, generator=g)
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * t
-        elif name == "pos_embed.weight":
-            t = 0.5 * t
-        elif name == "lm_head.weight":
-            t = t * (3.0 / shape[1] ** 0.5)
-        elif name != "embed.weight":
-            t = t / shape[1] ** 0.5
-        tensors[name] = t.contiguous()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"toy_config": json.dumps(cfg, sort_keys=True)})
-
-
 def make_requests(batch: int, args) -> list[tuple[str, list[int], int]]:
     """(id, prompt, max_new_tokens) for one batch: mixed prompt and response lengths."""
     rng = random.Random(args.seed * 100003 + batch)
@@ -329,9 +294,12 @@ def main(argv=None) -> int:
         "num_heads": args.heads, "intermediate_size": args.intermediate or 3 * args.hidden,
         "max_positions": max(256, longest), "rms_eps": 1e-5,
     }
-    weights = artifacts / "weights.safetensors"
-    make_weights(weights, cfg, args.seed)
     toy_rollout, toy_trainer, switch = import_trees(rollout, trainer)
+    # Seeded weights in the layout both packages load, made by the rollout tree's own helpers.
+    model_cfg = toy_rollout.ModelConfig(**cfg)
+    weights = artifacts / "weights.safetensors"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    toy_rollout.save_weights(weights, model_cfg, toy_rollout.random_weights(model_cfg, seed=args.seed))
     saved_switch = os.environ.get(ENV_SWITCH)
     trees = {k: c for k, c in (("rollout", tree_commit(rollout)), ("trainer", tree_commit(trainer))) if c}
 
