@@ -64,6 +64,7 @@ _FIXED_CONFIG = (
     "diff.noprefix=false",
     "diff.mnemonicPrefix=false",
     "diff.renames=false",
+    "apply.ignoreWhitespace=no",  # a patch applies exactly as written, whatever a repository says
 )
 
 # User config keys that only steer a transport; honoured for network commands.

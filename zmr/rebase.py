@@ -46,6 +46,7 @@ from zmr.patchfile import CommitMeta, atomic_write, diff_tree_args
 from zmr.project import Project
 from zmr.series import Patch, Series, read_series
 from zmr import workspace
+from zmr.release import apply_args
 from zmr.workspace import Replayer, TempIndex, build_chain
 
 STATE_VERSION = 1
@@ -569,8 +570,8 @@ def _series_stands(project: Project, component: Component, repo: git.Repo, serie
     if series.patches:
         with TempIndex(repo) as index:
             index.read_tree(new)
-            args = ["apply", "--cached", "--verbose", f"-p{series.patches[0].strip}", "--whitespace=nowarn"]
-            proc = repo.run([*args, *(str(p.path) for p in series.patches)], env=index.env, check=False)
+            args = [*apply_args(series.patches[0].strip), "--verbose", *(str(p.path) for p in series.patches)]
+            proc = repo.run(args, env=index.env, check=False)
         if proc.returncode != 0 or b"(offset " in proc.stderr:
             return None
     set_pin(project, _reload(project, component), old, new)

@@ -127,18 +127,18 @@ def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: 
         # Fast path: one `git apply` for the whole series (it applies the
         # patches in order, each on the result of the previous ones).
         if len(strips) == 1:
-            proc = repo.run(_apply_args(patches[0].strip) + [str(p.path) for p in patches], env=env, check=False)
+            proc = repo.run(apply_args(patches[0].strip) + [str(p.path) for p in patches], env=env, check=False)
             if proc.returncode == 0:
                 return repo.out(["write-tree"], env=env)
             repo.run(["read-tree", base_tree], env=env)
         for patch in patches:
-            proc = repo.run(_apply_args(patch.strip), input=patch.data, env=env, check=False)
+            proc = repo.run(apply_args(patch.strip), input=patch.data, env=env, check=False)
             if proc.returncode != 0:
                 raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
         return repo.out(["write-tree"], env=env)
 
 
-def _apply_args(strip: int) -> list[str]:
+def apply_args(strip: int) -> list[str]:
     # No fuzz (git apply never fuzzes), whitespace as written, no rename guessing.
     return ["apply", "--cached", f"-p{strip}", "--whitespace=nowarn"]
 

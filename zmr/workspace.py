@@ -109,7 +109,9 @@ class TempIndex:
 
     def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
         """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
-        args = ["-c", "apply.ignoreWhitespace=no", "apply", "--cached", f"-p{patch.strip}", "--whitespace=nowarn"]
+        from zmr.release import apply_args
+
+        args = apply_args(patch.strip)
         if reverse:
             args.append("--reverse")
         if check:
