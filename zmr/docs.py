@@ -31,13 +31,10 @@ the case data.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -45,6 +42,7 @@ from urllib.parse import quote
 
 from zmr.cases import Case, CaseError, check_project, model_titles
 from zmr.errors import CheckFailed, ZmrError
+from zmr.files import atomic_write
 from zmr.yamlnodes import Problems
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -562,18 +560,7 @@ def write(outcome: Outcome) -> None:
     """Replace the README (temp file then rename, mode kept) when it changed."""
     if not outcome.stale:
         return
-    path = outcome.path
-    mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(outcome.new.encode("utf-8"))
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(outcome.path, outcome.new.encode("utf-8"))
 
 
 def stale_error(outcome: Outcome) -> CheckFailed:

@@ -34,7 +34,8 @@ from zmr import git
 from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, parse_manifest
-from zmr.patchfile import CommitMeta, current_umask, atomic_write, commit_diff, format_mail, patch_name
+from zmr.files import atomic_write, current_umask
+from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import parse_patch
 from zmr.workspace import TempIndex

@@ -172,7 +172,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -180,6 +179,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from zmr.errors import CheckFailed, ZmrError
+from zmr.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -828,7 +828,7 @@ def _write_step(path: Path, side: str, step: _Step) -> None:
     index = {"side": side, "step": step.number, "label": step.label, "seq_ids": list(seq_index), "rowsets": rowsets_meta, "records": records_meta}
     meta = {"zmr_locate": str(FORMAT_VERSION), "index": json.dumps(index, separators=(",", ":"))}
     payload = _safetensors_bytes(tensors, meta)
-    _atomic_write(path, payload)
+    atomic_write(path, payload)
 
 
 def _safetensors_bytes(tensors: list[tuple[str, str, tuple[int, ...], bytes]], meta: dict[str, str]) -> bytes:
@@ -842,21 +842,6 @@ def _safetensors_bytes(tensors: list[tuple[str, str, tuple[int, ...], bytes]], m
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     head += b" " * (-len(head) % 8)
     return struct.pack("<Q", len(head)) + head + b"".join(chunks)
-
-
-def _atomic_write(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ==========================================================================

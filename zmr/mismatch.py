@@ -130,12 +130,12 @@ Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 1
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import re
 import struct
-import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +143,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zmr.errors import ZmrError
+from zmr.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -1140,25 +1141,16 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray], dtype: str, meta: dict[str
 
 
 def _atomic_write(p: Path, write) -> None:
+    """Render with *write* (it gets a binary file object), then replace *p* whole."""
     directory = p.parent if str(p.parent) else Path(".")
     if not directory.is_dir():
         raise ZmrError(f"{p}: the folder {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    buffer = io.BytesIO()
+    write(buffer)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a dump is an ordinary file
-        os.replace(tmp, p)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, OSError):
-            raise ZmrError(f"{p}: cannot write it ({err.strerror or err})") from None
-        raise
+        atomic_write(p, buffer.getvalue())
+    except OSError as err:
+        raise ZmrError(f"{p}: cannot write it ({err.strerror or err})") from None
 
 
 # --------------------------------------------------------------------------

@@ -41,11 +41,8 @@ from __future__ import annotations
 import datetime
 import email.header
 import email.utils
-import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from zmr import git
 from zmr.series import Patch
@@ -228,31 +225,3 @@ def format_date(timestamp: int, offset: str) -> str:
     return f"{_DAYS[dt.weekday()]}, {dt.day} {_MONTHS[dt.month - 1]} {dt.year} {dt:%H:%M:%S} {offset}"
 
 
-def current_umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write *path* through a temporary file in the same folder and a rename: never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = None
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".zmr-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

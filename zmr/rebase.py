@@ -42,7 +42,8 @@ from zmr import git
 from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component, parse_manifest
-from zmr.patchfile import CommitMeta, atomic_write, diff_tree_args
+from zmr.files import atomic_write
+from zmr.patchfile import CommitMeta, diff_tree_args
 from zmr.project import Project
 from zmr.series import Patch, Series, read_series
 from zmr import workspace

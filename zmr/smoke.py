@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 from xml.etree import ElementTree as ET
 
 from zmr.errors import CheckFailed, ZmrError
+from zmr.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
@@ -874,23 +875,9 @@ def record(project: "Project", results: Sequence[Result]) -> list[Path]:
         folder = project.root / "cases" / result.job.model / "evidence"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{EVIDENCE_PREFIX}{result.job.id}.json"
-        write_atomic(target, json.dumps(result.record(), indent=2, allow_nan=False) + "\n")
+        atomic_write(target, (json.dumps(result.record(), indent=2, allow_nan=False) + "\n").encode("utf-8"))
         written.append(target)
     return written
-
-
-def write_atomic(target: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def log_tail(path: Path | None, limit: int = JUNIT_LOG_BYTES, lines: int | None = None) -> str:
@@ -964,17 +951,8 @@ def junit_xml(report: Report) -> ET.ElementTree:
 
 
 def write_junit(report: Report, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tree = junit_xml(report)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tree.write(tmp, encoding="UTF-8", xml_declaration=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    root = junit_xml(report).getroot()
+    atomic_write(path, ET.tostring(root, encoding="UTF-8", xml_declaration=True))
 
 
 def _zmr_version() -> str:

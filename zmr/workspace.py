@@ -57,7 +57,8 @@ from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component
-from zmr.patchfile import CommitMeta, current_umask, atomic_write, format_commit, normalize_subject, patch_name
+from zmr.files import atomic_write, current_umask
+from zmr.patchfile import CommitMeta, format_commit, normalize_subject, patch_name
 from zmr.project import Project
 from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
 

@@ -155,7 +155,7 @@ def rebase(
 def _finish_rebase(outcome, report: Optional[Path], json_out: bool) -> None:
     from zmr import rebase as rb
     from zmr.errors import CheckFailed
-    from zmr.patchfile import atomic_write
+    from zmr.files import atomic_write
 
     if isinstance(outcome, rb.Stopped):
         if json_out:
