@@ -148,7 +148,7 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             repo = mirror.repo
-            if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", ref) and repo.has_object(ref, "commit"):
+            if git.FULL_OID_RE.match(ref) and repo.has_object(ref, "commit"):
                 self._unshallow(mirror)
                 return mirror, ref
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)

@@ -16,6 +16,7 @@ environment, so that nothing on the machine can change what zmr computes:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,8 @@ from typing import Iterable, Mapping, Sequence
 from zmr.errors import ZmrError
 
 ZERO_OID = "0" * 40
+# A full object id: SHA-1 or SHA-256, lower case, as git prints it.
+FULL_OID_RE = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 
 # Inherited variables a user may legitimately need for a transport.
 _PASSTHROUGH_ENV = (

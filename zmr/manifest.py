@@ -21,12 +21,12 @@ from typing import Callable
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from zmr.errors import ZmrError
+from zmr.git import FULL_OID_RE
 from zmr.yamlnodes import Problems, display_path, join_path, kind, line_of, mapping_items, read_top_mapping, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 SMOKE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-FULL_OID_RE = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 HEXISH_RE = re.compile(r"[0-9a-fA-F]{4,64}\Z")
 RELEASE_MODES = ("two-commit", "snapshot")
 DEFAULT_SMOKE_TIMEOUT = 600

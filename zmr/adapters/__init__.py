@@ -96,11 +96,12 @@ def smoke_trees(environ=None) -> dict[str, str]:
     import re
 
     environ = os.environ if environ is None else environ
+    commit = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
     trees = {}
     for name, value in environ.items():
-        if name.startswith("ZMR_COMMIT_") and re.fullmatch(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?", value or ""):
+        if name.startswith("ZMR_COMMIT_") and commit.fullmatch(value or ""):
             trees[name[len("ZMR_COMMIT_"):].lower().replace("_", "-")] = value
-    if not trees and environ.get("ZMR_COMPONENT") and re.fullmatch(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?", environ.get("ZMR_COMMIT", "")):
+    if not trees and environ.get("ZMR_COMPONENT") and commit.fullmatch(environ.get("ZMR_COMMIT", "")):
         trees[environ["ZMR_COMPONENT"]] = environ["ZMR_COMMIT"]
     return trees
 
