@@ -80,6 +80,9 @@ class Cache:
 
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
+        # (mirror, commit) pairs this process has checked whole: six components on
+        # one pin walk its tree once. Forgotten when a mirror is replaced.
+        self._verified: set[tuple[Path, str]] = set()
 
     @property
     def mirrors_dir(self) -> Path:
@@ -186,8 +189,13 @@ class Cache:
         return all(self._complete(mirror, c) for c in commits)
 
     def _complete(self, mirror: Mirror, commit: str) -> bool:
+        if (mirror.path, commit) in self._verified:
+            return True
         repo = mirror.repo
-        return repo.has_object(commit, "commit") and repo.objects_complete(commit)
+        if repo.has_object(commit, "commit") and repo.objects_complete(commit):
+            self._verified.add((mirror.path, commit))
+            return True
+        return False
 
     def _damaged(self, mirror: Mirror) -> bool:
         return not (mirror.path / "HEAD").is_file() or not (mirror.path / "objects").is_dir()
@@ -216,6 +224,7 @@ class Cache:
 
     def _replace(self, mirror: Mirror) -> None:
         """Move a damaged mirror aside (kept for inspection) and start an empty one."""
+        self._verified = {entry for entry in self._verified if entry[0] != mirror.path}
         if mirror.path.exists():
             self._quarantine(mirror)
         self._create(mirror)
