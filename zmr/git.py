@@ -287,9 +287,6 @@ class Repo:
         """Every object of *commit*'s tree is present (no walk of its history)."""
         return self.ok(["rev-list", "--objects", "--no-walk", "--missing=error", commit])
 
-    def hash_object(self, data: bytes, kind: str = "blob") -> str:
-        return self.out(["hash-object", "-w", "-t", kind, "--stdin"], input=data)
-
     # -- index and commits --------------------------------------------------
     def commit_tree(self, tree: str, parents: Iterable[str], message: str, author: Identity, committer: Identity) -> str:
         args = ["commit-tree", tree]

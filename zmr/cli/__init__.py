@@ -7,7 +7,6 @@ inside the command functions so that `zmr --help` stays instant.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
@@ -69,7 +68,3 @@ def _usage_or_bug(err: Exception) -> int:
     print("zmr: internal error (this is a bug in zmr, please report it):", file=sys.stderr)
     traceback.print_exception(err, file=sys.stderr)
     return 3
-
-
-def is_ci() -> bool:
-    return bool(os.environ.get("CI"))
