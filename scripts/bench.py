@@ -284,6 +284,21 @@ done
 """
 
 
+SECTIONS = ("fetch", "build", "verify", "startup", "checkout", "rebase")
+
+
+def compile_bytecode() -> str:
+    """Byte-compile the zmr package this Python imports, as a wheel install does.
+
+    Without it, a checkout installed with ``pip install -e .`` under
+    PYTHONDONTWRITEBYTECODE (set on some machines) recompiles every module on
+    every run, and start-up would measure the compiler, not zmr.
+    """
+    code = "import compileall, os, zmr; compileall.compile_dir(os.path.dirname(zmr.__file__), quiet=1)"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return "compiled before timing"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny size for tests (seconds)")
@@ -299,10 +314,12 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     parser.add_argument("--zmr", default=None, help="zmr command (default: this Python's -m zmr)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="measure only these (default: all)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.files, args.file_lines, args.commits, args.patches, args.reps, args.components = 60, 40, 30, 5, 2, [1, 2]
     zmr = args.zmr.split() if args.zmr else [sys.executable, "-m", "zmr"]
+    args.only = set(args.only or SECTIONS)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="zmr-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     results: dict = {"schema_version": 1, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "git": git("--version")}, "params": {}, "measurements": {}, "ratios": {}}
@@ -336,13 +353,45 @@ def _run(args, zmr, work: Path, results: dict) -> int:
         "patched_files": len({p for p in up.patched_files[: 2 * len(patches)]}),
         "reps": args.reps,
         "setup_s": None,
+        "bytecode": compile_bytecode() if not args.zmr else "as installed",
     }
     print(f"upstream: {source}, {results['params']['files']} files, {size / 1e6:.1f} MB, {history} commits at the pin; {len(patches)} patches", flush=True)
     cache = work / "cache"
     zenv = {"ZMR_CACHE": str(cache)}
-    m = results["measurements"]
 
-    # Cold fetch: bytes and time against a full clone, both over file:// (pack protocol).
+    if "fetch" in args.only:
+        _cold_fetch(args, zmr, work, up, patches, results)
+
+    # Warm the cache once; every variant below reads from it.
+    for n in args.components:
+        template = work / f"template-{n}"
+        make_template(template, up, patches, n)
+    subprocess.run([*zmr, "fetch", "bench"], cwd=work / f"template-{args.components[0]}", env=env(zenv), check=True, capture_output=True)
+    mirror = next((cache / "mirrors").glob("*.git"))
+    results["params"]["setup_s"] = round(time.perf_counter() - t0, 1)
+
+    if "build" in args.only:
+        _builds(args, zmr, work, up, mirror, zenv, results)
+    n = args.components[-1]
+    built = work / f"run-{n}-zmr"
+    if "verify" in args.only:
+        if not built.exists():
+            shutil.copytree(work / f"template-{n}", built, symlinks=True)
+            subprocess.run([*zmr, "build", "bench"], cwd=built, env=env(zenv), check=True, capture_output=True)
+        _verify(args, zmr, up, mirror, zenv, built, n, results)
+    if "startup" in args.only:
+        _startup(args, zmr, work / f"template-{n}", zenv, results)
+    _extra_workflows(args, zmr, work, up, patches, zenv, results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "results.md").write_text(render_markdown(results))
+    print(render_markdown(results))
+    return 0
+
+
+def _cold_fetch(args, zmr, work: Path, up: Upstream, patches, results: dict) -> None:
+    """Cold fetch of a pin: bytes and time against a full clone, both over file:// (pack protocol)."""
+    m = results["measurements"]
     url = f"file://{up.path}"
     fetch_series, clone_series = Series("zmr fetch (cold)"), Series("git clone --bare (full)")
     fetch_bytes = clone_bytes = 0
@@ -363,14 +412,9 @@ def _run(args, zmr, work: Path, results: dict) -> int:
     results["ratios"]["fetch_bytes_full_clone_over_zmr"] = round(clone_bytes / max(fetch_bytes, 1), 2)
     results["ratios"]["fetch_time_full_clone_over_zmr"] = round(clone_series.median / fetch_series.median, 2)
 
-    # Warm the cache once; every build variant below reads from it.
-    for n in args.components:
-        template = work / f"template-{n}"
-        make_template(template, up, patches, n)
-    subprocess.run([*zmr, "fetch", "bench"], cwd=work / f"template-{args.components[0]}", env=env(zenv), check=True, capture_output=True)
-    mirror = next((cache / "mirrors").glob("*.git"))
-    results["params"]["setup_s"] = round(time.perf_counter() - t0, 1)
 
+def _builds(args, zmr, work: Path, up: Upstream, mirror: Path, zenv: dict, results: dict) -> None:
+    m = results["measurements"]
     for n in args.components:
         template = work / f"template-{n}"
         comps = [f"c{c}" for c in range(n)]
@@ -389,16 +433,18 @@ def _run(args, zmr, work: Path, results: dict) -> int:
                 series[name].samples.append(run(target))
             print(f"build N={n} rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
         # The branches each variant made must hold the same trees.
-        trees = {name: git("rev-parse", f"c0/bench^{{tree}}", cwd=work / f"run-{n}-{name}") for name in ("zmr", "naive", "floor")}
+        trees = {name: git("rev-parse", "c0/bench^{tree}", cwd=work / f"run-{n}-{name}") for name in ("zmr", "naive", "floor")}
         assert len(set(trees.values())) == 1, trees
         m[f"build_n{n}"] = {k: v.as_json() for k, v in series.items()}
         results["ratios"][f"build_n{n}_naive_over_zmr"] = round(series["naive"].median / series["zmr"].median, 2)
         results["ratios"][f"build_n{n}_zmr_over_floor"] = round(series["zmr"].median / series["floor"].median, 2)
         results["ratios"][f"build_n{n}_zmr_over_floor_core"] = round(series["zmr"].median / series["floor-core"].median, 2)
 
-    # verify --all against the floor, on the last built project.
-    n = args.components[-1]
-    built = work / f"run-{n}-zmr"
+
+
+def _verify(args, zmr, up: Upstream, mirror: Path, zenv: dict, built: Path, n: int, results: dict) -> None:
+    """verify --all against the floor, on the last built project."""
+    m = results["measurements"]
     comps = [f"c{c}" for c in range(n)]
     verify_series = {"zmr": Series("zmr verify --all"), "floor": Series("floor verify")}
     for rep in range(args.reps):
@@ -407,24 +453,20 @@ def _run(args, zmr, work: Path, results: dict) -> int:
     m[f"verify_n{n}"] = {k: v.as_json() for k, v in verify_series.items()}
     results["ratios"][f"verify_n{n}_zmr_over_floor"] = round(verify_series["zmr"].median / verify_series["floor"].median, 2)
 
-    # Start-up.
+
+def _startup(args, zmr, project: Path, zenv: dict, results: dict) -> None:
+    """Start-up; and the targets that include it: zmr within 2x of (floor + start-up)."""
+    m = results["measurements"]
     startup = {"python": Series("python -c pass"), "help": Series("zmr --help"), "list": Series("zmr list")}
     for rep in range(max(5, args.reps)):
-        startup["python"].samples.append(measure_mem([sys.executable, "-c", "pass"], built))
-        startup["help"].samples.append(measure_mem([*zmr, "--help"], built, zenv))
-        startup["list"].samples.append(measure_mem([*zmr, "list"], built, zenv))
+        startup["python"].samples.append(measure_mem([sys.executable, "-c", "pass"], project))
+        startup["help"].samples.append(measure_mem([*zmr, "--help"], project, zenv))
+        startup["list"].samples.append(measure_mem([*zmr, "list"], project, zenv))
     m["startup"] = {k: v.as_json() for k, v in startup.items()}
     python_start = startup["python"].median
-    # Targets that include Python start-up: zmr within 2x of (floor + start-up).
-    for key in [f"build_n{c}" for c in args.components] + [f"verify_n{n}"]:
+    for key in [k for k in m if k.startswith(("build_n", "verify_n"))]:
         floor = m[key]["floor"]["median_s"]
         results["ratios"][f"{key}_zmr_over_floor_plus_startup"] = round(m[key]["zmr"]["median_s"] / (floor + python_start), 2)
-    _extra_workflows(args, zmr, work, up, patches, zenv, results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "results.md").write_text(render_markdown(results))
-    print(render_markdown(results))
-    return 0
 
 
 def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
@@ -434,13 +476,15 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
     template = work / "template-1"
     mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
 
-    def fresh_project(name: str) -> Path:
+    def fresh_project(name: str, source: Path = up.path) -> Path:
         target = work / name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(template, target, symlinks=True)
+        manifest = target / "manifests/bench.yaml"
+        manifest.write_text(manifest.read_text().replace(f"upstream: {up.path}", f"upstream: {source}"))
         return target
 
-    if " checkout " in helptext:
+    if "checkout" in args.only and " checkout " in helptext:
         series = {"zmr": Series("zmr checkout"), "git": Series("git clone + git am")}
         for rep in range(args.reps):
             target = fresh_project("co-zmr")
@@ -450,19 +494,73 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
             series["git"].samples.append(measure_mem(["bash", "-c", script, "co", str(work / "co-git")], work))
         m["checkout"] = {k: v.as_json() for k, v in series.items()}
         results["ratios"]["checkout_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
-    if " rebase " in helptext and up.onto != up.pin:
-        series = {"zmr": Series("zmr rebase (in memory)"), "git": Series("git rebase in a working tree")}
-        for rep in range(args.reps):
-            target = fresh_project("rb-zmr")
-            series["zmr"].samples.append(measure_mem([*zmr, "rebase", "bench", "-c", "c0", "--onto", up.onto], target, zenv))
+    if "rebase" in args.only and " rebase " in helptext and up.onto != up.pin:
+        moved_source, moved = make_moved_upstream(work, up)
+        scenarios = {
+            # Upstream moved on without touching the series' files.
+            "rebase": (up.path, up.onto),
+            # One more upstream commit inserts a line above every hunk: every patch is replayed and re-exported.
+            "rebase_moved": (moved_source, moved),
+        }
+        mirrors = Path(zenv["ZMR_CACHE"]) / "mirrors"
+        for key, (source, onto) in scenarios.items():
+            # Untimed warm-up: the mirror fetches the new commit, as the git side has it from its clone.
+            before = set(mirrors.glob("*.git"))
+            warm = fresh_project("rb-warm", source)
+            subprocess.run([*zmr, "rebase", "bench", "-c", "c0", "--onto", onto], cwd=warm, env=env(zenv), check=True, capture_output=True)
+            scenario_mirror = next(iter(set(mirrors.glob("*.git")) - before), mirror)
+            series = {
+                "zmr": Series(f"zmr rebase ({key}); the mirror keeps the series' commits on the old pin (after checkout, upstreamed or an earlier try)"),
+                "zmr-first": Series(f"zmr rebase ({key}); the first zmr command on this series and pin"),
+                "git": Series("git rebase in a working tree"),
+            }
             tree_dir = work / "rb-git"
-            shutil.rmtree(tree_dir, ignore_errors=True)
-            git("clone", "-q", str(up.path), str(tree_dir))
-            git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
-            git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
-            series["git"].samples.append(measure_mem(["git", "rebase", "-q", "--onto", up.onto, up.pin, "work"], tree_dir))
-        m["rebase"] = {k: v.as_json() for k, v in series.items()}
-        results["ratios"]["rebase_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
+            for rep in range(args.reps):
+                for variant in ("zmr", "zmr-first"):
+                    if variant == "zmr-first":
+                        forget_chains(scenario_mirror)
+                    target = fresh_project("rb-zmr", source)
+                    series[variant].samples.append(measure_mem([*zmr, "rebase", "bench", "-c", "c0", "--onto", onto], target, zenv))
+                shutil.rmtree(tree_dir, ignore_errors=True)
+                git("clone", "-q", str(source), str(tree_dir))
+                git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
+                git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
+                series["git"].samples.append(measure_mem(["git", "rebase", "-q", "--onto", onto, up.pin, "work"], tree_dir))
+                print(f"{key} rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
+            # Both must arrive at the same tree.
+            subprocess.run([*zmr, "build", "bench"], cwd=target, env=env(zenv), check=True, capture_output=True)
+            trees = {git("rev-parse", "c0/bench^{tree}", cwd=target), git("rev-parse", "work^{tree}", cwd=tree_dir)}
+            assert len(trees) == 1, (key, trees)
+            m[key] = {k: v.as_json() for k, v in series.items()}
+            results["ratios"][f"{key}_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
+            results["ratios"][f"{key}_git_over_zmr_first"] = round(series["git"].median / series["zmr-first"].median, 2)
+
+
+def forget_chains(mirror: Path) -> None:
+    """Drop what zmr keeps about series in a mirror (their commits and patch ids), not the upstream's objects."""
+    refs = git("for-each-ref", "--format=%(refname)", "refs/zmr/chains", "refs/zmr/patch-ids", cwd=mirror).split()
+    if refs:
+        git("update-ref", "--stdin", cwd=mirror, input="".join(f"delete {r}\n" for r in refs).encode())
+
+
+def make_moved_upstream(work: Path, up: Upstream) -> tuple[Path, str]:
+    """A bare clone of the upstream (sharing its objects) with one more commit on
+    top of ``onto`` that inserts a line at the top of every patched file."""
+    path = work / "upstream-moved"
+    shutil.rmtree(path, ignore_errors=True)
+    git("clone", "-q", "--bare", "--shared", str(up.path), str(path))
+    index = {"GIT_INDEX_FILE": str(work / "moved.index")}
+    git("read-tree", up.onto, cwd=path, extra_env=index)
+    for name in up.patched_files:
+        mode = git("ls-tree", up.onto, "--", name, cwd=path).split()[0]
+        text = subprocess.run(["git", "cat-file", "blob", f"{up.onto}:{name}"], cwd=path, capture_output=True, check=True).stdout
+        blob = git("hash-object", "-w", "--stdin", cwd=path, input=b"# moved by upstream\n" + text)
+        git("update-index", "--cacheinfo", f"{mode},{blob},{name}", cwd=path, extra_env=index)
+    tree = git("write-tree", cwd=path, extra_env=index)
+    commit = git("commit-tree", tree, "-p", up.onto, "-m", "Move every hunk of the series", cwd=path)
+    git("update-ref", "refs/heads/moved", commit, cwd=path)
+    (work / "moved.index").unlink()
+    return path, commit
 
 
 def _dir_bytes(path: Path) -> int:
@@ -487,7 +585,24 @@ def render_markdown(results: dict) -> str:
     lines += ["", "| ratio | value |", "| --- | ---: |"]
     for key, value in results["ratios"].items():
         lines.append(f"| {key} | {value} |")
+    lines += ["", *NOTES]
     return "\n".join(lines) + "\n"
+
+
+NOTES = [
+    "What the rows measure:",
+    "",
+    "- `build_nN`: release branches for N components. `naive`: a shell script (clone, checkout, orphan commit, `git am`, squash, push);"
+    " `floor`: read-tree, `apply --cached`, write-tree and commit-tree as a bare shell loop, plus the object copy; `floor-core`: the loop alone.",
+    "- `fetch_cold`: the pin into an empty cache over `file://` (pack protocol), against `git clone --bare --no-local`; bytes on disk.",
+    "- `checkout`: `zmr checkout` against `git init` + fetch of the pin + `git am`.",
+    "- `rebase`: the series onto an upstream commit a few hundred commits later that left the series' files alone.",
+    "- `rebase_moved`: the same, plus one upstream commit that inserts a line above every hunk: every patch is replayed and rewritten.",
+    "- In both, `git` is `git rebase` in a working tree prepared beforehand (clone and `git am` untimed); `zmr` runs with the mirror"
+    " holding the series' commits on the old pin (as after `zmr checkout`, `zmr upstreamed` or an earlier try); `zmr-first` without them."
+    " One untimed `zmr rebase` first fetches the new upstream commit into the mirror, as the git side has it from its clone.",
+    "- zmr's bytecode is compiled before timing, as a wheel install does.",
+]
 
 
 if __name__ == "__main__":

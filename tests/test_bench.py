@@ -27,5 +27,20 @@ def test_bench_tiny_writes_json_and_markdown(tmp_path):
         assert sample["peak_mb"] > 0
     for ratio in ("build_n1_naive_over_zmr", "build_n2_zmr_over_floor", "verify_n2_zmr_over_floor", "fetch_bytes_full_clone_over_zmr"):
         assert data["ratios"][ratio] > 0
+    for key in ("rebase", "rebase_moved"):
+        assert set(data["measurements"][key]) == {"zmr", "zmr-first", "git"}, key
+        assert data["ratios"][f"{key}_git_over_zmr"] > 0 and data["ratios"][f"{key}_git_over_zmr_first"] > 0
+    assert data["params"]["bytecode"] == "compiled before timing"
     table = (out / "results.md").read_text()
     assert table.startswith("# zmr benchmark") and "| build_n1 | zmr |" in table
+
+
+def test_bench_only_measures_what_it_is_asked_for(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "rebase", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["measurements"]) == {"rebase", "rebase_moved"}

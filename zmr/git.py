@@ -215,6 +215,39 @@ def ok(args: Sequence[str], **kwargs) -> bool:
     return run(args, check=False, **kwargs).returncode == 0
 
 
+def index_entries(path: str | os.PathLike[str], oid_bytes: int = 20) -> dict[bytes, tuple[str, str]]:
+    """The stage-0 entries of an index file of version 2 or 3: path → (mode, object id).
+
+    For zmr's own small temporary indexes, read directly instead of one more
+    git process per look. Anything else (version 4, a damaged file) raises
+    ValueError, and the caller asks git instead.
+    """
+    import struct
+
+    data = Path(path).read_bytes()
+    if len(data) < 12 or data[:4] != b"DIRC":
+        raise ValueError(f"{path}: not an index file")
+    version, count = struct.unpack(">II", data[4:12])
+    if version not in (2, 3):
+        raise ValueError(f"{path}: index version {version}")
+    entries: dict[bytes, tuple[str, str]] = {}
+    pos = 12
+    fixed = 40 + oid_bytes + 2  # stat data, mode, ids and sizes; the object id; the flags
+    for _ in range(count):
+        if pos + fixed > len(data):
+            raise ValueError(f"{path}: truncated")
+        mode = struct.unpack(">I", data[pos + 24 : pos + 28])[0]
+        oid = data[pos + 40 : pos + 40 + oid_bytes].hex()
+        flags = struct.unpack(">H", data[pos + 40 + oid_bytes : pos + fixed])[0]
+        name_at = pos + fixed + (2 if flags & 0x4000 else 0)  # version 3: extended flags
+        name_end = data.index(b"\0", name_at)
+        if (flags >> 12) & 3:
+            raise ValueError(f"{path}: unmerged entries")
+        entries[data[name_at:name_end]] = (f"{mode:o}", oid)
+        pos = pos + ((name_end - pos) // 8 + 1) * 8  # 1 to 8 NULs pad the entry to a multiple of 8
+    return entries
+
+
 class Repo:
     """A git repository addressed by its git directory (bare or not).
 
@@ -294,6 +327,20 @@ class Repo:
             args += ["-p", parent]
         env = {**author.env("AUTHOR"), **committer.env("COMMITTER")}
         return self.out(args, input=message.encode("utf-8"), env=env)
+
+    def fast_import(self, stream: bytes) -> dict[str, str]:
+        """Feed *stream* to ``git fast-import``; its marks (``:N``) and the objects they name.
+
+        The stream is responsible for its refs (zmr's streams end with a
+        ``reset`` of the branch they used, so no ref is left behind).
+        """
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
+            marks = os.path.join(tmp, "marks")
+            self.run(["fast-import", "--quiet", "--done", f"--export-marks={marks}"], input=stream)
+            with open(marks, encoding="ascii") as handle:
+                return dict(line.split() for line in handle if line.strip())
 
     # -- refs ----------------------------------------------------------------
     def ref_value(self, ref: str) -> str | None:

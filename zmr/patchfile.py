@@ -43,6 +43,7 @@ import email.header
 import email.utils
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 from zmr import git
 from zmr.series import Patch
@@ -168,6 +169,28 @@ def patch_name(position: int, subject: str) -> str:
 def commit_diff(repo: git.Repo, parent: str, commit: str) -> bytes:
     """The canonical diff of *commit* against *parent* (trees or commits)."""
     return repo.run(diff_tree_args(parent, commit)).stdout
+
+
+def commit_diffs(repo: git.Repo, commits: Sequence[str]) -> dict[str, bytes]:
+    """``commit_diff`` of each commit against its only parent, from one ``git diff-tree --stdin``."""
+    if not commits:
+        return {}
+    out = repo.run(diff_tree_args("--stdin", "--always"), input=("\n".join(commits) + "\n").encode()).stdout
+    diffs: dict[str, bytes] = {}
+    pos = 0
+    for i, commit in enumerate(commits):
+        # Each commit's diff follows a line holding just its id; a diff line never is one (it starts with a
+        # marker, and a base85 line is 1 + 5k characters long).
+        header = commit.encode() + b"\n"
+        if not out.startswith(header, pos):
+            raise ValueError(f"diff-tree --stdin: expected {commit} at byte {pos}")
+        start = pos + len(header)
+        end = out.find(b"\n" + commits[i + 1].encode() + b"\n", start - 1) + 1 if i + 1 < len(commits) else len(out)
+        if end <= 0:
+            raise ValueError(f"diff-tree --stdin: no output for {commits[i + 1]}")
+        diffs[commit] = out[start:end]
+        pos = end
+    return diffs
 
 
 def diff_tree_args(*rest: str) -> list[str]:

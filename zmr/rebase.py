@@ -5,7 +5,9 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
     REV ──Cache.fetch_ref (history)──▶ new commit
     series ──build_chain on the old pin──▶ old commits ──patch-id──┐
     upstream old..new (commits touching the series' files) ─patch-id┴▶ patches already upstream
-    fast path: temporary index in the mirror, new pin + each patch in order:
+    pin only: the series' files unchanged between the pins, or every hunk applies where
+        it was (one ``git apply --check``), and no checkout: only the manifest's pin moves
+    fast path: temporary index in the mirror holding just the series' files, new pin + each patch in order:
         patch-id upstream, or applied diff empty, or reverse-applies → dropped (and reported)
         applies → committed;   does not apply → slow path from this patch on
     slow path: the checkout at (new pin + patches so far), then ``git cherry-pick`` of each
@@ -47,7 +49,6 @@ from zmr.patchfile import CommitMeta, diff_tree_args
 from zmr.project import Project
 from zmr.series import Patch, Series, read_series
 from zmr import workspace
-from zmr.release import apply_args
 from zmr.workspace import Replayer, TempIndex, build_chain
 
 STATE_VERSION = 1
@@ -88,11 +89,67 @@ def patch_ids(repo: git.Repo, commits: Sequence[str]) -> dict[str, str]:
     return result
 
 
+PATCH_IDS_PREFIX = "refs/zmr/patch-ids/"  # + chain tip: a blob of "<commit> <patch id>" lines
+
+
+def chain_patch_ids(repo: git.Repo, chain: Sequence[str]) -> dict[str, str]:
+    """``patch_ids`` of a chain, kept in the mirror under its tip (a chain never changes: commits are content).
+
+    What is kept is checked before use: it must name exactly the chain's
+    commits, each with one well-formed id; anything else is computed again
+    and replaced.
+    """
+    if not chain:
+        return {}
+    ref = PATCH_IDS_PREFIX + chain[-1]
+    proc = repo.run(["cat-file", "blob", ref], check=False)
+    if proc.returncode == 0:
+        kept = dict(line.split(" ", 1) for line in proc.stdout.decode("ascii", "replace").splitlines() if line.count(" ") == 1)
+        if set(kept) == set(chain) and all(pid == "-" or git.FULL_OID_RE.fullmatch(pid) for pid in kept.values()):
+            return {c: pid for c, pid in kept.items() if pid != "-"}  # "-": the commit changes nothing
+    ids = patch_ids(repo, chain)
+    blob = repo.out(["hash-object", "-w", "--stdin"], input="".join(f"{c} {ids.get(c, '-')}\n" for c in chain).encode())
+    repo.run(["update-ref", ref, blob])
+    return ids
+
+
 def touched_paths(repo: git.Repo, commits: Sequence[str]) -> list[str]:
     if not commits:
         return []
     out = repo.run(["diff-tree", "--stdin", "-r", "--no-commit-id", "--name-only", "-z", "--no-renames"], input=("\n".join(commits) + "\n").encode()).stdout
     return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+def files_unchanged(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> bool:
+    """True when every path is the same (or as absent) in *new* as in *old*, and can still be created there.
+
+    Then a series touching only *paths* applies to *new* exactly as to *old*
+    (a file *new* puts where the series puts a folder is the one way it could not).
+    """
+    if paths and repo.run(["--literal-pathspecs", "diff-tree", "--quiet", "-r", old, new, "--", *paths], check=False).returncode != 0:
+        return False
+    return workspace.paths_fit(repo, new, paths)
+
+
+def file_sets(repo: git.Repo, commits: Sequence[str]) -> dict[str, frozenset[str]]:
+    """The paths each commit changes (against its first parent): commit → paths."""
+    if not commits:
+        return {}
+    raw = repo.run(["diff-tree", "--stdin", "-r", "-z", "--raw", "--no-renames"], input=("\n".join(commits) + "\n").encode()).stdout
+    tokens = raw.decode("utf-8", "surrogateescape").split("\0")
+    result: dict[str, set[str]] = {}
+    current: set[str] = set()
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.startswith(":"):  # ":<modes> <ids> <status>", then the path
+            current.add(tokens[i + 1])
+            i += 2
+            continue
+        if token:
+            current = result.setdefault(token.strip(), set())
+        i += 1
+    return {commit: frozenset(result.get(commit, ())) for commit in commits}
 
 
 def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> list[str]:
@@ -102,9 +159,18 @@ def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -
     return repo.rev_list(["--no-merges", "--full-history", "--reverse", "--topo-order", new, "--not", old, "--", *paths])
 
 
-def upstream_patch_ids(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> dict[str, str]:
-    """patch id → the oldest upstream commit of old..new with that patch id."""
+def upstream_patch_ids(repo: git.Repo, old: str, new: str, paths: Sequence[str], shapes: set[frozenset[str]] | None = None) -> dict[str, str]:
+    """patch id → the oldest upstream commit of old..new with that patch id.
+
+    A patch id covers the names of the files a diff touches, so only an
+    upstream commit that changes exactly the files of one of *shapes* (the
+    series' patches) can match: only those are diffed (git's own patch-id
+    comparison skips by file names first for the same reason).
+    """
     commits = upstream_commits(repo, old, new, paths)
+    if shapes is not None and commits:
+        changed = file_sets(repo, commits)
+        commits = [c for c in commits if changed[c] in shapes]
     ids = patch_ids(repo, commits)
     result: dict[str, str] = {}
     for commit in commits:
@@ -213,10 +279,11 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     if not series.patches:
         return report
     chain = build_chain(repo, component, component.commit, series.patches)
-    paths = touched_paths(repo, chain)
-    pids = patch_ids(repo, chain)
-    upstream = upstream_patch_ids(repo, component.commit, new, paths)
-    with Replayer(repo, new) as replay:
+    chain_files = file_sets(repo, chain)
+    paths = sorted(set().union(*chain_files.values()))
+    pids = chain_patch_ids(repo, chain)
+    upstream = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
+    with Replayer(repo, new, paths) as replay:
         for patch, commit in zip(series.patches, chain):
             hit = upstream.get(pids.get(commit, ""))
             if hit:
@@ -490,30 +557,34 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
     old_chain = build_chain(repo, component, old, series.patches)
-    paths = touched_paths(repo, old_chain)
-    upstream = upstream_patch_ids(repo, old, new, paths)
-    # No upstream commit touches the series' files: nothing can have landed, no ids to compare.
-    pids = patch_ids(repo, old_chain) if upstream else {}
-    if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain):
-        shortcut = _series_stands(project, component, repo, series, old, new, rev)
-        if shortcut is not None:
-            return shortcut
+    chain_files = file_sets(repo, old_chain)
+    paths = sorted(set().union(*chain_files.values()))
+    if co is None and files_unchanged(repo, old, new, paths):
+        # The series' files are byte for byte as they were: every patch applies where it did.
+        return _pin_only(project, component, repo, series, old, new, rev)
+    upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
+    # No upstream commit changes the same files as a patch: nothing can have landed, no ids to compare.
+    pids = chain_patch_ids(repo, old_chain) if upstream else {}
     dropped: list[Dropped] = []
+    made: list[tuple[str, bool]] = []  # per commit of the replay: its patch, and whether it applied with an offset
     conflict_at = None
-    with Replayer(repo, new) as replay:
+    with Replayer(repo, new, paths) as replay:
+        if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and replay.all_apply_in_place(series.patches):
+            # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
+            return _pin_only(project, component, repo, series, old, new, rev)
         for i, (patch, commit) in enumerate(zip(series.patches, old_chain)):
             hit = upstream.get(pids.get(commit, ""))
             if hit:
                 dropped.append(Dropped(patch.name, patch.subject, "patch-id", hit, _subject(repo, hit)))
                 continue
-            ok, _ = replay.try_apply(patch)
+            ok, _ = replay.try_apply(patch, verbose=True)
             if ok:
-                tree = replay.write_tree()
-                if tree == replay.tree:
+                if not replay.changed():
                     found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
                     dropped.append(Dropped(patch.name, patch.subject, "empty", found, _subject(repo, found)))
                 else:
-                    replay.commit(patch, tree)
+                    replay.commit(patch)
+                    made.append((patch.name, replay.moved))
                 continue
             if replay.reverse_applies(patch):
                 found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
@@ -522,6 +593,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
             conflict_at = i
             break
         partial = replay.tip
+        replayed = [[commit, name, moved] for commit, (name, moved) in zip(replay.commits, made)]
     state = {
         "version": STATE_VERSION,
         "model": component.model,
@@ -537,7 +609,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         "upstream_count": int(repo.out(["rev-list", "--count", new, "--not", old])),
     }
     if conflict_at is None:
-        state.update({"phase": "finalize", "path": "fast", "new_tip": partial})
+        state.update({"phase": "finalize", "path": "fast", "new_tip": partial, "replayed": replayed})
         _snapshot(project, component, state, co, co_path)
         return _finalize(project, component, state, cache, progress)
     later = [j for j in range(conflict_at + 1, len(series.patches)) if upstream.get(pids.get(old_chain[j], ""))]
@@ -558,23 +630,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     return _run(project, component, state, cache, progress)
 
 
-def _series_stands(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome | None:
-    """The clean rebase, without a replay: None unless every hunk applies at its recorded line.
-
-    When the whole series applies to the new pin in one ``git apply`` with no
-    hunk moved, a replay would commit exactly these patches and the export
-    would keep every file's bytes: only the pin moves. With no checkout to
-    refresh, that is one manifest write (atomic: interrupted, nothing changed).
-    """
-    if len({p.strip for p in series.patches}) > 1:
-        return None
-    if series.patches:
-        with TempIndex(repo) as index:
-            index.read_tree(new)
-            args = [*apply_args(series.patches[0].strip), "--verbose", *(str(p.path) for p in series.patches)]
-            proc = repo.run(args, env=index.env, check=False)
-        if proc.returncode != 0 or b"(offset " in proc.stderr:
-            return None
+def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
     set_pin(project, _reload(project, component), old, new)
     count = int(repo.out(["rev-list", "--count", new, "--not", old]))
     kept = [(p.name, p.subject, "") for p in series.patches]
@@ -819,7 +875,8 @@ def _finalize(project: Project, component: Component, state: dict, cache: Cache,
         repo = mirror.repo
         tip = state["new_tip"]
         commits = repo.commits_between(new, tip)
-        plan = workspace.plan_export(repo, new, commits, folder, component.patches, journal)
+        replayed = {commit: (name, moved) for commit, name, moved in state.get("replayed", [])}
+        plan = workspace.plan_export(repo, new, commits, folder, component.patches, journal, replayed)
     else:
         co = workspace.open_checkout(_checkout_of(state))
         if co is None:
@@ -867,7 +924,7 @@ def _outcome(component: Component, state: dict, repo: git.Repo, tip: str, plan: 
     dropped_names = {d.name for d in dropped}
     outcome = Outcome(component, old, new, state["rev"], component.upstream, state.get("upstream_count", 0), dropped=dropped, path=state["path"])
     new_commits = [p.commit for p in plan.patches]
-    old_ids = patch_ids(repo, old_chain)
+    old_ids = chain_patch_ids(repo, old_chain)
     new_ids = patch_ids(repo, new_commits)
     by_subject = {}
     for name, subject, commit in zip(state["names"], state["subjects"], old_chain):

@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
 from zmr import git
@@ -58,7 +58,7 @@ from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component
 from zmr.files import atomic_write, current_umask
-from zmr.patchfile import CommitMeta, format_commit, normalize_subject, patch_name
+from zmr.patchfile import CommitMeta, commit_diffs, format_mail, normalize_subject, patch_name
 from zmr.project import Project
 from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
 
@@ -91,6 +91,7 @@ class TempIndex:
     def __init__(self, repo: git.Repo):
         self.repo = repo
         self._tmp: tempfile.TemporaryDirectory | None = None
+        self._oid_bytes = 20  # SHA-1; learnt from the first tree read
         self.env: dict[str, str] = {}
 
     def __enter__(self) -> "TempIndex":
@@ -104,9 +105,35 @@ class TempIndex:
 
     def read_tree(self, tree: str) -> None:
         self.repo.run(["read-tree", tree], env=self.env)
+        self._oid_bytes = len(tree) // 2
+
+    def read_paths(self, tree: str, paths: Sequence[str]) -> None:
+        """Hold only *paths* of *tree* (a few entries instead of the whole tree: every git call is faster)."""
+        self._oid_bytes = len(tree) // 2
+        listing = self.repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *paths]).stdout if paths else b""
+        self.repo.run(["read-tree", "--empty"], env=self.env)
+        if listing:
+            self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
 
     def write_tree(self) -> str:
         return self.repo.out(["write-tree"], env=self.env)
+
+    def entries(self) -> dict[bytes, tuple[str, str]]:
+        """path → (mode, object id) of every entry; read from the file, or from git when zmr cannot read it."""
+        path = self.env["GIT_INDEX_FILE"]
+        if not os.path.exists(path):
+            return {}
+        try:
+            return git.index_entries(path, self._oid_bytes)
+        except ValueError:
+            listing = self.repo.run(["ls-files", "-s", "-z"], env=self.env).stdout
+            result = {}
+            for item in listing.split(b"\0"):
+                if item:
+                    meta, _, name = item.partition(b"\t")
+                    mode, oid, _ = meta.decode().split(" ")
+                    result[name] = (mode, oid)
+            return result
 
     def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
         """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
@@ -122,48 +149,217 @@ class TempIndex:
         return self.repo.run(args, input=patch.data, env=self.env, check=False)
 
 
+def paths_fit(repo: git.Repo, commit: str, paths: Sequence[str]) -> bool:
+    """True when every folder above each of *paths* is a folder, or absent, in *commit*.
+
+    Then an index holding only *paths* of *commit* takes the same patches a
+    full one does: no file of *commit* stands where a patch puts a folder.
+    Paths with a newline cannot be asked about (cat-file reads lines): False.
+    """
+    if any("\n" in p for p in paths):
+        return False
+    folders = sorted({parent.as_posix() for p in paths for parent in PurePosixPath(p).parents if parent.parts})
+    if not folders:
+        return True
+    query = "".join(f"{commit}:{folder}\n" for folder in folders).encode()
+    kinds = repo.run(["cat-file", "--batch-check=%(objecttype)"], input=query).stdout.decode("utf-8", "surrogateescape").splitlines()
+    return len(kinds) == len(folders) and all(kind == "tree" or kind.endswith(" missing") for kind in kinds)
+
+
+def _crud(c: str) -> bool:
+    return c <= " " or c in ".,:;<>\"\\'"
+
+
+def _plain_ident(text: str) -> bool:
+    """git commit-tree keeps *text* as it is (no crud to strip at its ends, no delimiter inside)."""
+    return bool(text) and not _crud(text[0]) and not _crud(text[-1]) and not any(c in "<>\n" for c in text)
+
+
+_OFFSET_RE = re.compile(r"[+-]\d{4}")
+
+
+def _fast_import_path(path: bytes) -> bytes:
+    if b"\n" not in path and not path.startswith(b'"'):
+        return path
+    escaped = path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+    return b'"' + escaped + b'"'
+
+
 class Replayer:
     """Commits patches one by one on top of *base* (a commit), in a temporary index.
 
     Each commit takes author, date and message from its patch (``CommitMeta``)
     and the same identity as committer, so a chain is a pure function of the
     base and the patch bytes.
+
+    Given *paths* (every path the patches touch), the index holds only those
+    paths, so each ``git apply`` reads and writes a few entries, not the
+    whole tree, and zmr reads the index itself instead of writing a tree
+    per patch. Commits wait until ``tip`` or ``commits`` is read; then one
+    ``git fast-import`` writes them all onto the full tree, with the bytes
+    ``commit-tree`` would give. A patch that does not apply to the partial
+    index is tried again on a full one before it counts as not applying.
     """
 
-    def __init__(self, repo: git.Repo, base: str):
+    _BRANCH = b"refs/zmr/replay"  # fast-import's scratch branch; reset at the end of every stream
+
+    def __init__(self, repo: git.Repo, base: str, paths: Sequence[str] | None = None):
         self.repo = repo
         self.base = base
-        self.tip = base
-        self.tree = repo.tree_of(base)
-        self.commits: list[str] = []
+        self.moved = False  # the last patch applied with an offset
+        self._tip = base
+        self._commits: list[str] = []
+        self._paths = list(paths) if paths is not None else None
+        self._sparse = False
+        self._committed: object = None  # the index's state at the last commit: entries (sparse) or tree (full)
+        self._current: object = None  # the index's state now, once asked for
+        self._pending: list[tuple[CommitMeta, list[tuple[str, str, str, bytes]]]] = []  # sparse: commits to write
         self._index = TempIndex(repo)
 
     def __enter__(self) -> "Replayer":
         self._index.__enter__()
-        self._index.read_tree(self.tree)
+        if self._paths is not None and paths_fit(self.repo, self.base, self._paths):
+            self._index.read_paths(self.base, self._paths)
+            self._sparse = True
+            self._committed = self._state()
+        else:
+            self._go_full()
         return self
 
     def __exit__(self, *exc) -> None:
         self._index.__exit__(*exc)
 
-    def try_apply(self, patch: Patch) -> tuple[bool, str]:
-        proc = self._index.apply(patch)
+    @property
+    def sparse(self) -> bool:
+        """The index holds only the given paths (so far: a patch that failed there turns it full)."""
+        return self._sparse
+
+    @property
+    def tip(self) -> str:
+        self._flush()
+        return self._tip
+
+    @property
+    def commits(self) -> list[str]:
+        self._flush()
+        return self._commits
+
+    def all_apply_in_place(self, patches: Sequence[Patch]) -> bool:
+        """Every patch, in order, applies here with no hunk moved (a check: the index is left as it is)."""
+        from zmr.release import apply_args
+
+        if not patches:
+            return True
+        if len({p.strip for p in patches}) > 1:
+            return False
+        args = [*apply_args(patches[0].strip), "--check", "--verbose", *(str(p.path) for p in patches)]
+        proc = self.repo.run(args, env=self._index.env, check=False)
+        return proc.returncode == 0 and b"(offset " not in proc.stderr
+
+    def try_apply(self, patch: Patch, verbose: bool = False) -> tuple[bool, str]:
+        proc = self._index.apply(patch, verbose=verbose)
+        if proc.returncode != 0 and self._sparse:
+            # Only the whole tree can say that a patch does not apply.
+            self._go_full()
+            proc = self._index.apply(patch, verbose=verbose)
+        self._current = None
+        self.moved = proc.returncode == 0 and b"(offset " in proc.stderr
         return proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
 
     def reverse_applies(self, patch: Patch) -> bool:
         return self._index.apply(patch, reverse=True, check=True).returncode == 0
 
-    def commit(self, patch: Patch, tree: str | None = None) -> str:
-        """Commit what the last successful ``try_apply`` left in the index (*tree*, when written already)."""
-        tree = tree or self._index.write_tree()
-        meta = CommitMeta.for_patch(patch)
-        commit = self.repo.commit_tree(tree, [self.tip], meta.message, meta.identity, meta.identity)
-        self.tip, self.tree = commit, tree
-        self.commits.append(commit)
-        return commit
+    def changed(self) -> bool:
+        """The index differs from the last commit (a patch that applied but changed nothing does not)."""
+        return self._state() != self._committed
 
-    def write_tree(self) -> str:
-        return self._index.write_tree()
+    def commit(self, patch: Patch) -> None:
+        """Commit what the last successful ``try_apply`` left in the index."""
+        meta = CommitMeta.for_patch(patch)
+        state = self._state()
+        if self._sparse:
+            assert isinstance(state, dict) and isinstance(self._committed, dict)
+            before = self._committed
+            changes = [("D", "", "", path) for path in before if path not in state]
+            changes += [("M", mode, oid, path) for path, (mode, oid) in state.items() if before.get(path) != (mode, oid)]
+            self._pending.append((meta, changes))
+        else:
+            assert isinstance(state, str)
+            self._tip = self.repo.commit_tree(state, [self._tip], meta.message, meta.identity, meta.identity)
+            self._commits.append(self._tip)
+        self._committed = state
+
+    def _state(self) -> object:
+        if self._current is None:
+            self._current = self._index.entries() if self._sparse else self._index.write_tree()
+        return self._current
+
+    def _go_full(self) -> None:
+        self._flush()
+        self._sparse = False
+        self._index.read_tree(self.repo.tree_of(self._tip))
+        self._current = None
+        self._committed = self._state()
+
+    def _flush(self) -> None:
+        """Write the pending commits: their changes onto the full tree of the tip, in one fast-import."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        exact = all(_plain_ident(meta.name) and _plain_ident(meta.email) and meta.timestamp >= 0 and _OFFSET_RE.fullmatch(meta.offset) for meta, _ in pending)
+        stream = bytearray()
+        for n, (meta, changes) in enumerate(pending, 1):
+            # With an identity commit-tree would tidy, fast-import only builds the trees; commit-tree writes the commits.
+            who = f"{meta.name} <{meta.email}> {meta.timestamp} {meta.offset}" if exact else "zmr <zmr@localhost> 0 +0000"
+            message = meta.message.encode("utf-8") if exact else b""
+            stream += b"commit %s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n" % (self._BRANCH, n, who.encode("utf-8"), who.encode("utf-8"), len(message), message)
+            stream += f"from {self._tip}\n".encode() if n == 1 else b"from :%d\n" % (n - 1)
+            for status, mode, oid, path in changes:
+                if status == "D":
+                    stream += b"D " + _fast_import_path(path) + b"\n"
+                else:
+                    stream += f"M {mode} {oid} ".encode() + _fast_import_path(path) + b"\n"
+            stream += b"\n"
+        stream += b"reset " + self._BRANCH + b"\n\ndone\n"
+        marks = self.repo.fast_import(bytes(stream))
+        made = [marks[f":{n}"] for n in range(1, len(pending) + 1)]
+        if not exact:
+            trees = self.repo.out(["rev-parse", *(f"{c}^{{tree}}" for c in made)]).split()
+            made = []
+            for (meta, _), tree in zip(pending, trees):
+                self._tip = self.repo.commit_tree(tree, [self._tip], meta.message, meta.identity, meta.identity)
+                made.append(self._tip)
+        self._commits.extend(made)
+        self._tip = made[-1]
+
+
+def patch_paths(repo: git.Repo, patches: Sequence[Patch]) -> list[str] | None:
+    """Every path *patches* touch, as ``git apply --numstat`` reads them; None when it cannot tell.
+
+    ``--numstat`` names a renamed or copied file by its new name only, so
+    the patches are read a second time reversed for the old names.
+    """
+    paths: set[str] = set()
+    for strip, direction in [(strip, d) for strip in sorted({p.strip for p in patches}) for d in ([], ["--reverse"])]:
+        files = [str(p.path) for p in patches if p.strip == strip]
+        proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *files], check=False)
+        if proc.returncode != 0:
+            return None
+        tokens = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        while tokens:
+            token = tokens.pop(0)
+            if not token:
+                continue
+            counts = token.split("\t", 2)
+            if len(counts) != 3:
+                return None
+            if counts[2]:
+                paths.add(counts[2])
+            elif len(tokens) >= 2:  # a rename or copy: "A\tD\t" then the two paths
+                paths.update((tokens.pop(0), tokens.pop(0)))
+            else:
+                return None
+    return sorted(paths)
 
 
 def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
@@ -186,7 +382,7 @@ def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequen
         chain = repo.rev_list(["--reverse", "--first-parent", cached, "--not", base])
         if len(chain) == len(patches):
             return chain
-    with Replayer(repo, base) as replay:
+    with Replayer(repo, base, patch_paths(repo, patches)) as replay:
         for patch in patches:
             ok, stderr = replay.try_apply(patch)
             if not ok:
@@ -260,8 +456,15 @@ def list_commits(repo: git.Repo, base: str, tip: str, where: str) -> list[str]:
     return repo.commits_between(base, tip)
 
 
-def plan_export(repo: git.Repo, base: str, commits: Sequence[str], folder: Path, display: str, journal: Path | None = None) -> ExportPlan:
-    """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write."""
+def plan_export(
+    repo: git.Repo, base: str, commits: Sequence[str], folder: Path, display: str, journal: Path | None = None, replayed: dict[str, tuple[str, bool]] | None = None
+) -> ExportPlan:
+    """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write.
+
+    *replayed* names, for commits a replay made, the patch each was made from
+    and whether it applied with an offset: the same answer a second replay
+    would give, without it.
+    """
     series = read_series(folder, display)
     old = list(series.patches)
     series_file = folder / "series"
@@ -302,7 +505,14 @@ def plan_export(repo: git.Repo, base: str, commits: Sequence[str], folder: Path,
             return "offset" if b"(offset " in proc.stderr else "exact"
 
         # 1. The same patch: metadata equal and the patch replays to the commit (same position first).
+        by_name = {patch.name: j for j, patch in enumerate(old)}
         for i, meta in enumerate(metas):
+            name, moved = (replayed or {}).get(commits[i], ("", False))
+            j = by_name.get(name)
+            if j is not None and j not in used and meta.same_as_patch(old[j]):
+                assigned[i] = (old[j], "refreshed" if moved else "unchanged")
+                used.add(j)
+                continue
             order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
             for j in order:
                 if j in used or not meta.same_as_patch(old[j]):
@@ -335,18 +545,19 @@ def plan_export(repo: git.Repo, base: str, commits: Sequence[str], folder: Path,
     old_names = {p.name for p in old}
     kept_names = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
     taken = set(kept_names)
-    for i, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
+    diffs = commit_diffs(repo, [c for c, match in zip(commits, assigned) if match is None or match[1] != "unchanged"])
+    for i, (commit, meta) in enumerate(zip(commits, metas)):
         match = assigned[i]
         if match is not None and match[1] != "reworded":
             patch, status = match
             item = PlannedPatch(patch.name, patch.strip, status, commit, meta.subject, old_name=patch.name)
             if status != "unchanged":
-                item.data = format_commit(repo, commit, info)
+                item.data = format_mail(meta, diffs[commit])
                 item.strip = 1
         else:
             name = _free_name(i + 1, meta.subject, folder, taken, old_names)
             status = "reworded" if match is not None else "added"
-            item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_commit(repo, commit, info))
+            item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_mail(meta, diffs[commit]))
         taken.add(item.name)
         if item.data is not None:
             path = folder / item.name
