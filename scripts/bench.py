@@ -504,21 +504,25 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
         }
         mirrors = Path(zenv["ZMR_CACHE"]) / "mirrors"
         for key, (source, onto) in scenarios.items():
-            # Untimed warm-up: the mirror fetches the new commit, as the git side has it from its clone.
+            # Untimed: the mirror fetches the new commit (as the git side has it from its clone) and, for the
+            # "zmr" variant, builds the series' commits on the old pin, as zmr upstreamed or checkout leave them.
             before = set(mirrors.glob("*.git"))
             warm = fresh_project("rb-warm", source)
-            subprocess.run([*zmr, "rebase", "bench", "-c", "c0", "--onto", onto], cwd=warm, env=env(zenv), check=True, capture_output=True)
+
+            def keep_chains() -> None:
+                subprocess.run([*zmr, "upstreamed", "bench", "-c", "c0", "--rev", onto], cwd=warm, env=env(zenv), check=True, capture_output=True)
+
+            keep_chains()
             scenario_mirror = next(iter(set(mirrors.glob("*.git")) - before), mirror)
             series = {
-                "zmr": Series(f"zmr rebase ({key}); the mirror keeps the series' commits on the old pin (after checkout, upstreamed or an earlier try)"),
+                "zmr": Series(f"zmr rebase ({key}); the mirror keeps the series' commits on the old pin (as after zmr checkout or zmr upstreamed)"),
                 "zmr-first": Series(f"zmr rebase ({key}); the first zmr command on this series and pin"),
                 "git": Series("git rebase in a working tree"),
             }
             tree_dir = work / "rb-git"
             for rep in range(args.reps):
                 for variant in ("zmr", "zmr-first"):
-                    if variant == "zmr-first":
-                        forget_chains(scenario_mirror)
+                    keep_chains() if variant == "zmr" else forget_chains(scenario_mirror)
                     target = fresh_project("rb-zmr", source)
                     series[variant].samples.append(measure_mem([*zmr, "rebase", "bench", "-c", "c0", "--onto", onto], target, zenv))
                 shutil.rmtree(tree_dir, ignore_errors=True)
@@ -599,8 +603,9 @@ NOTES = [
     "- `rebase`: the series onto an upstream commit a few hundred commits later that left the series' files alone.",
     "- `rebase_moved`: the same, plus one upstream commit that inserts a line above every hunk: every patch is replayed and rewritten.",
     "- In both, `git` is `git rebase` in a working tree prepared beforehand (clone and `git am` untimed); `zmr` runs with the mirror"
-    " holding the series' commits on the old pin (as after `zmr checkout`, `zmr upstreamed` or an earlier try); `zmr-first` without them."
-    " One untimed `zmr rebase` first fetches the new upstream commit into the mirror, as the git side has it from its clone.",
+    " holding the series' commits on the old pin (as after `zmr checkout` or `zmr upstreamed`); `zmr-first` without them."
+    " An untimed `zmr upstreamed` before each `zmr` run fetches the new upstream commit into the mirror (the git side has it from"
+    " its clone) and makes those commits; `zmr-first` runs have the commit but not the series' commits.",
     "- zmr's bytecode is compiled before timing, as a wheel install does.",
 ]
 

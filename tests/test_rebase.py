@@ -224,8 +224,10 @@ def test_upstreamed_all_covers_every_tracked_component(proj, upstream):
     assert zmr("upstreamed", cwd=proj.root).returncode == 2
 
 
-def test_clean_rebase_shortcut_gives_what_the_full_replay_gives(tmp_path, upstream):
-    """Upstream moved elsewhere: without a checkout only the pin moves, byte for byte as a replay would."""
+@pytest.mark.parametrize("where", ["elsewhere", "below-the-hunks"])
+def test_clean_rebase_shortcut_gives_what_the_full_replay_gives(tmp_path, upstream, where):
+    """Upstream moved elsewhere, or changed a patched file where no hunk moves: without a checkout only the
+    pin moves, byte for byte as a replay would."""
     results = {}
     for mode in ("shortcut", "replay"):
         project = make_project(tmp_path / mode)
@@ -235,7 +237,11 @@ def test_clean_rebase_shortcut_gives_what_the_full_replay_gives(tmp_path, upstre
             # A checkout makes rebase replay every patch and refresh it.
             assert zmr("checkout", "toy", cwd=project.root).returncode == 0
         results[mode] = project
-    new = upstream.commit({"docs/other.md": "unrelated\n"}, "Unrelated upstream change")
+    if where == "elsewhere":
+        new = upstream.commit({"docs/other.md": "unrelated\n"}, "Unrelated upstream change")
+    else:
+        model_py = upstream.file_at(upstream.commits[-1], "src/model.py") + "\n"
+        new = upstream.commit({"src/model.py": model_py + "line 41\n"}, "Append to model.py")
     outputs = {}
     for mode, project in results.items():
         result = zmr("rebase", "toy", "-c", "rollout", "--onto", new, "--json", cwd=project.root)
@@ -251,3 +257,17 @@ def test_clean_rebase_shortcut_gives_what_the_full_replay_gives(tmp_path, upstre
         assert outputs["shortcut"][key] == outputs["replay"][key], key
     assert zmr("build", "toy", cwd=a).returncode == 0 and zmr("build", "toy", cwd=b).returncode == 0
     assert git("rev-parse", "rollout/toy", cwd=a) == git("rev-parse", "rollout/toy", cwd=b)
+
+
+def test_a_series_that_does_not_apply_to_its_pin_is_not_moved(proj, upstream):
+    """The pin-only path still checks the series against the old pin: a broken series stops the rebase."""
+    pin, model_py = toy(proj, upstream)
+    patch = proj.root / "patches/toy/rollout/0002-contiguous.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"-    return a @ b", b"-    return a @ c"))
+    proj.commit_all("break the series")
+    upstream.commit({"docs/other.md": "unrelated\n"}, "Unrelated upstream change")
+    manifest = (proj.root / "manifests/toy.yaml").read_bytes()
+    result = zmr("rebase", "toy", "-c", "rollout", "--onto", "main", cwd=proj.root)
+    assert result.returncode == 2
+    assert "0002-contiguous.patch: does not apply" in result.stderr and "src/kernels/matmul.py" in result.stderr
+    assert (proj.root / "manifests/toy.yaml").read_bytes() == manifest

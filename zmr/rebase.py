@@ -556,12 +556,11 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
+    if co is None and _files_stand(repo, series, old, new):
+        return _pin_only(project, component, repo, series, old, new, rev)
     old_chain = build_chain(repo, component, old, series.patches)
     chain_files = file_sets(repo, old_chain)
     paths = sorted(set().union(*chain_files.values()))
-    if co is None and files_unchanged(repo, old, new, paths):
-        # The series' files are byte for byte as they were: every patch applies where it did.
-        return _pin_only(project, component, repo, series, old, new, rev)
     upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
     # No upstream commit changes the same files as a patch: nothing can have landed, no ids to compare.
     pids = chain_patch_ids(repo, old_chain) if upstream else {}
@@ -569,7 +568,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     made: list[tuple[str, bool]] = []  # per commit of the replay: its patch, and whether it applied with an offset
     conflict_at = None
     with Replayer(repo, new, paths) as replay:
-        if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and replay.all_apply_in_place(series.patches):
+        if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and replay.all_apply(series.patches, in_place=True):
             # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
             return _pin_only(project, component, repo, series, old, new, rev)
         for i, (patch, commit) in enumerate(zip(series.patches, old_chain)):
@@ -628,6 +627,18 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     )
     _snapshot(project, component, state, co, co_path)
     return _run(project, component, state, cache, progress)
+
+
+def _files_stand(repo: git.Repo, series: Series, old: str, new: str) -> bool:
+    """The series' files are byte for byte as they were, and the series applies to the old pin: so it applies to the new
+    one exactly as it did (checked without building its commits: a first rebase needs none of them then)."""
+    paths = workspace.patch_paths(repo, series.patches)
+    if paths is None or not files_unchanged(repo, old, new, paths):
+        return False
+    if workspace.kept_chain(repo, old, series.patches) is not None:
+        return True  # it applied when its commits were made
+    with Replayer(repo, old, paths) as replay:
+        return replay.all_apply(series.patches)
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
@@ -923,15 +934,18 @@ def _outcome(component: Component, state: dict, repo: git.Repo, tip: str, plan: 
     dropped = [Dropped(**d) for d in state["dropped"]]
     dropped_names = {d.name for d in dropped}
     outcome = Outcome(component, old, new, state["rev"], component.upstream, state.get("upstream_count", 0), dropped=dropped, path=state["path"])
-    new_commits = [p.commit for p in plan.patches]
-    old_ids = chain_patch_ids(repo, old_chain)
-    new_ids = patch_ids(repo, new_commits)
     by_subject = {}
     for name, subject, commit in zip(state["names"], state["subjects"], old_chain):
         if name not in dropped_names:
             by_subject.setdefault(subject, (name, commit))
-    old_by_pid = {old_ids.get(c): n for n, c in zip(state["names"], old_chain) if old_ids.get(c)}
-    same = {item.commit for item in plan.patches if new_ids.get(item.commit) in old_by_pid}
+    if state["path"] == "fast" and all(item.status in ("unchanged", "refreshed") for item in plan.patches):
+        # Each commit is a patch of the series that applied as it is (git apply never fuzzes): the same change.
+        same = {item.commit for item in plan.patches}
+    else:
+        old_ids = chain_patch_ids(repo, old_chain)
+        new_ids = patch_ids(repo, [p.commit for p in plan.patches])
+        old_by_pid = {old_ids.get(c): n for n, c in zip(state["names"], old_chain) if old_ids.get(c)}
+        same = {item.commit for item in plan.patches if new_ids.get(item.commit) in old_by_pid}
     differs = old_chain and any(item.commit not in same for item in plan.patches)
     range_diff = _range_diff(repo, old, old_chain[-1], new, tip) if differs else {}
     for item in plan.patches:

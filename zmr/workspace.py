@@ -244,8 +244,8 @@ class Replayer:
         self._flush()
         return self._commits
 
-    def all_apply_in_place(self, patches: Sequence[Patch]) -> bool:
-        """Every patch, in order, applies here with no hunk moved (a check: the index is left as it is)."""
+    def all_apply(self, patches: Sequence[Patch], in_place: bool = False) -> bool:
+        """Every patch, in order, applies here (*in_place*: with no hunk moved); a check, the index is left as it is."""
         from zmr.release import apply_args
 
         if not patches:
@@ -254,7 +254,7 @@ class Replayer:
             return False
         args = [*apply_args(patches[0].strip), "--check", "--verbose", *(str(p.path) for p in patches)]
         proc = self.repo.run(args, env=self._index.env, check=False)
-        return proc.returncode == 0 and b"(offset " not in proc.stderr
+        return proc.returncode == 0 and not (in_place and b"(offset " in proc.stderr)
 
     def try_apply(self, patch: Patch, verbose: bool = False) -> tuple[bool, str]:
         proc = self._index.apply(patch, verbose=verbose)
@@ -373,23 +373,33 @@ def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequen
 
     if not patches:
         return []
-    digest = hashlib.sha256(base.encode())
-    for patch in patches:
-        digest.update(f"\n{patch.strip} {patch.sha256} {patch.name}".encode())  # the name can be the subject
-    ref = f"refs/zmr/chains/{digest.hexdigest()}"
-    cached = repo.ref_value(ref)
-    if cached is not None:
-        chain = repo.rev_list(["--reverse", "--first-parent", cached, "--not", base])
-        if len(chain) == len(patches):
-            return chain
+    chain = kept_chain(repo, base, patches)
+    if chain is not None:
+        return chain
     with Replayer(repo, base, patch_paths(repo, patches)) as replay:
         for patch in patches:
             ok, stderr = replay.try_apply(patch)
             if not ok:
                 raise apply_error(dataclasses.replace(component, commit=base), patch, stderr)
             replay.commit(patch)
-        repo.run(["update-ref", ref, replay.tip])
+        repo.run(["update-ref", _chain_ref(base, patches), replay.tip])
         return list(replay.commits)
+
+
+def _chain_ref(base: str, patches: Sequence[Patch]) -> str:
+    digest = hashlib.sha256(base.encode())
+    for patch in patches:
+        digest.update(f"\n{patch.strip} {patch.sha256} {patch.name}".encode())  # the name can be the subject
+    return f"refs/zmr/chains/{digest.hexdigest()}"
+
+
+def kept_chain(repo: git.Repo, base: str, patches: Sequence[Patch]) -> list[str] | None:
+    """The chain ``build_chain`` made earlier for exactly these patches on *base*, if the mirror still has it."""
+    cached = repo.ref_value(_chain_ref(base, patches))
+    if cached is None:
+        return None
+    chain = repo.rev_list(["--reverse", "--first-parent", cached, "--not", base])
+    return chain if len(chain) == len(patches) else None
 
 
 # -- export plan ----------------------------------------------------------------------------
