@@ -271,3 +271,34 @@ def test_a_series_that_does_not_apply_to_its_pin_is_not_moved(proj, upstream):
     assert result.returncode == 2
     assert "0002-contiguous.patch: does not apply" in result.stderr and "src/kernels/matmul.py" in result.stderr
     assert (proj.root / "manifests/toy.yaml").read_bytes() == manifest
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "below-the-hunks"])
+def test_patches_on_top_of_each_other_still_take_the_pin_only_path(proj, upstream, where):
+    """The second patch's context holds the first one's change: the check must apply them in order, not each alone."""
+    pin = upstream.commits[1]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    first = model_py.replace("line 10\n", "line 10 fixed\n")
+    p1 = make_patch(upstream, pin, {"src/model.py": first}, "Fix line 10")
+    scratch_base = upstream.path.parent / "stacked"
+    git("clone", "-q", str(upstream.path), str(scratch_base))
+    git("checkout", "-q", "--detach", pin, cwd=scratch_base)
+    git("apply", "--index", "-", cwd=scratch_base, input=p1)
+    git("commit", "-q", "-m", "p1", cwd=scratch_base)
+    (scratch_base / "src/model.py").write_text(first.replace("line 11\n", "line 11 fixed too\n"))
+    git("commit", "-q", "-am", "Fix line 11", cwd=scratch_base, env={"GIT_AUTHOR_DATE": "@1710000000 +0000", "GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"})
+    p2 = git("format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature", "-k", "HEAD", cwd=scratch_base).encode() + b"\n"
+    proj.series("toy", "rollout", [("0001-fix-10.patch", p1), ("0002-fix-11.patch", p2)])
+    proj.write("manifests/toy.yaml", MANIFEST.format(upstream=upstream.path, pin=pin))
+    proj.commit_all("stacked series")
+    before = tree_files(proj.root / "patches/toy/rollout")
+    if where == "elsewhere":
+        new = upstream.commit({"docs/other.md": "unrelated\n"}, "Unrelated upstream change")
+    else:
+        new = upstream.commit({"src/model.py": upstream.file_at(upstream.commits[-1], "src/model.py") + "\nline 41\n"}, "Append to model.py")
+    result = zmr("rebase", "toy", "-c", "rollout", "--onto", new, "--json", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["path"] == "pin-only"
+    assert tree_files(proj.root / "patches/toy/rollout") == before
+    assert zmr("build", "toy", cwd=proj.root).returncode == 0
+    assert "line 11 fixed too" in git("show", "rollout/toy:src/model.py", cwd=proj.root)

@@ -567,10 +567,10 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     dropped: list[Dropped] = []
     made: list[tuple[str, bool]] = []  # per commit of the replay: its patch, and whether it applied with an offset
     conflict_at = None
+    if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and workspace.series_applies(repo, new, series.patches, paths, in_place=True):
+        # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
+        return _pin_only(project, component, repo, series, old, new, rev)
     with Replayer(repo, new, paths) as replay:
-        if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and replay.all_apply(series.patches, in_place=True):
-            # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
-            return _pin_only(project, component, repo, series, old, new, rev)
         for i, (patch, commit) in enumerate(zip(series.patches, old_chain)):
             hit = upstream.get(pids.get(commit, ""))
             if hit:
@@ -637,8 +637,7 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str) -> bool:
         return False
     if workspace.kept_chain(repo, old, series.patches) is not None:
         return True  # it applied when its commits were made
-    with Replayer(repo, old, paths) as replay:
-        return replay.all_apply(series.patches)
+    return workspace.series_applies(repo, old, series.patches, paths)
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:

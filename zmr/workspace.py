@@ -166,6 +166,29 @@ def paths_fit(repo: git.Repo, commit: str, paths: Sequence[str]) -> bool:
     return len(kinds) == len(folders) and all(kind == "tree" or kind.endswith(" missing") for kind in kinds)
 
 
+def series_applies(repo: git.Repo, base: str, patches: Sequence[Patch], paths: Sequence[str] | None, in_place: bool = False) -> bool:
+    """Every patch, in order, applies to *base* (*in_place*: with no hunk moved); one ``git apply`` of them all.
+
+    Not ``--check``: with several patches, ``git apply --check`` checks each
+    against *base* alone, not on top of the ones before it. A throwaway
+    index takes the changes instead (only *paths* of *base*, when they fit:
+    a patch failing there makes the answer False, never a wrong True).
+    """
+    from zmr.release import apply_args
+
+    if not patches:
+        return True
+    if len({p.strip for p in patches}) > 1:
+        return False
+    with TempIndex(repo) as index:
+        if paths is not None and paths_fit(repo, base, paths):
+            index.read_paths(base, paths)
+        else:
+            index.read_tree(base)
+        proc = repo.run([*apply_args(patches[0].strip), "--verbose", *(str(p.path) for p in patches)], env=index.env, check=False)
+    return proc.returncode == 0 and not (in_place and b"(offset " in proc.stderr)
+
+
 def _crud(c: str) -> bool:
     return c <= " " or c in ".,:;<>\"\\'"
 
@@ -243,18 +266,6 @@ class Replayer:
     def commits(self) -> list[str]:
         self._flush()
         return self._commits
-
-    def all_apply(self, patches: Sequence[Patch], in_place: bool = False) -> bool:
-        """Every patch, in order, applies here (*in_place*: with no hunk moved); a check, the index is left as it is."""
-        from zmr.release import apply_args
-
-        if not patches:
-            return True
-        if len({p.strip for p in patches}) > 1:
-            return False
-        args = [*apply_args(patches[0].strip), "--check", "--verbose", *(str(p.path) for p in patches)]
-        proc = self.repo.run(args, env=self._index.env, check=False)
-        return proc.returncode == 0 and not (in_place and b"(offset " in proc.stderr)
 
     def try_apply(self, patch: Patch, verbose: bool = False) -> tuple[bool, str]:
         proc = self._index.apply(patch, verbose=verbose)
