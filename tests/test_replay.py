@@ -251,3 +251,85 @@ def test_fast_import_leaves_no_ref(rich_upstream):
     assert set(marks) == {":1"} and repo.ref_value("refs/zmr/replay") is None
     assert git("ls-tree", "--name-only", marks[":1"], "--", "README.md", cwd=rich_upstream.path) == ""
     assert os.path.isdir(rich_upstream.path / ".git")
+
+
+def test_history_fetches_keep_a_commit_graph_and_a_kept_chain_is_found_by_counting(rich_upstream, tmp_path):
+    from zmr.cache import Cache, resolve_upstream
+    from zmr.workspace import build_chain, kept_chain
+    from zmr.manifest import Component
+
+    up = rich_upstream
+    cache = Cache(tmp_path / "cache")
+    url = resolve_upstream(str(up.path), Path("/"))
+    mirror = cache.ensure(url, [up.commits[0]])
+    assert (mirror.path / "shallow").exists()  # a pin alone comes shallow: no graph is possible there
+    mirror, head = cache.fetch_ref(url, "main")
+    assert head == up.commits[-1] and not (mirror.path / "shallow").exists()
+    graph = mirror.path / "objects/info"
+    assert (graph / "commit-graph").is_file() or any((graph / "commit-graphs").glob("*.graph"))
+    # A chain dated long before its base is still found, and exactly.
+    text = up.file_at(up.commits[-1], "src/model.py") + "\n"
+    patches = series_from(up, up.commits[-1], [("Old date", {"src/model.py": text + "x\n"}, {}), ("Older", {"README.md": "y\n"}, {})], tmp_path / "series")
+    component = Component(model="toy", key="rollout", upstream=str(up.path), commit=up.commits[-1], branch="rollout/toy")
+    chain = build_chain(mirror.repo, component, up.commits[-1], patches)
+    assert kept_chain(mirror.repo, up.commits[-1], patches) == chain
+    assert kept_chain(mirror.repo, up.commits[0], patches) is None
+
+
+def test_patches_on_disjoint_files_applied_together_commit_what_one_by_one_commits(rich_upstream, tmp_path):
+    up = rich_upstream
+    old = up.commits[-1]
+    text = up.file_at(old, "src/model.py") + "\n"
+    steps = [
+        ("Model", {"src/model.py": text.replace("line 30\n", "line 30 x\n")}, {}),
+        ("Matmul", {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, {}),
+        ("Quoted name", {'we"ird.py': "w\n"}, {}),
+        ("Setup", {"setup.cfg": "[metadata]\nname = toy\n"}, {}),
+    ]
+    patches = series_from(up, old, steps, tmp_path / "series")
+    new = up.commit({"src/model.py": "# header\n" + text}, "Move model.py down a line")
+    repo = zgit.Repo(up.path / ".git")
+    chain, _ = replay(repo, old, patches, None)
+    files = [file_sets(repo, chain)[c] for c in chain]
+    paths = sorted(set().union(*files))
+    with Replayer(repo, new, paths) as one_by_one:
+        flags = []
+        for patch in patches:
+            assert one_by_one.try_apply(patch, verbose=True)[0]
+            one_by_one.commit(patch)
+            flags.append(one_by_one.moved)
+        expected = list(one_by_one.commits)
+    assert flags == [True, False, False, False]
+    with Replayer(repo, new, paths) as together:
+        assert together.apply_together(patches, files) == flags
+        for patch, names in zip(patches, files):
+            assert together.changed(names)
+            together.commit(patch, names)
+        assert together.commits == expected
+    # One patch that does not apply: none is applied, and one by one still works from the same index.
+    broken = patches[1].path.read_bytes().replace(b"-    return a @ b", b"-    return a @ c")
+    (tmp_path / "broken.patch").write_bytes(broken)
+    bad = read_series_patch(tmp_path / "broken.patch")
+    with Replayer(repo, new, paths) as together:
+        assert together.apply_together([patches[0], bad], files[:2]) is None
+        assert not together.changed()
+        for patch in patches:
+            assert together.try_apply(patch)[0]
+            together.commit(patch)
+        assert together.commits == expected
+
+
+def read_series_patch(path: Path):
+    from zmr.series import load_patch
+
+    return load_patch(path, path.name, 1, path.name)
+
+
+def test_moved_flags_are_unknown_where_git_names_a_file_zmr_cannot_place():
+    from zmr.workspace import _moved_by_patch
+
+    files = [frozenset({"a.py"}), frozenset({"b c.py"})]
+    plain = b"Checking patch a.py...\nHunk #1 succeeded at 12 (offset 2 lines).\nChecking patch b c.py...\nApplied patch a.py cleanly.\n"
+    assert _moved_by_patch(plain, files) == [True, False]
+    quoted = b'Checking patch a.py...\nChecking patch "b\\tc.py"...\nHunk #1 succeeded at 3 (offset 1 line).\n'
+    assert _moved_by_patch(quoted, files) == [None, None]

@@ -158,6 +158,7 @@ class Cache:
             target = f"refs/zmr/track/{safe}"
             try:
                 repo.fetch(url, [f"+{ref}:{target}"], extra=self._unshallow_args(mirror))
+                repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]) from None
             oid = repo.resolve(target)
@@ -171,6 +172,7 @@ class Cache:
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
             mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow"])
+            mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
         """A mirror with full history of every branch and tag (for rebase and upstreamed)."""
@@ -180,6 +182,7 @@ class Cache:
                 self._create(mirror)
             try:
                 mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=self._unshallow_args(mirror))
+                mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror

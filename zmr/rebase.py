@@ -570,20 +570,34 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and workspace.series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
         return _pin_only(project, component, repo, series, old, new, rev)
+    hits = [upstream.get(pids.get(commit, "")) for commit in old_chain]
+    batched: dict[int, bool | None] = {}  # patch index → moved, for patches applied along with an earlier one
     with Replayer(repo, new, paths) as replay:
         for i, (patch, commit) in enumerate(zip(series.patches, old_chain)):
-            hit = upstream.get(pids.get(commit, ""))
-            if hit:
-                dropped.append(Dropped(patch.name, patch.subject, "patch-id", hit, _subject(repo, hit)))
+            if hits[i]:
+                dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[i], _subject(repo, hits[i])))
                 continue
-            ok, _ = replay.try_apply(patch, verbose=True)
+            files: frozenset[str] | None = chain_files[commit]
+            if i in batched:
+                ok, moved = True, batched.pop(i)
+            else:
+                # The patches from here that change files none of the others change go in one git apply.
+                run = _disjoint_run(series.patches, [chain_files[c] for c in old_chain], hits, i)
+                moved_each = replay.apply_together([series.patches[j] for j in run], [chain_files[old_chain[j]] for j in run]) if len(run) > 1 else None
+                if moved_each is not None:
+                    batched = dict(zip(run[1:], moved_each[1:]))
+                    ok, moved = True, moved_each[0]
+                else:
+                    files = None
+                    ok, _ = replay.try_apply(patch, verbose=True)
+                    moved = replay.moved
             if ok:
-                if not replay.changed():
+                if not replay.changed(files):
                     found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
                     dropped.append(Dropped(patch.name, patch.subject, "empty", found, _subject(repo, found)))
                 else:
-                    replay.commit(patch)
-                    made.append((patch.name, replay.moved))
+                    replay.commit(patch, files)
+                    made.append((patch.name, moved))
                 continue
             if replay.reverse_applies(patch):
                 found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
@@ -638,6 +652,18 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str) -> bool:
     if workspace.kept_chain(repo, old, series.patches) is not None:
         return True  # it applied when its commits were made
     return workspace.series_applies(repo, old, series.patches, paths)
+
+
+def _disjoint_run(patches: Sequence[Patch], files: Sequence[frozenset[str]], hits: Sequence[str | None], start: int) -> list[int]:
+    """Indexes from *start* on whose patches change files no other of them changes (and none landed upstream)."""
+    run: list[int] = []
+    seen: set[str] = set()
+    for j in range(start, len(patches)):
+        if hits[j] or not files[j] or files[j] & seen or patches[j].strip != patches[start].strip:
+            break
+        run.append(j)
+        seen |= files[j]
+    return run
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
@@ -884,8 +910,11 @@ def _finalize(project: Project, component: Component, state: dict, cache: Cache,
     if state["path"] == "fast":
         repo = mirror.repo
         tip = state["new_tip"]
-        commits = repo.commits_between(new, tip)
-        replayed = {commit: (name, moved) for commit, name, moved in state.get("replayed", [])}
+        made = [commit for commit, _, _ in state.get("replayed", [])]
+        # The replay's own list, when it has one (a walk of new..tip can take long on a big history).
+        commits = made if made and made[-1] == tip else repo.commits_between(new, tip)
+        # A moved flag of None: git's report could not say; export replays that patch itself.
+        replayed = {commit: (name, moved) for commit, name, moved in state.get("replayed", []) if moved is not None}
         plan = workspace.plan_export(repo, new, commits, folder, component.patches, journal, replayed)
     else:
         co = workspace.open_checkout(_checkout_of(state))

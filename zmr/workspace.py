@@ -201,6 +201,30 @@ def _plain_ident(text: str) -> bool:
 _OFFSET_RE = re.compile(r"[+-]\d{4}")
 
 
+def _keys(files: frozenset[str]) -> set[bytes]:
+    return {f.encode("utf-8", "surrogateescape") for f in files}
+
+
+_CHECKING_RE = re.compile(rb"Checking patch (.*)\.\.\.")
+
+
+def _moved_by_patch(stderr: bytes, files: Sequence[frozenset[str]]) -> list[bool | None]:
+    """From ``git apply --verbose``: which patch had a hunk applied at an offset (files name the patches)."""
+    owner = {name: k for k, names in enumerate(files) for name in names}
+    moved: list[bool | None] = [False] * len(files)
+    current: int | None = None
+    for line in stderr.split(b"\n"):
+        match = _CHECKING_RE.fullmatch(line)
+        if match:
+            # A quoted or renamed name ("a => b") is not looked up: its offsets then cannot be placed.
+            current = owner.get(match.group(1).decode("utf-8", "surrogateescape"))
+        elif b"(offset " in line:
+            if current is None:
+                return [None] * len(files)
+            moved[current] = True
+    return moved
+
+
 def _fast_import_path(path: bytes) -> bytes:
     if b"\n" not in path and not path.startswith(b'"'):
         return path
@@ -277,28 +301,61 @@ class Replayer:
         self.moved = proc.returncode == 0 and b"(offset " in proc.stderr
         return proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
 
+    def apply_together(self, patches: Sequence[Patch], files: Sequence[frozenset[str]]) -> list[bool | None] | None:
+        """Apply patches that change pairwise disjoint *files* with one ``git apply`` (partial index only).
+
+        Then ``commit(patch, files)`` each, in order: with no file in common,
+        each one's commit holds exactly its files' new entries, as if applied
+        alone. Returns per patch whether a hunk moved (None where git's report
+        cannot be tied to one patch), or None when they do not all apply, and
+        then nothing changed (git apply takes all of them or none).
+        """
+        from zmr.release import apply_args
+
+        if not self._sparse or len(patches) < 2 or len({p.strip for p in patches}) > 1:
+            return None
+        args = [*apply_args(patches[0].strip), "--verbose", *(str(p.path) for p in patches)]
+        proc = self.repo.run(args, env=self._index.env, check=False)
+        if proc.returncode != 0:
+            return None
+        self._current = None
+        return _moved_by_patch(proc.stderr, files)
+
     def reverse_applies(self, patch: Patch) -> bool:
         return self._index.apply(patch, reverse=True, check=True).returncode == 0
 
-    def changed(self) -> bool:
-        """The index differs from the last commit (a patch that applied but changed nothing does not)."""
-        return self._state() != self._committed
+    def changed(self, files: frozenset[str] | None = None) -> bool:
+        """The index differs from the last commit (in *files*); a patch that applied but changed nothing does not."""
+        state = self._state()
+        if files is None or not self._sparse:
+            return state != self._committed
+        assert isinstance(state, dict) and isinstance(self._committed, dict)
+        return any(state.get(key) != self._committed.get(key) for key in _keys(files))
 
-    def commit(self, patch: Patch) -> None:
-        """Commit what the last successful ``try_apply`` left in the index."""
+    def commit(self, patch: Patch, files: frozenset[str] | None = None) -> None:
+        """Commit what the last successful apply left in the index (of it, only *files*, after ``apply_together``)."""
         meta = CommitMeta.for_patch(patch)
         state = self._state()
         if self._sparse:
             assert isinstance(state, dict) and isinstance(self._committed, dict)
             before = self._committed
-            changes = [("D", "", "", path) for path in before if path not in state]
-            changes += [("M", mode, oid, path) for path, (mode, oid) in state.items() if before.get(path) != (mode, oid)]
+            after = state
+            if files is not None:
+                after = dict(before)
+                for key in _keys(files):
+                    if key in state:
+                        after[key] = state[key]
+                    else:
+                        after.pop(key, None)
+            changes = [("D", "", "", path) for path in before if path not in after]
+            changes += [("M", mode, oid, path) for path, (mode, oid) in after.items() if before.get(path) != (mode, oid)]
             self._pending.append((meta, changes))
+            self._committed = after
         else:
             assert isinstance(state, str)
             self._tip = self.repo.commit_tree(state, [self._tip], meta.message, meta.identity, meta.identity)
             self._commits.append(self._tip)
-        self._committed = state
+            self._committed = state
 
     def _state(self) -> object:
         if self._current is None:
@@ -409,8 +466,12 @@ def kept_chain(repo: git.Repo, base: str, patches: Sequence[Patch]) -> list[str]
     cached = repo.ref_value(_chain_ref(base, patches))
     if cached is None:
         return None
-    chain = repo.rev_list(["--reverse", "--first-parent", cached, "--not", base])
-    return chain if len(chain) == len(patches) else None
+    # Counted back from the tip, not "tip --not base": the chain's commits carry the patches' (older) dates,
+    # and a walk that excludes base by date would read much of base's history first.
+    line = repo.rev_list(["--first-parent", f"--max-count={len(patches) + 1}", cached])
+    if len(line) != len(patches) + 1 or line[-1] != base:
+        return None
+    return line[-2::-1]
 
 
 # -- export plan ----------------------------------------------------------------------------
