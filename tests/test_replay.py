@@ -18,7 +18,8 @@ from zmr import git as zgit
 from zmr.patchfile import commit_diff, commit_diffs
 from zmr.rebase import chain_patch_ids, file_sets, files_unchanged, patch_ids
 from zmr.series import read_series
-from zmr.workspace import Replayer, TempIndex, patch_paths, paths_fit, plan_export
+from zmr.manifest import Component
+from zmr.workspace import Replayer, TempIndex, build_chain, patch_file_sets, patch_paths, paths_fit, plan_export
 
 AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"}
 
@@ -104,6 +105,11 @@ def test_partial_index_replay_writes_the_commits_commit_tree_writes(rich_upstrea
     plain, plain_sparse = replay(repo, base, patches, None)
     assert (sparse, plain_sparse) == (True, False)
     assert fast == plain
+    # build_chain also puts patches on disjoint files into one git apply: still the same commits.
+    sets = patch_file_sets(repo, patches)
+    assert sets is not None and sets[2] == {"src/kernels/matmul.py", "src/kernels/mm.py"} and sets[4] == {"docs/guide.md"}
+    component = Component(model="toy", key="rollout", upstream=str(up.path), commit=base, branch="rollout/toy")
+    assert build_chain(repo, component, base, patches) == plain
     # And both are what git am makes of the series (trees; am's committer differs).
     git("checkout", "-q", "--detach", base, cwd=up.path)
     git("am", "-q", *(str(p.path) for p in patches), cwd=up.path)
@@ -255,8 +261,7 @@ def test_fast_import_leaves_no_ref(rich_upstream):
 
 def test_history_fetches_keep_a_commit_graph_and_a_kept_chain_is_found_by_counting(rich_upstream, tmp_path):
     from zmr.cache import Cache, resolve_upstream
-    from zmr.workspace import build_chain, kept_chain
-    from zmr.manifest import Component
+    from zmr.workspace import kept_chain
 
     up = rich_upstream
     cache = Cache(tmp_path / "cache")
@@ -333,3 +338,27 @@ def test_moved_flags_are_unknown_where_git_names_a_file_zmr_cannot_place():
     assert _moved_by_patch(plain, files) == [True, False]
     quoted = b'Checking patch a.py...\nChecking patch "b\\tc.py"...\nHunk #1 succeeded at 3 (offset 1 line).\n'
     assert _moved_by_patch(quoted, files) == [None, None]
+
+
+def test_patch_file_sets_tell_patches_apart_at_any_strip_level(rich_upstream, tmp_path):
+    up = rich_upstream
+    base = up.commits[-1]
+    steps = [("Rename", {"src/kernels/matmul.py": ("mv", "src/kernels/mm.py")}, {}), ("Two", {"README.md": "a\n", "docs/guide.md": "b\n"}, {}), ("Binary", {"lib/blob.bin": b"\0" * 9}, {})]
+    patches = series_from(up, base, steps, tmp_path / "series")
+    repo = zgit.Repo(up.path / ".git")
+    expected = [frozenset({"src/kernels/matmul.py", "src/kernels/mm.py"}), frozenset({"README.md", "docs/guide.md"}), frozenset({"lib/blob.bin"})]
+    assert patch_file_sets(repo, patches) == expected
+    # The same patches with one more leading folder, read with -p2.
+    deeper = []
+    for patch in patches:
+        data = patch.path.read_bytes()
+        pairs = ((b" a/", b" a/x/"), (b" b/", b" b/x/"), (b"--- a/", b"--- a/x/"), (b"+++ b/", b"+++ b/x/"), (b"rename from ", b"rename from x/"), (b"rename to ", b"rename to x/"))
+        for old, new in pairs:
+            data = data.replace(old, new)
+        target = tmp_path / f"p2-{patch.name}"
+        target.write_bytes(data)
+        from zmr.series import load_patch
+
+        deeper.append(load_patch(target, target.name, 2, target.name))
+    assert patch_file_sets(repo, [deeper[0], patches[1], deeper[2]]) == expected
+    assert patch_paths(repo, patches) == sorted(set().union(*expected))

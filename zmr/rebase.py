@@ -582,7 +582,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
                 ok, moved = True, batched.pop(i)
             else:
                 # The patches from here that change files none of the others change go in one git apply.
-                run = _disjoint_run(series.patches, [chain_files[c] for c in old_chain], hits, i)
+                run = workspace.disjoint_run([chain_files[c] for c in old_chain], i, lambda j: not hits[j] and series.patches[j].strip == patch.strip)
                 moved_each = replay.apply_together([series.patches[j] for j in run], [chain_files[old_chain[j]] for j in run]) if len(run) > 1 else None
                 if moved_each is not None:
                     batched = dict(zip(run[1:], moved_each[1:]))
@@ -652,18 +652,6 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str) -> bool:
     if workspace.kept_chain(repo, old, series.patches) is not None:
         return True  # it applied when its commits were made
     return workspace.series_applies(repo, old, series.patches, paths)
-
-
-def _disjoint_run(patches: Sequence[Patch], files: Sequence[frozenset[str]], hits: Sequence[str | None], start: int) -> list[int]:
-    """Indexes from *start* on whose patches change files no other of them changes (and none landed upstream)."""
-    run: list[int] = []
-    seen: set[str] = set()
-    for j in range(start, len(patches)):
-        if hits[j] or not files[j] or files[j] & seen or patches[j].strip != patches[start].strip:
-            break
-        run.append(j)
-        seen |= files[j]
-    return run
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:

@@ -401,33 +401,78 @@ class Replayer:
         self._tip = made[-1]
 
 
-def patch_paths(repo: git.Repo, patches: Sequence[Patch]) -> list[str] | None:
-    """Every path *patches* touch, as ``git apply --numstat`` reads them; None when it cannot tell.
+def patch_file_sets(repo: git.Repo, patches: Sequence[Patch]) -> list[frozenset[str]] | None:
+    """The paths each patch touches, as ``git apply --numstat`` reads them; None when it cannot tell.
 
-    ``--numstat`` names a renamed or copied file by its new name only, so
-    the patches are read a second time reversed for the old names.
+    One ``git apply --numstat`` per direction and -p level reads them all,
+    with a marker patch (a file of a name no tree has) between two patches
+    to tell where one ends. ``--numstat`` names a renamed or copied file by
+    its new name only, so the patches are read a second time reversed for
+    the old names.
     """
-    paths: set[str] = set()
-    for strip, direction in [(strip, d) for strip in sorted({p.strip for p in patches}) for d in ([], ["--reverse"])]:
-        files = [str(p.path) for p in patches if p.strip == strip]
-        proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *files], check=False)
-        if proc.returncode != 0:
+    marker = f".zmr-numstat-marker-{os.urandom(8).hex()}"
+    found: list[set[str]] = [set() for _ in patches]
+    with tempfile.TemporaryDirectory(prefix="zmr-numstat-") as tmp:
+        for strip in sorted({p.strip for p in patches}):
+            group = [k for k, p in enumerate(patches) if p.strip == strip]
+            name = "z/" * (strip - 1) + marker  # what is left of a/<name> after -p<strip>
+            marker_file = Path(tmp) / f"marker-{strip}.patch"
+            marker_file.write_text(f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+x\n")
+            args = [arg for k in group for arg in (str(patches[k].path), str(marker_file))]
+            for direction in ([], ["--reverse"]):
+                proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *args], check=False)
+                paths = _numstat_paths(proc.stdout) if proc.returncode == 0 else None
+                if paths is None:
+                    return None
+                position = 0
+                for path in paths:
+                    if path == marker:
+                        position += 1
+                    elif position < len(group):
+                        found[group[position]].add(path)
+                    else:
+                        return None
+                if position != len(group):
+                    return None
+    return [frozenset(paths) for paths in found]
+
+
+def _numstat_paths(out: bytes) -> list[str] | None:
+    """The paths of ``git apply --numstat -z`` output, in order (a rename or copy: both)."""
+    tokens = out.decode("utf-8", "surrogateescape").split("\0")
+    paths: list[str] = []
+    while tokens:
+        token = tokens.pop(0)
+        if not token:
+            continue
+        counts = token.split("\t", 2)
+        if len(counts) != 3:
             return None
-        tokens = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
-        while tokens:
-            token = tokens.pop(0)
-            if not token:
-                continue
-            counts = token.split("\t", 2)
-            if len(counts) != 3:
-                return None
-            if counts[2]:
-                paths.add(counts[2])
-            elif len(tokens) >= 2:  # a rename or copy: "A\tD\t" then the two paths
-                paths.update((tokens.pop(0), tokens.pop(0)))
-            else:
-                return None
-    return sorted(paths)
+        if counts[2]:
+            paths.append(counts[2])
+        elif len(tokens) >= 2:  # "A\tD\t" then the two paths
+            paths += [tokens.pop(0), tokens.pop(0)]
+        else:
+            return None
+    return paths
+
+
+def patch_paths(repo: git.Repo, patches: Sequence[Patch]) -> list[str] | None:
+    """Every path *patches* touch (``patch_file_sets`` together); None when git cannot tell."""
+    sets = patch_file_sets(repo, patches)
+    return None if sets is None else sorted(set().union(*sets))
+
+
+def disjoint_run(files: Sequence[frozenset[str]], start: int, usable: Callable[[int], bool] = lambda j: True) -> list[int]:
+    """Indexes from *start* on, while each one's files are shared with no other of them (and *usable*)."""
+    run: list[int] = []
+    seen: set[str] = set()
+    for j in range(start, len(files)):
+        if not usable(j) or not files[j] or files[j] & seen:
+            break
+        run.append(j)
+        seen |= files[j]
+    return run
 
 
 def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
@@ -444,12 +489,23 @@ def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequen
     chain = kept_chain(repo, base, patches)
     if chain is not None:
         return chain
-    with Replayer(repo, base, patch_paths(repo, patches)) as replay:
-        for patch in patches:
-            ok, stderr = replay.try_apply(patch)
-            if not ok:
-                raise apply_error(dataclasses.replace(component, commit=base), patch, stderr)
-            replay.commit(patch)
+    files = patch_file_sets(repo, patches)
+    with Replayer(repo, base, None if files is None else sorted(set().union(*files))) as replay:
+        batched: set[int] = set()  # applied along with an earlier patch
+        for i, patch in enumerate(patches):
+            if i not in batched:
+                run = disjoint_run(files, i, lambda j: patches[j].strip == patch.strip) if files else []
+                if len(run) > 1 and replay.apply_together([patches[j] for j in run], [files[j] for j in run]) is not None:
+                    batched = set(run[1:])
+                else:
+                    batched = set()
+                    ok, stderr = replay.try_apply(patch)
+                    if not ok:
+                        raise apply_error(dataclasses.replace(component, commit=base), patch, stderr)
+                    replay.commit(patch)
+                    continue
+            assert files is not None
+            replay.commit(patch, files[i])
         repo.run(["update-ref", _chain_ref(base, patches), replay.tip])
         return list(replay.commits)
 
