@@ -315,6 +315,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     parser.add_argument("--zmr", default=None, help="zmr command (default: this Python's -m zmr)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="measure only these (default: all)")
+    parser.add_argument("--label", help="how the report names --upstream (default: its path)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.files, args.file_lines, args.commits, args.patches, args.reps, args.components = 60, 40, 30, 5, 2, [1, 2]
@@ -336,7 +337,7 @@ def _run(args, zmr, work: Path, results: dict) -> int:
         if not args.commit:
             raise SystemExit("--upstream needs --commit")
         up = real_upstream(args.upstream.resolve(), git("rev-parse", args.commit, cwd=args.upstream), git("rev-parse", args.onto, cwd=args.upstream) if args.onto else None)
-        source = str(args.upstream)
+        source = args.label or str(args.upstream)
     else:
         commits = args.commits
         up = generate_upstream(work / "upstream", args.files, args.file_lines, commits, pin_at=commits // 4, onto_at=commits - 1)
