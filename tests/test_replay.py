@@ -53,12 +53,20 @@ def series_from(upstream, base: str, steps: list[tuple[str, dict, dict]], folder
 
 
 def replay(repo: zgit.Repo, base: str, patches, paths) -> tuple[list[str], bool]:
+    commits, sparse, _ = replay_moved(repo, base, patches, paths)
+    return commits, sparse
+
+
+def replay_moved(repo: zgit.Repo, base: str, patches, paths) -> tuple[list[str], bool, list[bool]]:
+    """One patch at a time: the commits, whether the index stayed partial, and which patches applied at an offset."""
     with Replayer(repo, base, paths) as r:
+        moved = []
         for patch in patches:
-            ok, stderr = r.try_apply(patch)
+            ok, stderr = r.try_apply(patch, verbose=True)
             assert ok, stderr
             r.commit(patch)
-        return list(r.commits), r.sparse
+            moved.append(r.moved)
+        return list(r.commits), r.sparse, moved
 
 
 @pytest.fixture
@@ -204,13 +212,7 @@ def test_plan_export_told_what_a_replay_did_plans_what_it_finds_out_itself(rich_
     patches = series_from(up, old, steps, folder)
     new = up.commit({"src/model.py": "header\n" + text}, "Move every line of model.py")
     repo = zgit.Repo(up.path / ".git")
-    with Replayer(repo, new, patch_paths(repo, patches)) as r:
-        moved = []
-        for patch in patches:
-            assert r.try_apply(patch, verbose=True)[0]
-            r.commit(patch)
-            moved.append(r.moved)
-        chain = list(r.commits)
+    chain, _, moved = replay_moved(repo, new, patches, patch_paths(repo, patches))
     assert moved == [True, False]
     told = plan_export(repo, new, chain, folder, "patches", replayed={c: (p.name, m) for c, p, m in zip(chain, patches, moved)})
     found = plan_export(repo, new, chain, folder, "patches")
@@ -297,13 +299,7 @@ def test_patches_on_disjoint_files_applied_together_commit_what_one_by_one_commi
     chain, _ = replay(repo, old, patches, None)
     files = [file_sets(repo, chain)[c] for c in chain]
     paths = sorted(set().union(*files))
-    with Replayer(repo, new, paths) as one_by_one:
-        flags = []
-        for patch in patches:
-            assert one_by_one.try_apply(patch, verbose=True)[0]
-            one_by_one.commit(patch)
-            flags.append(one_by_one.moved)
-        expected = list(one_by_one.commits)
+    expected, _, flags = replay_moved(repo, new, patches, paths)
     assert flags == [True, False, False, False]
     with Replayer(repo, new, paths) as together:
         assert together.apply_together(patches, files) == flags

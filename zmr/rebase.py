@@ -6,7 +6,8 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
     series ──build_chain on the old pin──▶ old commits ──patch-id──┐
     upstream old..new (commits touching the series' files) ─patch-id┴▶ patches already upstream
     pin only: the series' files unchanged between the pins, or every hunk applies where
-        it was (one ``git apply --check``), and no checkout: only the manifest's pin moves
+        it was (one ``git apply`` of the whole series in a throwaway index), and no
+        checkout: only the manifest's pin moves
     fast path: temporary index in the mirror holding just the series' files, new pin + each patch in order:
         patch-id upstream, or applied diff empty, or reverse-applies → dropped (and reported)
         applies → committed;   does not apply → slow path from this patch on
@@ -565,7 +566,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     # No upstream commit changes the same files as a patch: nothing can have landed, no ids to compare.
     pids = chain_patch_ids(repo, old_chain) if upstream else {}
     dropped: list[Dropped] = []
-    made: list[tuple[str, bool]] = []  # per commit of the replay: its patch, and whether it applied with an offset
+    made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
     if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and workspace.series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.

@@ -3,7 +3,8 @@
 ``zmr checkout`` turns a series into commits and ``zmr export`` turns commits
 back into a series::
 
-    series ──(temp index in the mirror: apply, commit-tree per patch)──▶ chain of commits
+    series ──(temp index in the mirror holding only the series' files: git apply per patch,
+              or per run of patches on disjoint files; one fast-import for all commits)──▶ chain of commits
            ──(local fetch: objects copied, never borrowed)──▶ checkout: branch <model>/<component>
     checkout ──(rev-list zmr/base..HEAD, match each commit to a patch)──▶ export plan ──▶ series
 
