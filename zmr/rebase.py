@@ -557,9 +557,10 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
-    if co is None and _files_stand(repo, series, old, new):
+    files = workspace.patch_file_sets(repo, series.patches)
+    if co is None and _files_stand(repo, series, old, new, files):
         return _pin_only(project, component, repo, series, old, new, rev)
-    old_chain = build_chain(repo, component, old, series.patches)
+    old_chain = build_chain(repo, component, old, series.patches, files)
     chain_files = file_sets(repo, old_chain)
     paths = sorted(set().union(*chain_files.values()))
     upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
@@ -644,11 +645,13 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     return _run(project, component, state, cache, progress)
 
 
-def _files_stand(repo: git.Repo, series: Series, old: str, new: str) -> bool:
-    """The series' files are byte for byte as they were, and the series applies to the old pin: so it applies to the new
-    one exactly as it did (checked without building its commits: a first rebase needs none of them then)."""
-    paths = workspace.patch_paths(repo, series.patches)
-    if paths is None or not files_unchanged(repo, old, new, paths):
+def _files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:
+    """The series' files (*files*: each patch's) are byte for byte as they were, and the series applies to the old pin:
+    so it applies to the new one exactly as it did (checked without building its commits: a first rebase needs none)."""
+    if files is None:
+        return False
+    paths = sorted(set().union(*files))
+    if not files_unchanged(repo, old, new, paths):
         return False
     if workspace.kept_chain(repo, old, series.patches) is not None:
         return True  # it applied when its commits were made

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -156,7 +157,13 @@ def paths_fit(repo: git.Repo, commit: str, paths: Sequence[str]) -> bool:
     Then an index holding only *paths* of *commit* takes the same patches a
     full one does: no file of *commit* stands where a patch puts a folder.
     Paths with a newline cannot be asked about (cat-file reads lines): False.
+    A commit never changes, so the answer is kept for the process.
     """
+    return _paths_fit(repo, commit, tuple(paths))
+
+
+@functools.lru_cache(maxsize=64)
+def _paths_fit(repo: git.Repo, commit: str, paths: tuple[str, ...]) -> bool:
     if any("\n" in p for p in paths):
         return False
     folders = sorted({parent.as_posix() for p in paths for parent in PurePosixPath(p).parents if parent.parts})
@@ -476,12 +483,13 @@ def disjoint_run(files: Sequence[frozenset[str]], start: int, usable: Callable[[
     return run
 
 
-def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch]) -> list[str]:
+def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch], files: list[frozenset[str]] | None = None) -> list[str]:
     """One commit per patch on *base*; a patch that does not apply exactly is an error naming it.
 
     A chain is a pure function of the base and the patch bytes, so the mirror
     keeps it under a ref named by their digest: checkout, upstreamed and
     rebase of an unchanged series reuse it instead of replaying every patch.
+    *files*: ``patch_file_sets`` of the patches, when the caller has them.
     """
     from zmr.release import apply_error
 
@@ -490,7 +498,7 @@ def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequen
     chain = kept_chain(repo, base, patches)
     if chain is not None:
         return chain
-    files = patch_file_sets(repo, patches)
+    files = files or patch_file_sets(repo, patches)
     with Replayer(repo, base, None if files is None else sorted(set().union(*files))) as replay:
         batched: set[int] = set()  # applied along with an earlier patch
         for i, patch in enumerate(patches):
