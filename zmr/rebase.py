@@ -114,13 +114,6 @@ def chain_patch_ids(repo: git.Repo, chain: Sequence[str]) -> dict[str, str]:
     return ids
 
 
-def touched_paths(repo: git.Repo, commits: Sequence[str]) -> list[str]:
-    if not commits:
-        return []
-    out = repo.run(["diff-tree", "--stdin", "-r", "--no-commit-id", "--name-only", "-z", "--no-renames"], input=("\n".join(commits) + "\n").encode()).stdout
-    return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
-
-
 def files_unchanged(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> bool:
     """True when every path is the same (or as absent) in *new* as in *old*, and can still be created there.
 
@@ -294,7 +287,7 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
             if ok:
                 continue
             if replay.reverse_applies(patch):
-                found = containing_commit(repo, component.commit, new, patch, touched_paths(repo, [commit]))
+                found = containing_commit(repo, component.commit, new, patch, sorted(chain_files[commit]))
                 report.upstreamed.append(Dropped(patch.name, patch.subject, "reverse-apply", found, _subject(repo, found)))
             else:
                 report.conflicts.append(patch.name)
@@ -595,14 +588,14 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
                     moved = replay.moved
             if ok:
                 if not replay.changed(files):
-                    found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
+                    found = containing_commit(repo, old, new, patch, sorted(chain_files[commit]))
                     dropped.append(Dropped(patch.name, patch.subject, "empty", found, _subject(repo, found)))
                 else:
                     replay.commit(patch, files)
                     made.append((patch.name, moved))
                 continue
             if replay.reverse_applies(patch):
-                found = containing_commit(repo, old, new, patch, touched_paths(repo, [commit]))
+                found = containing_commit(repo, old, new, patch, sorted(chain_files[commit]))
                 dropped.append(Dropped(patch.name, patch.subject, "reverse-apply", found, _subject(repo, found)))
                 continue
             conflict_at = i
@@ -745,7 +738,8 @@ def _drop_current(project: Project, component: Component, state: dict, cache: Ca
     patch = _old_patch(project, component, state, index)
     found = None
     if patch is not None and method in ("empty", "resolved-empty"):
-        found = containing_commit(repo, state["old"], state["new"], patch, touched_paths(repo, [state["old_chain"][index]]))
+        commit = state["old_chain"][index]
+        found = containing_commit(repo, state["old"], state["new"], patch, sorted(file_sets(repo, [commit])[commit]))
     state["dropped"].append(asdict(Dropped(state["names"][index], state["subjects"][index], method, found, _subject(repo, found))))
     state["stopped"] = None
     _save(project, component, state)

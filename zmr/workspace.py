@@ -137,6 +137,12 @@ class TempIndex:
                     result[name] = (mode, oid)
             return result
 
+    def apply_all(self, patches: Sequence[Patch]) -> subprocess.CompletedProcess[bytes]:
+        """``git apply --cached --verbose`` of several patch files (one -p level) in order, in one process; all or none."""
+        from zmr.release import apply_args
+
+        return self.repo.run([*apply_args(patches[0].strip), "--verbose", *(str(p.path) for p in patches)], env=self.env, check=False)
+
     def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
         """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
         from zmr.release import apply_args
@@ -182,8 +188,6 @@ def series_applies(repo: git.Repo, base: str, patches: Sequence[Patch], paths: S
     index takes the changes instead (only *paths* of *base*, when they fit:
     a patch failing there makes the answer False, never a wrong True).
     """
-    from zmr.release import apply_args
-
     if not patches:
         return True
     if len({p.strip for p in patches}) > 1:
@@ -193,7 +197,7 @@ def series_applies(repo: git.Repo, base: str, patches: Sequence[Patch], paths: S
             index.read_paths(base, paths)
         else:
             index.read_tree(base)
-        proc = repo.run([*apply_args(patches[0].strip), "--verbose", *(str(p.path) for p in patches)], env=index.env, check=False)
+        proc = index.apply_all(patches)
     return proc.returncode == 0 and not (in_place and b"(offset " in proc.stderr)
 
 
@@ -318,12 +322,9 @@ class Replayer:
         cannot be tied to one patch), or None when they do not all apply, and
         then nothing changed (git apply takes all of them or none).
         """
-        from zmr.release import apply_args
-
         if not self._sparse or len(patches) < 2 or len({p.strip for p in patches}) > 1:
             return None
-        args = [*apply_args(patches[0].strip), "--verbose", *(str(p.path) for p in patches)]
-        proc = self.repo.run(args, env=self._index.env, check=False)
+        proc = self._index.apply_all(patches)
         if proc.returncode != 0:
             return None
         self._current = None
@@ -463,12 +464,6 @@ def _numstat_paths(out: bytes) -> list[str] | None:
         else:
             return None
     return paths
-
-
-def patch_paths(repo: git.Repo, patches: Sequence[Patch]) -> list[str] | None:
-    """Every path *patches* touch (``patch_file_sets`` together); None when git cannot tell."""
-    sets = patch_file_sets(repo, patches)
-    return None if sets is None else sorted(set().union(*sets))
 
 
 def disjoint_run(files: Sequence[frozenset[str]], start: int, usable: Callable[[int], bool] = lambda j: True) -> list[int]:
