@@ -176,6 +176,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable
 
 from zmr.errors import CheckFailed, ZmrError
@@ -607,7 +608,7 @@ _HERE = os.path.abspath(__file__)
 
 def _site() -> str | None:
     """``pkg/file.py:LINE in func`` of the nearest caller outside this module."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename) == _HERE:
         frame = frame.f_back
     if frame is None:
@@ -639,7 +640,7 @@ def trace_functions(target: Any, names: Iterable[str] | Mapping[str, str], *, ev
             func = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
             if not callable(func):
                 raise ZmrError(f"trace_functions: {getattr(target, '__name__', target)}.{fname} is not a function")
-            wrapper = _wrap(func, record_name)
+            wrapper: Any = _wrap(func, record_name)
             if isinstance(original, staticmethod):
                 wrapper = staticmethod(wrapper)
             elif isinstance(original, classmethod):
@@ -1112,7 +1113,7 @@ def _name_map_from(data: Any, display: str) -> NameMap:
     if not isinstance(data, dict):
         raise ZmrError(f"{display}: a name map is a mapping", details=["write `rollout:` and `train:` sections of `name: other name` entries"])
     sectioned = bool(data) and all(isinstance(strip(v), dict) for v in data.values())
-    sections = {"rollout": {}, "train": {}}
+    sections: dict[str, dict[str, Any]] = {"rollout": {}, "train": {}}
     if sectioned:
         for key, value in data.items():
             if key not in sections:
@@ -1389,8 +1390,8 @@ def _check_rows(r: SideDump, t: SideDump) -> int:
     bad = [(k, ru[k][0], tu[k][0]) for k in ru if ru[k][0] >= 0 and tu[k][0] >= 0 and ru[k][0] != tu[k][0]]
     if bad:
         bad.sort()
-        shown = [f"({k[0]!r}, {k[1]}): rollout token {a}, train token {b}" for k, a, b in bad[:_MAX_LISTED]]
-        raise ZmrError(f"{len(bad)} rows have different token ids on the two sides", details=[*shown, "both sides must run the same tokens (the rollout's sampled ones)"])
+        listed = [f"({k[0]!r}, {k[1]}): rollout token {a}, train token {b}" for k, a, b in bad[:_MAX_LISTED]]
+        raise ZmrError(f"{len(bad)} rows have different token ids on the two sides", details=[*listed, "both sides must run the same tokens (the rollout's sampled ones)"])
     return len(ru)
 
 
@@ -1537,7 +1538,7 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
         return result, None
     slots_seen: set[str] = set()
     max_abs = None
-    first: tuple | None = None  # (sort key, details...)
+    first: Divergence | None = None
     for (ri, ti), pairs in sorted(groups.items(), key=lambda g: (r_recs[g[0][0]].step.number, r_recs[g[0][0]].index, g[0][1])):
         pairs.sort()
         rrec, trec = r_recs[ri], t_recs[ti]
@@ -1616,14 +1617,15 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
             fa = float(_values(a[row : row + 1, elem], ri_info.dtype)[0])
             fb = float(_values(b[row : row + 1, elem], ti_info.dtype)[0])
             abs_diff = abs(fa - fb) if math.isfinite(fa) and math.isfinite(fb) else None
-            key = rrec.step.row_keys(rrec.rowset)[int(r_rows[row])]
+            seq_key = rrec.step.row_keys(rrec.rowset)[int(r_rows[row])]
+            assert seq_key is not None  # a differing row is a real row, never padding
             tok = int(rrec.step.row_tokens(rrec.rowset)[int(r_rows[row])])
             inputs = tuple(c(row) for c in checks)
             compared = [i for i in inputs if i.status != "not compared"]
             verdict = "unknown" if not compared else ("equal" if all(i.status == "equal" for i in compared) else "differ")
             element = tuple(int(x) for x in np.unravel_index(elem, r_shape)) if r_shape else ()
             first = Divergence(
-                op=name, order=order, slot=slot, seq_id=key[0], position=key[1], token=tok if tok >= 0 else None,
+                op=name, order=order, slot=slot, seq_id=seq_key[0], position=seq_key[1], token=tok if tok >= 0 else None,
                 element=element, row_shape=r_shape, rollout_value=rv, train_value=tv, rollout_bits=rb, train_bits=tb,
                 abs_diff=abs_diff,
                 rollout_step=rrec.step.number, rollout_file=str(rrec.step.path), rollout_label=rrec.step.label, rollout_site=rrec.site, rollout_name=rrec.original,

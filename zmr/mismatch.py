@@ -147,6 +147,7 @@ from zmr.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+    from numpy import ndarray  # for annotations inside functions that bind a local `np`
 
 FORMAT_VERSION = 1
 """The `zmr_dump` value written, and the newest one read."""
@@ -831,7 +832,7 @@ def _columnar_records(
     """Shared by the .npz and .safetensors readers: arrays are already decoded."""
     np = _np()
 
-    def need(name: str) -> np.ndarray:
+    def need(name: str) -> ndarray:
         if name not in arrays:
             raise ZmrError(
                 f"{p}: no {name!r} array",
@@ -839,7 +840,7 @@ def _columnar_records(
             )
         return arrays[name]
 
-    def ints(name: str, a: np.ndarray) -> np.ndarray:
+    def ints(name: str, a: ndarray) -> ndarray:
         if a.ndim != 1 or a.dtype.kind not in "iu":
             raise ZmrError(f"{p}: {name!r} must be a 1-D integer array, not {a.ndim}-D {a.dtype.name}")
         return a.astype(np.int64)
@@ -852,7 +853,7 @@ def _columnar_records(
     if logprobs.ndim != 1:
         raise ZmrError(f"{p}: 'logprobs' must be 1-D, not {logprobs.ndim}-D")
 
-    def check_offsets(name: str, off: np.ndarray, total: int, what: str) -> None:
+    def check_offsets(name: str, off: ndarray, total: int, what: str) -> None:
         if len(off) != n + 1 or (n + 1 and off[0] != 0) or np.any(np.diff(off) < 0) or off[-1] != total:
             raise ZmrError(
                 f"{p}: {name!r} does not split the {what}",
@@ -962,7 +963,7 @@ def _read_safetensors(p: Path) -> Dump:
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
         raise ZmrError(f"{p}: not a .safetensors file (__metadata__ is not an object)")
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, ndarray] = {}
     lp_dtype = "float64"
     for name, info in header.items():
         try:
@@ -1045,18 +1046,18 @@ def write_dump(
         arrays = _columnar_arrays(p, recs)
         dtype = _single_dtype(p, recs)
         np = _np()
-        meta = {"zmr_dump": FORMAT_VERSION, "dtype": dtype}
+        npz_meta: dict[str, object] = {"zmr_dump": FORMAT_VERSION, "dtype": dtype}
         if prov is not None:
-            meta["provenance"] = prov
-        arrays["__zmr_dump__"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+            npz_meta["provenance"] = prov
+        arrays["__zmr_dump__"] = np.frombuffer(json.dumps(npz_meta).encode("utf-8"), dtype=np.uint8)
         _atomic_write(p, lambda fh: np.savez(fh, **arrays))
     else:
         arrays = _columnar_arrays(p, recs)
         dtype = _single_dtype(p, recs)
-        meta = {"zmr_dump": str(FORMAT_VERSION)}
+        header_meta = {"zmr_dump": str(FORMAT_VERSION)}
         if prov is not None:
-            meta["provenance"] = json.dumps(prov, sort_keys=True)
-        payload = _safetensors_bytes(arrays, dtype, meta)
+            header_meta["provenance"] = json.dumps(prov, sort_keys=True)
+        payload = _safetensors_bytes(arrays, dtype, header_meta)
         _atomic_write(p, lambda fh: fh.write(payload))
     return p
 
@@ -1299,7 +1300,7 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
     overall = _stats(tok, slice(0, n_tok), first_div, seq_mean)
 
     # Tokens listed on their own.
-    def listing(mask: np.ndarray, kind: str) -> list[SpecialToken]:
+    def listing(mask: ndarray, kind: str) -> list[SpecialToken]:
         out = []
         rb, tb = lr.view(np.uint64), lt.view(np.uint64)
         for idx in np.flatnonzero(mask)[:max_listed].tolist():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence as _Seq
-from typing import Any
+from typing import Any, cast
 
 from zmr.adapters import finish_provenance
 from zmr.adapters.common import Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
@@ -107,7 +107,7 @@ def load(path: str, *, dtype: str = "float32", attn_implementation: str | None =
     except TypeError:  # transformers < 4.56 spells it torch_dtype
         kwargs["torch_dtype"] = kwargs.pop("dtype")
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    return model.to(device).eval()
+    return cast(Any, model).to(device).eval()  # transformers' stubs type `.to` too narrowly
 
 
 def _dtype_name(dtype: Any) -> str:

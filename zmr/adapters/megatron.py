@@ -91,6 +91,12 @@ def _logits(out: Any) -> Any:
     return getattr(out, "logits", out)
 
 
+def _only(result: list[Any] | None) -> Any:
+    """The one sequence's log-probs (the self-test runs on a single stage, never None)."""
+    assert result is not None
+    return result[0]
+
+
 def teacher_forced_logprobs(
     model: Any,
     sequences: _Seq[Any],
@@ -226,7 +232,7 @@ def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None
 
     right = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8)
     left = teacher_forced_logprobs(model, seqs, padding="left", batch_size=8)
-    alone = [teacher_forced_logprobs(model, [s])[0] for s in seqs]
+    alone = [_only(teacher_forced_logprobs(model, [s])) for s in seqs]
     man = [manual(s) for s in seqs]
     vp = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8, method="vocab_parallel")
     # a control: positions/mask deliberately wrong (left padding without the padding mask) must differ

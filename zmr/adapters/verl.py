@@ -162,8 +162,8 @@ def write_step_dumps(
         path = folder / name
         if not per_step and path.exists():  # append: earlier steps first (rewritten whole: atomic)
             old = read_dump(path)
-            keep = [r for r in old if r.step != step]
-            recs = keep + recs
+            keep: list[Any] = [r for r in old if r.step != step]
+            recs = keep + list(recs)
             prov = old.provenance or prov
         write_dump(path, recs, provenance=prov)
         paths.append(path)

@@ -59,7 +59,7 @@ def _entry_logprob(entry: Any, token: int, where: str) -> float:
             raise AdapterError(f"{where}: the log-probs at this position do not include token {token} (keys {sorted(entry)[:5]}...)")
     else:
         raise AdapterError(f"{where}: log-probs entry is a {type(entry).__name__}, not a {{token: Logprob}} dict")
-    lp = getattr(value, "logprob", value)
+    lp: Any = getattr(value, "logprob", value)
     if isinstance(lp, Mapping):
         lp = lp["logprob"]
     return float(lp)
@@ -239,7 +239,7 @@ def cpu_features(torch: Any) -> dict[str, Any]:
 def _positions_to_json(lps: Any) -> list | None:
     if lps is None:
         return None
-    out = []
+    out: list[list[dict[str, Any]] | None] = []
     for entry in lps:
         if not entry:
             out.append(None)

@@ -213,7 +213,9 @@ def teacher_forced_logprobs(hf_model: Any, sequences: _Seq[Any], *, batch_size: 
             positions = torch.cat([torch.arange(n) for n in lengths]).to(torch.long)
             h = m.hidden(ids, positions, lengths)
             # rows that predict the response tokens, then vLLM's logits path
-            rows, labels, start = [], [], 0
+            rows: list[Any] = []
+            labels: list[Any] = []
+            start = 0
             for s, n in zip(chunk, lengths):
                 first = start + len(s.prompt) - 1
                 rows.extend(range(first, first + len(s.response)))
