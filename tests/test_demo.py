@@ -1,7 +1,9 @@
 """The demo model: deterministic upstreams and series, a real mismatch, removed bit for bit.
 
-(1) scripts/make_demo.py gives the same commits, manifest and patch bytes on
-    every run, and the same as the files in the repository;
+(1) scripts/make_demo.py builds the upstreams from demo/ into the same commits
+    and manifest on every run, the same as the files in the repository, and the
+    checked-in series (patches/demo/) applies on the pins and, less what landed
+    upstream, on upstream main;
 (2) on the upstream trees the rollout and trainer log-probs differ; on the
     release trees (pin + series) they are bitwise identical for batch sizes
     1, 3 and 8 in fp32 and bf16, with 1 and 2 CPU threads, while the negative
@@ -38,8 +40,8 @@ def _git_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _git(cwd: Path, *args: str, env: dict[str, str]) -> str:
-    proc = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env,
+def _git(cwd: Path, *args: str, env: dict[str, str], input: str | None = None) -> str:
+    proc = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env, input=input,
                           capture_output=True, text=True)
     assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stdout}{proc.stderr}"
     return proc.stdout
@@ -65,15 +67,17 @@ def _series(folder: Path) -> list[Path]:
 
 
 def _snapshot(root: Path, env: dict[str, str]) -> dict[str, object]:
-    """What make_demo writes: bundle refs (commit ids), manifest and patch bytes."""
+    """What make_demo writes: bundle refs (commit ids) and manifest bytes."""
     snap: dict[str, object] = {}
     for comp in COMPONENTS:
         bundle = root / "upstreams" / f"toy-{comp}.bundle"
         snap[f"bundle:{comp}"] = _git(root, "bundle", "list-heads", str(bundle), env=env)
-        for f in sorted((root / "patches" / "demo" / comp).iterdir()):
-            snap[f"patches/demo/{comp}/{f.name}"] = f.read_bytes()
     snap["manifests/demo.yaml"] = (root / "manifests" / "demo.yaml").read_bytes()
     return snap
+
+
+def _patch_id(repo: Path, diff: str, env: dict[str, str]) -> str:
+    return _git(repo, "patch-id", "--stable", env=env, input=diff).split()[0]
 
 
 def _run(cmd: list[str], timeout: int = 600, **kw) -> subprocess.CompletedProcess:
@@ -125,6 +129,35 @@ def test_rollout_history_has_the_first_patch_upstream(tmp_path):
     patches = _series(ROOT / "patches" / "demo" / "rollout")
     landed = [p.name for p in patches if pid(p.read_text()) in upstream]
     assert landed == [patches[0].name]
+
+
+def test_series_applies_on_the_pin_and_on_upstream_main(tmp_path):
+    """Each series applies on its pin, and what did not land upstream applies on main (for zmr rebase)."""
+    env = _git_env(tmp_path)
+    pins = _pins(ROOT / "manifests" / "demo.yaml")
+    for comp in COMPONENTS:
+        repo = tmp_path / comp
+        _git(tmp_path, "clone", "-q", str(ROOT / "upstreams" / f"toy-{comp}.bundle"), str(repo), env=env)
+        later = _git(repo, "rev-list", f"{pins[comp]}..main", env=env).split()
+        upstream = {_patch_id(repo, _git(repo, "show", sha, env=env), env) for sha in later}
+        patches = _series(ROOT / "patches" / "demo" / comp)
+        landed = {p for p in patches if _patch_id(repo, p.read_text(), env) in upstream}
+        for base, todo in ((pins[comp], patches), ("main", [p for p in patches if p not in landed])):
+            _git(repo, "checkout", "-q", "--detach", base, env=env)
+            _git(repo, "am", "-q", "--no-3way", *map(str, todo), env=env)
+
+
+def test_make_demo_check_passes_and_detects_drift(tmp_path):
+    proc = _run([sys.executable, str(MAKE_DEMO), "--check"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "out"
+    proc = _run([sys.executable, str(MAKE_DEMO), "--out", str(out), "-q"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = out / "manifests" / "demo.yaml"
+    pin = _pins(manifest)["trainer"]
+    manifest.write_text(manifest.read_text().replace(pin, "0" * 40))
+    proc = _run([sys.executable, str(MAKE_DEMO), "--check", "--out", str(out)])
+    assert proc.returncode == 1 and "differs: manifests/demo.yaml" in proc.stdout, proc.stdout + proc.stderr
 
 
 # ---------------------------------------------------------------------------
