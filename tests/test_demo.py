@@ -199,6 +199,7 @@ def _bitwise(trees: dict[str, Path], artifacts: Path, *extra: str) -> tuple[subp
 # ---------------------------------------------------------------------------
 
 def test_upstream_trees_mismatch(demo_trees, tmp_path):
+    pytest.importorskip("torch")  # the demo extra: the toy engines run on torch
     proc, summary = _bitwise(demo_trees["upstream"], tmp_path, "--expect-mismatch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary["zero_mismatch_switch"] is False
@@ -216,6 +217,7 @@ def test_upstream_trees_mismatch(demo_trees, tmp_path):
 @pytest.mark.parametrize("threads,extra", [(1, ()), (2, ("--prompt-len", "2:20", "--new-tokens", "4:12"))],
                          ids=["1-thread", "2-threads"])
 def test_release_trees_bitwise(demo_trees, tmp_path, threads, extra):
+    pytest.importorskip("torch")  # the demo extra: the toy engines run on torch
     proc, summary = _bitwise(demo_trees["release"], tmp_path, "--threads", str(threads), *extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary["ok"] is True and summary["zero_mismatch_switch"] is True
@@ -263,6 +265,7 @@ print("ok", loss)
 
 @pytest.mark.parametrize("kind,flag", [("upstream", "upstream"), ("release", "on"), ("release", "off")])
 def test_trainer_backward(demo_trees, kind, flag):
+    pytest.importorskip("torch")  # the demo extra: the toy engines run on torch
     tree = demo_trees[kind]["trainer"]
     proc = _run([sys.executable, "-c", BACKWARD, flag], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -543,6 +543,7 @@ def test_signed_zero_and_nan_are_listed_in_the_text_report(tmp_path):
 
 
 def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")  # the plot extra
     r, t = _pair(tmp_path, differ=True)
     png = tmp_path / "out" / "mismatch.png"
     png.parent.mkdir()

@@ -250,7 +250,7 @@ def local_run(template, tmp_path_factory) -> Run:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray instance for the module (2 CPUs); the CLI joins it with --ray-address."""
-    import ray
+    ray = pytest.importorskip("ray")  # the ray extra
 
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -388,6 +388,7 @@ def test_local_junit_is_what_ci_renderers_read(local_run):
 
 def test_junit_renders_in_a_junit_viewer(local_run, tmp_path):
     """junit2html, a JUnit viewer: the report renders with every test and its outcome."""
+    pytest.importorskip("junit2htmlreport")  # junit2html, of the test extra
     html = tmp_path / "junit.html"
     viewer = Path(sys.executable).with_name("junit2html")
     proc = subprocess.run([str(viewer), str(local_run.junit), str(html)], capture_output=True, text=True)
@@ -612,6 +613,7 @@ def test_ray_run_leaves_the_checkout_untouched(ray_run):
 
 def test_ray_local_instance_with_a_shared_dir(template, tmp_path):
     """No --ray-address: zmr starts (and stops) its own instance; trees are read from --shared-dir."""
+    pytest.importorskip("ray")  # the ray extra
     project = copy_project(template, tmp_path / "project")
     shared = tmp_path / "shared"
     env = isolated_env(tmp_path)
