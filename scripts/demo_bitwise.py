@@ -4,7 +4,7 @@
 The rollout engine serves seeded prompts of mixed lengths with continuous
 batching and returns each sampled token's log-probability; the trainer scores
 the same tokens teacher-forced. For every dtype and batch size the two dumps
-(JSON Lines, DESIGN.md section 7) are compared bit for bit, twice:
+(JSON Lines, docs/reference.md §10) are compared bit for bit, twice:
 
   before  the zero-mismatch path off (TOY_BATCH_INVARIANT=0: upstream kernels),
           the negative control, which must show a mismatch;
@@ -132,7 +132,7 @@ def import_trees(rollout: Path, trainer: Path):
 # ---------------------------------------------------------------------------
 
 def write_dump(path: Path, records: list[dict], provenance: dict | None = None) -> None:
-    """JSON Lines per DESIGN.md section 7; floats as repr(float) so they read back bit-exactly.
+    """JSON Lines per docs/reference.md §10; floats as repr(float) so they read back bit-exactly.
 
     Uses zmr.mismatch.write_dump where the zmr package has it, else writes the
     plain format itself.

@@ -53,7 +53,7 @@ print("rollout-tree", rollout)
 print("trainer-tree", trainer)
 '''
 
-# Writes two log-prob dumps that differ in one token (DESIGN.md section 7).
+# Writes two log-prob dumps that differ in one token (docs/reference.md §10).
 DUMPS = '''\
 import os
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The cache: one bare mirror per upstream URL (DESIGN.md §5).
+"""The cache: one bare mirror per upstream URL (docs/reference.md §5).
 
 Layout under ``$ZMR_CACHE`` (default ``$XDG_CACHE_HOME/zmr``, else
 ``~/.cache/zmr``)::

@@ -1,4 +1,4 @@
-"""Manifests: ``manifests/<model>.yaml``, one per model (DESIGN.md §2).
+"""Manifests: ``manifests/<model>.yaml``, one per model (docs/reference.md §2).
 
 A manifest names, per component (an upstream framework such as vLLM or
 Megatron-LM), the upstream repository, the pinned commit, the release branch
@@ -7,7 +7,7 @@ and the patch series folder, plus optional smoke tests.
 Validation runs before any git command and reports every problem of a file
 at once as ``file:line: problem; fix`` (exit status 2). Unknown keys are
 errors: a typo must never pass silently. The schema below is data: change
-``_TOP_KEYS``/``_COMPONENT_KEYS``/``_SMOKE_KEYS`` together with DESIGN.md.
+``_TOP_KEYS``/``_COMPONENT_KEYS``/``_SMOKE_KEYS`` together with docs/reference.md §2.
 """
 
 from __future__ import annotations

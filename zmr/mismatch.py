@@ -1,4 +1,4 @@
-"""Log-prob dumps and the rollout/trainer mismatch report (DESIGN.md section 7).
+"""Log-prob dumps and the rollout/trainer mismatch report (docs/reference.md §10).
 
 The pipeline: `read_dump` turns a file into a `Dump` of `DumpRecord`s whose
 log-probs are exact (every bit of the engine's value is kept); `compare`

@@ -1,4 +1,4 @@
-"""Release branches: build them reproducibly, and verify published ones (DESIGN.md §4).
+"""Release branches: build them reproducibly, and verify published ones (docs/reference.md §4).
 
 Pipeline for one component, entirely in git plumbing inside the cache's
 mirror (no working tree is ever checked out)::

@@ -1,4 +1,4 @@
-"""Patch series: ``patches/<model>/<component>/series`` (DESIGN.md §3).
+"""Patch series: ``patches/<model>/<component>/series`` (docs/reference.md §3).
 
 The ``series`` file is quilt's: one patch name per line in apply order,
 ``#`` comments, blank lines ignored, an optional ``-pN`` per line (default

@@ -1,6 +1,6 @@
 """Smoke tests: run the declared commands in clean trees of the built release branches.
 
-Pipeline of ``zmr smoke`` (DESIGN.md §2 ``smoke:`` keys, §6)::
+Pipeline of ``zmr smoke`` (docs/reference.md §2.3 ``smoke:`` keys, §9)::
 
     manifests ──select──▶ jobs (one per test) ──compute, build if stale──▶ commit per component
         ──executor (local threads | Ray tasks)──▶ results

@@ -128,7 +128,7 @@ def read_yaml(path: Path, display: str, problems: Problems) -> Node | None:
         problems.add(None, "invalid YAML: nested too deeply", "flatten the structure")
         return None
     if node is None:
-        problems.add(1, "file is empty", "write the mapping described in DESIGN.md")
+        problems.add(1, "file is empty", "write the mapping described in docs/reference.md")
         return None
     if not _tags_allowed(node, problems):
         return None

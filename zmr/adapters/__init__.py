@@ -6,8 +6,8 @@ framework (vLLM, torch, megatron-core) only inside its functions, so
 from saved outputs need no framework at all.
 
 Every adapter returns plain dicts ``{"id", "step", "tokens", "logprobs",
-"dtype"}`` that `zmr.mismatch.write_dump` writes bit-exactly (DESIGN.md
-section 7), plus a provenance dict for the dump's metadata line:
+"dtype"}`` that `zmr.mismatch.write_dump` writes bit-exactly (docs/reference.md
+§10), plus a provenance dict for the dump's metadata line:
 
 - `zmr.adapters.vllm`: the rollout side. `response_records` takes the
   ``RequestOutput``s of ``LLM.generate(..., SamplingParams(logprobs=0 or 1))``
