@@ -59,10 +59,6 @@ def resolve_upstream(upstream: str, root: Path) -> str:
     return str(path.resolve())
 
 
-def is_local(url: str) -> bool:
-    return url.startswith("/") or url.startswith("file://")
-
-
 @dataclass(frozen=True)
 class Mirror:
     """A bare mirror of one upstream URL."""

@@ -478,11 +478,6 @@ class Recorder:
                 if self._step is step:
                     step.rows_stack.pop()
 
-    @property
-    def current_rows(self) -> Rows | None:
-        step = self._step
-        return step.rowsets[step.rows_stack[-1]] if step is not None else None
-
     def _require_step(self, what: str) -> _Step:
         if self._step is None:
             raise ZmrError(f"Recorder.{what}: no step is open; wrap the forward pass in `with recorder.step(...)`")
@@ -699,7 +694,6 @@ def _wrap(func: Callable, record_name: str) -> Callable:
     wrapper.__wrapped__ = func  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(func, "__name__", record_name)
     wrapper.__doc__ = getattr(func, "__doc__", None)
-    wrapper.__zmr_traced__ = record_name  # type: ignore[attr-defined]
     return wrapper
 
 

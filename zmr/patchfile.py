@@ -198,17 +198,6 @@ def diff_tree_args(*rest: str) -> list[str]:
     return [*DIFF_CONFIG, "diff-tree", *DIFF_OPTIONS, *rest]
 
 
-def format_commit(repo: git.Repo, commit: str, info: git.CommitInfo | None = None, parent: str | None = None) -> bytes:
-    """The canonical patch bytes of *commit* (diff against its first parent, or *parent*)."""
-    info = info or repo.commit_info(commit)
-    if parent is None:
-        if not info.parents:
-            raise ValueError(f"{commit} is a root commit; give the tree to diff against")
-        parent = info.parents[0]
-    meta = CommitMeta.for_commit(info)
-    return format_mail(meta, commit_diff(repo, parent, commit))
-
-
 def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
     """Header, message and diff of one patch mail."""
     ascii_only = all(ord(c) < 128 for c in meta.subject + meta.body + meta.name)
