@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 # Registration happens on import; each module only defines commands.
-from zmr.cli import _core, _locate, _mismatch, _publish, _smoke, _workflow  # noqa: E402,F401
+from zmr.cli import manifests, locate, mismatch, publish, smoke, checkout  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,8 @@ from typing import List, Optional
 import typer
 
 from zmr.cli import app
-from zmr.cli._core import JSON, MODELS, UNTRUSTED
-from zmr.cli._render import Progress, print_json, warn
+from zmr.cli.manifests import JSON, MODELS, UNTRUSTED
+from zmr.cli.render import Progress, print_json, warn
 
 
 @app.command("docs")
@@ -21,7 +21,7 @@ def docs(
 ) -> None:
     """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
     from zmr import docs as gen
-    from zmr.cli._core import _project
+    from zmr.cli.manifests import _project
 
     project = _project()
     outcome = gen.generate(project, readme)
@@ -50,7 +50,7 @@ def publish(
 ) -> None:
     """Verify, then push every release branch (default: all models) in one atomic push with lease."""
     from zmr import publish as pub
-    from zmr.cli._core import _project
+    from zmr.cli.manifests import _project
 
     project = _project()
     targets = project.targets(models, None, not models)
@@ -85,7 +85,7 @@ def ci_matrix(models: Optional[List[str]] = MODELS, untrusted: bool = UNTRUSTED)
     import json
 
     from zmr import publish as pub
-    from zmr.cli._core import _project
+    from zmr.cli.manifests import _project
 
     project = _project(untrusted)
     matrix = pub.ci_matrix(project.manifests(models))

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from zmr.cli import app
-from zmr.cli._render import Progress, print_json, table, warn
+from zmr.cli.render import Progress, print_json, table, warn
 
 MODELS = typer.Argument(None, help="Model names (manifests/<model>.yaml).", show_default=False)
 ALL = typer.Option(False, "--all", help="Every model.")

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from zmr.cli import app
-from zmr.cli._render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_json, warn
 
 MODEL = typer.Argument(..., help="Model name (manifests/<model>.yaml).", show_default=False)
 COMPONENTS = typer.Option(None, "--component", "-c", help="Only these components (repeatable).", show_default=False)

@@ -54,7 +54,7 @@ def _num(x: float | None) -> str:
 
 
 def _render(report: "LocateReport", limit: int) -> None:
-    from zmr.cli._render import table
+    from zmr.cli.render import table
 
     r, t = report.rollout, report.train
     print(f"rollout: {r.path} ({r.files} steps, {r.records} records, {r.ops} operations)")
@@ -113,8 +113,8 @@ def new(
 ) -> None:
     """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
     from zmr import scaffold
-    from zmr.cli._core import _project
-    from zmr.cli._render import print_json
+    from zmr.cli.manifests import _project
+    from zmr.cli.render import print_json
 
     project = _project()
     written = scaffold.create(project, model, components or [], title)

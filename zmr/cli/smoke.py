@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from zmr.cli import app
-from zmr.cli._core import ALL, COMPONENTS, JSON, MODELS
+from zmr.cli.manifests import ALL, COMPONENTS, JSON, MODELS
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke import Job, Report, Result
@@ -48,8 +48,8 @@ def smoke(
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
     from zmr import smoke as sm
-    from zmr.cli._core import _project
-    from zmr.cli._render import print_json
+    from zmr.cli.manifests import _project
+    from zmr.cli.render import print_json
 
     options = sm.Options(
         models=list(models or []),
@@ -88,7 +88,7 @@ def smoke(
 
 
 def _summary(report: "Report", root: Path) -> None:
-    from zmr.cli._render import table
+    from zmr.cli.render import table
 
     if not report.results:
         return
