@@ -262,3 +262,17 @@ def test_export_refuses_a_dirty_tree_or_a_moved_base(proj, upstream):
     assert files(folder) == before
     none = zmr("export", "toy", "--dir", str(proj.root / "elsewhere"), cwd=proj.root)
     assert none.returncode == 2 and "no checkout" in none.stderr
+
+
+def test_every_command_finds_the_project_from_a_checkout_outside_it(proj, upstream, tmp_path):
+    """A `--dir` checkout outside the repository records it in its git config (zmr.project); all commands read it."""
+    simple_model(proj, upstream)
+    outside = tmp_path / "elsewhere" / "rollout"
+    made = zmr("checkout", "toy", "--dir", str(outside), cwd=proj.root)
+    assert made.returncode == 0, made.stderr
+    listed = zmr("list", cwd=outside)
+    assert listed.returncode == 0 and "toy" in listed.stdout, listed.stderr
+    for args in (["validate", "toy"], ["build", "toy"], ["verify", "toy"], ["export", "toy", "--dir", str(outside), "--dry-run"]):
+        result = zmr(*args, cwd=outside / "src")
+        assert result.returncode == 0, (args, result.stderr)
+    assert git("rev-parse", "--verify", "-q", "refs/heads/rollout/toy", cwd=proj.root)

@@ -46,9 +46,18 @@ class Project:
 
     @classmethod
     def find(cls, start: str | os.PathLike[str] | None = None, policy: Policy = Policy()) -> "Project":
-        """The project at ``$ZMR_REPO``, or the nearest folder upward holding ``manifests/`` or ``zmr.yaml``."""
+        """The project every command acts on, seen from *start* (default: the current folder).
+
+        ``$ZMR_REPO`` when set; else, inside a ``zmr checkout`` (also one made
+        with ``--dir`` outside the repository), the repository it belongs to;
+        else the nearest folder upward holding ``manifests/`` or ``zmr.yaml``.
+        """
         explicit = os.environ.get("ZMR_REPO")
         here = Path(explicit or start or os.getcwd()).resolve()
+        if not explicit:
+            owner = _checkout_owner(here)
+            if owner is not None:
+                return cls(owner, load_settings(owner), policy)
         for candidate in [here, *here.parents]:
             if (candidate / "manifests").is_dir() or (candidate / SETTINGS_FILE).is_file():
                 return cls(candidate, load_settings(candidate), policy)
@@ -86,6 +95,17 @@ class Project:
         if components and not result:
             raise ZmrError(f"no component named {', '.join(components)} in the selected models")
         return result
+
+
+def _checkout_owner(path: Path) -> Path | None:
+    """The repository of the checkout *path* lies in: ``zmr checkout`` records it as ``zmr.project`` in the checkout's git config."""
+    if not path.is_dir():
+        return None
+    proc = git.run(["config", "--local", "--get", "zmr.project"], cwd=path, check=False)
+    root = proc.stdout.decode("utf-8", "surrogateescape").strip()
+    if proc.returncode == 0 and root and (Path(root) / "manifests").is_dir():
+        return Path(root)
+    return None
 
 
 def load_settings(root: Path) -> Settings:

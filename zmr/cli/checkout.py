@@ -8,27 +8,13 @@ from typing import List, Optional
 import typer
 
 from zmr.cli import app
+from zmr.cli.manifests import _project
 from zmr.cli.render import Progress, print_json, warn
 
 MODEL = typer.Argument(..., help="Model name (manifests/<model>.yaml).", show_default=False)
 COMPONENTS = typer.Option(None, "--component", "-c", help="Only these components (repeatable).", show_default=False)
 JSON = typer.Option(False, "--json", help="Machine-readable output on stdout.")
 DIR = typer.Option(None, "--dir", help="The checkout folder (default work/<model>/<component>).", show_default=False)
-
-
-def _project():
-    """The zmr repository; from inside a checkout, the one the checkout belongs to."""
-    import os
-
-    from zmr import git
-    from zmr.project import Project, load_settings
-
-    if not os.environ.get("ZMR_REPO"):
-        proc = git.run(["config", "--local", "--get", "zmr.project"], cwd=os.getcwd(), check=False)
-        root = proc.stdout.decode("utf-8", "surrogateescape").strip()
-        if proc.returncode == 0 and root and (Path(root) / "manifests").is_dir():
-            return Project(Path(root), load_settings(Path(root)))
-    return Project.find()
 
 
 def _dir_for(base: Optional[Path], key: str, count: int) -> Optional[Path]:
