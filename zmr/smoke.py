@@ -19,12 +19,15 @@ job ends -- also on Ctrl-C or SIGTERM. The user's checkout, index and
 branches are never touched; only git's worktree bookkeeping gains entries for
 the duration of a run.
 
-Processes. ``run_command`` starts ``/bin/sh -c RUN`` in a new session (its
-own process group), output to the log, stdin closed. On timeout or cancel the
-whole group gets SIGTERM, then SIGKILL after a grace period
-(``ZMR_SMOKE_KILL_GRACE`` seconds, default 10); processes a test leaves behind
-after it exits are ended the same way. The leader is reaped only after its
-group is gone, so the group id cannot be reused meanwhile.
+Processes. A test's ``run:`` goes through ``zmr.procgroup.run_command``:
+``/bin/sh -c RUN`` in its own process group, output to the log, stdin closed;
+on timeout or cancel the whole group is ended (SIGTERM, then SIGKILL after
+``ZMR_SMOKE_KILL_GRACE`` seconds, default 10), and so are processes a test
+leaves behind.
+
+Executors. ``run`` takes the executor that runs the jobs: ``LocalExecutor``
+(threads here) or ``zmr.smoke_ray.RayExecutor`` (Ray tasks); the caller (the
+CLI) chooses and builds it. Both satisfy ``Executor``.
 
 Environment of a test: the caller's, without git variables that would
 redirect git inside a tree, with the directory of the running interpreter
@@ -39,9 +42,10 @@ it ran are attached to its result. When tests of one model run in parallel,
 name them ``<test id>.<anything>.mismatch.json`` or put them in
 ``$ZMR_ARTIFACTS/<test id>/`` so each is claimed by its own test.
 
-This module imports only the standard library and ``zmr.git``/``zmr.errors``
-at import time: the Ray executor runs ``run_command`` and
-``smoke_environment`` on workers that need nothing else.
+This module imports only the standard library and small zmr modules
+(``errors``, ``files``, ``procgroup``) at import time: Ray workers import it
+for ``smoke_environment`` and need nothing else. It never imports
+``zmr.smoke_ray``; that module imports this one.
 """
 
 from __future__ import annotations
@@ -53,7 +57,6 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
 import sys
 import tempfile
 import threading
@@ -62,11 +65,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 from xml.etree import ElementTree as ET
 
 from zmr.errors import CheckFailed, ZmrError
 from zmr.files import atomic_write
+from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
@@ -75,16 +79,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA_VERSION = 1
 EXECUTORS = ("local", "ray")
-PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
-STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
-DEFAULT_KILL_GRACE = 10.0
-KILL_GRACE_ENV = "ZMR_SMOKE_KILL_GRACE"
 MISMATCH_SUFFIX = ".mismatch.json"
 EVIDENCE_PREFIX = "smoke-"
 # JUnit: how much of a log goes into <system-out> and into a failure's text.
 JUNIT_LOG_BYTES = 1 << 20
 TAIL_LINES = 50
-_POLL = 0.05
 # Inherited variables that would point git inside a tree at another repository.
 _GIT_REDIRECTS = (
     "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
@@ -154,17 +153,6 @@ class Job:
     @property
     def resources(self) -> dict[str, float]:
         return dict(self.test.resources)
-
-
-@dataclass
-class Outcome:
-    """What running one command gave: status, exit code, timing."""
-
-    status: str
-    exit_code: int | None
-    started: float  # epoch seconds
-    duration: float
-    message: str = ""
 
 
 @dataclass
@@ -449,14 +437,7 @@ def _rmtree(path: Path) -> None:
         shutil.rmtree(path, onerror=onerror)
 
 
-# -- running one command ----------------------------------------------------------------------
-
-
-def kill_grace() -> float:
-    try:
-        return max(0.0, float(os.environ.get(KILL_GRACE_ENV, DEFAULT_KILL_GRACE)))
-    except ValueError:
-        return DEFAULT_KILL_GRACE
+# -- a test's environment ----------------------------------------------------------------------
 
 
 def smoke_environment(
@@ -489,153 +470,6 @@ def smoke_environment(
 def env_key(component: str) -> str:
     """``trainer-megatron`` -> ``TRAINER_MEGATRON`` (for ``ZMR_TREE_<COMPONENT>``)."""
     return component.upper().replace("-", "_")
-
-
-def run_command(
-    command: str,
-    *,
-    cwd: str | os.PathLike[str],
-    env: Mapping[str, str],
-    timeout: float,
-    log_path: str | os.PathLike[str],
-    cancel: threading.Event | None = None,
-    grace: float | None = None,
-) -> Outcome:
-    """Run ``/bin/sh -c COMMAND`` in its own process group, output to *log_path*.
-
-    Status: passed (exit 0), failed (other exit), timeout (ran past
-    *timeout*; the group was killed), error (could not start, or *cancel*
-    was set). An exception in the caller's thread (Ctrl-C, a cancelled Ray
-    task) kills the group before it propagates.
-    """
-    grace = kill_grace() if grace is None else grace
-    started = time.time()
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", command], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
-            )
-        except OSError as exc:
-            log.write(f"zmr: cannot start /bin/sh: {exc}\n".encode())
-            return Outcome(ERROR, None, started, time.time() - started, f"cannot start the command: {exc}")
-    clock = time.monotonic()
-    deadline = clock + timeout
-    status = ""
-    message = ""
-    try:
-        while not _exited(proc):
-            if cancel is not None and cancel.is_set():
-                status, message = ERROR, "cancelled"
-                _end_group(proc, grace)
-                break
-            if time.monotonic() >= deadline:
-                status, message = TIMEOUT, f"timed out after {_fmt_seconds(timeout)}; its process group was killed"
-                _end_group(proc, grace)
-                break
-            time.sleep(_POLL)
-        else:
-            if _group_alive(proc.pid):
-                message = "left processes running; they were ended"
-                _end_group(proc, grace)
-    except BaseException:
-        _end_group(proc, grace)
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=5)
-        raise
-    duration = time.monotonic() - clock
-    returncode = _reap(proc)
-    if not status:
-        if returncode == 0:
-            status = PASSED
-        else:
-            status = FAILED
-            text = f"exit status {returncode}" if returncode is not None and returncode >= 0 else f"killed by signal {_signal_name(-returncode)}" if returncode is not None else "exit status unknown"
-            message = f"{text}; {message}" if message else text
-    if status != PASSED:
-        with contextlib.suppress(OSError), open(log_path, "ab") as log:
-            log.write(f"\nzmr: {status}: {message}\n".encode())
-    return Outcome(status, returncode, started, duration, message)
-
-
-def _exited(proc: subprocess.Popen) -> bool:
-    """The leader has exited (it is left a zombie, so its group id stays reserved)."""
-    if proc.returncode is not None:
-        return True
-    if not hasattr(os, "waitid"):  # pragma: no cover - macOS: reap at once
-        return proc.poll() is not None
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored)
-        return True
-    return info is not None and info.si_pid != 0
-
-
-def _reap(proc: subprocess.Popen) -> int | None:
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-def _end_group(proc: subprocess.Popen, grace: float) -> None:
-    """SIGTERM to the whole group, then SIGKILL once *grace* seconds have passed."""
-    pgid = proc.pid
-    _killpg(pgid, signal.SIGTERM)
-    until = time.monotonic() + grace
-    while time.monotonic() < until:
-        if _exited(proc) and not _group_alive(pgid):
-            return
-        time.sleep(_POLL)
-    _killpg(pgid, signal.SIGKILL)
-    # Give the kernel a moment to deliver it before the leader is reaped.
-    until = time.monotonic() + 5
-    while time.monotonic() < until and _group_alive(pgid):
-        time.sleep(_POLL)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group *pgid* other than its (zombie) leader still runs."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return _group_signalable(pgid)
-    for name in names:
-        if not name.isdigit() or int(name) == pgid:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
-def _group_signalable(pgid: int) -> bool:  # pragma: no cover - systems without /proc
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-def _fmt_seconds(value: float) -> str:
-    return f"{value:g} s"
 
 
 def iso(epoch: float) -> str:
@@ -704,6 +538,14 @@ Events = Callable[[str, Job, "Result | None"], None]
 
 def _no_events(kind: str, job: Job, result: "Result | None") -> None:
     pass
+
+
+class Executor(Protocol):
+    """Runs jobs and reports a result for each, in job order; emits start/finish *events*."""
+
+    name: str  # "local" | "ray": goes into every result and report
+
+    def run(self, jobs: Sequence[Job], artifacts: Mapping[str, Path], events: Events) -> list[Result]: ...
 
 
 class LocalExecutor:
@@ -782,19 +624,14 @@ class LocalExecutor:
 
 @dataclass
 class Options:
-    """What ``zmr smoke`` was asked to do (CLI flags, as data)."""
+    """What ``zmr smoke`` was asked to do (CLI flags, as data); how to run the jobs is the executor's."""
 
     models: list[str] = field(default_factory=list)
     all_models: bool = False
     components: list[str] = field(default_factory=list)
     only: list[str] = field(default_factory=list)
     build: bool = True
-    jobs: int | None = None  # local default 1; ray default: as many as the cluster takes
     artifacts: Path | None = None  # base folder; <base>/<model>/ per model
-    executor: str = "local"
-    ray_address: str | None = None
-    ray_cpus: int | None = None
-    shared_dir: Path | None = None
     record: bool = False
 
 
@@ -802,18 +639,8 @@ def artifacts_dir(project: "Project", base: Path | None, model: str) -> Path:
     return (base if base is not None else project.root / ".zmr" / "smoke") / model
 
 
-def run(project: "Project", options: Options, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
-    """Select, build, run, and (with ``record``) write evidence. Raises nothing for failing tests."""
-    if options.executor not in EXECUTORS:
-        raise ZmrError(f"unknown executor {options.executor!r}", details=[f"use one of: {', '.join(EXECUTORS)}"])
-    if options.jobs is not None and options.jobs < 0:
-        raise ZmrError(f"-j {options.jobs}: expected a positive number of parallel tests")
-    if options.executor == "ray":
-        from zmr import smoke_ray
-
-        smoke_ray.import_ray()  # exit 2 early when ray is not installed
-    elif options.shared_dir is not None or options.ray_address is not None or options.ray_cpus is not None:
-        raise ZmrError("--ray-address, --ray-cpus and --shared-dir only apply to --executor ray")
+def run(project: "Project", options: Options, executor: Executor, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
+    """Select, build, run on *executor*, and (with ``record``) write evidence. Raises nothing for failing tests."""
     if not options.models and not options.all_models:
         raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
     manifests = project.manifests(None if options.all_models else options.models)
@@ -821,7 +648,7 @@ def run(project: "Project", options: Options, *, events: Events = _no_events, pr
     started = time.time()
     clock = time.monotonic()
     if not jobs:
-        return Report([], options.executor, iso(started), 0.0)
+        return Report([], executor.name, iso(started), 0.0)
     jobs, built = prepare(project, manifests, jobs, build=options.build, progress=progress)
     folders = {}
     for job in jobs:
@@ -833,16 +660,8 @@ def run(project: "Project", options: Options, *, events: Events = _no_events, pr
     for job in jobs:
         events("queued", job, None)
     with _sigterm_as_interrupt():
-        if options.executor == "ray":
-            from zmr import smoke_ray
-
-            executor = smoke_ray.RayExecutor(
-                project, address=options.ray_address, num_cpus=options.ray_cpus, shared_dir=options.shared_dir, jobs=options.jobs, progress=progress
-            )
-        else:
-            executor = LocalExecutor(project, options.jobs or 1)
         results = executor.run(jobs, folders, events)
-    report = Report(results, options.executor, iso(started), time.monotonic() - clock, folders, built)
+    report = Report(results, executor.name, iso(started), time.monotonic() - clock, folders, built)
     if options.record:
         report.evidence = record(project, results)
     return report

@@ -12,7 +12,7 @@ Driver side (``RayExecutor``)::
 Worker side (``remote_entry``): copy the trees (and the repository) the test
 needs from the staged copy into a task-private folder, so every test gets a
 clean tree even when tasks share a node; run the command with
-``zmr.smoke.run_command`` -- the task itself enforces the timeout by killing
+``zmr.procgroup.run_command`` -- the task itself enforces the timeout by killing
 the process group --; return status, timing, the log (its last 16 MiB) and
 the files the test wrote to ``$ZMR_ARTIFACTS`` (up to 64 MiB). The driver
 writes them into the same artifacts folder as the local executor, so
@@ -49,10 +49,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from zmr.errors import ZmrError
+from zmr.procgroup import ERROR, kill_grace, run_command
+from zmr.smoke import MISMATCH_SUFFIX, Events, Job, Result, Worktrees, collect_mismatch, iso, smoke_environment
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
-    from zmr.smoke import Events, Job, Result
 
 RAY_HINT = "pip install 'zmr[ray]'"
 LOG_LIMIT = 16 << 20
@@ -83,8 +84,6 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, project: "Project", *, address: str | None = None, num_cpus: int | None = None, shared_dir: Path | None = None, jobs: int | None = None, progress=None, grace: float | None = None):
-        from zmr.smoke import kill_grace
-
         if address is not None and num_cpus is not None:
             raise ZmrError("--ray-cpus sizes a local Ray instance; it cannot be used with --ray-address")
         self.project = project
@@ -95,9 +94,7 @@ class RayExecutor:
         self.progress = progress or (lambda message: None)
         self.grace = kill_grace() if grace is None else grace
 
-    def run(self, jobs: Sequence["Job"], artifacts: Mapping[str, Path], events: "Events") -> list["Result"]:
-        from zmr.smoke import Worktrees
-
+    def run(self, jobs: Sequence[Job], artifacts: Mapping[str, Path], events: Events) -> list[Result]:
         ray = import_ray()
         if self.shared_dir is not None:
             self.shared_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +117,7 @@ class RayExecutor:
             trees.close()
 
     # staging ------------------------------------------------------------------------------
-    def _stage(self, jobs: Sequence["Job"], trees, staging: Path) -> dict:
+    def _stage(self, jobs: Sequence[Job], trees, staging: Path) -> dict:
         repo_needed = any(job.component is None for job in jobs)
         if repo_needed:
             self.progress("copying the repository for model-level tests")
@@ -178,9 +175,7 @@ class RayExecutor:
                 os.environ["RAY_RUNTIME_ENV_IGNORE_GITIGNORE"] = previous
 
     # scheduling ---------------------------------------------------------------------------
-    def _run(self, ray, jobs, layout, staging: Path, artifacts: Mapping[str, Path], events) -> list["Result"]:
-        from zmr.smoke import ERROR, Result, iso
-
+    def _run(self, ray, jobs, layout, staging: Path, artifacts: Mapping[str, Path], events) -> list[Result]:
         task = ray.remote(max_retries=0)(remote_entry)
         cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
         results: list = [None] * len(jobs)
@@ -231,9 +226,7 @@ class RayExecutor:
             raise
         return [r if r is not None else Result(jobs[i], ERROR, None, iso(time.time()), 0.0, "not run", self.name) for i, r in enumerate(results)]
 
-    def _collect(self, ray, ref, job: "Job", submitted: float, folder: Path) -> "Result":
-        from zmr.smoke import MISMATCH_SUFFIX, Result, collect_mismatch, iso
-
+    def _collect(self, ray, ref, job: Job, submitted: float, folder: Path) -> Result:
         try:
             value = ray.get(ref)
         except ray.exceptions.RayError as exc:
@@ -253,16 +246,14 @@ class RayExecutor:
         mismatch, more = collect_mismatch(folder, [rel for rel in written if rel.endswith(MISMATCH_SUFFIX)])
         return Result(job, value["status"], value["exit_code"], iso(value["started"]), value["duration"], value["message"], self.name, log, mismatch, notes + more)
 
-    def _error(self, job: "Job", folder: Path, message: str, details: str, submitted: float | None = None) -> "Result":
-        from zmr.smoke import ERROR, Result, iso
-
+    def _error(self, job: Job, folder: Path, message: str, details: str, submitted: float | None = None) -> Result:
         log = folder / f"{job.id}.log"
         log.write_text(f"zmr: error: {message}\n" + (details.rstrip("\n") + "\n" if details else ""), encoding="utf-8")
         started = submitted if submitted is not None else time.time()
         return Result(job, ERROR, None, iso(started), max(0.0, time.time() - started) if submitted else 0.0, message, self.name, log)
 
 
-def task_options(job: "Job") -> dict:
+def task_options(job: Job) -> dict:
     """Ray options from a test's ``resources:`` (CPU, GPU, memory in bytes, anything else custom)."""
     request = {"CPU": 1.0}
     request.update(job.resources)
@@ -360,8 +351,6 @@ def copy_repository(project: "Project", target: Path, skip: Path | None = None) 
 
 def remote_entry(spec: dict) -> dict:
     """Runs on a Ray worker: private copies of the trees, the command, the log and artifacts back."""
-    from zmr import smoke
-
     base = spec["base"] or os.getcwd()  # the unpacked working_dir is the task's cwd
     # Task folders live in Ray's unpacked package (garbage-collected by Ray), or, with a
     # shared dir, in the node's temp folder; a folder whose worker died is swept later.
@@ -381,12 +370,12 @@ def remote_entry(spec: dict) -> dict:
             shutil.copytree(os.path.join(base, spec["repo"]), cwd, symlinks=True, ignore=ignore)
         artifacts = os.path.join(work, "artifacts")
         os.makedirs(artifacts)
-        env = smoke.smoke_environment(
+        env = smoke_environment(
             os.environ, model=spec["model"], test_id=spec["id"], executor="ray", artifacts=artifacts, trees=trees,
             commits=spec["commits"], component=spec["component"], extra=spec["env"], python=sys.executable,
         )
         log = os.path.join(work, "output.log")
-        outcome = smoke.run_command(spec["run"], cwd=cwd, env=env, timeout=spec["timeout"], log_path=log, grace=spec["grace"])
+        outcome = run_command(spec["run"], cwd=cwd, env=env, timeout=spec["timeout"], log_path=log, grace=spec["grace"])
         files, notes = _gather(artifacts)
         return {
             "status": outcome.status,

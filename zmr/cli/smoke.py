@@ -1,8 +1,9 @@
 """`zmr smoke`: run the declared smoke tests in clean trees of the built release branches.
 
-Parses arguments and renders; the work is `zmr.smoke` (and `zmr.smoke_ray`
-for `--executor ray`), imported inside the command so `zmr --help` loads
-neither rich's live display nor Ray. On a terminal a live table shows each
+Parses arguments, builds the executor (`zmr.smoke.LocalExecutor`, or
+`zmr.smoke_ray.RayExecutor` for `--executor ray`) and renders; the work is
+`zmr.smoke`, imported inside the command so `zmr --help` loads neither rich's
+live display nor Ray. On a terminal a live table shows each
 test (running, elapsed, result); in CI or a pipe one quiet line per finished
 test goes to stderr. Then a summary table (stdout, or nothing with `--json`,
 which prints the report there instead), `--junit FILE`, `--record`.
@@ -50,6 +51,7 @@ def smoke(
     from zmr import smoke as sm
     from zmr.cli.manifests import _project
     from zmr.cli.render import print_json
+    from zmr.errors import ZmrError
 
     options = sm.Options(
         models=list(models or []),
@@ -57,18 +59,27 @@ def smoke(
         components=list(components or []),
         only=list(only or []),
         build=not no_build,
-        jobs=jobs,
         artifacts=artifacts.resolve() if artifacts is not None else None,
-        executor=executor,
-        ray_address=ray_address,
-        ray_cpus=ray_cpus,
-        shared_dir=shared_dir.resolve() if shared_dir is not None else None,
         record=record,
     )
     project = _project()
+    if executor not in sm.EXECUTORS:
+        raise ZmrError(f"unknown executor {executor!r}", details=[f"use one of: {', '.join(sm.EXECUTORS)}"])
+    if executor == "ray":
+        from zmr import smoke_ray
+
+        smoke_ray.import_ray()  # exit 2 early when ray is not installed
+    elif shared_dir is not None or ray_address is not None or ray_cpus is not None:
+        raise ZmrError("--ray-address, --ray-cpus and --shared-dir only apply to --executor ray")
     try:
         with _View() as view:
-            report = sm.run(project, options, events=view.event, progress=view.progress)
+            if executor == "ray":
+                runner: sm.Executor = smoke_ray.RayExecutor(
+                    project, address=ray_address, num_cpus=ray_cpus, shared_dir=shared_dir.resolve() if shared_dir is not None else None, jobs=jobs, progress=view.progress
+                )
+            else:
+                runner = sm.LocalExecutor(project, jobs or 1)
+            report = sm.run(project, options, runner, events=view.event, progress=view.progress)
     except KeyboardInterrupt:
         # Raised as a zmr error: typer would turn a KeyboardInterrupt into exit status 0 here.
         raise sm.Interrupted("interrupted: the running smoke tests were stopped and their trees removed") from None
