@@ -1,8 +1,32 @@
-"""The `zmr` command line: parses arguments and renders results.
+"""The `zmr` command line: parses arguments and renders what the library returns.
 
-Each `_<topic>.py` module registers its commands on `app`; the work itself
-lives in the library modules (`zmr.release`, `zmr.mismatch`, ...), imported
-inside the command functions so that `zmr --help` stays instant.
+Each command lives in the cli module named after it; the work is done by a
+library module, imported inside the command function so that `zmr --help`
+stays instant::
+
+    command      cli module            library module
+    list         zmr/cli/manifests.py  zmr.manifest, zmr.series
+    validate     zmr/cli/manifests.py  zmr.cases, zmr.series
+    fetch        zmr/cli/manifests.py  zmr.cache
+    build        zmr/cli/build.py      zmr.release
+    verify       zmr/cli/build.py      zmr.release
+    locate       zmr/cli/locate.py     zmr.locate
+    new          zmr/cli/new.py        zmr.scaffold
+    mismatch     zmr/cli/mismatch.py   zmr.mismatch
+    docs         zmr/cli/docs.py       zmr.docs
+    publish      zmr/cli/publish.py    zmr.publish
+    ci-matrix    zmr/cli/publish.py    zmr.publish
+    smoke        zmr/cli/smoke.py      zmr.smoke (zmr.smoke_ray for --executor ray)
+    checkout     zmr/cli/checkout.py   zmr.workspace
+    export       zmr/cli/checkout.py   zmr.workspace
+    rebase       zmr/cli/rebase.py     zmr.rebase
+    upstreamed   zmr/cli/rebase.py     zmr.rebase
+    import       zmr/cli/import_.py    zmr.importer
+
+Shared by the commands: `zmr/cli/options.py` (arguments and options declared
+once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
+progress). Command modules never import this package: they define plain
+functions, registered here, so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -10,6 +34,8 @@ from __future__ import annotations
 import sys
 
 import typer
+
+from zmr.cli import build, checkout, docs, import_, locate, manifests, mismatch, new, publish, rebase, smoke
 
 app = typer.Typer(
     name="zmr",
@@ -20,8 +46,27 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# Registration happens on import; each module only defines commands.
-from zmr.cli import manifests, locate, mismatch, publish, smoke, checkout  # noqa: E402,F401
+# In this order in `zmr --help`.
+for _name, _command in (
+    ("list", manifests.list_models),
+    ("validate", manifests.validate),
+    ("fetch", manifests.fetch),
+    ("build", build.build),
+    ("verify", build.verify),
+    ("locate", locate.locate),
+    ("new", new.new),
+    ("mismatch", mismatch.mismatch),
+    ("docs", docs.docs),
+    ("publish", publish.publish),
+    ("ci-matrix", publish.ci_matrix),
+    ("smoke", smoke.smoke),
+    ("checkout", checkout.checkout),
+    ("export", checkout.export),
+    ("rebase", rebase.rebase),
+    ("upstreamed", rebase.upstreamed),
+    ("import", import_.import_),
+):
+    app.command(_name)(_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,18 @@
-"""`zmr locate` (first diverging operation in tensor dumps) and `zmr new` (scaffold a model).
+"""`zmr locate`: the first operation whose output differs between rollout and trainer tensor dumps.
 
-Parse arguments and render; the work is `zmr.locate` and `zmr.scaffold`,
-imported inside the commands so that `zmr --help` loads neither numpy nor
-anything else heavy.
+Parses arguments and renders; the work is `zmr.locate`, imported inside the
+command so that `zmr --help` does not load numpy.
 """
-
-from __future__ import annotations
 
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli import app
+from zmr.cli.options import Json
+from zmr.cli.render import table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.locate import LocateReport
@@ -22,13 +20,12 @@ if TYPE_CHECKING:  # pragma: no cover
 _TABLE_LIMIT = 40
 
 
-@app.command("locate")
 def locate(
-    rollout: Path = typer.Argument(..., metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file."),
-    train: Path = typer.Argument(..., metavar="TRAIN_DUMP", help="The trainer side's tensor dump, on the same tokens."),
-    name_map: Optional[Path] = typer.Option(None, "--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently."),
-    limit: int = typer.Option(_TABLE_LIMIT, "--limit", metavar="N", help="Operations shown after the first divergence (0: all); --json lists all."),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+    rollout: Annotated[Path, typer.Argument(metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file.")],
+    train: Annotated[Path, typer.Argument(metavar="TRAIN_DUMP", help="The trainer side's tensor dump, on the same tokens.")],
+    name_map: Annotated[Path | None, typer.Option("--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently.")] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="Operations shown after the first divergence (0: all); --json lists all.")] = _TABLE_LIMIT,
+    json_out: Json = False,
 ) -> None:
     """First operation whose output differs in any bit between rollout and trainer. Exit 1 when one is found."""
     from zmr import locate as loc
@@ -54,8 +51,6 @@ def _num(x: float | None) -> str:
 
 
 def _render(report: "LocateReport", limit: int) -> None:
-    from zmr.cli.render import table
-
     r, t = report.rollout, report.train
     print(f"rollout: {r.path} ({r.files} steps, {r.records} records, {r.ops} operations)")
     print(f"train:   {t.path} ({t.files} steps, {t.records} records, {t.ops} operations)")
@@ -102,25 +97,3 @@ def _render(report: "LocateReport", limit: int) -> None:
             print(f"only in {label} (not compared): {shown_names}")
     for note in report.notes:
         print(f"note: {note}")
-
-
-@app.command("new")
-def new(
-    model: str = typer.Argument(..., metavar="MODEL", help="Name of the new model ([a-z0-9][a-z0-9._-]*)."),
-    components: Optional[List[str]] = typer.Option(None, "--component", "-c", metavar="NAME=URL@SHA", help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).", show_default=False),
-    title: Optional[str] = typer.Option(None, "--title", metavar="T", help="Display name (default: MODEL).", show_default=False),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-) -> None:
-    """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
-    from zmr import scaffold
-    from zmr.cli.manifests import _project
-    from zmr.cli.render import print_json
-
-    project = _project()
-    written = scaffold.create(project, model, components or [], title)
-    if json_out:
-        print_json({"model": model, "files": written})
-        return
-    for path in written:
-        print(f"created  {path}")
-    print(f"next: fill in cases/{model}/, add patches (zmr checkout {model} -c <component>, then zmr export), zmr validate {model}, zmr docs")

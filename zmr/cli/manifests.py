@@ -1,34 +1,17 @@
-"""Commands over manifests and release branches: list, validate, fetch, build, verify."""
+"""`zmr list`, `zmr validate`, `zmr fetch`: read the manifests and series, fill the cache.
 
-from __future__ import annotations
+The work is `zmr.manifest`, `zmr.series`, `zmr.cases` and `zmr.cache`.
+"""
 
-from typing import List, Optional
-
-import typer
-
-from zmr.cli import app
+from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
-MODELS = typer.Argument(None, help="Model names (manifests/<model>.yaml).", show_default=False)
-ALL = typer.Option(False, "--all", help="Every model.")
-COMPONENTS = typer.Option(None, "--component", "-c", help="Only these components (repeatable).", show_default=False)
-JSON = typer.Option(False, "--json", help="Machine-readable output on stdout.")
-UNTRUSTED = typer.Option(False, "--untrusted", help="Treat manifests as untrusted input (pull requests in CI).", envvar="ZMR_UNTRUSTED")
 
-
-def _project(untrusted: bool = False):
-    from zmr.manifest import Policy
-    from zmr.project import Project
-
-    return Project.find(policy=Policy(untrusted=untrusted))
-
-
-@app.command("list")
-def list_models(json_out: bool = JSON) -> None:
+def list_models(json_out: Json = False) -> None:
     """Models, components, pins and patch counts."""
     from zmr.series import read_series
 
-    project = _project()
+    project = find_project()
     rows = []
     data = []
     for manifest in project.manifests():
@@ -55,15 +38,13 @@ def list_models(json_out: bool = JSON) -> None:
         table(["model", "component", "pin", "patches", "branch", "upstream"], rows)
 
 
-@app.command("validate")
-def validate(models: Optional[List[str]] = MODELS, json_out: bool = JSON, untrusted: bool = UNTRUSTED) -> None:
+def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
+    from zmr.cases import check_project
     from zmr.errors import ZmrError
     from zmr.series import read_series
 
-    from zmr.cases import check_project
-
-    project = _project(untrusted)
+    project = find_project(untrusted)
     manifests, cases = check_project(project, models)
     problems: list[str] = []
     warnings: list[str] = []
@@ -87,12 +68,11 @@ def validate(models: Optional[List[str]] = MODELS, json_out: bool = JSON, untrus
         print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {len(cases)} case{'s' if len(cases) != 1 else ''}, {count} patches")
 
 
-@app.command("fetch")
-def fetch(models: Optional[List[str]] = MODELS, all_models: bool = ALL, components: Optional[List[str]] = COMPONENTS, json_out: bool = JSON) -> None:
+def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
     from zmr.cache import Cache, resolve_upstream
 
-    project = _project()
+    project = find_project()
     targets = project.targets(models, components, all_models or not models)
     cache = Cache()
     results = []
@@ -106,58 +86,3 @@ def fetch(models: Optional[List[str]] = MODELS, all_models: bool = ALL, componen
     else:
         for item in results:
             print(f"fetched {item['model']}/{item['component']} {item['commit'][:12]}")
-
-
-@app.command("build")
-def build(models: Optional[List[str]] = MODELS, all_models: bool = ALL, components: Optional[List[str]] = COMPONENTS, json_out: bool = JSON) -> None:
-    """Write release branches into this repository (all move together, or none)."""
-    from zmr import release
-
-    project = _project()
-    targets = project.targets(models, components, all_models)
-    with Progress() as progress:
-        updates = release.build(project, targets, progress=progress)
-    if json_out:
-        print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status} for u in updates]})
-        return
-    for u in updates:
-        change = f"{u.old[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
-        print(f"{u.status:9} {u.branch}  {change}")
-
-
-@app.command("verify")
-def verify(
-    models: Optional[List[str]] = MODELS,
-    all_models: bool = ALL,
-    components: Optional[List[str]] = COMPONENTS,
-    remote: Optional[str] = typer.Option(None, "--remote", help="Compare with this remote's branches (ls-remote) instead of local ones."),
-    json_out: bool = JSON,
-) -> None:
-    """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
-    from zmr import release
-    from zmr.errors import CheckFailed
-
-    project = _project()
-    targets = project.targets(models, components, all_models)
-    with Progress() as progress:
-        results = release.verify(project, targets, remote=remote, progress=progress)
-    bad = [r for r in results if r.status != "ok"]
-    if json_out:
-        print_json(
-            {
-                "ok": not bad,
-                "remote": remote,
-                "branches": [
-                    {"model": r.component.model, "component": r.component.key, "branch": r.branch, "status": r.status, "expected": r.expected, "actual": r.actual, "reasons": r.reasons}
-                    for r in results
-                ],
-            }
-        )
-    else:
-        for r in results:
-            line = f"{r.status:8} {r.branch}  {r.expected[:12]}"
-            if r.reasons:
-                line += ": " + "; ".join(r.reasons)
-            print(line)
-    if bad:
-        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad))

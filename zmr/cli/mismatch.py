@@ -5,16 +5,14 @@ the command, so `zmr --help` never loads numpy). A terminal gets a rich
 table, a pipe plain text, `--json` the report's JSON on stdout.
 """
 
-from __future__ import annotations
-
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli import app
+from zmr.cli.options import Json
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.mismatch import MismatchReport, Stats
@@ -25,13 +23,12 @@ _COLUMNS = (
 _LISTED = 10
 
 
-@app.command("mismatch")
 def mismatch(
-    rollout: Path = typer.Argument(..., metavar="ROLLOUT", help="Log-prob dump of the rollout engine (.jsonl, .npz, .safetensors)."),
-    train: Path = typer.Argument(..., metavar="TRAIN", help="Log-prob dump of the trainer, same (step, id) pairs."),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
-    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Write a PNG of per-step max |Δ| and k3."),
-    require_zero: bool = typer.Option(False, "--require-zero", help="Exit 1 unless every token is bitwise equal."),
+    rollout: Annotated[Path, typer.Argument(metavar="ROLLOUT", help="Log-prob dump of the rollout engine (.jsonl, .npz, .safetensors).")],
+    train: Annotated[Path, typer.Argument(metavar="TRAIN", help="Log-prob dump of the trainer, same (step, id) pairs.")],
+    json_out: Json = False,
+    plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Write a PNG of per-step max |Δ| and k3.")] = None,
+    require_zero: Annotated[bool, typer.Option("--require-zero", help="Exit 1 unless every token is bitwise equal.")] = False,
 ) -> None:
     """Compare rollout and trainer log-probs, bit for bit, per step and overall."""
     from zmr import mismatch as mm
@@ -72,7 +69,7 @@ def _num(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def _fraction(s: Stats) -> str:
+def _fraction(s: "Stats") -> str:
     if not s.tokens:
         return "-"
     if s.all_bitwise_equal:
@@ -81,14 +78,14 @@ def _fraction(s: Stats) -> str:
     return f"{pct:.2f}%"
 
 
-def _row(label: str, s: Stats) -> list[str]:
+def _row(label: str, s: "Stats") -> list[str]:
     return [
         label, f"{s.tokens:,}", _fraction(s), _num(s.max_abs_diff), _num(s.mean_abs_diff),
         _num(s.k1), _num(s.k3), _num(s.ratio_max, 9), f"{s.sequences_diverged}/{s.sequences}",
     ]
 
 
-def _rows(report: MismatchReport) -> list[list[str]]:
+def _rows(report: "MismatchReport") -> list[list[str]]:
     return [_row(str(s.step), s) for s in report.steps]
 
 
@@ -96,15 +93,19 @@ def _trees(trees: dict[str, str]) -> str:
     return ", ".join(f"{k}={v[:12]}" for k, v in sorted(trees.items())) or "no commit ids"
 
 
-def _lines(report: MismatchReport) -> list[str]:
+def _lines(report: "MismatchReport") -> list[str]:
     """Everything below the table, as plain lines."""
     o = report.overall
     out = [
-        f"importance ratio exp(lp_train - lp_rollout): max {_num(o.ratio_max, 9)}, "
-        f"median {_num(o.ratio_median, 9)}, max/median {_num(o.ratio_max_over_median, 9)}",
-        f"probabilities |exp(lp_train) - exp(lp_rollout)|: max {_num(o.probs_diff_max)}, "
-        f"mean {_num(o.probs_diff_mean)}, std {_num(o.probs_diff_std)}; "
-        f"mean |Δ| per sequence {_num(o.sample_mean_abs_diff)}",
+        (
+            f"importance ratio exp(lp_train - lp_rollout): max {_num(o.ratio_max, 9)}, "
+            f"median {_num(o.ratio_median, 9)}, max/median {_num(o.ratio_max_over_median, 9)}"
+        ),
+        (
+            f"probabilities |exp(lp_train) - exp(lp_rollout)|: max {_num(o.probs_diff_max)}, "
+            f"mean {_num(o.probs_diff_mean)}, std {_num(o.probs_diff_std)}; "
+            f"mean |Δ| per sequence {_num(o.sample_mean_abs_diff)}"
+        ),
     ]
     for side, info in (("rollout", report.rollout), ("train", report.train)):
         out.append(
@@ -140,7 +141,7 @@ def _lines(report: MismatchReport) -> list[str]:
     return out
 
 
-def _verdict(report: MismatchReport) -> str:
+def _verdict(report: "MismatchReport") -> str:
     o = report.overall
     if report.bitwise_equal:
         return f"verdict: bitwise equal, all {o.tokens:,} tokens in {len(report.steps)} step(s)"
@@ -150,7 +151,7 @@ def _verdict(report: MismatchReport) -> str:
     )
 
 
-def _render_plain(report: MismatchReport) -> None:
+def _render_plain(report: "MismatchReport") -> None:
     rows = [list(_COLUMNS), *_rows(report), _row("all", report.overall)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
     for n, r in enumerate(rows):
@@ -162,7 +163,7 @@ def _render_plain(report: MismatchReport) -> None:
         print(line)
 
 
-def _render_rich(report: MismatchReport) -> None:
+def _render_rich(report: "MismatchReport") -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table

@@ -1,58 +1,27 @@
-"""Commands that publish: docs (README tables), publish (push release branches), ci-matrix."""
+"""`zmr publish` (push the release branches, verified, in one atomic push) and `zmr ci-matrix` (the CI job matrix).
 
-from __future__ import annotations
+The work is `zmr.publish`.
+"""
 
 import sys
-from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
-from zmr.cli import app
-from zmr.cli.manifests import JSON, MODELS, UNTRUSTED
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.options import Json, Models, Untrusted, find_project
+from zmr.cli.render import Progress, print_json
 
 
-@app.command("docs")
-def docs(
-    check: bool = typer.Option(False, "--check", help="Change nothing; exit 1 with a diff when the README is out of date."),
-    readme: Optional[Path] = typer.Option(None, "--readme", metavar="FILE", help="The README to update (default README.md at the repository root).", show_default=False),
-    json_out: bool = JSON,
-) -> None:
-    """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
-    from zmr import docs as gen
-    from zmr.cli.manifests import _project
-
-    project = _project()
-    outcome = gen.generate(project, readme)
-    for text in outcome.warnings:
-        warn(text)
-    if not check:
-        gen.write(outcome)
-    if json_out:
-        print_json({"readme": outcome.display, "check": check, "up_to_date": not outcome.stale, "changed": outcome.changed, "written": outcome.stale and not check, "warnings": outcome.warnings})
-    elif check and outcome.stale:
-        sys.stdout.write(outcome.diff())
-    elif not outcome.stale:
-        print(f"{outcome.display} is up to date")
-    else:
-        print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
-    if check and outcome.stale:
-        raise gen.stale_error(outcome)
-
-
-@app.command("publish")
 def publish(
-    models: Optional[List[str]] = MODELS,
-    remote: str = typer.Option("origin", "--remote", help="Remote (name or URL) to push the release branches to."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Verify and check the remote, print the plan, push nothing."),
-    json_out: bool = JSON,
+    models: Models = None,
+    remote: Annotated[str, typer.Option("--remote", help="Remote (name or URL) to push the release branches to.")] = "origin",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify and check the remote, print the plan, push nothing.")] = False,
+    json_out: Json = False,
 ) -> None:
     """Verify, then push every release branch (default: all models) in one atomic push with lease."""
     from zmr import publish as pub
-    from zmr.cli.manifests import _project
 
-    project = _project()
+    project = find_project()
     targets = project.targets(models, None, not models)
     with Progress() as progress:
         result = pub.publish(project, targets, remote, dry_run=dry_run, progress=progress)
@@ -79,14 +48,12 @@ def publish(
         print(f"{remote} is up to date")
 
 
-@app.command("ci-matrix")
-def ci_matrix(models: Optional[List[str]] = MODELS, untrusted: bool = UNTRUSTED) -> None:
+def ci_matrix(models: Models = None, untrusted: Untrusted = False) -> None:
     """Print the CI job matrix as one line of JSON: {"include": [one job per model × component]}."""
     import json
 
     from zmr import publish as pub
-    from zmr.cli.manifests import _project
 
-    project = _project(untrusted)
+    project = find_project(untrusted)
     matrix = pub.ci_matrix(project.manifests(models))
     sys.stdout.write(json.dumps(matrix, separators=(",", ":"), sort_keys=True) + "\n")

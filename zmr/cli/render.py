@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, Self
 
 
 def interactive() -> bool:
@@ -53,7 +54,7 @@ class Progress:
         self.enabled = sys.stderr.isatty() and not os.environ.get("CI") if enabled is None else enabled
         self._status = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Self:
         if self.enabled:
             from rich.console import Console
 

@@ -9,19 +9,17 @@ test goes to stderr. Then a summary table (stdout, or nothing with `--json`,
 which prints the report there instead), `--junit FILE`, `--record`.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Annotated, Self
 
 import typer
 
-from zmr.cli import app
-from zmr.cli.manifests import ALL, COMPONENTS, JSON, MODELS
+from zmr.cli.options import All, Components, Json, Models, find_project
+from zmr.cli.render import print_json, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke import Job, Report, Result
@@ -30,27 +28,24 @@ _MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
 _STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "red", "running": "yellow", "queued": "dim"}
 
 
-@app.command("smoke")
 def smoke(
-    models: Optional[List[str]] = MODELS,
-    all_models: bool = ALL,
-    components: Optional[List[str]] = COMPONENTS,
-    only: Optional[List[str]] = typer.Option(None, "--only", metavar="NAME", help="Only these tests: a name, or <component>.<name> (repeatable).", show_default=False),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Run up to N tests at once (local default 1; Ray default: as many as the cluster schedules).", show_default=False),
-    no_build: bool = typer.Option(False, "--no-build", help="Refuse (exit 2) instead of building release branches that are missing or stale."),
-    artifacts: Optional[Path] = typer.Option(None, "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False),
-    json_out: bool = JSON,
-    junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write a JUnit XML report (GitHub Actions, GitLab).", show_default=False),
-    record: bool = typer.Option(False, "--record", help="Write each result to cases/<model>/evidence/smoke-<test>.json."),
-    executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Run tests as local processes, or as Ray tasks (pip install 'zmr[ray]')."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to use (host:port or auto; default: $RAY_ADDRESS, else a local instance).", show_default=False),
-    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", min=1, metavar="N", help="CPUs of the local Ray instance (default: all).", show_default=False),
-    shared_dir: Optional[Path] = typer.Option(None, "--shared-dir", metavar="DIR", help="Stage trees in DIR, mounted at the same path on every Ray node, instead of uploading them.", show_default=False),
+    models: Models = None,
+    all_models: All = False,
+    components: Components = None,
+    only: Annotated[list[str] | None, typer.Option("--only", metavar="NAME", help="Only these tests: a name, or <component>.<name> (repeatable).", show_default=False)] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, metavar="N", help="Run up to N tests at once (local default 1; Ray default: as many as the cluster schedules).", show_default=False)] = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="Refuse (exit 2) instead of building release branches that are missing or stale.")] = False,
+    artifacts: Annotated[Path | None, typer.Option("--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False)] = None,
+    json_out: Json = False,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML report (GitHub Actions, GitLab).", show_default=False)] = None,
+    record: Annotated[bool, typer.Option("--record", help="Write each result to cases/<model>/evidence/smoke-<test>.json.")] = False,
+    executor: Annotated[str, typer.Option("--executor", metavar="local|ray", help="Run tests as local processes, or as Ray tasks (pip install 'zmr[ray]').")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDR", help="Ray cluster to use (host:port or auto; default: $RAY_ADDRESS, else a local instance).", show_default=False)] = None,
+    ray_cpus: Annotated[int | None, typer.Option("--ray-cpus", min=1, metavar="N", help="CPUs of the local Ray instance (default: all).", show_default=False)] = None,
+    shared_dir: Annotated[Path | None, typer.Option("--shared-dir", metavar="DIR", help="Stage trees in DIR, mounted at the same path on every Ray node, instead of uploading them.", show_default=False)] = None,
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
     from zmr import smoke as sm
-    from zmr.cli.manifests import _project
-    from zmr.cli.render import print_json
     from zmr.errors import ZmrError
 
     options = sm.Options(
@@ -62,7 +57,7 @@ def smoke(
         artifacts=artifacts.resolve() if artifacts is not None else None,
         record=record,
     )
-    project = _project()
+    project = find_project()
     if executor not in sm.EXECUTORS:
         raise ZmrError(f"unknown executor {executor!r}", details=[f"use one of: {', '.join(sm.EXECUTORS)}"])
     if executor == "ray":
@@ -99,8 +94,6 @@ def smoke(
 
 
 def _summary(report: "Report", root: Path) -> None:
-    from zmr.cli.render import table
-
     if not report.results:
         return
     rows = []
@@ -114,7 +107,7 @@ def _summary(report: "Report", root: Path) -> None:
         print(f"recorded {_relative(path, root)}")
 
 
-def _relative(path: Optional[Path], root: Path) -> str:
+def _relative(path: Path | None, root: Path) -> str:
     if path is None:
         return ""
     try:
@@ -133,7 +126,7 @@ class _View:
         self._status = "preparing"
         self._live = None
 
-    def __enter__(self) -> "_View":
+    def __enter__(self) -> Self:
         if self.live_enabled:
             from rich.console import Console
             from rich.live import Live
@@ -152,7 +145,7 @@ class _View:
         with self._lock:
             self._status = message
 
-    def event(self, kind: str, job: "Job", result: "Optional[Result]") -> None:
+    def event(self, kind: str, job: "Job", result: "Result | None") -> None:
         with self._lock:
             row = self._rows.setdefault(job.label, {"job": job, "state": "queued", "since": None, "result": None})
             if kind == "queued":

@@ -1,0 +1,111 @@
+"""The import graph of zmr/: no cycles, read from the source with ast."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+ZMR = Path(__file__).resolve().parent.parent / "zmr"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(ZMR.rglob("*.py")):
+        parts = list(path.relative_to(ZMR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[str]) -> set[str]:
+    """The zmr modules an import in *tree* can load at run time: also inside functions, not under ``if TYPE_CHECKING:``.
+
+    ``from zmr import git`` imports the module ``zmr.git``; ``from zmr.git import run`` imports ``zmr.git`` too.
+    """
+    known = set(modules)
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                if name in known:
+                    found.add(name)
+                elif base in known:
+                    found.add(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    found.discard(module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """zmr module -> the zmr modules it imports."""
+    modules = _modules()
+    return {module: _imported(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py", modules) for module, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_cycle_in_zmr():
+    graph = import_graph()
+    assert "zmr.release" in graph["zmr.cli.build"]  # imports inside functions count
+    assert "zmr.git" in graph["zmr.project"] and "zmr" not in graph["zmr.project"]  # `from zmr import git` is zmr.git
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

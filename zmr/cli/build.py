@@ -1,0 +1,64 @@
+"""`zmr build`, `zmr verify`: write the release branches, or rebuild them in memory and compare.
+
+The work is `zmr.release`.
+"""
+
+from typing import Annotated
+
+import typer
+
+from zmr.cli.options import All, Components, Json, Models, find_project
+from zmr.cli.render import Progress, print_json
+
+
+def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
+    """Write release branches into this repository (all move together, or none)."""
+    from zmr import release
+
+    project = find_project()
+    targets = project.targets(models, components, all_models)
+    with Progress() as progress:
+        updates = release.build(project, targets, progress=progress)
+    if json_out:
+        print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status} for u in updates]})
+        return
+    for u in updates:
+        change = f"{u.old[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
+        print(f"{u.status:9} {u.branch}  {change}")
+
+
+def verify(
+    models: Models = None,
+    all_models: All = False,
+    components: Components = None,
+    remote: Annotated[str | None, typer.Option("--remote", help="Compare with this remote's branches (ls-remote) instead of local ones.")] = None,
+    json_out: Json = False,
+) -> None:
+    """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
+    from zmr import release
+    from zmr.errors import CheckFailed
+
+    project = find_project()
+    targets = project.targets(models, components, all_models)
+    with Progress() as progress:
+        results = release.verify(project, targets, remote=remote, progress=progress)
+    bad = [r for r in results if r.status != "ok"]
+    if json_out:
+        print_json(
+            {
+                "ok": not bad,
+                "remote": remote,
+                "branches": [
+                    {"model": r.component.model, "component": r.component.key, "branch": r.branch, "status": r.status, "expected": r.expected, "actual": r.actual, "reasons": r.reasons}
+                    for r in results
+                ],
+            }
+        )
+    else:
+        for r in results:
+            line = f"{r.status:8} {r.branch}  {r.expected[:12]}"
+            if r.reasons:
+                line += ": " + "; ".join(r.reasons)
+            print(line)
+    if bad:
+        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad))

@@ -1,0 +1,39 @@
+"""`zmr docs`: regenerate the README's marked sections from manifests, cases, branches and evidence.
+
+The work is `zmr.docs`.
+"""
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from zmr.cli.options import Json, find_project
+from zmr.cli.render import print_json, warn
+
+
+def docs(
+    check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 with a diff when the README is out of date.")] = False,
+    readme: Annotated[Path | None, typer.Option("--readme", metavar="FILE", help="The README to update (default README.md at the repository root).", show_default=False)] = None,
+    json_out: Json = False,
+) -> None:
+    """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
+    from zmr import docs as gen
+
+    project = find_project()
+    outcome = gen.generate(project, readme)
+    for text in outcome.warnings:
+        warn(text)
+    if not check:
+        gen.write(outcome)
+    if json_out:
+        print_json({"readme": outcome.display, "check": check, "up_to_date": not outcome.stale, "changed": outcome.changed, "written": outcome.stale and not check, "warnings": outcome.warnings})
+    elif check and outcome.stale:
+        sys.stdout.write(outcome.diff())
+    elif not outcome.stale:
+        print(f"{outcome.display} is up to date")
+    else:
+        print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
+    if check and outcome.stale:
+        raise gen.stale_error(outcome)

@@ -1,0 +1,30 @@
+"""`zmr new`: scaffold a model (manifest, empty series, case folder); never overwrites.
+
+The work is `zmr.scaffold`.
+"""
+
+from typing import Annotated
+
+import typer
+
+from zmr.cli.options import Json, find_project
+from zmr.cli.render import print_json
+
+
+def new(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="Name of the new model ([a-z0-9][a-z0-9._-]*).")],
+    components: Annotated[list[str] | None, typer.Option("--component", "-c", metavar="NAME=URL@SHA", help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).", show_default=False)] = None,
+    title: Annotated[str | None, typer.Option("--title", metavar="T", help="Display name (default: MODEL).", show_default=False)] = None,
+    json_out: Json = False,
+) -> None:
+    """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
+    from zmr import scaffold
+
+    project = find_project()
+    written = scaffold.create(project, model, components or [], title)
+    if json_out:
+        print_json({"model": model, "files": written})
+        return
+    for path in written:
+        print(f"created  {path}")
+    print(f"next: fill in cases/{model}/, add patches (zmr checkout {model} -c <component>, then zmr export), zmr validate {model}, zmr docs")
