@@ -76,19 +76,6 @@ class ImportResult:
     manifests: dict[str, list[Imported]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def text(self) -> str:
-        lines = []
-        for model, items in self.manifests.items():
-            lines.append(f"wrote manifests/{model}.yaml")
-            for item in items:
-                count = len(item.patches)
-                lines.append(
-                    f"  {item.key}: {item.branch} ({item.layout}) = {item.upstream} at {item.commit[:12]} + {count} patch{'es' if count != 1 else ''} in {item.folder}"
-                )
-        models = " ".join(self.manifests)
-        lines.append(f"rebuild with `zmr build {models}` (same trees; the commit ids follow the zmr layout)")
-        return "\n".join(lines) + "\n"
-
     def to_json(self) -> dict:
         return {
             "manifests": [

@@ -15,7 +15,7 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
         remaining old commit (3-way); a conflict stops with the files in conflict;
         ``--continue`` commits the resolution and goes on
     finish: export into the series (byte-stable), the manifest's ``commit:`` value edited
-        in place, the checkout (if any) moved to the result, a markdown report.
+        in place, the checkout (if any) moved to the result; an ``Outcome`` (zmr/cli/rebase.py renders the report).
 
 State of a rebase under way lives in ``.zmr/rebase/<model>-<component>/`` of
 the zmr repository (git-ignored): ``state.json`` (pins, the old commits, what
@@ -200,17 +200,6 @@ class Dropped:
     upstream: str | None = None
     upstream_subject: str = ""
 
-    def line(self) -> str:
-        where = f"upstream commit `{self.upstream}` ({self.upstream_subject})" if self.upstream else "upstream commit not identified"
-        how = {
-            "patch-id": "same patch-id",
-            "reverse-apply": "its changes are already there (reverse-applies)",
-            "empty": "empty once applied",
-            "resolved-empty": "empty after conflict resolution",
-            "skipped": "skipped while resolving",
-        }.get(self.method, self.method)
-        return f"- `{self.name}` {self.subject}: {where}; {how}"
-
 
 # -- upstreamed ----------------------------------------------------------------------------
 
@@ -237,16 +226,6 @@ class UpstreamedReport:
             ],
             "conflicts": self.conflicts,
         }
-
-    def text(self) -> str:
-        c = self.component
-        lines = [f"{c.label}: {len(self.upstreamed)} of {self.patches} patches upstream between {c.commit[:12]} and {self.rev} ({self.rev_commit[:12]})"]
-        for d in self.upstreamed:
-            where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-            lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}]")
-        if self.conflicts:
-            lines.append(f"  would conflict at {self.rev}: {', '.join(self.conflicts)}")
-        return "\n".join(lines) + "\n"
 
 
 def _inputs(project: Project, component: Component, cache: Cache | None) -> tuple[Cache, str, str, Series]:
@@ -403,13 +382,6 @@ def pick_component(project: Project, model: str, keys: Sequence[str] | None, in_
 # -- rebase: results -----------------------------------------------------------------------------
 
 
-_REPLAYED = {
-    "pin-only": "not needed (every hunk applies where it was: only the pin moved)",
-    "fast": "in memory (every patch applied)",
-    "checkout": "in the checkout (conflicts resolved)",
-}
-
-
 @dataclass
 class Outcome:
     """A finished rebase: what happened to each patch."""
@@ -426,36 +398,6 @@ class Outcome:
     dropped: list[Dropped] = field(default_factory=list)
     path: str = "fast"  # pin-only (nothing to replay) | fast (in memory) | checkout (after conflicts)
     already: bool = False
-
-    def markdown(self) -> str:
-        c = self.component
-        if self.already:
-            return f"# zmr rebase {c.label}\n\nAlready pinned at `{self.new}` ({self.rev}); nothing to do.\n"
-        out = [
-            f"# zmr rebase {c.label}",
-            "",
-            f"- upstream: {c.upstream}",
-            f"- old pin: `{self.old}`",
-            f"- new pin: `{self.new}` ({self.rev})",
-            f"- upstream commits in between: {self.upstream_count}",
-            f"- series: {c.patches}: {len(self.kept)} kept, {len(self.changed)} changed, {len(self.dropped)} dropped"
-            + (f", {len(self.added)} added" if self.added else ""),
-            f"- replayed: {_REPLAYED[self.path]}",
-            "",
-            f"## Kept ({len(self.kept)})",
-            "",
-        ]
-        out += [f"- `{name}` {subject}" + (f" ({note})" if note else "") for name, subject, note in self.kept] or ["none"]
-        out += ["", f"## Changed ({len(self.changed)})", ""]
-        if not self.changed:
-            out.append("none")
-        for name, subject, diff in self.changed:
-            out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
-        if self.added:
-            out += ["", f"## Added ({len(self.added)})", ""] + [f"- `{n}` {s}" for n, s in self.added]
-        out += ["", f"## Dropped: already upstream ({len(self.dropped)})", ""]
-        out += [d.line() for d in self.dropped] or ["none"]
-        return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
     def to_json(self) -> dict:
         return {
@@ -485,24 +427,6 @@ class Stopped:
     new: str
     remaining: int
     dropped: list[Dropped] = field(default_factory=list)
-
-    def headline(self) -> str:
-        return f"{self.component.label}: patch {self.name} ({self.subject}) conflicts with upstream {self.new[:12]}"
-
-    def next_steps(self) -> list[str]:
-        c = self.component
-        return [
-            f"conflicting files: {', '.join(self.files)}",
-            f"in {self.checkout}: edit those files to resolve the conflict markers, `git add` them",
-            f"then run `zmr rebase {c.model} -c {c.key} --continue` ({self.remaining} patch{'es' if self.remaining != 1 else ''} after this one)",
-            f"or give up: `zmr rebase {c.model} -c {c.key} --abort` restores pin, series and checkout",
-        ]
-
-    def text(self) -> str:
-        """What happened before the stop (the conflict itself goes to stderr)."""
-        if not self.dropped:
-            return ""
-        return "dropped so far:\n" + "".join(f"  {d.line()[2:]}\n" for d in self.dropped)
 
     def to_json(self) -> dict:
         return {

@@ -1,14 +1,17 @@
 """`zmr import`: turn existing release branches into a manifest and series that rebuild them.
 
-The work is `zmr.importer`.
+The work is `zmr.importer`; its `ImportResult` is rendered here.
 """
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import Json, find_project
 from zmr.cli.render import Progress, print_json, warn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.importer import ImportResult
 
 
 def import_(
@@ -30,5 +33,19 @@ def import_(
     if json_out:
         print_json(result.to_json())
         return
-    print(result.text(), end="")
+    print(import_text(result), end="")
 
+
+def import_text(result: "ImportResult") -> str:
+    """What was written, per model and component, and how to rebuild."""
+    lines = []
+    for model, items in result.manifests.items():
+        lines.append(f"wrote manifests/{model}.yaml")
+        for item in items:
+            count = len(item.patches)
+            lines.append(
+                f"  {item.key}: {item.branch} ({item.layout}) = {item.upstream} at {item.commit[:12]} + {count} patch{'es' if count != 1 else ''} in {item.folder}"
+            )
+    models = " ".join(result.manifests)
+    lines.append(f"rebuild with `zmr build {models}` (same trees; the commit ids follow the zmr layout)")
+    return "\n".join(lines) + "\n"

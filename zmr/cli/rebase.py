@@ -1,6 +1,7 @@
 """`zmr rebase`, `zmr upstreamed`: move a series to a new upstream commit; find the patches upstream has taken.
 
-The work is `zmr.rebase`.
+The work is `zmr.rebase`; it returns data (`Outcome`, `Stopped`,
+`UpstreamedReport`), rendered here as text and as the markdown report.
 """
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from zmr.cli.options import Components, Dir, Json, Model, OptionalModel, find_pr
 from zmr.cli.render import Progress, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.rebase import Outcome, Stopped
+    from zmr.rebase import Dropped, Outcome, Stopped, UpstreamedReport
 
 
 def rebase(
@@ -55,9 +56,9 @@ def _finish_rebase(outcome: "Outcome | Stopped", report: Path | None, json_out: 
         if json_out:
             print_json(outcome.to_json())
         else:
-            print(outcome.text(), end="")
-        raise CheckFailed(outcome.headline(), details=outcome.next_steps())
-    text = outcome.markdown()
+            print(stopped_text(outcome), end="")
+        raise CheckFailed(stopped_headline(outcome), details=stopped_next_steps(outcome))
+    text = outcome_markdown(outcome)
     if report is not None:
         atomic_write(Path(report).absolute(), text.encode("utf-8"))
     if json_out:
@@ -92,5 +93,90 @@ def upstreamed(
         print_json({"components": [r.to_json() for r in reports]})
         return
     for r in reports:
-        print(r.text(), end="")
+        print(upstreamed_text(r), end="")
 
+
+# -- rendering: the library's reports as text (stdout) and markdown (stdout, --report FILE) --
+
+_REPLAYED = {
+    "pin-only": "not needed (every hunk applies where it was: only the pin moved)",
+    "fast": "in memory (every patch applied)",
+    "checkout": "in the checkout (conflicts resolved)",
+}
+
+
+def dropped_line(d: "Dropped") -> str:
+    """A markdown list item: the dropped patch, the upstream commit that has it, and how that was found."""
+    where = f"upstream commit `{d.upstream}` ({d.upstream_subject})" if d.upstream else "upstream commit not identified"
+    how = {
+        "patch-id": "same patch-id",
+        "reverse-apply": "its changes are already there (reverse-applies)",
+        "empty": "empty once applied",
+        "resolved-empty": "empty after conflict resolution",
+        "skipped": "skipped while resolving",
+    }.get(d.method, d.method)
+    return f"- `{d.name}` {d.subject}: {where}; {how}"
+
+
+def outcome_markdown(o: "Outcome") -> str:
+    """The report of a finished rebase."""
+    c = o.component
+    if o.already:
+        return f"# zmr rebase {c.label}\n\nAlready pinned at `{o.new}` ({o.rev}); nothing to do.\n"
+    out = [
+        f"# zmr rebase {c.label}",
+        "",
+        f"- upstream: {c.upstream}",
+        f"- old pin: `{o.old}`",
+        f"- new pin: `{o.new}` ({o.rev})",
+        f"- upstream commits in between: {o.upstream_count}",
+        f"- series: {c.patches}: {len(o.kept)} kept, {len(o.changed)} changed, {len(o.dropped)} dropped"
+        + (f", {len(o.added)} added" if o.added else ""),
+        f"- replayed: {_REPLAYED[o.path]}",
+        "",
+        f"## Kept ({len(o.kept)})",
+        "",
+    ]
+    out += [f"- `{name}` {subject}" + (f" ({note})" if note else "") for name, subject, note in o.kept] or ["none"]
+    out += ["", f"## Changed ({len(o.changed)})", ""]
+    if not o.changed:
+        out.append("none")
+    for name, subject, diff in o.changed:
+        out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
+    if o.added:
+        out += ["", f"## Added ({len(o.added)})", ""] + [f"- `{n}` {s}" for n, s in o.added]
+    out += ["", f"## Dropped: already upstream ({len(o.dropped)})", ""]
+    out += [dropped_line(d) for d in o.dropped] or ["none"]
+    return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
+
+
+def stopped_headline(s: "Stopped") -> str:
+    return f"{s.component.label}: patch {s.name} ({s.subject}) conflicts with upstream {s.new[:12]}"
+
+
+def stopped_next_steps(s: "Stopped") -> list[str]:
+    c = s.component
+    return [
+        f"conflicting files: {', '.join(s.files)}",
+        f"in {s.checkout}: edit those files to resolve the conflict markers, `git add` them",
+        f"then run `zmr rebase {c.model} -c {c.key} --continue` ({s.remaining} patch{'es' if s.remaining != 1 else ''} after this one)",
+        f"or give up: `zmr rebase {c.model} -c {c.key} --abort` restores pin, series and checkout",
+    ]
+
+
+def stopped_text(s: "Stopped") -> str:
+    """What happened before the stop (the conflict itself goes to stderr)."""
+    if not s.dropped:
+        return ""
+    return "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
+
+
+def upstreamed_text(r: "UpstreamedReport") -> str:
+    c = r.component
+    lines = [f"{c.label}: {len(r.upstreamed)} of {r.patches} patches upstream between {c.commit[:12]} and {r.rev} ({r.rev_commit[:12]})"]
+    for d in r.upstreamed:
+        where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
+        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}]")
+    if r.conflicts:
+        lines.append(f"  would conflict at {r.rev}: {', '.join(r.conflicts)}")
+    return "\n".join(lines) + "\n"
