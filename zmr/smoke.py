@@ -61,11 +61,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.errors import CheckFailed, ZmrError
@@ -124,7 +125,7 @@ class Job:
     """One smoke test to run: its manifest entry and the trees it gets."""
 
     model: str
-    test: "SmokeTest"
+    test: SmokeTest
     component: str | None  # set for component tests
     needs: tuple[str, ...]  # components whose trees the test gets
     trees: tuple[Tree, ...] = ()
@@ -264,7 +265,7 @@ class Report:
 # -- selecting jobs ----------------------------------------------------------------------
 
 
-def select(manifests: Sequence["Manifest"], components: Sequence[str] | None = None, only: Sequence[str] | None = None) -> list[Job]:
+def select(manifests: Sequence[Manifest], components: Sequence[str] | None = None, only: Sequence[str] | None = None) -> list[Job]:
     """The jobs of *manifests*, filtered.
 
     ``components``: only the tests of these components, and the model tests
@@ -311,7 +312,7 @@ def select(manifests: Sequence["Manifest"], components: Sequence[str] | None = N
 # -- building what the jobs need -----------------------------------------------------------
 
 
-def prepare(project: "Project", manifests: Sequence["Manifest"], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None) -> tuple[list[Job], list[str]]:
+def prepare(project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
     A branch is current when it points at what ``release.compute`` gives for
@@ -323,7 +324,7 @@ def prepare(project: "Project", manifests: Sequence["Manifest"], jobs: Sequence[
     from zmr.cache import Cache
 
     by_model = {m.model: m for m in manifests}
-    needed: dict[tuple[str, str], "Component"] = {}
+    needed: dict[tuple[str, str], Component] = {}
     for job in jobs:
         for key in job.needs:
             needed[(job.model, key)] = by_model[job.model].components[key]
@@ -332,7 +333,7 @@ def prepare(project: "Project", manifests: Sequence["Manifest"], jobs: Sequence[
     cache = cache or Cache()
     repo = project.repo
     tips: dict[tuple[str, str], str] = {}
-    stale: list[tuple["Component", str | None]] = []
+    stale: list[tuple[Component, str | None]] = []
     for ident, comp in needed.items():
         rel = release.compute(project, comp, cache, progress)
         tips[ident] = rel.tip
@@ -364,16 +365,16 @@ def prepare(project: "Project", manifests: Sequence["Manifest"], jobs: Sequence[
 # -- trees ------------------------------------------------------------------------------------
 
 
-def _worktree_add(repo: "git.Repo", path: Path, commit: str) -> None:
+def _worktree_add(repo: git.Repo, path: Path, commit: str) -> None:
     # --detach: no branch is created or checked out; the tree is the commit's.
     repo.run(["worktree", "add", "--detach", "--quiet", str(path), commit], hint="the tree of a smoke test could not be created")
 
 
-def _worktree_remove(repo: "git.Repo", path: Path) -> bool:
+def _worktree_remove(repo: git.Repo, path: Path) -> bool:
     return repo.ok(["worktree", "remove", "--force", "--force", str(path)])
 
 
-def _worktree_paths(repo: "git.Repo") -> list[Path]:
+def _worktree_paths(repo: git.Repo) -> list[Path]:
     text = repo.out(["worktree", "list", "--porcelain", "-z"])
     return [Path(item[len("worktree "):]) for item in text.split("\0") if item.startswith("worktree ")]
 
@@ -386,7 +387,7 @@ class Worktrees:
     could race for it.
     """
 
-    def __init__(self, repo: "git.Repo", root: Path):
+    def __init__(self, repo: git.Repo, root: Path):
         self.repo = repo
         self.root = root
         self._lock = threading.Lock()
@@ -513,9 +514,8 @@ def claimant(rel: str, ids: Iterable[str]) -> str | None:
     """The test id a mismatch file names (``<id>/...`` or ``<id>.<...>``), longest first."""
     best = None
     for ident in ids:
-        if rel.startswith(ident + "/") or rel.startswith(ident + "."):
-            if best is None or len(ident) > len(best):
-                best = ident
+        if rel.startswith((ident + "/", ident + ".")) and (best is None or len(ident) > len(best)):
+            best = ident
     return best
 
 
@@ -536,7 +536,7 @@ def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict], lis
 Events = Callable[[str, Job, "Result | None"], None]
 
 
-def _no_events(kind: str, job: Job, result: "Result | None") -> None:
+def _no_events(kind: str, job: Job, result: Result | None) -> None:
     pass
 
 
@@ -553,7 +553,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, project: "Project", jobs: int = 1, grace: float | None = None):
+    def __init__(self, project: Project, jobs: int = 1, grace: float | None = None):
         self.project = project
         self.limit = max(1, jobs)
         self.grace = kill_grace() if grace is None else grace
@@ -635,11 +635,11 @@ class Options:
     record: bool = False
 
 
-def artifacts_dir(project: "Project", base: Path | None, model: str) -> Path:
+def artifacts_dir(project: Project, base: Path | None, model: str) -> Path:
     return (base if base is not None else project.root / ".zmr" / "smoke") / model
 
 
-def run(project: "Project", options: Options, executor: Executor, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
+def run(project: Project, options: Options, executor: Executor, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
     """Select, build, run on *executor*, and (with ``record``) write evidence. Raises nothing for failing tests."""
     if not options.models and not options.all_models:
         raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
@@ -687,7 +687,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 # -- reports ---------------------------------------------------------------------------------------------
 
 
-def record(project: "Project", results: Sequence[Result]) -> list[Path]:
+def record(project: Project, results: Sequence[Result]) -> list[Path]:
     """Write ``cases/<model>/evidence/smoke-<id>.json`` per result (temp file, then rename)."""
     written = []
     for result in results:

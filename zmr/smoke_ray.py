@@ -45,8 +45,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from zmr.errors import ZmrError
 from zmr.procgroup import ERROR, kill_grace, run_command
@@ -83,7 +84,7 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, project: "Project", *, address: str | None = None, num_cpus: int | None = None, shared_dir: Path | None = None, jobs: int | None = None, progress=None, grace: float | None = None):
+    def __init__(self, project: Project, *, address: str | None = None, num_cpus: int | None = None, shared_dir: Path | None = None, jobs: int | None = None, progress=None, grace: float | None = None):
         if address is not None and num_cpus is not None:
             raise ZmrError("--ray-cpus sizes a local Ray instance; it cannot be used with --ray-address")
         self.project = project
@@ -321,7 +322,7 @@ def staged_size(folder: Path) -> int:
     return total
 
 
-def copy_repository(project: "Project", target: Path, skip: Path | None = None) -> None:
+def copy_repository(project: Project, target: Path, skip: Path | None = None) -> None:
     """The repository's files as the user sees them (tracked and untracked, not ignored), without .git."""
     text = project.repo.out(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
     root = project.root
