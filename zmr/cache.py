@@ -13,6 +13,30 @@ the pinned commits are fetched (depth 1 where the server allows, a full
 fetch otherwise); each pin is kept reachable by ``refs/zmr/pins/<oid>``.
 Before a mirror is used, every object of each pinned tree must be present;
 a mirror that fails that check is moved to ``quarantine/`` and fetched anew.
+
+Partial mirrors. ``zmr verify`` needs a pin's trees and only the blobs its
+series touches (``read-tree``, ``write-tree --missing-ok`` and
+``commit-tree`` read no other blob). Asked for *paths*, the cache fetches
+the pin with ``--filter=blob:none`` (kept by ``refs/zmr/partial/<oid>``),
+then the blobs at those paths in one fetch; ``zmr.partial=true`` in the
+mirror's config records that blobs may be missing there. Invariants:
+
+- ``refs/zmr/pins/<oid>``: every object of the tree is present;
+  ``refs/zmr/partial/<oid>``: every tree is, blobs maybe not. A missing
+  tree is damage (quarantine); a missing blob of a partial pin is not;
+- no promisor remote is ever written into a mirror's config: the filtered
+  fetches name one with ``-c`` for that command only. So git 2.39, which
+  lazily fetches a missing object from any configured promisor remote,
+  never fetches behind zmr's back: a command that reads a missing blob
+  fails instead (newer gits also honour ``GIT_NO_LAZY_FETCH``, set by
+  zmr/git.py);
+- full fetches into a partial mirror offer only complete refs as haves
+  (``--negotiation-tip``), else the server would leave out the blobs that
+  partial pins share with what is fetched; a partial pin made complete is
+  fetched again whole (``--refetch``) and moves to ``refs/zmr/pins/``.
+
+A server that ignores the filter (no ``uploadpack.allowFilter``) sends the
+whole tree: that is today's depth-1 fetch, noted once in ``Cache.notes``.
 """
 
 from __future__ import annotations
@@ -27,13 +51,21 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
 from zmr import git
 from zmr.errors import ZmrError
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
+
+PINS = "refs/zmr/pins/"
+PARTIAL_PINS = "refs/zmr/partial/"
+PARTIAL_KEY = "zmr.partial"
+# Refs whose objects are all present: the only haves a full fetch into a partial mirror may offer.
+_COMPLETE_REFS = (PINS, "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
+_PROMISOR = "zmr-upstream"  # the remote name filtered fetches use, defined with -c for that fetch only
+_FILTER_IGNORED = "filtering not recognized by server"
 
 
 class CacheError(ZmrError):
@@ -76,9 +108,12 @@ class Cache:
 
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
-        # (mirror, commit) pairs this process has checked whole: six components on
-        # one pin walk its tree once. Forgotten when a mirror is replaced.
+        # (mirror, commit) pairs this process has checked whole (or, in _trees, every
+        # tree): six components on one pin walk its tree once. Forgotten when a mirror is replaced.
         self._verified: set[tuple[Path, str]] = set()
+        self._trees: set[tuple[Path, str]] = set()
+        # What the user should know about how pins were fetched, each said once.
+        self.notes: list[str] = []
 
     @property
     def mirrors_dir(self) -> Path:
@@ -102,37 +137,43 @@ class Cache:
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def ensure(self, url: str, commits: Sequence[str], *, display: str = "") -> Mirror:
-        """A mirror of *url* that holds every object of each commit in *commits*."""
+    def ensure(self, url: str, commits: Sequence[str], *, display: str = "", paths: Collection[str] | None = None) -> Mirror:
+        """A mirror of *url* that holds every object of each commit in *commits*.
+
+        With *paths* (the files a series touches), less is enough: every tree
+        of each commit and the blobs at *paths*, fetched blobless where the
+        server allows (see the module docstring).
+        """
         mirror = self.mirror_for(url)
         display = display or url
-        if mirror.path.is_dir() and self._has_all(mirror, commits):
+        if mirror.path.is_dir() and self._has_all(mirror, commits, paths):
             return mirror
         with self.lock(mirror):
             fresh = False
             if not mirror.path.is_dir() or self._damaged(mirror):
                 self._replace(mirror)
                 fresh = True
-            missing = [c for c in commits if not self._complete(mirror, c)]
-            if missing and not fresh and any(mirror.repo.has_object(c, "commit") for c in missing):
+            missing = [c for c in commits if not self._satisfied(mirror, c, paths)]
+            if missing and not fresh and any(self._broken(mirror, c) for c in missing):
                 # A pin whose commit is here but whose tree is not: the mirror is damaged.
                 self._replace(mirror)
                 fresh = True
             if missing:
                 try:
-                    self._fetch_commits(mirror, missing, display)
+                    self._fetch_commits(mirror, missing, display, paths)
                 except CacheError:
-                    if fresh:
+                    if fresh or all(self._has_trees(mirror, c) for c in missing):
+                        # New, or only blobs were wanted for trees found whole: the fetch failed, not the mirror.
                         raise
                     # Fetching into an old mirror can trip over its damage: start clean once.
                     self._replace(mirror)
                     fresh = True
-                    self._fetch_commits(mirror, missing, display)
-            still = [c for c in missing if not self._complete(mirror, c)]
+                    self._fetch_commits(mirror, missing, display, paths)
+            still = [c for c in missing if not self._satisfied(mirror, c, paths)]
             if still and not fresh:
                 self._replace(mirror)
-                self._fetch_commits(mirror, still, display)
-                still = [c for c in still if not self._complete(mirror, c)]
+                self._fetch_commits(mirror, still, display, paths)
+                still = [c for c in still if not self._satisfied(mirror, c, paths)]
             if still:
                 raise CacheError(
                     f"{display}: commit {still[0]} is incomplete after fetching",
@@ -148,12 +189,14 @@ class Cache:
                 self._create(mirror)
             repo = mirror.repo
             if git.FULL_OID_RE.match(ref) and repo.has_object(ref, "commit"):
+                if not self._complete(mirror, ref):
+                    self._fetch_whole(mirror, [ref], display or url)
                 self._unshallow(mirror)
                 return mirror, ref
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
             target = f"refs/zmr/track/{safe}"
             try:
-                repo.fetch(url, [f"+{ref}:{target}"], extra=self._unshallow_args(mirror))
+                repo.fetch(url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
                 repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]) from None
@@ -167,7 +210,7 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow"])
+            mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)])
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
@@ -177,15 +220,21 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             try:
-                mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=self._unshallow_args(mirror))
+                mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
                 mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror
 
     # -- internals -------------------------------------------------------------
-    def _has_all(self, mirror: Mirror, commits: Sequence[str]) -> bool:
-        return all(self._complete(mirror, c) for c in commits)
+    def _has_all(self, mirror: Mirror, commits: Sequence[str], paths: Collection[str] | None = None) -> bool:
+        return all(self._satisfied(mirror, c, paths) for c in commits)
+
+    def _satisfied(self, mirror: Mirror, commit: str, paths: Collection[str] | None) -> bool:
+        """*commit* is whole in *mirror*, or (with *paths*) its trees and the blobs at *paths* are."""
+        if self._complete(mirror, commit):
+            return True
+        return paths is not None and self._has_trees(mirror, commit) and not self._missing_blobs(mirror, commit, paths)
 
     def _complete(self, mirror: Mirror, commit: str) -> bool:
         if (mirror.path, commit) in self._verified:
@@ -195,6 +244,42 @@ class Cache:
             self._verified.add((mirror.path, commit))
             return True
         return False
+
+    def _has_trees(self, mirror: Mirror, commit: str) -> bool:
+        if (mirror.path, commit) in self._trees:
+            return True
+        repo = mirror.repo
+        if repo.has_object(commit, "commit") and repo.objects_complete(commit, blobs=False):
+            self._trees.add((mirror.path, commit))
+            return True
+        return False
+
+    def _broken(self, mirror: Mirror, commit: str) -> bool:
+        """The commit is here but not what it should be: damage, not just a pin not fetched yet.
+
+        In a partial mirror a missing blob is expected; a missing tree never is.
+        """
+        if not mirror.repo.has_object(commit, "commit"):
+            return False
+        return not (self._has_trees(mirror, commit) if self._is_partial(mirror) else self._complete(mirror, commit))
+
+    def _missing_blobs(self, mirror: Mirror, commit: str, paths: Collection[str]) -> list[str]:
+        """Blob ids at *paths* in *commit*'s tree that *mirror* lacks (paths not in the tree need none)."""
+        repo = mirror.repo
+        wanted = []
+        for item in repo.run(["ls-tree", "-r", "-z", "--full-tree", commit]).stdout.split(b"\0"):
+            meta, _, name = item.partition(b"\t")
+            fields = meta.split()
+            if len(fields) == 3 and fields[1] == b"blob" and name.decode("utf-8", "surrogateescape") in paths:
+                wanted.append(fields[2].decode())
+        return repo.missing_objects(wanted)
+
+    def _is_partial(self, mirror: Mirror) -> bool:
+        return mirror.repo.out(["config", "--bool", "--get", PARTIAL_KEY], check=False) == "true"
+
+    def _note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
 
     def _damaged(self, mirror: Mirror) -> bool:
         return not (mirror.path / "HEAD").is_file() or not (mirror.path / "objects").is_dir()
@@ -224,6 +309,7 @@ class Cache:
     def _replace(self, mirror: Mirror) -> None:
         """Move a damaged mirror aside (kept for inspection) and start an empty one."""
         self._verified = {entry for entry in self._verified if entry[0] != mirror.path}
+        self._trees = {entry for entry in self._trees if entry[0] != mirror.path}
         if mirror.path.exists():
             self._quarantine(mirror)
         self._create(mirror)
@@ -233,20 +319,104 @@ class Cache:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(mirror.path, target)
 
-    def _fetch_commits(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
+    def _fetch_commits(self, mirror: Mirror, commits: Sequence[str], display: str, paths: Collection[str] | None = None) -> None:
+        """Fetch *commits*: whole, or (with *paths*) blobless plus the blobs at *paths*."""
+        if paths is None:
+            here = [c for c in commits if mirror.repo.has_object(c, "commit")]
+            if here:
+                self._fetch_whole(mirror, here, display)
+            commits = [c for c in commits if c not in here]
+            if commits:
+                self._fetch_full(mirror, commits, display)
+        else:
+            absent = [c for c in commits if not mirror.repo.has_object(c, "commit")]
+            if absent and not self._fetch_blobless(mirror, absent, display):
+                self._fetch_full(mirror, absent, display)
+            self._fetch_blobs(mirror, commits, paths, display)
+        self._settle(mirror, commits)
+
+    def _promisor_config(self, mirror: Mirror) -> list[str]:
+        # Makes this one fetch a partial-clone fetch without git writing the remote into the mirror's config.
+        return [f"remote.{_PROMISOR}.url={mirror.url}", f"remote.{_PROMISOR}.promisor=true", f"remote.{_PROMISOR}.partialclonefilter=blob:none"]
+
+    def _fetch_blobless(self, mirror: Mirror, commits: Sequence[str], display: str) -> bool:
+        """Fetch *commits* at depth 1 without blobs; False when the server cannot (then nothing is fetched)."""
         repo = mirror.repo
-        refspecs = [f"+{c}:refs/zmr/pins/{c}" for c in commits]
+        if not self._is_partial(mirror):
+            repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
+        try:
+            proc = repo.fetch(_PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror))
+        except git.GitError:
+            return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
+        if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
+            # The server sent whole trees: today's depth-1 fetch, so nothing else to do.
+            self._note(f"{display}: the server does not allow filtered fetches (uploadpack.allowFilter); fetched whole trees at depth 1")
+        return True
+
+    def _fetch_blobs(self, mirror: Mirror, commits: Sequence[str], paths: Collection[str], display: str) -> None:
+        """The missing blobs at *paths* of *commits*, in one fetch; the whole trees where the server refuses single objects."""
+        needed = sorted({oid for c in commits for oid in self._missing_blobs(mirror, c, paths)})
+        if not needed:
+            return
+        try:
+            # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
+            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"])
+        except git.GitError:
+            pass
+        short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
+        if short:
+            self._note(f"{display}: the server does not send single blobs by id; fetched whole trees at depth 1")
+            self._fetch_whole(mirror, short, display)
+
+    def _fetch_whole(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
+        """Fetch again, whole, commits the mirror has without all their blobs.
+
+        With ``--refetch`` (git 2.36): a plain fetch sees the commit here and fetches nothing.
+        """
+        self._fetch_full(mirror, commits, display, refetch=True)
+        self._settle(mirror, commits)
+
+    def _haves(self, mirror: Mirror) -> list[str]:
+        """Options for a full fetch: in a partial mirror, only complete refs may be offered as haves."""
+        if not self._is_partial(mirror):
+            return []
+        present = {name.split("/", 3)[2] for name in mirror.repo.refs("refs/zmr/")}
+        tips = [f"--negotiation-tip={prefix}*" for prefix in _COMPLETE_REFS if prefix.split("/")[2] in present]
+        # No complete ref: offer nothing (a --negotiation-tip that matches no ref would be ignored).
+        return tips or ["--refetch"]
+
+    def _settle(self, mirror: Mirror, commits: Sequence[str]) -> None:
+        """Keep each fetched pin by the ref that says what of it is here: pins/ whole, partial/ every tree."""
+        repo = mirror.repo
+        updates = []
+        for commit in commits:
+            if self._complete(mirror, commit):
+                want = {PINS + commit: commit, PARTIAL_PINS + commit: None}
+            elif self._has_trees(mirror, commit):
+                want = {PINS + commit: None, PARTIAL_PINS + commit: commit}
+            else:
+                continue  # not fetched: the caller finds it missing
+            for ref, new in want.items():
+                old = repo.ref_value(ref)
+                if old != new:
+                    updates.append(git.RefUpdate(ref, new, old))
+        repo.update_refs(updates, "zmr cache")
+
+    def _fetch_full(self, mirror: Mirror, commits: Sequence[str], display: str, *, refetch: bool = False) -> None:
+        repo = mirror.repo
+        refspecs = [f"+{c}:{PINS}{c}" for c in commits]
+        haves = ["--refetch"] if refetch else self._haves(mirror)
         attempts: list[tuple[int | None, list[str]]] = [(1, refspecs), (None, refspecs)]
         errors: list[str] = []
         for depth, specs in attempts:
             try:
-                repo.fetch(mirror.url, specs, depth=depth)
+                repo.fetch(mirror.url, specs, depth=depth, extra=haves)
                 return
             except git.GitError as err:
                 errors.append(err.stderr_text.strip())
         # The server refuses unadvertised commits: fetch everything it advertises.
         try:
-            repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=self._unshallow_args(mirror))
+            repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
         except git.GitError as err:
             raise CacheError(
                 f"{display}: cannot fetch from {mirror.url}",
@@ -258,4 +428,4 @@ class Cache:
                     f"{display}: upstream has no commit {commit}",
                     details=["it may have been force-pushed away; pin a commit that exists (git ls-remote <upstream>)"],
                 )
-            repo.run(["update-ref", f"refs/zmr/pins/{commit}", commit])
+            repo.run(["update-ref", f"{PINS}{commit}", commit])

@@ -10,7 +10,11 @@ environment, so that nothing on the machine can change what zmr computes:
 - inherited ``GIT_*`` variables (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) are
   dropped; the caller sets what it means explicitly;
 - ``LC_ALL=C``, ``TZ=UTC``, no pager, no prompt, no hooks, no fsmonitor,
-  no gpg signing, no automatic gc (it would race parallel runs).
+  no gpg signing, no automatic gc (it would race parallel runs);
+- no lazy fetching of missing objects: ``GIT_NO_LAZY_FETCH=1`` (git 2.44+),
+  and zmr never writes a promisor remote into a repository's config (see
+  zmr/cache.py), so older gits have nowhere to fetch from: zmr alone
+  decides what is fetched, and when.
 """
 
 from __future__ import annotations
@@ -152,6 +156,7 @@ def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, 
             "GIT_NO_REPLACE_OBJECTS": "1",
             "GIT_OPTIONAL_LOCKS": "0",
             "GIT_ADVICE": "0",
+            "GIT_NO_LAZY_FETCH": "1",
             "GIT_AUTHOR_NAME": "zmr",
             "GIT_AUTHOR_EMAIL": "zmr@localhost",
             "GIT_COMMITTER_NAME": "zmr",
@@ -316,9 +321,16 @@ class Repo:
         text = self.out(["rev-list", *args])
         return text.split() if text else []
 
-    def objects_complete(self, commit: str) -> bool:
-        """Every object of *commit*'s tree is present (no walk of its history)."""
-        return self.ok(["rev-list", "--objects", "--no-walk", "--missing=error", commit])
+    def objects_complete(self, commit: str, *, blobs: bool = True) -> bool:
+        """Every object of *commit*'s tree is present (no walk of its history); with ``blobs=False`` every tree."""
+        return self.ok(["rev-list", "--objects", "--no-walk", *([] if blobs else ["--filter=blob:none"]), "--missing=error", commit])
+
+    def missing_objects(self, oids: Sequence[str]) -> list[str]:
+        """Those of *oids* this repository does not have."""
+        if not oids:
+            return []
+        text = self.out(["cat-file", "--batch-check=%(objectname)"], input="".join(f"{oid}\n" for oid in oids).encode())
+        return [line.split()[0] for line in text.splitlines() if line.endswith(" missing")]
 
     # -- index and commits --------------------------------------------------
     def commit_tree(self, tree: str, parents: Iterable[str], message: str, author: Identity, committer: Identity) -> str:
@@ -374,8 +386,12 @@ class Repo:
             hint="no ref was moved",
         )
 
-    def fetch(self, source: str, refspecs: Sequence[str], *, depth: int | None = None, extra: Sequence[str] = ()) -> subprocess.CompletedProcess[bytes]:
-        args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+    def fetch(
+        self, source: str, refspecs: Sequence[str], *, depth: int | None = None, extra: Sequence[str] = (), config: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository."""
+        args = [arg for item in config for arg in ("-c", item)]
+        args += ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
         if depth is not None:
             args.append(f"--depth={depth}")
         args += list(extra)

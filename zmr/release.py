@@ -93,13 +93,19 @@ class VerifyResult:
 # -- computing release commits -------------------------------------------------------
 
 
-def compute(project: Project, component: Component, cache: Cache, progress: Progress | None = None) -> Release:
-    """The release commits of *component*, written into its mirror (not into the repository)."""
+def compute(project: Project, component: Component, cache: Cache, progress: Progress | None = None, *, partial: bool = False) -> Release:
+    """The release commits of *component*, written into its mirror (not into the repository).
+
+    *partial*: the ids are all that is wanted (verify), so the mirror needs
+    the pin's trees and only the blobs the series touches; the commits are
+    then not copyable until the cache fetches the rest (``build`` asks for it).
+    """
     series = read_series(project.root / component.patches, component.patches)
     url = resolve_upstream(component.upstream, project.root)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")
-    mirror = cache.ensure(url, [component.commit], display=f"{component.label} ({component.upstream})")
+    paths = _series_paths(project, series) if partial else None
+    mirror = cache.ensure(url, [component.commit], display=f"{component.label} ({component.upstream})", paths=paths)
     repo = mirror.repo
     upstream = repo.commit_info(component.commit)
     upstream_tree = upstream.tree
@@ -118,6 +124,14 @@ def compute(project: Project, component: Component, cache: Cache, progress: Prog
     return Release(component, mirror, upstream_tree, tree, commits, series)
 
 
+def _series_paths(project: Project, series: Series) -> frozenset[str] | None:
+    """Every path the series reads or writes, as ``git apply`` sees them; None (fetch everything) when that cannot be told."""
+    from zmr.workspace import patch_file_sets
+
+    sets = patch_file_sets(project.repo, series.patches) if series.patches else []
+    return None if sets is None else frozenset[str]().union(*sets)
+
+
 def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: Sequence[Patch]) -> str:
     """Tree of *base_tree* with *patches* applied in order, via a temporary index."""
     with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
@@ -129,13 +143,14 @@ def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: 
         if len(strips) == 1:
             proc = repo.run(apply_args(patches[0].strip) + [str(p.path) for p in patches], env=env, check=False)
             if proc.returncode == 0:
-                return repo.out(["write-tree"], env=env)
+                # --missing-ok: a partial mirror lacks the blobs no patch touches; tree ids do not depend on them.
+                return repo.out(["write-tree", "--missing-ok"], env=env)
             repo.run(["read-tree", base_tree], env=env)
         for patch in patches:
             proc = repo.run(apply_args(patch.strip), input=patch.data, env=env, check=False)
             if proc.returncode != 0:
                 raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
-        return repo.out(["write-tree"], env=env)
+        return repo.out(["write-tree", "--missing-ok"], env=env)
 
 
 def apply_args(strip: int) -> list[str]:
@@ -304,7 +319,7 @@ def verify(project: Project, components: Sequence[Component], remote: str | None
         actual_refs = repo.ls_remote(remote, [f"refs/heads/{c.branch}" for c in components])
     results = []
     for comp in components:
-        rel = compute(project, comp, cache, progress)
+        rel = compute(project, comp, cache, progress, partial=True)
         actual = actual_refs.get(rel.ref)
         result = VerifyResult(comp, comp.branch, "ok", rel.tip, actual)
         if actual is None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_json, warn
 
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
@@ -36,12 +36,16 @@ def verify(
 ) -> None:
     """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
     from zmr import release
+    from zmr.cache import Cache
     from zmr.errors import CheckFailed
 
     project = find_project()
     targets = project.targets(models, components, all_models)
+    cache = Cache()
     with Progress() as progress:
-        results = release.verify(project, targets, remote=remote, progress=progress)
+        results = release.verify(project, targets, remote=remote, cache=cache, progress=progress)
+    for note in cache.notes:
+        warn(note)
     bad = [r for r in results if r.status != "ok"]
     if json_out:
         print_json(
