@@ -9,6 +9,7 @@ machines, ratios do.
     python scripts/bench.py                      # synthetic upstream, defaults
     python scripts/bench.py --tiny               # seconds; what the tests run
     python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA [--onto SHA2]
+    python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA --only verify-cold   # CI's cold verify
 
 The synthetic upstream is generated deterministically with git fast-import:
 ~5,000 files in nested folders (~60 MB of text), a few hundred commits, a
@@ -284,7 +285,7 @@ done
 """
 
 
-SECTIONS = ("fetch", "build", "verify", "startup", "checkout", "rebase")
+SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase")
 
 
 def compile_bytecode() -> str:
@@ -380,6 +381,8 @@ def _run(args, zmr, work: Path, results: dict) -> int:
             shutil.copytree(work / f"template-{n}", built, symlinks=True)
             subprocess.run([*zmr, "build", "bench"], cwd=built, env=env(zenv), check=True, capture_output=True)
         _verify(args, zmr, up, mirror, zenv, built, n, results)
+    if "verify-cold" in args.only:
+        _verify_cold(args, zmr, work, up, patches, n, results)
     if "startup" in args.only:
         _startup(args, zmr, work / f"template-{n}", zenv, results)
     _extra_workflows(args, zmr, work, up, patches, zenv, results)
@@ -453,6 +456,44 @@ def _verify(args, zmr, up: Upstream, mirror: Path, zenv: dict, built: Path, n: i
         verify_series["floor"].samples.append(measure_mem(["bash", "-c", FLOOR, "floor", str(mirror), up.pin, str(built), "verify", *comps], built))
     m[f"verify_n{n}"] = {k: v.as_json() for k, v in verify_series.items()}
     results["ratios"][f"verify_n{n}_zmr_over_floor"] = round(verify_series["zmr"].median / verify_series["floor"].median, 2)
+
+
+def _verify_cold(args, zmr, work: Path, up: Upstream, patches, n: int, results: dict) -> None:
+    """CI's cold path: ``zmr verify --all`` into an empty cache, the upstream served with filters allowed and not.
+
+    The upstream is served over file:// (real upload-pack) from a bare clone that borrows its
+    objects (``--shared``), so the server's ``uploadpack.allowFilter`` can be switched between
+    runs without touching the repository under measurement. With it on, zmr fetches the pins
+    blobless plus the blobs the series touches; with it off, the same command falls back to
+    depth-1 fetches of the same pins (what every cold verify did before).
+    """
+    m = results["measurements"]
+    served = work / "served.git"
+    if not served.exists():
+        git("clone", "-q", "--bare", "--shared", str(up.path), str(served))
+    url = f"file://{served}"
+    project = work / f"verify-cold-{n}"
+    if not project.exists():
+        make_template(project, up, patches, n)
+        manifest = project / "manifests/bench.yaml"
+        manifest.write_text(manifest.read_text().replace(str(up.path), url))
+        git("commit", "-q", "-am", "served upstream", cwd=project)
+        subprocess.run([*zmr, "build", "bench"], cwd=project, env=env({"ZMR_CACHE": str(work / "verify-cold-build-cache")}), check=True, capture_output=True)
+    variants = {"partial": "true", "depth1": "false"}
+    series = {name: Series(f"zmr verify --all (cold, {name})") for name in variants}
+    sizes: dict[str, int] = {}
+    for rep in range(args.reps):
+        for name, allow in variants.items():
+            git("config", "uploadpack.allowFilter", allow, cwd=served)
+            cache = work / f"verify-cold-cache-{name}"
+            shutil.rmtree(cache, ignore_errors=True)
+            series[name].samples.append(measure_mem([*zmr, "verify", "--all"], project, {"ZMR_CACHE": str(cache)}))
+            sizes[name] = _dir_bytes(cache)
+            shutil.rmtree(cache)
+        print(f"verify-cold N={n} rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s {sizes[k] / 1e6:.2f} MB" for k, v in series.items()), flush=True)
+    m[f"verify_cold_n{n}"] = {name: {**series[name].as_json(), "bytes": sizes[name]} for name in variants}
+    results["ratios"][f"verify_cold_n{n}_bytes_depth1_over_partial"] = round(sizes["depth1"] / max(sizes["partial"], 1), 2)
+    results["ratios"][f"verify_cold_n{n}_time_depth1_over_partial"] = round(series["depth1"].median / series["partial"].median, 2)
 
 
 def _startup(args, zmr, project: Path, zenv: dict, results: dict) -> None:
@@ -600,6 +641,8 @@ NOTES = [
     "- `build_nN`: release branches for N components. `naive`: a shell script (clone, checkout, orphan commit, `git am`, squash, push);"
     " `floor`: read-tree, `apply --cached`, write-tree and commit-tree as a bare shell loop, plus the object copy; `floor-core`: the loop alone.",
     "- `fetch_cold`: the pin into an empty cache over `file://` (pack protocol), against `git clone --bare --no-local`; bytes on disk.",
+    "- `verify_cold_nN`: `zmr verify --all` into an empty cache, the upstream served over `file://` with `uploadpack.allowFilter`"
+    " (`partial`: blobless pins plus the blobs the series touches) and without it (`depth1`: whole trees at depth 1); bytes of the cache.",
     "- `checkout`: `zmr checkout` against `git init` + fetch of the pin + `git am`.",
     "- `rebase`: the series onto an upstream commit a few hundred commits later that left the series' files alone.",
     "- `rebase_moved`: the same, plus one upstream commit that inserts a line above every hunk: every patch is replayed and rewritten.",

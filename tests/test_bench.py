@@ -44,3 +44,18 @@ def test_bench_only_measures_what_it_is_asked_for(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
     assert set(data["measurements"]) == {"rebase", "rebase_moved"}
+
+
+def test_bench_cold_verify_compares_partial_with_depth_one_fetches(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "verify-cold", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["measurements"]) == {"verify_cold_n2"}
+    cold = data["measurements"]["verify_cold_n2"]
+    assert set(cold) == {"partial", "depth1"} and 0 < cold["partial"]["bytes"] < cold["depth1"]["bytes"]
+    assert data["ratios"]["verify_cold_n2_bytes_depth1_over_partial"] > 1
+    assert data["ratios"]["verify_cold_n2_time_depth1_over_partial"] > 0
