@@ -31,6 +31,7 @@ from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component
+from zmr.patchfile import patch_file_sets
 from zmr.project import Project
 from zmr.series import Patch, Series, read_series
 
@@ -126,8 +127,6 @@ def compute(project: Project, component: Component, cache: Cache, progress: Prog
 
 def _series_paths(project: Project, series: Series) -> frozenset[str] | None:
     """Every path the series reads or writes, as ``git apply`` sees them; None (fetch everything) when that cannot be told."""
-    from zmr.workspace import patch_file_sets
-
     sets = patch_file_sets(project.repo, series.patches) if series.patches else []
     return None if sets is None else frozenset[str]().union(*sets)
 
