@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from zmr.errors import ZmrError
-from zmr.manifest import MODEL_RE, ManifestError, manifest_paths
+from zmr.errors import CaseError, ManifestError, ZmrError
+from zmr.manifest import MODEL_RE, manifest_paths
 from zmr.yamlnodes import Problems, display_path, join_path, kind, mapping_items, read_top_mapping, scalar
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,10 +63,6 @@ CASE_FILE = "case.yaml"
 HARDWARE_STATUSES = ("validated", "not verified")
 _URL_RE = re.compile(r"https?://[^\s<>]+\Z")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-class CaseError(ManifestError):
-    """One or more case files are invalid; ``problems`` lists each one (exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from urllib.parse import quote
 
-from zmr.cases import Case, CaseError, check_project, model_titles
-from zmr.errors import CheckFailed, ZmrError
+from zmr.cases import Case, check_project, model_titles
+from zmr.errors import CheckFailed, DocsError, ZmrError
 from zmr.files import atomic_write
 from zmr.yamlnodes import Problems
 
@@ -59,10 +59,6 @@ _MARKER_RE = re.compile(r"^ {0,3}<!--\s*zmr:(\S+)\s*(.*?)\s*-->\s*$")
 _MARKER_START_RE = re.compile(r"^ {0,3}<!--\s*zmr:")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _GITHUB_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
-
-
-class DocsError(CaseError):
-    """The README's marker lines are wrong; ``problems`` lists each one (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +138,6 @@ def _base_url(url: str | None) -> str | None:
 
 def _branches(project: "Project", manifests: Sequence["Manifest"], warnings: list[str]) -> dict[tuple[str, str], BranchState]:
     """Tip (and snapshot) of each component's local branch, when it matches the current inputs."""
-    from zmr import git
     from zmr.release import TRAILER_SERIES, TRAILER_UPSTREAM_COMMIT
     from zmr.series import read_series
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from zmr.errors import ZmrError
+from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
 from zmr.yamlnodes import Problems, display_path, join_path, kind, line_of, mapping_items, read_top_mapping, scalar
 
@@ -37,17 +37,6 @@ _COMMAND_TRANSPORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
 ALLOWED_SCHEMES = {"https", "http", "ssh", "git", "file", "git+ssh", "ssh+git"}
-
-
-class ManifestError(ZmrError):
-    """One or more manifest files are invalid; ``problems`` lists each one."""
-
-    def __init__(self, problems: list):
-        self.problems = sorted(problems, key=lambda p: (p.path, p.line))
-        count = len(self.problems)
-        files = sorted({p.path for p in self.problems})
-        head = f"{count} problem{'s' if count != 1 else ''} in {', '.join(files)}"
-        super().__init__(head, details=[str(p) for p in self.problems])
 
 
 @dataclass(frozen=True)

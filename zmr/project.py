@@ -20,8 +20,8 @@ from pathlib import Path
 from yaml.nodes import MappingNode, ScalarNode
 
 from zmr import git
-from zmr.errors import ZmrError
-from zmr.manifest import Component, Manifest, ManifestError, Policy, load_manifests
+from zmr.errors import SettingsError, ZmrError
+from zmr.manifest import Component, Manifest, Policy, load_manifests
 from zmr.yamlnodes import Problems, kind, mapping_items, read_yaml, scalar
 
 SETTINGS_FILE = "zmr.yaml"
@@ -136,7 +136,7 @@ def load_settings(root: Path) -> Settings:
                     else:
                         values[sub] = scalar(sub_value)
     if problems:
-        raise ManifestError(problems.items)
+        raise SettingsError(problems.items)
     return Settings(
         release_name=values.get("name", DEFAULT_RELEASE_NAME),
         release_email=values.get("email", DEFAULT_RELEASE_EMAIL),

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from zmr.errors import ZmrError
+from zmr.errors import SeriesError
 from zmr.yamlnodes import Problem
 
 MAX_PATCH_BYTES = 64 << 20
@@ -29,10 +29,6 @@ _STRIP_RE = re.compile(r"-p(\d+)\Z")
 _SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
 _DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.M)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-class SeriesError(ZmrError):
-    """A series or patch file is invalid."""
 
 
 @dataclass(frozen=True)
