@@ -380,14 +380,6 @@ def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case],
     return cases, problems
 
 
-def cases(root: Path, models: list[str] | None = None) -> list[Case]:
-    """The valid cases; raise CaseError with every problem of every file."""
-    found, problems = load_cases(root, models)
-    if problems:
-        raise CaseError(problems)
-    return found
-
-
 def check_project(project: "Project", models: list[str] | None = None) -> tuple[list["Manifest"], list[Case]]:
     """Manifests and cases of *models* (all when empty): every problem of both in one error (exit 2).
 
