@@ -17,12 +17,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from yaml.nodes import MappingNode, ScalarNode
-
 from zmr import git
 from zmr.errors import SettingsError, ZmrError
 from zmr.manifest import Component, Manifest, Policy, load_manifests
-from zmr.yamlnodes import Problems, kind, mapping_items, read_yaml, scalar
+from zmr.schema import At, Check, Field, Record, Text, read_file
+from zmr.yamlnodes import Problems
 
 SETTINGS_FILE = "zmr.yaml"
 DEFAULT_RELEASE_NAME = "zmr release"
@@ -108,37 +107,48 @@ def _checkout_owner(path: Path) -> Path | None:
     return None
 
 
+def _no_angle_brackets(value: str, at: At) -> str | None:
+    """Name and e-mail go into commit headers: ``Name <email>`` on one line."""
+    if any(c in value for c in "<>\n"):
+        at.add("must not contain '<', '>' or a newline", "remove them")
+        return None
+    return value
+
+
+def _setting(check: Check | None = None) -> Text:
+    return Text("expected a non-empty string", empty=None, control=None, check=check)
+
+
+SETTINGS = Record(
+    (
+        Field(
+            "release",
+            Record(
+                (
+                    Field("name", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_NAME),
+                    Field("email", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_EMAIL),
+                    Field("url", _setting()),
+                ),
+                fix="give it name, email and url",
+                suggest=False,
+                make=lambda f, at: Settings(release_name=f["name"], release_email=f["email"], release_url=f.get("url")),
+            ),
+            default=Settings(),
+        ),
+    ),
+    fix="write `release:` with name, email, url",
+    suggest=False,
+    make=lambda f, at: f["release"],
+)
+
+
 def load_settings(root: Path) -> Settings:
+    """``zmr.yaml``'s settings, the defaults where it is absent; SettingsError lists every problem."""
     path = root / SETTINGS_FILE
     if not path.is_file():
         return Settings()
     problems = Problems(SETTINGS_FILE)
-    node = read_yaml(path, SETTINGS_FILE, problems)
-    values: dict[str, str] = {}
-    if node is not None:
-        if not isinstance(node, MappingNode):
-            problems.add(node, f"top level: expected a mapping, got {kind(node)}", "write `release:` with name, email, url")
-        else:
-            for key, key_node, value in mapping_items(node, problems, "top level"):
-                if key != "release":
-                    problems.add(key_node, f"{key}: unknown key", "allowed keys: release")
-                    continue
-                if not isinstance(value, MappingNode):
-                    problems.add(value, f"release: expected a mapping, got {kind(value)}", "give it name, email and url")
-                    continue
-                for sub, sub_node, sub_value in mapping_items(value, problems, "release"):
-                    if sub not in ("name", "email", "url"):
-                        problems.add(sub_node, f"release.{sub}: unknown key", "allowed keys: name, email, url")
-                    elif not isinstance(sub_value, ScalarNode) or not isinstance(scalar(sub_value), str) or not scalar(sub_value).strip():
-                        problems.add(sub_value, f"release.{sub}: expected a non-empty string", "write a plain string")
-                    elif sub != "url" and any(c in scalar(sub_value) for c in "<>\n"):
-                        problems.add(sub_value, f"release.{sub}: must not contain '<', '>' or a newline", "remove them")
-                    else:
-                        values[sub] = scalar(sub_value)
+    settings = read_file(path, SETTINGS_FILE, SETTINGS, problems)
     if problems:
         raise SettingsError(problems.items)
-    return Settings(
-        release_name=values.get("name", DEFAULT_RELEASE_NAME),
-        release_email=values.get("email", DEFAULT_RELEASE_EMAIL),
-        release_url=values.get("url"),
-    )
+    return settings

@@ -1,10 +1,10 @@
-"""Strict YAML reading with line numbers, for manifests and cases.
+"""Strict YAML reading with line numbers, for manifests, cases and ``zmr.yaml``.
 
 Files are parsed into PyYAML's node graph (never constructed into Python
 objects first) so that every value keeps the line it came from. Anything a
 hand-written manifest never needs and an attacker might use is refused:
 anchors and aliases (YAML bombs), tags, duplicate keys, non-UTF-8 bytes and
-oversized files.
+oversized files. `zmr.schema` walks the node trees read here.
 """
 
 from __future__ import annotations
@@ -53,17 +53,6 @@ def display_path(path: Path, root: Path) -> str:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         return str(path)
-
-
-def read_top_mapping(path: Path, display: str, problems: Problems, hint: str) -> MappingNode | None:
-    """The top-level mapping of a file, or None with the reason recorded (*hint*: how it should start)."""
-    node = read_yaml(path, display, problems)
-    if node is None:
-        return None
-    if not isinstance(node, MappingNode):
-        problems.add(node, f"top level: expected a mapping, got {kind(node)}", hint)
-        return None
-    return node
 
 
 def line_of(node_or_line: Node | int | None) -> int:
@@ -192,7 +181,7 @@ def kind(node: Node) -> str:
 def mapping_items(node: MappingNode, problems: Problems, where: str) -> list[tuple[str, Node, Node]]:
     """(key, key node, value node) for each entry; duplicate and non-string keys reported."""
     seen: dict[str, int] = {}
-    items = []
+    items: list[tuple[str, Node, Node]] = []
     for key_node, value_node in node.value:
         if not isinstance(key_node, ScalarNode) or not isinstance(_construct(key_node), str):
             problems.add(key_node, f"{where}: keys must be plain strings", "quote the key")
