@@ -9,6 +9,11 @@
 
 The release identity is an input of every release commit id: change it and
 every branch changes.
+
+``Project`` is the one place that knows where zmr keeps its own files in
+the repository: the git-ignored ``.zmr/`` folder (rebase state, checkout
+pointers, the export journal, smoke artifacts) and the default checkout
+folder ``work/<model>/<component>``. Formats: docs/reference.md.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from zmr.schema import At, Check, Field, Record, Text, read_file
 from zmr.yamlnodes import Problems
 
 SETTINGS_FILE = "zmr.yaml"
+STATE_DIR = ".zmr"
 DEFAULT_RELEASE_NAME = "zmr release"
 DEFAULT_RELEASE_EMAIL = "release@zmr.invalid"
 
@@ -66,6 +72,37 @@ class Project:
             f"{here}: not inside a zmr repository (no manifests/ folder found here or above)",
             details=["run zmr from the repository root, or set ZMR_REPO"],
         )
+
+    # -- the layout of what zmr keeps in the repository ----------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        """``.zmr/``: zmr's own files (git-ignored; none of them is an input of a release)."""
+        return self.root / STATE_DIR
+
+    def rebase_dir(self, component: Component) -> Path:
+        """``.zmr/rebase/<model>-<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
+        return self.state_dir / "rebase" / f"{component.model}-{component.key}"
+
+    def rebase_state(self, component: Component) -> Path:
+        """``state.json`` of ``rebase_dir``: present exactly while a rebase of *component* is under way."""
+        return self.rebase_dir(component) / "state.json"
+
+    def checkout_pointer(self, component: Component) -> Path:
+        """``.zmr/checkouts/<model>/<component>``: the folder of a checkout made with ``--dir``, one line."""
+        return self.state_dir / "checkouts" / component.model / component.key
+
+    def pending_removals(self, component: Component) -> Path:
+        """``.zmr/pending-removals/<model>-<component>.json``: files an interrupted export still has to remove."""
+        return self.state_dir / "pending-removals" / f"{component.model}-{component.key}.json"
+
+    def smoke_artifacts(self, model: str) -> Path:
+        """``.zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
+        return self.state_dir / "smoke" / model
+
+    def default_checkout(self, component: Component) -> Path:
+        """``work/<model>/<component>``: where a checkout goes without ``--dir``."""
+        return self.root / "work" / component.model / component.key
 
     @property
     def repo(self) -> git.Repo:

@@ -636,7 +636,7 @@ class Options:
 
 
 def artifacts_dir(project: Project, base: Path | None, model: str) -> Path:
-    return (base if base is not None else project.root / ".zmr" / "smoke") / model
+    return base / model if base is not None else project.smoke_artifacts(model)
 
 
 def run(project: Project, options: Options, executor: Executor, *, events: Events = _no_events, progress: Progress | None = None) -> Report:
