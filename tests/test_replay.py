@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from conftest import git, make_upstream
 from zmr import git as zgit
 from zmr.patchfile import commit_diff, commit_diffs
-from zmr.rebase import chain_patch_ids, file_sets, files_unchanged, patch_ids
 from zmr.series import read_series
 from zmr.manifest import Component
-from zmr.workspace import Replayer, TempIndex, build_chain, patch_file_sets, paths_fit, plan_export
+from zmr.export import plan_export
+from zmr.replay import Replayer, TempIndex, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, paths_fit
 
 AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"}
 
@@ -263,7 +263,7 @@ def test_fast_import_leaves_no_ref(rich_upstream):
 
 def test_history_fetches_keep_a_commit_graph_and_a_kept_chain_is_found_by_counting(rich_upstream, tmp_path):
     from zmr.cache import Cache, resolve_upstream
-    from zmr.workspace import kept_chain
+    from zmr.replay import kept_chain
 
     up = rich_upstream
     cache = Cache(tmp_path / "cache")
@@ -327,7 +327,7 @@ def read_series_patch(path: Path):
 
 
 def test_moved_flags_are_unknown_where_git_names_a_file_zmr_cannot_place():
-    from zmr.workspace import _moved_by_patch
+    from zmr.replay import _moved_by_patch
 
     files = [frozenset({"a.py"}), frozenset({"b c.py"})]
     plain = b"Checking patch a.py...\nHunk #1 succeeded at 12 (offset 2 lines).\nChecking patch b c.py...\nApplied patch a.py cleanly.\n"

@@ -2,7 +2,8 @@
 
 The library is usable without the CLI: `zmr.manifest` loads and validates
 manifests, `zmr.series` reads patch series, `zmr.cache` keeps upstream
-mirrors, `zmr.release` builds and verifies release branches, and
+mirrors, `zmr.replay` applies a series in a throwaway index (trees and
+commits), `zmr.release` builds and verifies release branches, and
 `zmr.mismatch` compares log-prob dumps. Only `zmr.git` starts git.
 """
 

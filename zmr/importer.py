@@ -38,7 +38,7 @@ from zmr.files import atomic_write, current_umask
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import parse_patch
-from zmr.workspace import TempIndex
+from zmr.replay import TempIndex
 
 MAX_COMMITS = 1000
 Progress = Callable[[str], None]

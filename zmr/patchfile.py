@@ -41,11 +41,8 @@ from __future__ import annotations
 import datetime
 import email.header
 import email.utils
-import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from zmr import git
@@ -240,57 +237,3 @@ def format_date(timestamp: int, offset: str) -> str:
     return f"{_DAYS[dt.weekday()]}, {dt.day} {_MONTHS[dt.month - 1]} {dt.year} {dt:%H:%M:%S} {offset}"
 
 
-def patch_file_sets(repo: git.Repo, patches: Sequence[Patch]) -> list[frozenset[str]] | None:
-    """The paths each patch touches, as ``git apply --numstat`` reads them; None when it cannot tell.
-
-    One ``git apply --numstat`` per direction and -p level reads them all,
-    with a marker patch (a file of a name no tree has) between two patches
-    to tell where one ends. ``--numstat`` names a renamed or copied file by
-    its new name only, so the patches are read a second time reversed for
-    the old names.
-    """
-    marker = f".zmr-numstat-marker-{os.urandom(8).hex()}"
-    found: list[set[str]] = [set() for _ in patches]
-    with tempfile.TemporaryDirectory(prefix="zmr-numstat-") as tmp:
-        for strip in sorted({p.strip for p in patches}):
-            group = [k for k, p in enumerate(patches) if p.strip == strip]
-            name = "z/" * (strip - 1) + marker  # what is left of a/<name> after -p<strip>
-            marker_file = Path(tmp) / f"marker-{strip}.patch"
-            marker_file.write_text(f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+x\n")
-            args = [arg for k in group for arg in (str(patches[k].path), str(marker_file))]
-            for direction in ([], ["--reverse"]):
-                proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *args], check=False)
-                paths = _numstat_paths(proc.stdout) if proc.returncode == 0 else None
-                if paths is None:
-                    return None
-                position = 0
-                for path in paths:
-                    if path == marker:
-                        position += 1
-                    elif position < len(group):
-                        found[group[position]].add(path)
-                    else:
-                        return None
-                if position != len(group):
-                    return None
-    return [frozenset(paths) for paths in found]
-
-
-def _numstat_paths(out: bytes) -> list[str] | None:
-    """The paths of ``git apply --numstat -z`` output, in order (a rename or copy: both)."""
-    tokens = out.decode("utf-8", "surrogateescape").split("\0")
-    paths: list[str] = []
-    while tokens:
-        token = tokens.pop(0)
-        if not token:
-            continue
-        counts = token.split("\t", 2)
-        if len(counts) != 3:
-            return None
-        if counts[2]:
-            paths.append(counts[2])
-        elif len(tokens) >= 2:  # "A\tD\t" then the two paths
-            paths += [tokens.pop(0), tokens.pop(0)]
-        else:
-            return None
-    return paths

@@ -13,7 +13,7 @@ every branch changes.
 ``Project`` is the one place that knows where zmr keeps its own files in
 the repository: the git-ignored ``.zmr/`` folder (rebase state, checkout
 pointers, the export journal, smoke artifacts) and the default checkout
-folder ``work/<model>/<component>``. Formats: docs/reference.md.
+folder ``work/<model>/<component>`` (docs/reference.md §8.3).
 """
 
 from __future__ import annotations

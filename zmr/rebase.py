@@ -17,14 +17,17 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
     finish: export into the series (byte-stable), the manifest's ``commit:`` value edited
         in place, the checkout (if any) moved to the result; an ``Outcome`` (zmr/cli/rebase.py renders the report).
 
-State of a rebase under way lives in ``.zmr/rebase/<model>-<component>/`` of
-the zmr repository (git-ignored): ``state.json`` (pins, the old commits, what
-was dropped, what is left, the phase) and copies of everything the rebase may
-change (the manifest, every file of the series folder, the checkout's refs,
-HEAD and ``.git/config``). It is written completely (temporary folder +
-rename) before anything else changes, and ``state.json`` is replaced
-atomically after each step, so an interrupted run is resumed by
-``--continue`` or undone by ``--abort``.
+The fast path is ``zmr.replay``'s driver (``Replayer.replay``); this module
+adds only the policy: drop a patch upstream has, stop at the first conflict.
+
+State of a rebase under way lives in ``Project.rebase_dir`` (git-ignored):
+``state.json`` (a ``RebaseState``: pins, the old commits, what was dropped,
+what is left, the phase) and copies of everything the rebase may change
+(the manifest, every file of the series folder, and what
+``zmr.checkout.snapshot`` saves of the checkout). It is written completely
+(temporary folder + rename) before anything else changes, and
+``state.json`` is replaced atomically after each step, so an interrupted
+run is resumed by ``--continue`` or undone by ``--abort`` (docs/reference.md §8.2).
 
 ``upstreamed`` is the read-only part: the same patch-id comparison, plus a
 trial replay that notices patches which reverse-apply on REV.
@@ -32,25 +35,38 @@ trial replay that notices patches which reverse-apply on REV.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-from zmr import git
+from zmr import checkout, git
 from zmr.cache import Cache, resolve_upstream
+from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
-from zmr.manifest import Component, parse_manifest
+from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import atomic_write
-from zmr.patchfile import CommitMeta, diff_tree_args
+from zmr.manifest import Component, parse_manifest
+from zmr.patchfile import CommitMeta
 from zmr.project import Project
+from zmr.replay import (
+    Replayer,
+    TempIndex,
+    build_chain,
+    chain_patch_ids,
+    file_sets,
+    files_unchanged,
+    kept_chain,
+    patch_file_sets,
+    patch_ids,
+    series_applies,
+)
 from zmr.series import Patch, Series, read_series
-from zmr import workspace
-from zmr.workspace import Replayer, TempIndex, build_chain
 
 STATE_VERSION = 1
 MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
@@ -75,75 +91,6 @@ def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Rep
         return mirror.repo, oid
     mirror, oid = cache.fetch_ref(url, rev, display=display)
     return mirror.repo, oid
-
-
-def patch_ids(repo: git.Repo, commits: Sequence[str]) -> dict[str, str]:
-    """``git patch-id --stable`` of each commit's diff: commit → patch id."""
-    if not commits:
-        return {}
-    diff = repo.run(diff_tree_args("--stdin"), input=("\n".join(commits) + "\n").encode()).stdout
-    out = repo.run(["patch-id", "--stable"], input=diff).stdout.decode()
-    result = {}
-    for line in out.splitlines():
-        pid, _, commit = line.partition(" ")
-        result[commit] = pid
-    return result
-
-
-PATCH_IDS_PREFIX = "refs/zmr/patch-ids/"  # + chain tip: a blob of "<commit> <patch id>" lines
-
-
-def chain_patch_ids(repo: git.Repo, chain: Sequence[str]) -> dict[str, str]:
-    """``patch_ids`` of a chain, kept in the mirror under its tip (a chain never changes: commits are content).
-
-    What is kept is checked before use: it must name exactly the chain's
-    commits, each with one well-formed id; anything else is computed again
-    and replaced.
-    """
-    if not chain:
-        return {}
-    ref = PATCH_IDS_PREFIX + chain[-1]
-    proc = repo.run(["cat-file", "blob", ref], check=False)
-    if proc.returncode == 0:
-        kept = dict(line.split(" ", 1) for line in proc.stdout.decode("ascii", "replace").splitlines() if line.count(" ") == 1)
-        if set(kept) == set(chain) and all(pid == "-" or git.FULL_OID_RE.fullmatch(pid) for pid in kept.values()):
-            return {c: pid for c, pid in kept.items() if pid != "-"}  # "-": the commit changes nothing
-    ids = patch_ids(repo, chain)
-    blob = repo.out(["hash-object", "-w", "--stdin"], input="".join(f"{c} {ids.get(c, '-')}\n" for c in chain).encode())
-    repo.run(["update-ref", ref, blob])
-    return ids
-
-
-def files_unchanged(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> bool:
-    """True when every path is the same (or as absent) in *new* as in *old*, and can still be created there.
-
-    Then a series touching only *paths* applies to *new* exactly as to *old*
-    (a file *new* puts where the series puts a folder is the one way it could not).
-    """
-    if paths and repo.run(["--literal-pathspecs", "diff-tree", "--quiet", "-r", old, new, "--", *paths], check=False).returncode != 0:
-        return False
-    return workspace.paths_fit(repo, new, paths)
-
-
-def file_sets(repo: git.Repo, commits: Sequence[str]) -> dict[str, frozenset[str]]:
-    """The paths each commit changes (against its first parent): commit → paths."""
-    if not commits:
-        return {}
-    raw = repo.run(["diff-tree", "--stdin", "-r", "-z", "--raw", "--no-renames"], input=("\n".join(commits) + "\n").encode()).stdout
-    tokens = raw.decode("utf-8", "surrogateescape").split("\0")
-    result: dict[str, set[str]] = {}
-    current: set[str] = set()
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if token.startswith(":"):  # ":<modes> <ids> <status>", then the path
-            current.add(tokens[i + 1])
-            i += 2
-            continue
-        if token:
-            current = result.setdefault(token.strip(), set())
-        i += 1
-    return {commit: frozenset(result.get(commit, ())) for commit in commits}
 
 
 def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> list[str]:
@@ -256,19 +203,18 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     paths = sorted(set().union(*chain_files.values()))
     pids = chain_patch_ids(repo, chain)
     upstream = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
+    hits = [upstream.get(pids.get(commit, "")) for commit in chain]
     with Replayer(repo, new, paths) as replay:
-        for patch, commit in zip(series.patches, chain):
-            hit = upstream.get(pids.get(commit, ""))
-            if hit:
+        # A patch that applies, or applies and changes nothing, is not upstream by that alone.
+        steps = replay.replay(series.patches, [chain_files[c] for c in chain], skip={i for i, hit in enumerate(hits) if hit}, keep_empty=True)
+        for step in steps:
+            patch, hit = step.patch, hits[step.index]
+            if step.status == "skipped" and hit:
                 report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id", hit, _subject(repo, hit)))
-                continue
-            ok, _ = replay.try_apply(patch)
-            if ok:
-                continue
-            if replay.reverse_applies(patch):
-                found = containing_commit(repo, component.commit, new, patch, sorted(chain_files[commit]))
+            elif step.status == "failed" and replay.reverse_applies(patch):
+                found = containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
                 report.upstreamed.append(Dropped(patch.name, patch.subject, "reverse-apply", found, _subject(repo, found)))
-            else:
+            elif step.status == "failed":
                 report.conflicts.append(patch.name)
     return report
 
@@ -276,28 +222,140 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
 # -- rebase: state ------------------------------------------------------------------------------
 
 
-def state_dir(project: Project, component: Component) -> Path:
-    return project.root / ".zmr" / "rebase" / f"{component.model}-{component.key}"
+@dataclass
+class StoppedAt:
+    """The checkout phase is on the patch at *index*: its cherry-pick is about to run or ran on *head_before*.
+
+    *conflict*: it stopped with *files* in conflict, for the engineer to resolve.
+    """
+
+    index: int
+    head_before: str | None
+    conflict: bool = False
+    files: list[str] = field(default_factory=list)
 
 
-def _load(project: Project, component: Component) -> dict:
-    folder = state_dir(project, component)
-    path = folder / "state.json"
+@dataclass
+class Saved:
+    """What the state folder holds copies of, besides ``manifest.orig`` (the manifest as it was).
+
+    Invariant: ``series/<name>`` in the state folder is a byte copy of each
+    of *series_files* (every file of the series folder); the journal
+    (``Project.pending_removals``) existed when the rebase started exactly
+    when *journal_existed*.
+    """
+
+    series_files: list[str]
+    journal_existed: bool
+    checkout: SavedCheckout
+
+
+@dataclass
+class RebaseState:
+    """``state.json`` of a rebase under way: enough to resume it (``--continue``) or undo it (``--abort``).
+
+    Invariants: *old_chain*, *names* and *subjects* have one entry per patch
+    of the series as it was (the old chain: its commits on the old pin);
+    a patch index is in at most one of *dropped* (by name), *remaining* and
+    the replayed or picked part. *phase* is ``picking`` (the checkout path:
+    cherry-picking *remaining* onto *partial*, which holds the patches the
+    fast path applied) or ``finalize`` (writing the result; *new_tip* is the
+    fast path's tip). The file is replaced atomically after every change.
+
+    Format version 1, the same as zmr wrote before this class: a rebase
+    started by an earlier zmr goes on with this one, and the other way round.
+    """
+
+    VERSION = 1
+
+    model: str
+    component: str
+    old: str  # the pin before
+    new: str  # the commit rebased onto
+    rev: str  # what the engineer named it
+    url: str  # the upstream's resolved URL (the mirror)
+    old_chain: list[str]
+    names: list[str]
+    subjects: list[str]
+    upstream_count: int
+    phase: str  # picking | finalize
+    path: str  # fast | checkout
+    dropped: list[Dropped] = field(default_factory=list)
+    new_tip: str | None = None  # fast: the replay's tip
+    replayed: list[tuple[str, str, bool | None]] = field(default_factory=list)  # fast: (commit, patch name, applied at an offset)
+    partial: str | None = None  # checkout: the tip of the patches replayed before the conflict
+    prepared: bool = False  # checkout: the checkout was set up at partial
+    remaining: list[int] = field(default_factory=list)  # checkout: patch indexes still to cherry-pick, in order
+    stopped: StoppedAt | None = None
+    saved: Saved | None = None  # set by _snapshot, before the file is first written
+
+    @classmethod
+    def load(cls, path: Path) -> RebaseState:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise RebaseError(f"{path}: cannot be read ({err})", details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"]) from None
+        if not isinstance(data, dict) or data.get("version") != cls.VERSION:
+            raise RebaseError(f"{path}: written by another zmr version", details=["finish the rebase with that version, or delete the folder"])
+        try:
+            stopped, saved = data.get("stopped"), data.get("saved")
+            return cls(
+                model=data["model"],
+                component=data["component"],
+                old=data["old"],
+                new=data["new"],
+                rev=data["rev"],
+                url=data["url"],
+                old_chain=list(data["old_chain"]),
+                names=list(data["names"]),
+                subjects=list(data["subjects"]),
+                upstream_count=int(data.get("upstream_count", 0)),
+                phase=data["phase"],
+                path=data["path"],
+                dropped=[Dropped(**d) for d in data.get("dropped", [])],
+                new_tip=data.get("new_tip"),
+                replayed=[(c, n, m) for c, n, m in data.get("replayed", [])],
+                partial=data.get("partial"),
+                prepared=bool(data.get("prepared")),
+                remaining=[int(i) for i in data.get("remaining", [])],
+                stopped=StoppedAt(**stopped) if stopped else None,
+                saved=Saved(saved["series_files"], saved["journal_existed"], SavedCheckout.from_json(saved["checkout"])) if saved else None,
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise RebaseError(f"{path}: damaged ({err!r} is missing or wrong)", details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"]) from None
+
+    def to_json(self) -> dict:
+        data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        data["dropped"] = [asdict(d) for d in self.dropped]
+        data["replayed"] = [list(r) for r in self.replayed]
+        data["stopped"] = asdict(self.stopped) if self.stopped else None
+        if self.saved is not None:
+            data["saved"] = {"series_files": self.saved.series_files, "journal_existed": self.saved.journal_existed, "checkout": self.saved.checkout.to_json()}
+        return data
+
+    def save(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.to_json(), indent=1).encode())
+
+    @property
+    def checkout_path(self) -> Path:
+        assert self.saved is not None
+        return self.saved.checkout.path
+
+
+def _load(project: Project, component: Component) -> RebaseState:
+    path = project.rebase_state(component)
     if not path.is_file():
         raise RebaseError(f"{component.label}: no rebase in progress", details=[f"start one with `zmr rebase {component.model} -c {component.key} --onto REV`"])
-    state = json.loads(path.read_text())
-    if state.get("version") != STATE_VERSION:
-        raise RebaseError(f"{path}: written by another zmr version", details=["finish the rebase with that version, or delete the folder"])
-    return state
+    return RebaseState.load(path)
 
 
-def _save(project: Project, component: Component, state: dict) -> None:
-    atomic_write(state_dir(project, component) / "state.json", json.dumps(state, indent=1).encode())
+def _save(project: Project, component: Component, state: RebaseState) -> None:
+    state.save(project.rebase_state(component))
 
 
-def _snapshot(project: Project, component: Component, state: dict, co: workspace.Checkout | None, co_path: Path) -> None:
+def _snapshot(project: Project, component: Component, state: RebaseState, co: Checkout | None, co_path: Path) -> None:
     """Save everything a rebase may change, then state.json, into the state folder in one rename."""
-    final = state_dir(project, component)
+    final = project.rebase_dir(component)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)  # an interrupted start changed nothing else
@@ -315,16 +373,9 @@ def _snapshot(project: Project, component: Component, state: dict, co: workspace
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, target)
                     files.append(rel)
-        journal = workspace.journal_path(project, component)
-        checkout = {"path": str(co_path), "existed": co is not None}
-        if co is not None:
-            shutil.copyfile(co.git_dir / "config", tmp / "checkout-config")
-            symref = co.repo.run(["symbolic-ref", "--quiet", "HEAD"], check=False)
-            checkout["head"] = symref.stdout.decode().strip() if symref.returncode == 0 else (co.head() or "")
-            checkout["head_symbolic"] = symref.returncode == 0
-            checkout["refs"] = co.repo.refs("refs/")
-        state["saved"] = {"series_files": files, "journal_existed": journal.exists(), "checkout": checkout}
-        (tmp / "state.json").write_text(json.dumps(state, indent=1))
+        journal = project.pending_removals(component)
+        state.saved = Saved(files, journal.exists(), checkout.snapshot(co, co_path, tmp))
+        state.save(tmp / project.rebase_state(component).name)
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
@@ -367,7 +418,7 @@ def pick_component(project: Project, model: str, keys: Sequence[str] | None, in_
     """The one component a rebase acts on: -c, the model's only one, or (with *in_progress*) the one being rebased."""
     manifest = project.manifests([model])[0]
     if not keys and in_progress:
-        going = [c for c in manifest.components.values() if (state_dir(project, c) / "state.json").is_file()]
+        going = [c for c in manifest.components.values() if project.rebase_state(c).is_file()]
         if len(going) == 1:
             return going[0]
     if keys and len(keys) > 1:
@@ -447,23 +498,22 @@ class Stopped:
 
 def start(project: Project, component: Component, rev: str, cache: Cache | None = None, checkout_dir: Path | None = None, progress: Progress | None = None) -> Outcome | Stopped:
     """Replay the series onto *rev*; in memory when every patch applies."""
-    folder = state_dir(project, component)
-    if (folder / "state.json").is_file():
+    if project.rebase_state(component).is_file():
         raise RebaseError(
             f"{component.label}: a rebase is already in progress",
             details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`, or undo it with `--abort`"],
         )
     cache, url, display, series = _inputs(project, component, cache)
     old = component.commit
-    co_path = workspace.checkout_path(project, component, checkout_dir)
-    co = workspace.open_checkout(co_path)
+    co_path = checkout.checkout_path(project, component, checkout_dir)
+    co = checkout.open_checkout(co_path)
     if co is not None:
-        workspace.check_identity(co, component)
-        workspace.check_not_half_refreshed(co, component)
-        problems = workspace.dirty(co) + workspace.sync_state(project, component, co)[1]
+        checkout.check_identity(co, component)
+        checkout.check_not_half_refreshed(co, component)
+        problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]
         if problems:
             raise RebaseError(
-                f"{workspace.show_path(project, co_path)}: the checkout has work that is not in the series",
+                f"{checkout.show_path(project, co_path)}: the checkout has work that is not in the series",
                 details=[*problems, f"export it first (`zmr export {component.model} -c {component.key}`), or discard it (`zmr checkout ... --force`)"],
             )
     if progress:
@@ -474,7 +524,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
-    files = workspace.patch_file_sets(repo, series.patches)
+    files = patch_file_sets(repo, series.patches)
     if co is None and _files_stand(repo, series, old, new, files):
         return _pin_only(project, component, repo, series, old, new, rev)
     old_chain = build_chain(repo, component, old, series.patches, files)
@@ -486,78 +536,53 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
     dropped: list[Dropped] = []
     made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
-    if co is None and not any(upstream.get(pids.get(c, "")) for c in old_chain) and workspace.series_applies(repo, new, series.patches, paths, in_place=True):
+    hits = [upstream.get(pids.get(commit, "")) for commit in old_chain]  # the upstream commit with each patch's patch id
+    if co is None and not any(hits) and series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
         return _pin_only(project, component, repo, series, old, new, rev)
-    hits = [upstream.get(pids.get(commit, "")) for commit in old_chain]
-    batched: dict[int, bool | None] = {}  # patch index → moved, for patches applied along with an earlier one
+    # The policy on top of the replay: what upstream has is dropped (same patch id, empty once
+    # applied, or reverse-applies); any other patch that does not apply is a conflict: stop there.
     with Replayer(repo, new, paths) as replay:
-        for i, (patch, commit) in enumerate(zip(series.patches, old_chain)):
-            if hits[i]:
+        steps = replay.replay(series.patches, [chain_files[c] for c in old_chain], skip={i for i, hit in enumerate(hits) if hit}, offsets=True)
+        for step in steps:
+            i, patch = step.index, step.patch
+            if step.status == "skipped":
                 dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[i], _subject(repo, hits[i])))
-                continue
-            files: frozenset[str] | None = chain_files[commit]
-            if i in batched:
-                ok, moved = True, batched.pop(i)
+            elif step.status == "applied":
+                made.append((patch.name, step.moved))
+            elif step.status == "empty" or replay.reverse_applies(patch):
+                found = containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]]))
+                dropped.append(Dropped(patch.name, patch.subject, "empty" if step.status == "empty" else "reverse-apply", found, _subject(repo, found)))
             else:
-                # The patches from here that change files none of the others change go in one git apply.
-                run = workspace.disjoint_run([chain_files[c] for c in old_chain], i, lambda j: not hits[j] and series.patches[j].strip == patch.strip)
-                moved_each = replay.apply_together([series.patches[j] for j in run], [chain_files[old_chain[j]] for j in run]) if len(run) > 1 else None
-                if moved_each is not None:
-                    batched = dict(zip(run[1:], moved_each[1:]))
-                    ok, moved = True, moved_each[0]
-                else:
-                    files = None
-                    ok, _ = replay.try_apply(patch, verbose=True)
-                    moved = replay.moved
-            if ok:
-                if not replay.changed(files):
-                    found = containing_commit(repo, old, new, patch, sorted(chain_files[commit]))
-                    dropped.append(Dropped(patch.name, patch.subject, "empty", found, _subject(repo, found)))
-                else:
-                    replay.commit(patch, files)
-                    made.append((patch.name, moved))
-                continue
-            if replay.reverse_applies(patch):
-                found = containing_commit(repo, old, new, patch, sorted(chain_files[commit]))
-                dropped.append(Dropped(patch.name, patch.subject, "reverse-apply", found, _subject(repo, found)))
-                continue
-            conflict_at = i
-            break
+                conflict_at = i
+                break
         partial = replay.tip
-        replayed = [[commit, name, moved] for commit, (name, moved) in zip(replay.commits, made)]
-    state = {
-        "version": STATE_VERSION,
-        "model": component.model,
-        "component": component.key,
-        "old": old,
-        "new": new,
-        "rev": rev,
-        "url": url,
-        "old_chain": old_chain,
-        "names": [p.name for p in series.patches],
-        "subjects": [p.subject for p in series.patches],
-        "dropped": [asdict(d) for d in dropped],
-        "upstream_count": int(repo.out(["rev-list", "--count", new, "--not", old])),
-    }
+        replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
+    state = RebaseState(
+        model=component.model,
+        component=component.key,
+        old=old,
+        new=new,
+        rev=rev,
+        url=url,
+        old_chain=old_chain,
+        names=[p.name for p in series.patches],
+        subjects=[p.subject for p in series.patches],
+        upstream_count=int(repo.out(["rev-list", "--count", new, "--not", old])),
+        phase="finalize",
+        path="fast",
+        dropped=dropped,
+    )
     if conflict_at is None:
-        state.update({"phase": "finalize", "path": "fast", "new_tip": partial, "replayed": replayed})
+        state.new_tip, state.replayed = partial, replayed
         _snapshot(project, component, state, co, co_path)
         return _finalize(project, component, state, cache, progress)
-    later = [j for j in range(conflict_at + 1, len(series.patches)) if upstream.get(pids.get(old_chain[j], ""))]
+    later = [j for j in range(conflict_at + 1, len(series.patches)) if hits[j]]
     for j in later:
-        hit = upstream[pids[old_chain[j]]]
-        state["dropped"].append(asdict(Dropped(series.patches[j].name, series.patches[j].subject, "patch-id", hit, _subject(repo, hit))))
-    state.update(
-        {
-            "phase": "picking",
-            "path": "checkout",
-            "partial": partial,
-            "prepared": False,
-            "remaining": [j for j in range(conflict_at, len(series.patches)) if j not in later],
-            "stopped": None,
-        }
-    )
+        hit = hits[j]
+        state.dropped.append(Dropped(series.patches[j].name, series.patches[j].subject, "patch-id", hit, _subject(repo, hit)))
+    state.phase, state.path, state.partial = "picking", "checkout", partial
+    state.remaining = [j for j in range(conflict_at, len(series.patches)) if j not in later]
     _snapshot(project, component, state, co, co_path)
     return _run(project, component, state, cache, progress)
 
@@ -570,9 +595,9 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list
     paths = sorted(set().union(*files))
     if not files_unchanged(repo, old, new, paths):
         return False
-    if workspace.kept_chain(repo, old, series.patches) is not None:
+    if kept_chain(repo, old, series.patches) is not None:
         return True  # it applied when its commits were made
-    return workspace.series_applies(repo, old, series.patches, paths)
+    return series_applies(repo, old, series.patches, paths)
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
@@ -582,62 +607,49 @@ def _pin_only(project: Project, component: Component, repo: git.Repo, series: Se
     return Outcome(component, old, new, rev, component.upstream, count, kept=kept, path="pin-only")
 
 
-def _checkout_of(state: dict) -> Path:
-    return Path(state["saved"]["checkout"]["path"])
-
-
-def _prepare(project: Project, component: Component, state: dict, cache: Cache) -> workspace.Checkout:
+def _prepare(project: Project, component: Component, state: RebaseState, cache: Cache) -> Checkout:
     """The checkout at the new pin with the patches replayed so far; the old commits fetched for cherry-pick."""
-    path = _checkout_of(state)
-    mirror = cache.mirror_for(state["url"])
-    branch = workspace.branch_name(component)
-    config = workspace.config_values(project, component, branch)
-    config["zmr.pin"] = state["new"]
-    extra = [state["old_chain"][-1]] if state["old_chain"] else []
-    co = workspace.open_checkout(path)
-    if co is None:
-        workspace.create_checkout(path, mirror.path, branch, state["new"], state["partial"], config, extra=extra)
-        co = workspace.open_checkout(path)
-        assert co is not None
-    else:
-        workspace.refresh(co, mirror.path, branch, state["new"], state["partial"], config, clean=False, extra_objects=extra)
-    state["prepared"] = True
+    assert state.partial is not None
+    mirror = cache.mirror_for(state.url)
+    extra = [state.old_chain[-1]] if state.old_chain else []
+    co = checkout.place(project, component, state.checkout_path, mirror.path, state.new, state.partial, extra_objects=extra)
+    state.prepared = True
     _save(project, component, state)
     return co
 
 
-def _run(project: Project, component: Component, state: dict, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
-    co = workspace.open_checkout(_checkout_of(state)) if state.get("prepared") else None
-    if co is None or (co.git_dir / workspace.REFRESH_MARKER).exists():
+def _run(project: Project, component: Component, state: RebaseState, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
+    co = checkout.open_checkout(state.checkout_path) if state.prepared else None
+    if co is None or co.half_refreshed:
         if progress:
             progress(f"{component.label}: preparing the checkout for conflict resolution")
         co = _prepare(project, component, state, cache)
-    while state["remaining"]:
-        index = state["remaining"][0]
-        commit = state["old_chain"][index]
+    while state.remaining:
+        index = state.remaining[0]
+        commit = state.old_chain[index]
         if progress:
-            progress(f"{component.label}: cherry-picking {state['names'][index]}")
-        state["stopped"] = {"index": index, "head_before": co.head(), "conflict": False, "files": []}
+            progress(f"{component.label}: cherry-picking {state.names[index]}")
+        state.stopped = StoppedAt(index, co.head())
         _save(project, component, state)
         proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
         if proc.returncode == 0:
-            state["remaining"].pop(0)
-            state["stopped"] = None
+            state.remaining.pop(0)
+            state.stopped = None
             _save(project, component, state)
             continue
         files = _unmerged(co)
         if files:
-            state["stopped"].update({"conflict": True, "files": files})
+            state.stopped.conflict, state.stopped.files = True, files
             _save(project, component, state)
             return Stopped(
                 component,
-                state["names"][index],
-                state["subjects"][index],
+                state.names[index],
+                state.subjects[index],
                 files,
-                workspace.show_path(project, co.path),
-                state["new"],
-                len(state["remaining"]) - 1,
-                [Dropped(**d) for d in state["dropped"]],
+                checkout.show_path(project, co.path),
+                state.new,
+                len(state.remaining) - 1,
+                list(state.dropped),
             )
         if (co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"]):
             co.repo.run(["cherry-pick", "--skip"])
@@ -645,45 +657,46 @@ def _run(project: Project, component: Component, state: dict, cache: Cache, prog
             continue
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RebaseError(
-            f"{component.label}: cherry-pick of {state['names'][index]} failed in {co.path}",
+            f"{component.label}: cherry-pick of {state.names[index]} failed in {co.path}",
             details=[*err[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
         )
     return _finalize(project, component, state, cache, progress)
 
 
-def _unmerged(co: workspace.Checkout) -> list[str]:
+def _unmerged(co: Checkout) -> list[str]:
     out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
     return sorted({p for p in out.split("\0") if p})
 
 
-def _drop_current(project: Project, component: Component, state: dict, cache: Cache, method: str) -> None:
-    index = state["remaining"].pop(0)
-    repo = cache.mirror_for(state["url"]).repo
+def _drop_current(project: Project, component: Component, state: RebaseState, cache: Cache, method: str) -> None:
+    index = state.remaining.pop(0)
+    repo = cache.mirror_for(state.url).repo
     patch = _old_patch(project, component, state, index)
     found = None
     if patch is not None and method in ("empty", "resolved-empty"):
-        commit = state["old_chain"][index]
-        found = containing_commit(repo, state["old"], state["new"], patch, sorted(file_sets(repo, [commit])[commit]))
-    state["dropped"].append(asdict(Dropped(state["names"][index], state["subjects"][index], method, found, _subject(repo, found))))
-    state["stopped"] = None
+        commit = state.old_chain[index]
+        found = containing_commit(repo, state.old, state.new, patch, sorted(file_sets(repo, [commit])[commit]))
+    state.dropped.append(Dropped(state.names[index], state.subjects[index], method, found, _subject(repo, found)))
+    state.stopped = None
     _save(project, component, state)
 
 
-def _old_patch(project: Project, component: Component, state: dict, index: int) -> Patch | None:
+def _old_patch(project: Project, component: Component, state: RebaseState, index: int) -> Patch | None:
     """The patch as it was before the rebase (from the saved copy of the series)."""
     from zmr.series import load_patch
 
-    path = state_dir(project, component) / "series" / state["names"][index]
+    name = state.names[index]
+    path = project.rebase_dir(component) / "series" / name
     if not path.is_file():
         return None
-    saved_series = state_dir(project, component) / "series" / "series"
+    saved_series = project.rebase_dir(component) / "series" / "series"
     series_text = saved_series.read_text() if saved_series.is_file() else ""
     strip = 1
     for line in series_text.splitlines():
         words = line.split("#", 1)[0].split()
-        if words and words[0] == state["names"][index]:
+        if words and words[0] == name:
             strip = next((int(w[2:]) for w in words[1:] if re.fullmatch(r"-p\d+", w)), 1)
-    return load_patch(path, state["names"][index], strip, state["names"][index])
+    return load_patch(path, name, strip, name)
 
 
 # -- rebase: continue and abort --------------------------------------------------------------------
@@ -693,16 +706,15 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
     """``--continue``: take the engineer's resolution, replay the rest, finish."""
     cache = cache or Cache()
     state = _load(project, component)
-    if state["phase"] == "finalize":
+    if state.phase == "finalize":
         return _finalize(project, component, state, cache, progress)
-    stopped = state.get("stopped")
-    if stopped and state.get("prepared"):
-        co = workspace.open_checkout(_checkout_of(state))
+    stopped = state.stopped
+    if stopped and state.prepared:
+        co = checkout.open_checkout(state.checkout_path)
         if co is None:
-            raise RebaseError(f"{_checkout_of(state)}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
-        index = stopped["index"]
-        commit = state["old_chain"][index]
-        where = workspace.show_path(project, co.path)
+            raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+        commit = state.old_chain[stopped.index]
+        where = checkout.show_path(project, co.path)
         if (co.git_dir / "CHERRY_PICK_HEAD").exists():
             files = _unmerged(co)
             if files:
@@ -710,7 +722,7 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
                     f"{where}: conflicts in {', '.join(files)} are not resolved yet",
                     details=["edit the files, `git add` them, then run --continue again"],
                 )
-            marked = [f for f in stopped.get("files", []) if _has_markers(co.path / f)]
+            marked = [f for f in stopped.files if _has_markers(co.path / f)]
             if marked:
                 raise RebaseError(f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then run --continue again"])
             unstaged = co.repo.run(["diff", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
@@ -722,16 +734,16 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
                 _drop_current(project, component, state, cache, "resolved-empty")
             else:
                 co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", commit])
-                state["remaining"].pop(0)
-                state["stopped"] = None
+                state.remaining.pop(0)
+                state.stopped = None
                 _save(project, component, state)
-        elif workspace.dirty(co, untracked_files=False):
-            raise RebaseError(f"{where}: the working tree is not clean", details=[*workspace.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"])
-        elif co.head() != stopped["head_before"]:
-            state["remaining"].pop(0)  # the engineer committed the resolution (git cherry-pick --continue / git commit)
-            state["stopped"] = None
+        elif checkout.dirty(co, untracked_files=False):
+            raise RebaseError(f"{where}: the working tree is not clean", details=[*checkout.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"])
+        elif co.head() != stopped.head_before:
+            state.remaining.pop(0)  # the engineer committed the resolution (git cherry-pick --continue / git commit)
+            state.stopped = None
             _save(project, component, state)
-        elif stopped.get("conflict"):
+        elif stopped.conflict:
             _drop_current(project, component, state, cache, "skipped")
         # else: interrupted before the cherry-pick ran: it runs again below.
     return _run(project, component, state, cache, progress)
@@ -748,11 +760,12 @@ def _has_markers(path: Path) -> bool:
 def abort(project: Project, component: Component) -> None:
     """Put pin, series and checkout back exactly as they were before the rebase started."""
     state = _load(project, component)
-    folder = state_dir(project, component)
-    saved = state["saved"]
+    folder = project.rebase_dir(component)
+    saved = state.saved
+    assert saved is not None
     # The series folder: saved files back, files the rebase added removed.
     series_folder = project.root / component.patches
-    saved_files = set(saved["series_files"])
+    saved_files = set(saved.series_files)
     if series_folder.is_dir():
         for path in sorted(series_folder.rglob("*"), reverse=True):
             rel = path.relative_to(series_folder).as_posix()
@@ -763,99 +776,68 @@ def abort(project: Project, component: Component) -> None:
         target = series_folder / rel
         if not target.is_file() or target.read_bytes() != data:
             atomic_write(target, data)
-    journal = workspace.journal_path(project, component)
-    if journal.exists() and not saved["journal_existed"]:
+    journal = project.pending_removals(component)
+    if journal.exists() and not saved.journal_existed:
         journal.unlink()
     manifest = _manifest_path(project, component)
     original = (folder / "manifest.orig").read_bytes()
     if manifest.read_bytes() != original:
         atomic_write(manifest, original)
-    _restore_checkout(saved["checkout"], folder)
+    if not checkout.restore(saved.checkout, folder):
+        raise RebaseError(f"{saved.checkout.path}: the checkout is gone; nothing to restore there", details=[f"delete {folder} to forget the rebase"])
     shutil.rmtree(folder)
-
-
-def _restore_checkout(saved: dict, folder: Path) -> None:
-    path = Path(saved["path"])
-    if not saved["existed"]:
-        # Nothing was there when the rebase started: all of it is the rebase's (a half-deleted one too).
-        if path.exists():
-            shutil.rmtree(path)
-        for stale in path.parent.glob(f".{path.name}.zmr-tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        return
-    co = workspace.open_checkout(path) if path.exists() else None
-    if co is None:
-        raise RebaseError(f"{path}: the checkout is gone; nothing to restore there", details=[f"delete {folder} to forget the rebase"])
-    for args in (["cherry-pick", "--quit"], ["rebase", "--quit"], ["am", "--quit"]):
-        co.repo.run(args, check=False)
-    atomic_write(co.git_dir / "config", (folder / "checkout-config").read_bytes())
-    current = co.repo.refs("refs/")
-    wanted: dict[str, str] = saved["refs"]
-    updates = [git.RefUpdate(ref, wanted.get(ref), current.get(ref)) for ref in sorted(set(current) | set(wanted)) if current.get(ref) != wanted.get(ref)]
-    co.repo.update_refs(updates, "zmr rebase --abort")
-    if saved.get("head_symbolic"):
-        co.repo.run(["symbolic-ref", "HEAD", saved["head"]])
-    elif saved.get("head"):
-        co.repo.run(["update-ref", "--no-deref", "HEAD", saved["head"]])
-    co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
-    marker = co.git_dir / workspace.REFRESH_MARKER
-    if marker.exists():
-        marker.unlink()
 
 
 # -- rebase: finish -------------------------------------------------------------------------------
 
 
-def _finalize(project: Project, component: Component, state: dict, cache: Cache, progress: Progress | None) -> Outcome:
+def _finalize(project: Project, component: Component, state: RebaseState, cache: Cache, progress: Progress | None) -> Outcome:
     """Export the result into the series, move the pin, move the checkout, report."""
-    if state["phase"] != "finalize":
-        state["phase"] = "finalize"
+    if state.phase != "finalize":
+        state.phase = "finalize"
         _save(project, component, state)
-    old, new = state["old"], state["new"]
-    mirror = cache.mirror_for(state["url"])
+    old, new = state.old, state.new
+    mirror = cache.mirror_for(state.url)
     folder = project.root / component.patches
-    journal = workspace.journal_path(project, component)
+    journal = project.pending_removals(component)
     if progress:
         progress(f"{component.label}: writing the series")
-    if state["path"] == "fast":
+    if state.path == "fast":
         repo = mirror.repo
-        tip = state["new_tip"]
-        made = [commit for commit, _, _ in state.get("replayed", [])]
+        tip = state.new_tip
+        assert tip is not None
+        made = [commit for commit, _, _ in state.replayed]
         # The replay's own list, when it has one (a walk of new..tip can take long on a big history).
         commits = made if made and made[-1] == tip else repo.commits_between(new, tip)
         # A moved flag of None: git's report could not say; export replays that patch itself.
-        replayed = {commit: (name, moved) for commit, name, moved in state.get("replayed", []) if moved is not None}
-        plan = workspace.plan_export(repo, new, commits, folder, component.patches, journal, replayed)
+        replayed = {commit: (name, moved) for commit, name, moved in state.replayed if moved is not None}
+        plan = plan_export(repo, new, commits, folder, component.patches, journal, replayed)
     else:
-        co = workspace.open_checkout(_checkout_of(state))
+        co = checkout.open_checkout(state.checkout_path)
         if co is None:
-            raise RebaseError(f"{_checkout_of(state)}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
-        problems = workspace.dirty(co, untracked_files=False)
+            raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+        problems = checkout.dirty(co, untracked_files=False)
         if problems:
             raise RebaseError(f"{co.path}: the working tree is not clean", details=[*problems, f"commit or drop the changes, then `zmr rebase {component.model} -c {component.key} --continue`"])
         repo = co.repo
         tip = co.head() or new
         if not repo.ok(["merge-base", "--is-ancestor", new, tip]):
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
-        commits = workspace.list_commits(repo, new, tip, component.label)
-        plan = workspace.plan_export(repo, new, commits, folder, component.patches, journal)
+        commits = list_commits(repo, new, tip, component.label)
+        plan = plan_export(repo, new, commits, folder, component.patches, journal)
     if plan.changed or plan.pending:
-        workspace.write_plan(plan, journal)
+        write_plan(plan, journal)
     fresh = _reload(project, component)
     set_pin(project, fresh, old, new)
     outcome = _outcome(component, state, repo, tip, plan)
-    co = workspace.open_checkout(_checkout_of(state))
+    co = checkout.open_checkout(state.checkout_path)
     if co is not None:
-        config = {"zmr.pin": new}
-        if state["path"] == "fast":
-            branch = workspace.branch_name(component)
-            full = workspace.config_values(project, component, branch)
-            full["zmr.pin"] = new
-            workspace.refresh(co, mirror.path, branch, new, tip, full, clean=False)
+        if state.path == "fast":
+            checkout.place(project, component, co.path, mirror.path, new, tip)
         else:
-            co.set_config(config)
-            co.repo.update_refs([git.RefUpdate(workspace.EXPORTED_REF, tip, co.exported())] if co.exported() != tip else [], "zmr rebase")
-    shutil.rmtree(state_dir(project, component))
+            co.set_config({"zmr.pin": new})
+            checkout.mark_exported(co, tip, "zmr rebase")
+    shutil.rmtree(project.rebase_dir(component))
     return outcome
 
 
@@ -866,23 +848,23 @@ def _reload(project: Project, component: Component) -> Component:
     return manifest.components[component.key]
 
 
-def _outcome(component: Component, state: dict, repo: git.Repo, tip: str, plan: workspace.ExportPlan) -> Outcome:
-    old, new = state["old"], state["new"]
-    old_chain = state["old_chain"]
-    dropped = [Dropped(**d) for d in state["dropped"]]
+def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str, plan: ExportPlan) -> Outcome:
+    old, new = state.old, state.new
+    old_chain = state.old_chain
+    dropped = list(state.dropped)
     dropped_names = {d.name for d in dropped}
-    outcome = Outcome(component, old, new, state["rev"], component.upstream, state.get("upstream_count", 0), dropped=dropped, path=state["path"])
-    by_subject = {}
-    for name, subject, commit in zip(state["names"], state["subjects"], old_chain):
+    outcome = Outcome(component, old, new, state.rev, component.upstream, state.upstream_count, dropped=dropped, path=state.path)
+    by_subject: dict[str, tuple[str, str]] = {}
+    for name, subject, commit in zip(state.names, state.subjects, old_chain):
         if name not in dropped_names:
             by_subject.setdefault(subject, (name, commit))
-    if state["path"] == "fast" and all(item.status in ("unchanged", "refreshed") for item in plan.patches):
+    if state.path == "fast" and all(item.status in ("unchanged", "refreshed") for item in plan.patches):
         # Each commit is a patch of the series that applied as it is (git apply never fuzzes): the same change.
         same = {item.commit for item in plan.patches}
     else:
         old_ids = chain_patch_ids(repo, old_chain)
         new_ids = patch_ids(repo, [p.commit for p in plan.patches])
-        old_by_pid = {old_ids.get(c): n for n, c in zip(state["names"], old_chain) if old_ids.get(c)}
+        old_by_pid = {old_ids.get(c): n for n, c in zip(state.names, old_chain) if old_ids.get(c)}
         same = {item.commit for item in plan.patches if new_ids.get(item.commit) in old_by_pid}
     differs = old_chain and any(item.commit not in same for item in plan.patches)
     range_diff = _range_diff(repo, old, old_chain[-1], new, tip) if differs else {}

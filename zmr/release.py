@@ -3,7 +3,7 @@
 Pipeline for one component, entirely in git plumbing inside the cache's
 mirror (no working tree is ever checked out)::
 
-    pin ──read-tree──▶ temporary index ──apply --cached (series)──▶ write-tree
+    pin ──zmr.replay.apply_series (temporary index, git apply --cached)──▶ tree
         ──commit-tree──▶ snapshot (root, upstream tree) ──commit-tree──▶ changes
 
 Commit ids are a pure function of (upstream tree, series bytes, manifest,
@@ -20,9 +20,6 @@ every branch of the run in one ``update-ref --stdin`` transaction.
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,9 +28,9 @@ from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component
-from zmr.patchfile import patch_file_sets
 from zmr.project import Project
-from zmr.series import Patch, Series, read_series
+from zmr.replay import apply_series, patch_file_sets
+from zmr.series import Series, read_series
 
 TRAILER_UPSTREAM = "Zmr-Upstream"
 TRAILER_UPSTREAM_COMMIT = "Zmr-Upstream-Commit"
@@ -42,10 +39,6 @@ TRAILER_MODEL = "Zmr-Model"
 TRAILER_COMPONENT = "Zmr-Component"
 
 Progress = Callable[[str], None]
-
-
-class ApplyError(ZmrError):
-    """A patch of the series does not apply to the pinned upstream tree."""
 
 
 @dataclass(frozen=True)
@@ -129,60 +122,6 @@ def _series_paths(project: Project, series: Series) -> frozenset[str] | None:
     """Every path the series reads or writes, as ``git apply`` sees them; None (fetch everything) when that cannot be told."""
     sets = patch_file_sets(project.repo, series.patches) if series.patches else []
     return None if sets is None else frozenset[str]().union(*sets)
-
-
-def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: Sequence[Patch]) -> str:
-    """Tree of *base_tree* with *patches* applied in order, via a temporary index."""
-    with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
-        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        repo.run(["read-tree", base_tree], env=env)
-        strips = {p.strip for p in patches}
-        # Fast path: one `git apply` for the whole series (it applies the
-        # patches in order, each on the result of the previous ones).
-        if len(strips) == 1:
-            proc = repo.run(apply_args(patches[0].strip) + [str(p.path) for p in patches], env=env, check=False)
-            if proc.returncode == 0:
-                # --missing-ok: a partial mirror lacks the blobs no patch touches; tree ids do not depend on them.
-                return repo.out(["write-tree", "--missing-ok"], env=env)
-            repo.run(["read-tree", base_tree], env=env)
-        for patch in patches:
-            proc = repo.run(apply_args(patch.strip), input=patch.data, env=env, check=False)
-            if proc.returncode != 0:
-                raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
-        return repo.out(["write-tree", "--missing-ok"], env=env)
-
-
-def apply_args(strip: int) -> list[str]:
-    # No fuzz (git apply never fuzzes), whitespace as written, no rename guessing.
-    return ["apply", "--cached", f"-p{strip}", "--whitespace=nowarn"]
-
-
-_FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
-
-
-def apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
-    lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
-    where = ""
-    for line in lines:
-        match = _FAILED_AT_RE.search(line)
-        if match:
-            file, start = match.group(1), int(match.group(2))
-            hunk = next((h for h in patch.hunks() if h.file == file and h.old_start == start), None)
-            if hunk is None:
-                hunk = next((h for h in patch.hunks() if h.file == file), None)
-            where = f"{file}, hunk #{hunk.index} ({hunk.header.split(' @@')[0]} @@, line {hunk.line} of the patch)" if hunk else f"{file}:{start}"
-            break
-    if not where:
-        for line in lines:
-            if ":" in line:
-                where = line
-                break
-    message = f"{component.patches}/{patch.name}: does not apply to {component.upstream} at {component.commit}"
-    details = [f"failed at: {where}" if where else "git apply failed", *[f"git: {line}" for line in lines[-6:]]]
-    if b"\r\n" in patch.data:
-        details.append("the patch has CRLF line endings; if the tree's files use LF, convert the patch to LF")
-    details.append(f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series")
-    return ApplyError(message, details=details)
 
 
 def _commit_timestamp(signature: str) -> int:

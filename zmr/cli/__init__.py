@@ -17,8 +17,8 @@ stays instant::
     publish      zmr/cli/publish.py    zmr.publish
     ci-matrix    zmr/cli/publish.py    zmr.publish
     smoke        zmr/cli/smoke.py      zmr.smoke (zmr.smoke_ray for --executor ray)
-    checkout     zmr/cli/checkout.py   zmr.workspace
-    export       zmr/cli/checkout.py   zmr.workspace
+    checkout     zmr/cli/checkout.py   zmr.checkout
+    export       zmr/cli/checkout.py   zmr.checkout
     rebase       zmr/cli/rebase.py     zmr.rebase
     upstreamed   zmr/cli/rebase.py     zmr.rebase
     import       zmr/cli/import_.py    zmr.importer

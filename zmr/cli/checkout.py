@@ -1,6 +1,6 @@
 """`zmr checkout`, `zmr export`: a git working tree per component, and its commits written back as the series.
 
-The work is `zmr.workspace`.
+The work is `zmr.checkout`.
 """
 
 from pathlib import Path
@@ -26,14 +26,14 @@ def checkout(
     json_out: Json = False,
 ) -> None:
     """A git working tree per component: the pin, plus one commit per patch on a local branch."""
-    from zmr import workspace
+    from zmr import checkout as checkouts
 
     project = find_project()
-    targets = workspace.select_components(project, model, components)
+    targets = checkouts.select_components(project, model, components)
     results = []
     with Progress() as progress:
         for comp in targets:
-            results.append(workspace.checkout(project, comp, path=_dir_for(directory, comp.key, len(targets)), force=force, progress=progress))
+            results.append(checkouts.checkout(project, comp, path=_dir_for(directory, comp.key, len(targets)), force=force, progress=progress))
     if json_out:
         print_json(
             {
@@ -60,16 +60,16 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Write the checkout's commits back into the series (byte-stable)."""
-    from zmr import workspace
+    from zmr import checkout as checkouts
     from zmr.errors import ZmrError
 
     project = find_project()
-    targets = workspace.select_components(project, model, components)
+    targets = checkouts.select_components(project, model, components)
     if not components:
-        targets = [c for c in targets if workspace.open_checkout(workspace.checkout_path(project, c, _dir_for(directory, c.key, len(targets))))]
+        targets = [c for c in targets if checkouts.open_checkout(checkouts.checkout_path(project, c, _dir_for(directory, c.key, len(targets))))]
         if not targets:
             raise ZmrError(f"model {model!r} has no checkout", details=[f"run `zmr checkout {model}` first"])
-    results = [workspace.export(project, c, _dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
+    results = [checkouts.export(project, c, _dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
     if json_out:
         print_json(
             {

@@ -76,7 +76,7 @@ def upstreamed(
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
     from zmr import rebase as rb
-    from zmr import workspace
+    from zmr import checkout as checkouts
     from zmr.errors import ZmrError
 
     project = find_project()
@@ -86,7 +86,7 @@ def upstreamed(
         # Scheduled CI: components that follow no upstream ref have nothing to compare with.
         targets = [c for c in project.targets(None, components, True) if rev is not None or c.track is not None]
     else:
-        targets = workspace.select_components(project, model, components)
+        targets = checkouts.select_components(project, model, components)
     with Progress() as progress:
         reports = [rb.upstreamed(project, comp, rev, progress=progress) for comp in targets]
     if json_out:

@@ -1,0 +1,383 @@
+"""Export: a checkout's commits → a series, byte-stable.
+
+``zmr export`` (``zmr.checkout.export``), ``zmr rebase`` and the checks
+that a checkout still equals its series all plan with this module::
+
+    commits base..tip ──list_commits (linear, no merges)──▶ commits
+        ──plan_export: match each commit to a patch of the series──▶ ExportPlan
+        ──write_plan──▶ patch files, then ``series``, then removals
+
+Nothing is written while planning: an ``ExportPlan`` holds every byte an
+export would write, so ``--dry-run``, ``zmr checkout`` (is there unexported
+work?) and ``zmr rebase`` (what changed?) read the same answer.
+
+Invariants (byte-stable; docs/reference.md §3.4):
+
+- a commit that is exactly an existing patch (same author, date and message;
+  the patch applies to the commit's parent with no offset and gives the
+  commit's tree) keeps that file's bytes, whatever wrote it (quilt too);
+- every other commit is written canonically (``zmr.patchfile``); a file whose
+  canonical bytes are already on disk is not rewritten;
+- names are kept for patches that keep their subject; new and reworded
+  patches are named ``NNNN-<subject-slug>.patch`` by position;
+- files are removed only when they were listed in the series; ``series``
+  keeps its comments, blank lines and options where the entries survive;
+- every file is written to a temporary file and renamed; patch files first,
+  then ``series``, then removals (recorded first in the journal,
+  ``Project.pending_removals``, so an interrupted export finishes them next time).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zmr import git
+from zmr.errors import ZmrError
+from zmr.files import atomic_write
+from zmr.patchfile import (
+    CommitMeta,
+    commit_diffs,
+    format_mail,
+    normalize_subject,
+    patch_name,
+)
+from zmr.replay import TempIndex
+from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
+
+
+class ExportError(ZmrError):
+    """Commits that cannot be written as a series (a merge, an empty commit, no subject)."""
+
+
+@dataclass
+class PlannedPatch:
+    """One patch of the exported series and what export does with its file.
+
+    Invariant: *data* is None exactly when the file on disk already holds
+    the right bytes (an unchanged patch, or canonical bytes already there);
+    *commit* is the commit it is made from.
+    """
+
+    name: str
+    strip: int
+    status: str  # unchanged | refreshed | modified | reworded | added
+    commit: str
+    subject: str
+    old_name: str | None = None
+    data: bytes | None = None  # bytes to write; None keeps the file as it is
+
+
+@dataclass
+class ExportPlan:
+    """Everything an export writes, computed before any file is touched.
+
+    Invariant: *patches* is the new series in order, one per commit;
+    *removed* names only files the old series listed and the new one does
+    not; *pending* only files an interrupted export meant to remove.
+    """
+
+    folder: Path
+    display: str
+    patches: list[PlannedPatch] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    series_text: bytes | None = None  # None keeps the series file as it is
+    pending: list[str] = field(default_factory=list)  # leftovers of an interrupted export
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.writes or self.removed or self.series_text is not None)
+
+    @property
+    def writes(self) -> list[PlannedPatch]:
+        return [p for p in self.patches if p.data is not None]
+
+    def summary(self) -> list[str]:
+        lines = []
+        for item in self.patches:
+            if item.status == "unchanged" and item.data is None:
+                continue
+            if item.status == "reworded":
+                lines.append(f"reworded  {item.old_name} -> {item.name}")
+            elif item.status == "added":
+                lines.append(f"added     {item.name}")
+            elif item.data is not None:
+                lines.append(f"{item.status:9} {item.name}")
+        lines += [f"removed   {name}" for name in self.removed]
+        if self.series_text is not None and not any(l.startswith(("added", "removed", "reworded")) for l in lines):
+            lines.append("series: order or -p options changed")
+        return lines
+
+
+def list_commits(repo: git.Repo, base: str, tip: str, where: str) -> list[str]:
+    """The commits base..tip, oldest first; merges and empty commits are refused."""
+    merges = repo.rev_list(["--merges", tip, "--not", base])
+    if merges:
+        subject = CommitMeta.for_commit(repo.commit_info(merges[0])).subject
+        raise ExportError(
+            f"{where}: commit {merges[0][:12]} ({subject}) is a merge; a series is linear",
+            details=["linearize the branch (git rebase zmr/base), then export again"],
+        )
+    return repo.commits_between(base, tip)
+
+
+def plan_export(
+    repo: git.Repo, base: str, commits: Sequence[str], folder: Path, display: str, journal: Path | None = None, replayed: dict[str, tuple[str, bool]] | None = None
+) -> ExportPlan:
+    """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write.
+
+    *replayed* names, for commits a replay made, the patch each was made from
+    and whether it applied with an offset: the same answer a second replay
+    would give, without it.
+    """
+    series = read_series(folder, display)
+    old = list(series.patches)
+    series_file = folder / "series"
+    old_text = series_file.read_bytes() if series_file.is_file() else None
+    plan = ExportPlan(folder, display)
+    infos = commit_infos(repo, commits)
+    metas = [CommitMeta.for_commit(i) for i in infos]
+    parent_trees: list[str] = []
+    for n, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
+        if len(info.parents) != 1:
+            raise ExportError(f"{display}: commit {commit[:12]} ({meta.subject}) has {len(info.parents)} parents; a series is linear")
+        parent_trees.append(infos[n - 1].tree if n and info.parents[0] == commits[n - 1] else repo.tree_of(info.parents[0]))
+        if parent_trees[-1] == info.tree:
+            raise ExportError(
+                f"{display}: commit {commit[:12]} ({meta.subject}) changes nothing",
+                details=["drop it (git rebase -i zmr/base) or give it changes, then export again"],
+            )
+        if not meta.subject:
+            raise ExportError(f"{display}: commit {commit[:12]} has an empty subject", details=["reword it (git rebase -i zmr/base)"])
+    assigned: list[tuple[Patch, str] | None] = [None] * len(commits)
+    used: set[int] = set()
+
+    with TempIndex(repo) as index:
+        loaded: list[str | None] = [None]  # the tree the index holds, when known
+
+        def replays(patch: Patch, position: int) -> str | None:
+            """'exact' or 'offset' when *patch* turns the commit's parent into the commit's tree."""
+            if loaded[0] != parent_trees[position]:
+                index.read_tree(parent_trees[position])
+                loaded[0] = parent_trees[position]
+            proc = index.apply(patch, verbose=True)
+            if proc.returncode != 0:
+                return None  # git apply is all or nothing: the index is unchanged
+            tree = index.write_tree()
+            loaded[0] = tree
+            if tree != infos[position].tree:
+                return None
+            return "offset" if b"(offset " in proc.stderr else "exact"
+
+        # 1. The same patch: metadata equal and the patch replays to the commit (same position first).
+        by_name = {patch.name: j for j, patch in enumerate(old)}
+        for i, meta in enumerate(metas):
+            name, moved = (replayed or {}).get(commits[i], ("", False))
+            j = by_name.get(name)
+            if j is not None and j not in used and meta.same_as_patch(old[j]):
+                assigned[i] = (old[j], "refreshed" if moved else "unchanged")
+                used.add(j)
+                continue
+            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
+            for j in order:
+                if j in used or not meta.same_as_patch(old[j]):
+                    continue
+                how = replays(old[j], i)
+                if how:
+                    assigned[i] = (old[j], "unchanged" if how == "exact" else "refreshed")
+                    used.add(j)
+                    break
+        # 2. The same subject: the patch was edited (content, body, author or date).
+        for i, meta in enumerate(metas):
+            if assigned[i] is not None:
+                continue
+            for j, patch in enumerate(old):
+                if j not in used and normalize_subject(patch.subject) == normalize_subject(meta.subject):
+                    assigned[i] = (patch, "modified")
+                    used.add(j)
+                    break
+        # 3. The same change under a new subject: reworded (the same position first).
+        for i in range(len(metas)):
+            if assigned[i] is not None:
+                continue
+            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
+            for j in order:
+                if j not in used and replays(old[j], i):
+                    assigned[i] = (old[j], "reworded")
+                    used.add(j)
+                    break
+
+    old_names = {p.name for p in old}
+    kept_names = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
+    taken = set(kept_names)
+    diffs = commit_diffs(repo, [c for c, match in zip(commits, assigned) if match is None or match[1] != "unchanged"])
+    for i, (commit, meta) in enumerate(zip(commits, metas)):
+        match = assigned[i]
+        if match is not None and match[1] != "reworded":
+            patch, status = match
+            item = PlannedPatch(patch.name, patch.strip, status, commit, meta.subject, old_name=patch.name)
+            if status != "unchanged":
+                item.data = format_mail(meta, diffs[commit])
+                item.strip = 1
+        else:
+            name = _free_name(i + 1, meta.subject, folder, taken, old_names)
+            status = "reworded" if match is not None else "added"
+            item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_mail(meta, diffs[commit]))
+        taken.add(item.name)
+        if item.data is not None:
+            path = folder / item.name
+            if path.is_file() and path.read_bytes() == item.data:
+                item.data = None  # the canonical bytes are already there
+        plan.patches.append(item)
+    new_names = [p.name for p in plan.patches]
+    plan.removed = sorted(old_names - set(new_names))
+    if journal is not None and journal.is_file():
+        try:
+            leftovers = json.loads(journal.read_text())
+        except ValueError:
+            leftovers = []
+        plan.pending = [n for n in leftovers if isinstance(n, str) and n not in new_names and n not in old_names and (folder / n).is_file()]
+    entries, _ = parse_series_file(old_text.decode("utf-8"), display) if old_text is not None else ([], [])
+    new_entries = [(p.name, p.strip, p.old_name if p.status != "added" else None) for p in plan.patches]
+    if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
+        plan.series_text = render_series(old_text.decode("utf-8") if old_text is not None else "", entries, new_entries).encode("utf-8")
+    return plan
+
+
+def commit_infos(repo: git.Repo, commits: Sequence[str]) -> list[git.CommitInfo]:
+    """Parsed commit objects, read with one ``git cat-file --batch``."""
+    if not commits:
+        return []
+    out = repo.run(["cat-file", "--batch"], input=("\n".join(commits) + "\n").encode()).stdout
+    infos = []
+    pos = 0
+    for commit in commits:
+        end = out.index(b"\n", pos)
+        oid, kind, size = out[pos:end].decode().split()
+        if kind != "commit":
+            raise ExportError(f"{commit} is a {kind}, not a commit")
+        start = end + 1
+        infos.append(git.CommitInfo.parse(oid, out[start : start + int(size)]))
+        pos = start + int(size) + 1
+    return infos
+
+
+def _free_name(position: int, subject: str, folder: Path, taken: set[str], old_names: set[str]) -> str:
+    base = patch_name(position, subject)
+    candidate, n = base, 1
+    while candidate in taken or ((folder / candidate).exists() and candidate not in old_names):
+        n += 1
+        candidate = base.removesuffix(".patch") + f"-{n}.patch"
+    return candidate
+
+
+_ENTRY_RE = re.compile(r"^(\s*)(\S+)((?:\s+-p\d+)*)(\s*#.*)?\s*$")
+
+
+def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple[str, int, str | None]]) -> str:
+    """The series text for *new* (name, strip, old name or None), keeping *old_text*'s comments.
+
+    A comment block directly above an entry moves and goes with it; blank
+    lines and other comments stay where they are; new entries follow the
+    entry they follow in the new order.
+    """
+    lines = old_text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    by_line = {e.line: e for e in old_entries}
+    items: list[tuple[str, object]] = []  # ("free", line) | ("entry", (entry, comments, raw))
+    pending: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        if number in by_line:
+            items.append(("entry", (by_line[number], pending, raw)))
+            pending = []
+        elif raw.lstrip().startswith("#"):
+            pending.append(raw)
+        else:
+            items += [("free", c) for c in pending]
+            pending = []
+            items.append(("free", raw))
+    items += [("free", c) for c in pending]
+    old_by_name: dict[str, tuple[SeriesEntry, list[str], str]] = {}
+    for kind, value in items:
+        if kind == "entry":
+            entry, comments, raw = value  # type: ignore[misc]
+            old_by_name[entry.name] = (entry, comments, raw)
+    surviving = [n for n in new if n[2] is not None and n[2] in old_by_name]
+    surviving_old = {n[2] for n in surviving}
+
+    def render(item: tuple[str, int, str | None]) -> list[str]:
+        name, strip, old_name = item
+        if old_name is None or old_name not in old_by_name:
+            return [name + (f" -p{strip}" if strip != 1 else "")]
+        entry, comments, raw = old_by_name[old_name]
+        if entry.name == name and entry.strip == strip:
+            return [*comments, raw]
+        match = _ENTRY_RE.match(raw)
+        indent, options, comment = (match.group(1), match.group(3), match.group(4) or "") if match else ("", "", "")
+        if entry.strip != strip:
+            options = f" -p{strip}" if strip != 1 else ""
+        return [*comments, f"{indent}{name}{options}{comment}"]
+
+    # Group the new order into runs: a surviving entry followed by the new ones after it.
+    leading: list[tuple[str, int, str | None]] = []
+    runs: list[list[tuple[str, int, str | None]]] = []
+    for item in new:
+        if item in surviving:
+            runs.append([item])
+        elif runs:
+            runs[-1].append(item)
+        else:
+            leading.append(item)
+    out: list[str] = []
+    slot = 0
+    placed_leading = False
+    for kind, value in items:
+        if kind == "free":
+            out.append(value)  # type: ignore[arg-type]
+            continue
+        entry = value[0]  # type: ignore[index]
+        if entry.name not in surviving_old:
+            if not surviving and not placed_leading:
+                out += [line for item in leading for line in render(item)]
+                placed_leading = True
+            continue
+        if not placed_leading:
+            out += [line for item in leading for line in render(item)]
+            placed_leading = True
+        for item in runs[slot]:
+            out += render(item)
+        slot += 1
+    if not placed_leading:
+        out += [line for item in leading for line in render(item)]
+    return "\n".join(out) + "\n" if out else ""
+
+
+def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
+    """Write patch files, then ``series``, then remove stale files; each write atomic."""
+    for item in plan.writes:
+        atomic_write(plan.folder / item.name, item.data or b"")
+    removals = plan.removed + plan.pending
+    if removals and journal is not None:
+        atomic_write(journal, json.dumps(sorted(set(removals))).encode())
+    if plan.series_text is not None:
+        atomic_write(plan.folder / "series", plan.series_text)
+    for name in removals:
+        path = plan.folder / name
+        if path.is_file():
+            path.unlink()
+        _prune_empty_dirs(path.parent, plan.folder)
+    if journal is not None and journal.exists():
+        journal.unlink()
+
+
+def _prune_empty_dirs(folder: Path, root: Path) -> None:
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
