@@ -302,3 +302,42 @@ def test_patches_on_top_of_each_other_still_take_the_pin_only_path(proj, upstrea
     assert tree_files(proj.root / "patches/toy/rollout") == before
     assert zmr("build", "toy", cwd=proj.root).returncode == 0
     assert "line 11 fixed too" in git("show", "rollout/toy:src/model.py", cwd=proj.root)
+
+
+def test_rebase_state_reads_what_earlier_zmr_wrote_and_writes_the_same_format(tmp_path):
+    """state.json is format version 1, as zmr wrote it before RebaseState: a rebase under way survives an upgrade."""
+    from zmr.errors import ZmrError
+    from zmr.rebase import RebaseState
+
+    oid = lambda n: f"{n:040x}"  # noqa: E731
+    legacy = {
+        "version": 1, "model": "toy", "component": "rollout", "old": oid(1), "new": oid(2), "rev": "main", "url": "/up",
+        "old_chain": [oid(3), oid(4)], "names": ["0001-a.patch", "0002-b.patch"], "subjects": ["A", "B"],
+        "dropped": [{"name": "0002-b.patch", "subject": "B", "method": "patch-id", "upstream": oid(5), "upstream_subject": "B upstream"}],
+        "upstream_count": 7, "phase": "picking", "path": "checkout", "partial": oid(2), "prepared": True, "remaining": [0],
+        "stopped": {"index": 0, "head_before": oid(2), "conflict": True, "files": ["src/model.py"]},
+        "saved": {"series_files": ["0001-a.patch", "series"], "journal_existed": False,
+                  "checkout": {"path": "/p/work/toy/rollout", "existed": True, "head": "refs/heads/toy/rollout", "head_symbolic": True, "refs": {"refs/zmr/base": oid(1)}}},
+    }
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(legacy, indent=1))
+    state = RebaseState.load(path)
+    assert (state.stopped.files, state.dropped[0].upstream, state.saved.checkout.head_symbolic, state.remaining) == (["src/model.py"], oid(5), True, [0])
+    state.save(path)
+    again = json.loads(path.read_text())
+    assert {key: again[key] for key in legacy} == legacy
+    assert RebaseState.load(path) == state
+    for damage in ("{", json.dumps({**legacy, "version": 2}), json.dumps({k: v for k, v in legacy.items() if k != "old_chain"})):
+        path.write_text(damage)
+        with pytest.raises(ZmrError) as err:
+            RebaseState.load(path)
+        assert str(path) in err.value.message
+
+
+def test_a_damaged_rebase_state_is_an_error_that_names_the_file(proj, upstream):
+    toy(proj, upstream)
+    state = proj.root / ".zmr/rebase/toy-rollout/state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text("{")
+    result = zmr("rebase", "toy", "--continue", cwd=proj.root)
+    assert result.returncode == 2 and f"{state}: cannot be read" in result.stderr

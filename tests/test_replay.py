@@ -357,3 +357,39 @@ def test_patch_file_sets_tell_patches_apart_at_any_strip_level(rich_upstream, tm
 
         deeper.append(load_patch(target, target.name, 2, target.name))
     assert patch_file_sets(repo, [deeper[0], patches[1], deeper[2]]) == expected
+
+
+def test_the_replay_driver_says_what_it_did_with_each_patch_and_batches_change_nothing(rich_upstream, tmp_path):
+    """Replayer.replay: applied / empty / failed / skipped, the same steps and commits with batches or without."""
+    up = rich_upstream
+    base = up.commits[-1]
+    text = up.file_at(base, "src/model.py") + "\n"
+    steps = [
+        ("Model", {"src/model.py": text.replace("line 30\n", "line 30 x\n")}, {}),
+        ("Matmul", {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, {}),
+        ("Guide executable", {"docs/guide.md": ("chmod", "+x")}, {}),
+        ("Setup", {"setup.cfg": "[metadata]\nname = toy\n"}, {}),
+        ("Readme", {"README.md": "toy v2\n"}, {}),
+    ]
+    patches = series_from(up, base, steps, tmp_path / "series")
+    # Upstream made the guide executable too (the patch applies and changes nothing) and reworked setup.cfg (it fails).
+    git("update-index", "--chmod=+x", "--", "docs/guide.md", cwd=up.path)
+    new = up.commit({"setup.cfg": "[options]\n"}, "Upstream moves on")
+    repo = zgit.Repo(up.path / ".git")
+    files = patch_file_sets(repo, patches)
+    assert files is not None
+    paths = sorted(set().union(*files))
+    with Replayer(repo, new, paths) as r:
+        assert r.apply_together(patches[:3], files[:3]) is not None  # the first three go in one git apply
+    runs = {}
+    for batched in (True, False):
+        with Replayer(repo, new, paths) as r:
+            got = [(s.index, s.status, s.moved) for s in r.replay(patches, files if batched else None, skip={4}, offsets=True)]
+            runs[batched] = (got, list(r.commits))
+    assert runs[True] == runs[False]
+    assert [(i, status) for i, status, _ in runs[True][0]] == [(0, "applied"), (1, "applied"), (2, "empty"), (3, "failed"), (4, "skipped")]
+    assert runs[True][1] == replay(repo, new, patches[:2], None)[0]  # the commits of the two that applied
+    # keep_empty: the empty patch is committed too (a chain has one commit per patch).
+    with Replayer(repo, new, paths) as r:
+        kept = [s.status for s in r.replay(patches[:3], files[:3], keep_empty=True)]
+        assert kept == ["applied"] * 3 and len(r.commits) == 3
