@@ -6,7 +6,12 @@ per second of the same release tree, batch-invariant path against the
 upstream path, measured interleaved in one run (ratios, not absolute
 seconds, carry across machines).
 
-    python scripts/demo_throughput.py --rollout TREE [--device cuda] [--hidden 2048]
+    python scripts/demo_throughput.py --rollout TREE [--device cuda] [--hidden 2048] [--profile]
+
+--profile adds, after the timed runs, where the time goes: one untimed run
+per path counting the tensor operations it dispatches (each is a kernel
+launch on a GPU; at these sizes the engine is bound by launching them) and,
+on CUDA, one under torch.profiler summing the GPU kernel time by kernel.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--profile", action="store_true", help="also count dispatched ops and (CUDA) sum kernel time per path")
     args = p.parse_args(argv)
     sys.path.insert(0, args.rollout)
     import torch
@@ -70,8 +76,57 @@ def main(argv=None) -> int:
         "throughput_ratio": round(invariant / upstream, 4), "overhead_percent": round(100 * (1 - invariant / upstream), 1),
         "runs": {"upstream": [round(x, 1) for x in samples[False]], "batch_invariant": [round(x, 1) for x in samples[True]]},
     }
+    if args.profile:
+        result["profile"] = {name: profile(run, flag, args.device) for name, flag in (("upstream", False), ("batch_invariant", True))}
     print(json.dumps(result))
     return 0
+
+
+VIEW_OPS = {"view", "_unsafe_view", "slice", "select", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
+            "alias", "detach", "as_strided", "split", "split_with_sizes", "unbind", "lift_fresh", "reshape", "movedim"}
+
+
+def profile(run, flag: bool, device: str) -> dict:
+    """Dispatched non-view ops of one run (kernel launches, roughly) and, on CUDA, its kernel time by kernel."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: collections.Counter[str] = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name not in VIEW_OPS:
+                self.ops[name] += 1
+            return func(*args, **(kwargs or {}))
+
+    out: dict = {}
+    try:
+        with Count() as count:
+            _, tokens = run(flag)
+        out["ops"] = sum(count.ops.values())
+        out["ops_per_token"] = round(out["ops"] / tokens, 1)
+        out["top_ops"] = dict(count.ops.most_common(8))
+        if device.startswith("cuda"):
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as torch_profile
+
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                seconds, tokens = run(flag)
+            kernels = [e for e in prof.key_averages() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+            us = {e.key: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) for e in kernels}
+            out["kernels"] = sum(e.count for e in kernels)
+            out["kernel_ms"] = round(sum(us.values()) / 1000, 2)
+            out["kernel_us_per_token"] = round(sum(us.values()) / tokens, 2)
+            out["wall_ms_profiled"] = round(seconds * 1000, 1)
+            out["top_kernels_ms"] = {k[:80]: round(v / 1000, 2) for k, v in sorted(us.items(), key=lambda kv: -kv[1])[:8]}
+    except Exception as exc:  # the timed figures above must come back even if profiling fails
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 if __name__ == "__main__":
