@@ -8,7 +8,9 @@
 # Writes $OUT/demo_gpu_eval.json (commit ids, versions, every summary) and $OUT/demo_gpu_eval.log.
 # About 5 minutes on one H200. DEVICE, HIDDEN, LAYERS, HEADS, REQUESTS, NEW_TOKENS, REPS,
 # BITWISE_BATCHES override the defaults (e.g. DEVICE=cpu HIDDEN=64 LAYERS=2 HEADS=4 for a dry run);
-# INSTALL=0 skips the pip install (keeps a shared virtual environment as it is).
+# INSTALL=0 skips the pip install (keeps a shared virtual environment as it is); BITWISE=0 skips
+# the bitwise runs; PROFILE=0 times without the profiler (its per-op cost slows the upstream path most);
+# GEMMS and DTYPES pick the TOY_BI_GEMM_DTYPE values and dtypes of the throughput runs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +26,10 @@ REPS=${REPS:-5}
 BITWISE_BATCHES=${BITWISE_BATCHES:-8,128}
 PY=${PYTHON:-python3}
 INSTALL=${INSTALL:-1}
+BITWISE=${BITWISE:-1}
+PROFILE=${PROFILE:-1}
+GEMMS=${GEMMS:-fp32 native}
+DTYPES=${DTYPES:-bf16 fp32}
 mkdir -p "$OUT"
 LOG=$OUT/demo_gpu_eval.log
 : >"$LOG"
@@ -57,19 +63,20 @@ say "trees: rollout/demo $ROLLOUT_COMMIT, trainer/demo $TRAINER_COMMIT"
           torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee -a "$LOG"
 
 status=0
-for gemm in fp32 native; do
+for gemm in $GEMMS; do
+    [ "$BITWISE" = 1 ] || continue
     say "bitwise, TOY_BI_GEMM_DTYPE=$gemm"
     TOY_BI_GEMM_DTYPE=$gemm "$PY" scripts/demo_bitwise.py --rollout "$WORK/rollout" --trainer "$WORK/trainer" \
         --artifacts "$WORK/bitwise-$gemm" --device "$DEVICE" --dtypes fp32,bf16 --batch-sizes "$BITWISE_BATCHES" \
         --max-running 128 --hidden "$HIDDEN" --heads "$HEADS" --layers "$LAYERS" --vocab 1024 \
         --prompt-len 16:64 --new-tokens 8:24 2>&1 | tee -a "$LOG" || status=1
 done
-for gemm in fp32 native; do
-    for dtype in bf16 fp32; do
+for gemm in $GEMMS; do
+    for dtype in $DTYPES; do
         say "throughput, $dtype, TOY_BI_GEMM_DTYPE=$gemm"
         TOY_BI_GEMM_DTYPE=$gemm "$PY" scripts/demo_throughput.py --rollout "$WORK/rollout" --device "$DEVICE" \
             --dtype "$dtype" --hidden "$HIDDEN" --layers "$LAYERS" --heads "$HEADS" --vocab 512 \
-            --requests "$REQUESTS" --max-running 128 --new-tokens "$NEW_TOKENS" --reps "$REPS" --profile \
+            --requests "$REQUESTS" --max-running 128 --new-tokens "$NEW_TOKENS" --reps "$REPS" $([ "$PROFILE" = 1 ] && echo --profile) \
             >"$WORK/throughput-$dtype-$gemm.json" 2>>"$LOG" || status=1
         tee -a "$LOG" <"$WORK/throughput-$dtype-$gemm.json"
     done
@@ -92,7 +99,8 @@ for gemm in ("fp32", "native"):
     summary = work / f"bitwise-{gemm}" / "summary.json"
     result["bitwise"][gemm] = json.loads(summary.read_text()) if summary.exists() else None
     for dtype in ("bf16", "fp32"):
-        text = (work / f"throughput-{dtype}-{gemm}.json").read_text().strip()
+        path = work / f"throughput-{dtype}-{gemm}.json"
+        text = path.read_text().strip() if path.exists() else ""
         result["throughput"][f"{dtype}/{gemm}"] = json.loads(text.splitlines()[-1]) if text else None
 Path(sys.argv[1]).write_text(json.dumps(result, indent=2) + "\n")
 print("bitwise ok:", {g: (s or {}).get("ok") for g, s in result["bitwise"].items()})
