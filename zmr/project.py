@@ -68,6 +68,14 @@ class Project:
                 return cls(candidate, load_settings(candidate), policy)
             if explicit:
                 break
+        top = git.run(["rev-parse", "--show-toplevel"], cwd=here, check=False) if here.is_dir() and not explicit else None
+        if top is not None and top.returncode == 0:
+            # A git repository that is no zmr project yet: a fresh clone of hand-made branches, or a new one.
+            root = top.stdout.decode("utf-8", "surrogateescape").strip()
+            raise ZmrError(
+                f"{root}: not a zmr project yet (no manifests/ folder or {SETTINGS_FILE})",
+                details=[f"run `zmr init` in {root} to make it one (it creates manifests/, {SETTINGS_FILE}, the README markers and the CI workflow; nothing that exists is changed)"],
+            )
         raise ZmrError(
             f"{here}: not inside a zmr repository (no manifests/ folder found here or above)",
             details=["run zmr from the repository root, or set ZMR_REPO"],

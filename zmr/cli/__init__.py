@@ -5,6 +5,7 @@ library module, imported inside the command function so that `zmr --help`
 stays instant::
 
     command      cli module            library module
+    init         zmr/cli/init.py       zmr.init
     list         zmr/cli/manifests.py  zmr.manifest, zmr.series
     validate     zmr/cli/manifests.py  zmr.cases, zmr.series
     fetch        zmr/cli/manifests.py  zmr.cache
@@ -35,7 +36,7 @@ import sys
 
 import typer
 
-from zmr.cli import build, checkout, docs, import_, locate, manifests, mismatch, new, publish, rebase, smoke
+from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, smoke
 
 app = typer.Typer(
     name="zmr",
@@ -48,6 +49,7 @@ app = typer.Typer(
 
 # In this order in `zmr --help`.
 for _name, _command in (
+    ("init", init.init),
     ("list", manifests.list_models),
     ("validate", manifests.validate),
     ("fetch", manifests.fetch),

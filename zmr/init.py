@@ -1,0 +1,186 @@
+"""``zmr init``: make the current git repository a zmr project.
+
+Works in a new repository and in one that already has content (such as a
+repository of hand-made release branches about to adopt zmr): nothing
+that exists is changed, except that missing lines are appended to
+``.gitignore``. What is missing is created:
+
+- ``manifests/`` (the folder ``zmr`` looks for);
+- ``zmr.yaml`` with the release identity (``--name``, ``--email``, ``--url``;
+  the URL defaults to the GitHub page of ``origin``), which is what a fresh
+  clone finds, as ``manifests/`` stays empty until the first model;
+- ``.gitignore`` lines for ``work/`` (checkouts) and ``.zmr/`` (rebase and
+  smoke state), so they never show in ``git status``;
+- ``README.md`` with the marker sections ``zmr docs`` fills (an existing
+  README is left alone; zmr says which markers it lacks);
+- ``.github/workflows/zmr.yml``, the CI workflow.
+
+A second run finds everything there and changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from zmr import git
+from zmr.errors import ZmrError
+
+IGNORED = ("work/", ".zmr/")
+WORKFLOW = ".github/workflows/zmr.yml"
+README = "README.md"
+_GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
+
+
+@dataclass
+class InitResult:
+    root: Path
+    created: list[str] = field(default_factory=list)  # repository-relative paths
+    appended: list[str] = field(default_factory=list)  # lines added to .gitignore
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.appended)
+
+    def to_json(self) -> dict:
+        return {"root": str(self.root), "changed": self.changed, "created": self.created, "gitignore_added": self.appended, "notes": self.notes}
+
+
+def repository_root(start: Path) -> Path:
+    """The top level of the git repository *start* is in."""
+    proc = git.run(["rev-parse", "--show-toplevel"], cwd=start, check=False)
+    top = proc.stdout.decode("utf-8", "surrogateescape").strip()
+    if proc.returncode != 0 or not top:
+        raise ZmrError(f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"])
+    return Path(top)
+
+
+def github_page(url: str) -> str | None:
+    """``https://github.com/OWNER/REPO`` for a GitHub remote URL, else None."""
+    match = _GITHUB_RE.match(url.strip())
+    return f"https://github.com/{match.group(1)}/{match.group(2)}" if match else None
+
+
+def init(start: Path, *, name: str | None = None, email: str | None = None, url: str | None = None, readme_sections: bool = False) -> InitResult:
+    """Create what is missing of a zmr project in the repository holding *start*.
+
+    *readme_sections*: append the marker sections an existing README lacks
+    (at its end; move them where they belong).
+    """
+    from zmr.project import DEFAULT_RELEASE_EMAIL, DEFAULT_RELEASE_NAME, SETTINGS_FILE, Settings, load_settings
+
+    root = repository_root(start)
+    result = InitResult(root)
+    settings_path = root / SETTINGS_FILE
+    if settings_path.exists():
+        current = load_settings(root)
+        wanted = {"name": (name, current.release_name), "email": (email, current.release_email), "url": (url, current.release_url)}
+        differing = [f"release.{key} is {have!r}, --{key} says {want!r}" for key, (want, have) in wanted.items() if want is not None and want != have]
+        if differing:
+            raise ZmrError(f"{SETTINGS_FILE} exists with another release identity; zmr init does not change it", details=[*differing, f"edit {SETTINGS_FILE} by hand (every release commit id changes with it)"])
+    else:
+        if url is None:
+            origin = git.run(["config", "--get", "remote.origin.url"], cwd=root, check=False).stdout.decode("utf-8", "replace")
+            url = github_page(origin)
+        text = settings_text(Settings(name or DEFAULT_RELEASE_NAME, email or DEFAULT_RELEASE_EMAIL, url))
+        with tempfile.TemporaryDirectory(prefix="zmr-init-") as tmp:
+            (Path(tmp) / SETTINGS_FILE).write_text(text, encoding="utf-8")
+            load_settings(Path(tmp))  # refuses a bad --name/--email/--url before anything is written
+        _create(root, SETTINGS_FILE, text, result)
+    if not (root / "manifests").is_dir():
+        (root / "manifests").mkdir()
+        result.created.append("manifests/")
+    _ignore(root, result)
+    readme = root / README
+    if readme.exists():
+        missing = _missing_sections(readme)
+        if missing and readme_sections:
+            _append_sections(readme, missing)
+            result.appended += [f"{README}: section {s}" for s in missing]
+        elif missing:
+            result.notes.append(
+                f"{README} exists and was left alone; it lacks the marker sections `zmr docs` fills ({', '.join(missing)}): "
+                "run `zmr init --readme-sections` to append them, then move them where the tables belong"
+            )
+    else:
+        from zmr import docs
+        from zmr.project import Project
+
+        _create(root, README, Template(_template("project-README.md.tmpl")).substitute(title=root.name), result)
+        docs.write(docs.generate(Project(root, load_settings(root))))  # filled, so `zmr docs --check` passes at once
+    if not (root / WORKFLOW).exists():
+        from zmr import __version__
+
+        _create(root, WORKFLOW, _template("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
+    return result
+
+
+def settings_text(settings) -> str:
+    from zmr.scaffold import _yaml_str
+
+    lines = [
+        "# zmr settings (written by `zmr init`). The release identity is an input of",
+        "# every release commit id: change it and every release branch changes.",
+        "release:",
+        f"  name: {_yaml_str(settings.release_name)}",
+        f"  email: {_yaml_str(settings.release_email)}",
+    ]
+    if settings.release_url:
+        lines.append(f"  url: {_yaml_str(settings.release_url)}   # links in the generated README")
+    else:
+        lines.append("  # url: https://github.com/OWNER/REPO   # links in the generated README")
+    return "\n".join(lines) + "\n"
+
+
+def _template(name: str) -> str:
+    return resources.files("zmr.templates").joinpath(name).read_text(encoding="utf-8")
+
+
+def _create(root: Path, rel: str, text: str, result: InitResult) -> None:
+    from zmr.scaffold import _write_new
+
+    target = root / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write_new(target, text)
+    result.created.append(rel)
+
+
+def _ignore(root: Path, result: InitResult) -> None:
+    """Append the ignore lines git does not already apply (asked with check-ignore, so any existing rule counts)."""
+    missing = [entry for entry in IGNORED if not git.ok(["check-ignore", "--no-index", "-q", f"{entry}zmr-probe"], cwd=root)]
+    if not missing:
+        return
+    path = root / ".gitignore"
+    old = path.read_bytes() if path.exists() else b""
+    text = b"" if not old or old.endswith(b"\n") else b"\n"
+    text += b"# zmr: checkouts (work/) and rebase/smoke state (.zmr/)\n" + "".join(f"/{entry}\n" for entry in missing).encode()
+    with open(path, "ab") as handle:
+        handle.write(text)
+    if not old:
+        result.created.append(".gitignore")
+    result.appended += [f"/{entry}" for entry in missing]
+
+
+def _append_sections(readme: Path, missing: list[str]) -> None:
+    from zmr.docs import SECTIONS
+
+    template = _template("project-README.md.tmpl")
+    if len(missing) == len(SECTIONS):
+        block = template[template.index("## Models") :]
+    else:
+        block = "".join(f"<!-- zmr:begin {s} -->\n<!-- zmr:end {s} -->\n\n" for s in missing)
+    old = readme.read_bytes()
+    with open(readme, "ab") as handle:
+        handle.write((b"" if old.endswith(b"\n\n") else b"\n" if old.endswith(b"\n") else b"\n\n") + block.rstrip("\n").encode() + b"\n")
+
+
+def _missing_sections(readme: Path) -> list[str]:
+    from zmr.docs import SECTIONS
+
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    return [s for s in SECTIONS if not re.search(rf"^ {{0,3}}<!--\s*zmr:begin {re.escape(s)}\s*-->", text, re.M)]
