@@ -205,6 +205,25 @@ class Cache:
             raise CacheError(f"{display or url}: {ref!r} is not a commit")
         return mirror, oid
 
+    def try_commit(self, url: str, commit: str) -> Mirror | None:
+        """A mirror of *url* holding *commit* whole, or None when the upstream has no such commit.
+
+        For trying candidates (``zmr import``): unlike ``ensure``, a failed
+        fetch is an answer, not damage, and never replaces the mirror.
+        """
+        mirror = self.mirror_for(url)
+        with self.lock(mirror):
+            if not mirror.path.is_dir():
+                self._create(mirror)
+            if not self._complete(mirror, commit):
+                for depth in (1, None):
+                    try:
+                        mirror.repo.fetch(url, [f"+{commit}:refs/zmr/pins/{commit}"], depth=depth)
+                        break
+                    except git.GitError:
+                        continue
+            return mirror if self._complete(mirror, commit) else None
+
     def _unshallow_args(self, mirror: Mirror) -> list[str]:
         return ["--unshallow"] if (mirror.path / "shallow").exists() else []
 

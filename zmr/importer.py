@@ -6,18 +6,32 @@ Accepted layouts of a branch (linear, one root):
   then a *changes* commit → one patch (the changes commit's diff and message);
 - more than two: the snapshot, then one patch per further commit;
 - one commit (``release: snapshot``): upstream tree plus changes in one root
-  → one patch, the diff from the upstream commit's tree to the branch's.
+  → one patch, the diff from the base (an upstream commit) to the branch's tree.
 
-The upstream is read from the snapshot's trailers (``Zmr-Upstream``,
-``Zmr-Upstream-Commit``); ``--upstream URL --commit SHA`` stand in where they
-are missing (``--upstream`` also overrides a URL that is not reachable from
-here). The snapshot tree must equal the upstream commit's tree. The model and
-component come from the changes commit's ``Zmr-Model``/``Zmr-Component``
-trailers, else from ``--model`` and the branch name ``<component>/<model>``.
+Which upstream commit. zmr's own trailers (``Zmr-Upstream``,
+``Zmr-Upstream-Commit``) name it; a hand-made snapshot names it in words
+(``zmr.upstream_words``: a full or abbreviated id, a ``…/commit/<sha>`` URL,
+``<name> @ <sha>``, ``Upstream: URL SHA``). Each id is looked up in the
+upstream -- ``--upstream URL``, else a URL in the message, else the URL of
+the same component in any manifest -- and accepted only when that commit's
+tree is the snapshot's tree; otherwise the error lists every candidate
+tried. ``--commit SHA`` names the commit outright. A single snapshot commit
+has no upstream tree to compare with: its base is ``--base REV``, the id its
+message names, or (``--find-base``) the closest commit of the upstream's
+history around its date (``zmr.findbase``).
 
-Everything is computed, and checked by applying the new series to the
-upstream tree and comparing with the branch's tree, before a file is written;
-an existing manifest is never overwritten.
+The model and component come from the changes commit's ``Zmr-Model``/
+``Zmr-Component`` trailers, else from ``--model`` and the branch name
+``<component>/<model>``. Components of a model may come from several
+upstreams, in one call or several: a component is added to an existing
+manifest by inserting its lines after the last component (comments and
+layout stay as they are); a component already in the manifest is never
+overwritten.
+
+Everything is computed and checked before a file is written: the series is
+read back exactly as ``zmr validate``/``zmr build`` read it (so import refuses
+what build would, with the same message), applied to the upstream tree and
+compared with the branch's tree.
 """
 
 from __future__ import annotations
@@ -30,17 +44,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode
+
 from zmr import git
-from zmr.cache import Cache, resolve_upstream
+from zmr.cache import Cache, CacheError, Mirror, resolve_upstream
 from zmr.errors import ZmrError
-from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, parse_manifest
 from zmr.files import atomic_write, current_umask
+from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, parse_manifest
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
-from zmr.series import parse_patch
-from zmr.replay import TempIndex
+from zmr.series import read_series
+from zmr.upstream_words import Named, named_commits, named_urls
 
 MAX_COMMITS = 1000
+# A single snapshot's patch touching more files than this (or 3x what the component's
+# other series touch) probably carries upstream changes: its base is wrong.
+MANY_FILES = 100
 Progress = Callable[[str], None]
 
 
@@ -61,6 +81,8 @@ class Imported:
     release: str  # two-commit | snapshot
     layout: str  # two-commit | per-commit | snapshot
     patches: list[tuple[str, bytes]] = field(default_factory=list)
+    found_by: str = ""  # how the upstream commit was found: trailer, message words, --commit, --base, --find-base
+    notes: list[str] = field(default_factory=list)  # e.g. the candidates --find-base compared
 
     @property
     def default_branch(self) -> bool:
@@ -70,11 +92,16 @@ class Imported:
     def folder(self) -> str:
         return f"patches/{self.model}/{self.key}"
 
+    @property
+    def touched(self) -> int:
+        return sum(data.count(b"\ndiff --git ") + data.startswith(b"diff --git ") for _, data in self.patches)
+
 
 @dataclass
 class ImportResult:
     manifests: dict[str, list[Imported]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    added: set[str] = field(default_factory=set)  # models whose manifest existed: components were added
 
     def to_json(self) -> dict:
         return {
@@ -82,6 +109,7 @@ class ImportResult:
                 {
                     "model": model,
                     "path": f"manifests/{model}.yaml",
+                    "added": model in self.added,
                     "components": [
                         {
                             "component": i.key,
@@ -89,10 +117,12 @@ class ImportResult:
                             "tip": i.tip,
                             "upstream": i.upstream,
                             "commit": i.commit,
+                            "found_by": i.found_by,
                             "release": i.release,
                             "layout": i.layout,
                             "series": i.folder,
                             "patches": [name for name, _ in i.patches],
+                            "notes": i.notes,
                         }
                         for i in items
                     ],
@@ -103,6 +133,26 @@ class ImportResult:
         }
 
 
+@dataclass
+class _Run:
+    """What one import call shares between its branches."""
+
+    project: Project
+    repo: git.Repo
+    cache: Cache
+    remote: str | None
+    remote_url: str | None
+    model: str | None
+    upstream: str | None
+    commit: str | None
+    base: str | None
+    find_base: bool
+    warnings: list[str]
+    progress: Progress | None
+    known_urls: dict[str, list[str]] = field(default_factory=dict)  # component key -> URLs in the manifests
+    histories: dict[str, Mirror] = field(default_factory=dict)
+
+
 def import_branches(
     project: Project,
     branches: Sequence[str],
@@ -111,10 +161,12 @@ def import_branches(
     remote: str | None = None,
     upstream: str | None = None,
     commit: str | None = None,
+    base: str | None = None,
+    find_base: bool = False,
     cache: Cache | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
-    """Read *branches* and write manifests and series that rebuild them."""
+    """Read *branches* and write (or add to) manifests and series that rebuild them."""
     cache = cache or Cache()
     repo = project.repo
     remote_url = _remote_url(repo, remote) if remote else None
@@ -122,14 +174,18 @@ def import_branches(
         raise ImportBranchError(f"--model {model!r} is not a valid model name", details=["use [a-z0-9][a-z0-9._-]*"])
     if commit is not None and not FULL_OID_RE.match(commit):
         raise ImportBranchError(f"--commit {commit!r} is not a full commit id", details=["give the 40-hex id of the upstream commit"])
+    if base is not None and (find_base or commit):
+        raise ImportBranchError("give one of --base, --find-base and --commit")
     result = ImportResult()
+    run = _Run(project, repo, cache, remote, remote_url, model, upstream, commit, base, find_base, result.warnings, progress, _manifest_urls(project))
     items: list[Imported] = []
     for name in branches:
         if progress:
             progress(f"reading {name}")
-        items.append(_read_branch(project, repo, cache, name, remote, remote_url, model, upstream, commit, result.warnings))
+        items.append(_read_branch(run, name))
     for item in items:
         result.manifests.setdefault(item.model, []).append(item)
+    _warn_many_files(project, items, result.warnings)
     _check_targets(project, result)
     _write(project, result)
     return result
@@ -145,8 +201,22 @@ def _remote_url(repo: git.Repo, remote: str) -> str:
     return remote
 
 
-def _read_branch(project, repo, cache, name, remote, remote_url, model, upstream, commit, warnings) -> Imported:
-    short, ref, tip = _resolve(repo, name, remote, remote_url)
+def _manifest_urls(project: Project) -> dict[str, list[str]]:
+    """Component key -> upstream URLs the manifests give it (a broken manifest is skipped here; validate reports it)."""
+    from zmr.manifest import manifest_paths
+
+    urls: dict[str, list[str]] = {}
+    for path in manifest_paths(project.root):
+        manifest, _ = parse_manifest(path, project.root)
+        for comp in manifest.components.values() if manifest else ():
+            if comp.upstream not in urls.setdefault(comp.key, []):
+                urls[comp.key].append(comp.upstream)
+    return urls
+
+
+def _read_branch(run: _Run, name: str) -> Imported:
+    repo = run.repo
+    short, ref, tip = _resolve(repo, name, run.remote, run.remote_url)
     count = int(repo.out(["rev-list", "--count", f"--max-count={MAX_COMMITS + 1}", tip]))
     if count > MAX_COMMITS:
         raise ImportBranchError(f"{name}: has more than {MAX_COMMITS} commits; not a release branch", details=["import branches in the two-commit or snapshot layout"])
@@ -155,46 +225,33 @@ def _read_branch(project, repo, cache, name, remote, remote_url, model, upstream
     commits = repo.rev_list(["--topo-order", "--reverse", tip])
     root = repo.commit_info(commits[0])
     head = repo.commit_info(tip)
-    trailers = root.trailers()
-    url = upstream or trailers.get("Zmr-Upstream")
-    pin = trailers.get("Zmr-Upstream-Commit")
-    if commit and pin and commit != pin:
-        raise ImportBranchError(f"{name}: the snapshot names upstream commit {pin}, --commit says {commit}", details=["drop --commit, or import another branch"])
-    pin = commit or pin
-    if not url or not pin:
-        raise ImportBranchError(
-            f"{name}: the snapshot commit {commits[0][:12]} does not name its upstream (no Zmr-Upstream / Zmr-Upstream-Commit trailers)",
-            details=["pass --upstream URL --commit SHA (the upstream commit whose tree the snapshot is)"],
-        )
-    if not FULL_OID_RE.match(pin):
-        raise ImportBranchError(f"{name}: upstream commit {pin!r} is not a full commit id", details=["pass --commit with the 40-hex id"])
     head_trailers = head.trailers()
-    model_name = model or head_trailers.get("Zmr-Model") or (short.split("/", 1)[1] if "/" in short else None)
+    model_name = run.model or head_trailers.get("Zmr-Model") or (short.split("/", 1)[1] if "/" in short else None)
     key = head_trailers.get("Zmr-Component") or short.split("/", 1)[0]
     if not model_name or not MODEL_RE.match(model_name):
         raise ImportBranchError(f"{name}: cannot tell the model from the branch name", details=["pass --model NAME"])
     if not COMPONENT_RE.match(key):
         raise ImportBranchError(f"{name}: {key!r} is not a valid component key", details=["name the branch <component>/<model> with a component key of [a-z0-9][a-z0-9-]*"])
-    display = f"{name} ({url})"
-    mirror = cache.ensure(resolve_upstream(url, project.root), [pin], display=display)
+    single = len(commits) == 1
+    if not single and (run.base or run.find_base):
+        raise ImportBranchError(f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {len(commits)} commits", details=["its first commit is the upstream snapshot: drop the option"])
+    if single:
+        url, pin, found_by, notes = _snapshot_base(run, name, key, root)
+    else:
+        url, pin, found_by = _pin_of_snapshot(run, name, key, root)
+        notes = []
+    mirror = run.cache.ensure(resolve_upstream(url, run.project.root), [pin], display=f"{name} ({url})")
     mrepo = mirror.repo
     # The branch's objects go into the mirror, where the upstream tree is: diffs and checks run there.
     if not mrepo.has_object(tip, "commit"):
-        mrepo.fetch(remote_url if remote else str(repo.git_dir), [ref])
+        mrepo.fetch(run.remote_url if run.remote else str(repo.git_dir), [ref])
     upstream_tree = mrepo.tree_of(pin)
-    if len(commits) == 1:
+    if single:
         release, layout = "snapshot", "snapshot"
         diff = commit_diff(mrepo, pin, tip)
         steps = [(_meta(root), diff)] if diff else []
     else:
         release, layout = "two-commit", "two-commit" if len(commits) == 2 else "per-commit"
-        if root.tree != upstream_tree:
-            from zmr.release import changed_paths
-
-            raise ImportBranchError(
-                f"{name}: the snapshot tree of {commits[0][:12]} differs from {url} at {pin}",
-                details=[f"differing paths: {changed_paths(mrepo, upstream_tree, mrepo, root.tree)}", "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree"],
-            )
         steps = []
         for oid in commits[1:]:
             info = mrepo.commit_info(oid)
@@ -202,7 +259,7 @@ def _read_branch(project, repo, cache, name, remote, remote_url, model, upstream
             if diff:
                 steps.append((_meta(info), diff))
             else:
-                warnings.append(f"{name}: commit {oid[:12]} changes nothing; left out")
+                run.warnings.append(f"{name}: commit {oid[:12]} changes nothing; left out")
     patches: list[tuple[str, bytes]] = []
     for position, (meta, diff) in enumerate(steps, start=1):
         base = patch_name(position, meta.subject)
@@ -212,8 +269,164 @@ def _read_branch(project, repo, cache, name, remote, remote_url, model, upstream
             n += 1
             patch_file = base.removesuffix(".patch") + f"-{n}.patch"
         patches.append((patch_file, format_mail(meta, diff)))
-    _check_rebuilds(mrepo, name, upstream_tree, repo.tree_of(tip), patches)
-    return Imported(model_name, key, short, tip, url, pin, release, layout, patches)
+    item = Imported(model_name, key, short, tip, url, pin, release, layout, patches, found_by, notes)
+    _check_rebuilds(run.project, mrepo, item, upstream_tree, repo.tree_of(tip))
+    return item
+
+
+# -- which upstream commit -----------------------------------------------------------------------
+
+
+def _urls_for(run: _Run, key: str, message: str, named: Named | None = None) -> list[str]:
+    """Where to look for the upstream: --upstream alone, else the message's URLs, then the manifests'."""
+    if run.upstream:
+        return [run.upstream]
+    urls = [named.url] if named is not None and named.url else []
+    urls += named_urls(message) + run.known_urls.get(key, [])
+    return list(dict.fromkeys(urls))
+
+
+def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo) -> tuple[str, str, str]:
+    """(URL, commit, how found) of the upstream commit whose tree the snapshot *root* is."""
+    if run.commit:
+        urls = _urls_for(run, key, root.message)
+        if not urls:
+            raise ImportBranchError(f"{name}: --commit {run.commit[:12]} given, but no upstream repository", details=["pass --upstream URL too"])
+        mirror = run.cache.ensure(resolve_upstream(urls[0], run.project.root), [run.commit], display=f"{name} ({urls[0]})")
+        tree = mirror.repo.tree_of(run.commit)
+        if tree != root.tree:
+            from zmr.release import changed_paths
+
+            raise ImportBranchError(
+                f"{name}: the snapshot tree of {root.oid[:12]} differs from {urls[0]} at {run.commit}",
+                details=[f"differing paths: {changed_paths(mirror.repo, tree, run.repo, root.tree)}", "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree"],
+            )
+        return urls[0], run.commit, "--commit"
+    named = named_commits(root.message)
+    if not named:
+        raise ImportBranchError(
+            f"{name}: the snapshot commit {root.oid[:12]} does not name its upstream (no commit id in its message, no Zmr-Upstream-Commit trailer)",
+            details=["pass --upstream URL --commit SHA (the upstream commit whose tree the snapshot is)"],
+        )
+    tried: list[str] = []
+    for candidate in named:
+        urls = _urls_for(run, key, root.message, candidate)
+        if not urls:
+            tried.append(f"{candidate.commit}: no upstream repository to look it up in")
+        for url in urls:
+            commits, why = _look_up(run, url, candidate.commit)
+            if why:
+                tried.append(f"{candidate.commit} in {url}: {why}")
+            for full, mirror in commits:
+                tree = mirror.repo.tree_of(full)
+                if tree == root.tree:
+                    return url, full, "trailer" if candidate.how == "trailer" else f"message ({candidate.how})"
+                tried.append(f"{full[:12]} in {url}: tree differs from the snapshot ({_distance(mirror.repo, tree, root.tree)} paths)")
+    details = [f"tried {line}" for line in tried]
+    if not run.upstream:
+        details.append("name the upstream with --upstream URL (where the snapshot came from), or --commit SHA with it")
+    else:
+        details.append("check --upstream, or pass --commit SHA (the upstream commit whose tree the snapshot is)")
+    raise ImportBranchError(f"{name}: no upstream commit named in the message of snapshot {root.oid[:12]} has its tree", details=details)
+
+
+def _look_up(run: _Run, url: str, commit: str) -> tuple[list[tuple[str, Mirror]], str]:
+    """The commits *commit* (full or abbreviated) may be in *url*, or why none."""
+    fetch_url = resolve_upstream(url, run.project.root)
+    if len(commit) in (40, 64):
+        try:
+            mirror = run.cache.try_commit(fetch_url, commit)
+        except (git.GitError, CacheError) as err:
+            return [], f"cannot fetch ({err.message})"
+        return ([(commit, mirror)], "") if mirror else ([], "no such commit")
+    try:
+        mirror = _history(run, fetch_url, url)
+    except CacheError as err:
+        return [], f"cannot fetch ({err.message})"
+    proc = mirror.repo.run(["rev-parse", f"--disambiguate={commit}"], check=False)
+    found = [oid for oid in proc.stdout.decode().split() if mirror.repo.has_object(oid, "commit")]
+    return ([(oid, mirror) for oid in found], "" if found else "no commit with this abbreviated id")
+
+
+def _history(run: _Run, fetch_url: str, display: str) -> Mirror:
+    if fetch_url not in run.histories:
+        if run.progress:
+            run.progress(f"fetching the history of {display}")
+        run.histories[fetch_url] = run.cache.ensure_history(fetch_url, display=display)
+    return run.histories[fetch_url]
+
+
+def _distance(repo: git.Repo, tree: str, other: str) -> int:
+    from zmr.findbase import tree_distances
+
+    return tree_distances(repo, [tree], other)[0]
+
+
+def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo) -> tuple[str, str, str, list[str]]:
+    """(URL, base commit, how found, notes) of a single snapshot commit (upstream tree plus changes)."""
+    trailers = root.trailers()
+    pin = run.commit or trailers.get("Zmr-Upstream-Commit")
+    url = run.upstream or trailers.get("Zmr-Upstream")
+    if pin and url and not run.base and not run.find_base:
+        if not FULL_OID_RE.match(pin):
+            raise ImportBranchError(f"{name}: upstream commit {pin!r} is not a full commit id", details=["pass --commit with the 40-hex id"])
+        return url, pin, "--commit" if run.commit else "trailer", []
+    urls = _urls_for(run, key, root.message)
+    if not urls:
+        raise ImportBranchError(f"{name}: a single snapshot commit; zmr needs its upstream repository to find the base", details=["pass --upstream URL (and --base REV or --find-base)"])
+    url = urls[0]
+    fetch_url = resolve_upstream(url, run.project.root)
+    if run.base:
+        mirror, oid = run.cache.fetch_ref(fetch_url, run.base, display=f"{name} ({url})")
+        return url, oid, "--base", []
+    if run.find_base:
+        from zmr.findbase import find_base
+
+        if run.progress:
+            run.progress(f"{name}: looking for the base in {url}")
+        mirror = _history(run, fetch_url, url)
+        when = int(root.committer.rsplit(" ", 2)[1])
+        search = find_base(mirror.repo, root.tree, when)
+        notes = ["--find-base: closest upstream commits:", *[f"  {line}" for line in search.lines()]]
+        best = search.best
+        if best is None:
+            raise ImportBranchError(
+                f"{name}: --find-base found no unambiguous base in {url}" + ("" if search.candidates else " (no commits around the snapshot's date)"),
+                details=[*notes, "pass --base REV (one of these, or another upstream commit)"],
+            )
+        return url, best.commit, "--find-base", notes
+    for candidate in named_commits(root.message):
+        for candidate_url in _urls_for(run, key, root.message, candidate):
+            commits, _ = _look_up(run, candidate_url, candidate.commit)
+            if len(commits) == 1:
+                return candidate_url, commits[0][0], f"message ({candidate.how})", []
+    raise ImportBranchError(
+        f"{name}: a single snapshot commit ({root.oid[:12]}) that names no upstream commit",
+        details=["give its base: --base REV (the upstream commit it was made from), or --find-base to search the upstream's history for the closest tree"],
+    )
+
+
+def _warn_many_files(project: Project, items: Sequence[Imported], warnings: list[str]) -> None:
+    """A single snapshot's patch that touches far more files than the component's other series: probably a wrong base."""
+    others: dict[str, int] = {}
+    for item in items:
+        if item.release == "two-commit":
+            others[item.key] = max(others.get(item.key, 0), item.touched)
+    for folder in sorted((project.root / "patches").glob("*/*")):
+        if folder.is_dir():
+            touched = sum(p.read_bytes().count(b"diff --git ") for p in folder.glob("*.patch"))
+            others[folder.name] = max(others.get(folder.name, 0), touched)
+    for item in items:
+        if item.release != "snapshot" or item.found_by == "trailer":
+            continue
+        expected = others.get(item.key)
+        limit = max(20, 3 * expected) if expected else MANY_FILES
+        if item.touched > limit:
+            seen = f"the other {item.key} series touch {expected} at most" if expected else f"more than {MANY_FILES}"
+            warnings.append(
+                f"{item.branch}: the patch from base {item.commit[:12]} touches {item.touched} files ({seen}); "
+                "a wrong base puts upstream changes into the series: check --base, or try --find-base"
+            )
 
 
 def _resolve(repo: git.Repo, name: str, remote: str | None, remote_url: str | None) -> tuple[str, str, str]:
@@ -253,25 +466,49 @@ def _meta(info: git.CommitInfo) -> CommitMeta:
     return CommitMeta(meta.name, meta.email, meta.timestamp, meta.offset, meta.subject, body)
 
 
-def _check_rebuilds(repo: git.Repo, name: str, upstream_tree: str, tree: str, patches: list[tuple[str, bytes]]) -> None:
-    """The series applied to the upstream tree must give the branch's tree."""
-    with TempIndex(repo) as index:
-        index.read_tree(upstream_tree)
-        for patch_file, data in patches:
-            proc = index.apply(parse_patch(data, patch_file))
-            if proc.returncode != 0:
-                raise ImportBranchError(f"{name}: the patch made from it does not apply ({patch_file})", details=proc.stderr.decode("utf-8", "replace").splitlines()[-4:])
-        if index.write_tree() != tree:
-            raise ImportBranchError(f"{name}: the series does not rebuild the branch's tree", details=["the branch may hold changes a text patch cannot carry (e.g. submodules); import it by hand"])
+def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_tree: str, tree: str) -> None:
+    """Read the series back as build does (refusing what it refuses), apply it to the upstream tree, compare trees."""
+    from zmr.release import ApplyError, apply_series
+
+    with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
+        folder = Path(tmp)
+        _write_series(folder, item)
+        try:
+            series = read_series(folder, item.folder)
+        except ZmrError as err:
+            raise ImportBranchError(f"{item.branch}: {err.message}", details=[*err.details, "zmr build would refuse this series; nothing was written"]) from None
+        component = Component(item.model, item.key, item.upstream, item.commit, item.branch, item.release, item.folder)
+        try:
+            built = apply_series(repo, component, upstream_tree, series.patches) if series.patches else upstream_tree
+        except ApplyError as err:
+            raise ImportBranchError(f"{item.branch}: the patch made from it does not apply ({err.message})", details=err.details[-4:]) from None
+    if built != tree:
+        raise ImportBranchError(f"{item.branch}: the series does not rebuild the branch's tree", details=["the branch may hold changes a text patch cannot carry (e.g. submodules); import it by hand"])
+
+
+def _write_series(folder: Path, item: Imported) -> None:
+    for patch_file, data in item.patches:
+        (folder / patch_file).write_bytes(data)
+    (folder / "series").write_text(f"# imported by zmr import from {item.branch}\n" + "".join(f"{n}\n" for n, _ in item.patches))
 
 
 def _check_targets(project: Project, result: ImportResult) -> None:
     for model, items in result.manifests.items():
-        manifest = project.root / "manifests" / f"{model}.yaml"
-        if manifest.exists():
-            raise ImportBranchError(f"manifests/{model}.yaml already exists; zmr import never overwrites a manifest", details=["import under another --model, or remove the manifest first"])
+        path = project.root / "manifests" / f"{model}.yaml"
+        have: dict[str, str] = {}
+        if path.exists():
+            manifest, problems = parse_manifest(path, project.root, project.policy)
+            if manifest is None or problems:
+                raise ImportBranchError(f"manifests/{model}.yaml is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems])
+            have = {key: f"manifests/{model}.yaml" for key in manifest.components}
+            result.added.add(model)
         keys: dict[str, str] = {}
         for item in items:
+            if item.key in have:
+                raise ImportBranchError(
+                    f"manifests/{model}.yaml already exists; zmr import never overwrites a manifest, and it has component {item.key!r} already",
+                    details=[f"import {item.branch} under another --model, or remove component {item.key} from the manifest first"],
+                )
             if item.key in keys:
                 raise ImportBranchError(f"{item.branch} and {keys[item.key]} would both be component {item.key!r} of {model}", details=["import them under different models"])
             keys[item.key] = item.branch
@@ -286,45 +523,117 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def component_lines(item: Imported) -> list[str]:
+    """The component's block, indented as under ``components:`` in a new manifest (2 spaces)."""
+    lines = [f"  {item.key}:", f"    upstream: {_quote(item.upstream)}", f"    commit: {item.commit}"]
+    if not item.default_branch:
+        lines.append(f"    branch: {_quote(item.branch)}")
+    if item.release != "two-commit":
+        lines.append(f"    release: {item.release}")
+    return lines
+
+
 def manifest_text(model: str, items: Sequence[Imported]) -> str:
     lines = [f"model: {model}", f"title: {_quote(model)}", "components:"]
     for item in items:
-        lines += [f"  {item.key}:", f"    upstream: {_quote(item.upstream)}", f"    commit: {item.commit}"]
-        if not item.default_branch:
-            lines.append(f"    branch: {_quote(item.branch)}")
-        if item.release != "two-commit":
-            lines.append(f"    release: {item.release}")
+        lines += component_lines(item)
     return "\n".join(lines) + "\n"
 
 
+def add_components(text: str, display: str, items: Sequence[Imported]) -> str:
+    """*text* of a manifest with *items* inserted after its last component, indented like the others.
+
+    Only lines are inserted: every byte of the file before and after stays
+    as it was (comments, order, quoting).
+    """
+    node = yaml.compose(text)
+    components = _value(node, "components") if isinstance(node, MappingNode) else None
+    if not isinstance(components, MappingNode) or components.flow_style or not components.value:
+        raise ImportBranchError(f"{display}: components is not a block mapping zmr can add to", details=["add the component by hand:", *[line for item in items for line in component_lines(item)]])
+    first_key, first_value = components.value[0]
+    indent = first_key.start_mark.column
+    step = 2
+    if isinstance(first_value, MappingNode) and first_value.value and not first_value.flow_style:
+        step = max(1, first_value.value[0][0].start_mark.column - indent)
+    end = _last_line_end(components)
+    block = "".join(
+        " " * (indent + (len(line) - len(line.lstrip(" ")) - 2) // 2 * step) + line.lstrip(" ") + "\n" for item in items for line in component_lines(item)
+    )
+    if end == len(text) and not text.endswith("\n"):
+        return text + "\n" + block
+    return text[:end] + block + text[end:]
+
+
+def _value(node: MappingNode, key: str) -> Node | None:
+    for key_node, value in node.value:
+        if isinstance(key_node, ScalarNode) and key_node.value == key:
+            return value
+    return None
+
+
+def _last_line_end(node: Node) -> int:
+    """Index just after the line on which *node*'s last scalar ends (block mappings end at the next key)."""
+    while isinstance(node, MappingNode) and node.value:
+        node = node.value[-1][1]
+    while hasattr(node, "value") and isinstance(node.value, list) and node.value:  # a list: its last item
+        last = node.value[-1]
+        node = last[1] if isinstance(last, tuple) else last
+    buffer = node.end_mark.buffer
+    end = node.end_mark.index
+    newline = buffer.find("\n", end)
+    return len(buffer.rstrip("\0")) if newline < 0 else newline + 1
+
+
 def _write(project: Project, result: ImportResult) -> None:
-    """Check each manifest by parsing it, then write series folders (renamed into place), then manifests."""
-    texts = {}
+    """Check each manifest by parsing it, then write series folders (renamed into place), then manifests.
+
+    A failure after the first write (a branch name another model uses)
+    removes the series folders again and restores the manifests.
+    """
+    from zmr.manifest import load_manifests
+
+    texts: dict[str, str] = {}
+    old: dict[str, bytes | None] = {}
     for model, items in result.manifests.items():
-        text = manifest_text(model, items)
+        path = project.root / "manifests" / f"{model}.yaml"
+        old[model] = path.read_bytes() if path.exists() else None
+        text = add_components(old[model].decode("utf-8"), f"manifests/{model}.yaml", items) if old[model] is not None else manifest_text(model, items)
         with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
             probe = Path(tmp) / f"{model}.yaml"
             probe.write_text(text)
             manifest, problems = parse_manifest(probe, project.root)
-        if problems:
+        if problems or manifest is None or any(item.key not in manifest.components for item in items):
             raise ImportBranchError(f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems])
         texts[model] = text
-    for model, items in result.manifests.items():
-        for item in items:
-            if not item.patches:
-                continue
-            folder = project.root / item.folder
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.zmr-tmp-", dir=folder.parent))
-            try:
-                os.chmod(tmp, 0o777 & ~current_umask())
-                for patch_file, data in item.patches:
-                    (tmp / patch_file).write_bytes(data)
-                (tmp / "series").write_text(f"# imported by zmr import from {item.branch}\n" + "".join(f"{n}\n" for n, _ in item.patches))
-                if folder.is_dir():
-                    folder.rmdir()  # empty: checked before
-                os.rename(tmp, folder)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        atomic_write(project.root / "manifests" / f"{model}.yaml", texts[model].encode())
+    written: list[Path] = []
+    try:
+        for model, items in result.manifests.items():
+            for item in items:
+                if not item.patches:
+                    continue
+                folder = project.root / item.folder
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.zmr-tmp-", dir=folder.parent))
+                try:
+                    os.chmod(tmp, 0o777 & ~current_umask())
+                    _write_series(tmp, item)
+                    if folder.is_dir():
+                        folder.rmdir()  # empty: checked before
+                    os.rename(tmp, folder)
+                    written.append(folder)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+            (project.root / "manifests").mkdir(exist_ok=True)
+            atomic_write(project.root / "manifests" / f"{model}.yaml", texts[model].encode())
+        load_manifests(project.root, list(result.manifests), project.policy)  # branch names across models
+    except BaseException:
+        for folder in written:
+            shutil.rmtree(folder, ignore_errors=True)
+        for model, data in old.items():
+            path = project.root / "manifests" / f"{model}.yaml"
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write(path, data)
+        raise
