@@ -142,12 +142,17 @@ def test_publish_refused_after_someone_else_pushed(tmp_path, project, upstream):
     # The lookup fetched their commit without touching the remote-tracking ref.
     assert project.ref("refs/remotes/origin/rollout/toy") == ours
 
-    # Once the user has looked and fetched, the branch may be replaced.
+    # Once the user has looked and fetched, the branch may be replaced -- on request, as zmr did not build its tip.
     git("fetch", "-q", "origin", cwd=project.root)
-    accepted = zmr("publish", cwd=project.root)
+    foreign = zmr("publish", cwd=project.root)
+    assert foreign.returncode == 1
+    assert "refusing to publish: 1 branch on origin holds commits zmr did not build: rollout/toy" in foreign.stderr
+    assert "zmr publish --replace-foreign" in foreign.stderr
+    accepted = zmr("publish", "--replace-foreign", cwd=project.root)
     assert accepted.returncode == 0, accepted.stderr
-    assert f"updated      rollout/toy    {theirs[:12]} -> {ours[:12]}" in accepted.stdout
+    assert f"replaced     rollout/toy    {theirs[:12]} -> {ours[:12]}" in accepted.stdout
     assert _remote_heads(bare)["refs/heads/rollout/toy"] == ours
+    assert git("rev-parse", f"refs/zmr/replaced/rollout/toy/{theirs}", cwd=bare) == theirs
 
 
 def test_fresh_clone_may_replace_an_earlier_release(tmp_path, project, upstream):

@@ -21,6 +21,15 @@ no such ref, as in a fresh CI clone -- a release commit zmr made for the
 same model and component (checked on its trailers and layout after fetching
 it). Anything else is somebody's work: publish refuses, naming the branch,
 and moves nothing.
+
+Foreign tips. A remote branch whose tip zmr did not build (a hand-made
+release branch of a repository adopting zmr, a commit added on top;
+``zmr.provenance``) is replaced only with ``--replace-foreign``, even when
+this repository has seen it: the push rewrites its history. Its old tip
+stays on the remote as ``refs/zmr/replaced/<branch>/<old-id>``, created in
+the same atomic push (``--force-with-lease=<ref>:``: it must not exist).
+What publish compares is fetched by id without touching remote-tracking
+refs, so a single-branch clone (CI) works the same.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Progress = Callable[[str], None]
 
-CREATED, UPDATED, UP_TO_DATE = "created", "updated", "up to date"
+CREATED, UPDATED, REPLACED, UP_TO_DATE = "created", "updated", "replaced", "up to date"
 _PORCELAIN_RE = re.compile(r"^([ +\-*!=])\t([^\t]*):([^\t]+)\t(.*)$")
 
 
@@ -50,6 +59,8 @@ class BranchPush:
     component: "Component"
     new: str
     old: str | None  # on the remote before; None: absent
+    foreign: str = ""  # why the remote tip is not a release zmr built ('' when it is, or absent)
+    keep: str | None = None  # --replace-foreign: the ref that keeps the old tip on the remote
 
     @property
     def branch(self) -> str:
@@ -63,10 +74,21 @@ class BranchPush:
     def status(self) -> str:
         if self.old is None:
             return CREATED
-        return UP_TO_DATE if self.old == self.new else UPDATED
+        if self.old == self.new:
+            return UP_TO_DATE
+        return REPLACED if self.foreign else UPDATED
 
     def to_json(self) -> dict:
-        return {"model": self.component.model, "component": self.component.key, "branch": self.branch, "old": self.old, "new": self.new, "status": self.status}
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "branch": self.branch,
+            "old": self.old,
+            "new": self.new,
+            "status": self.status,
+            "not_built_by_zmr": self.foreign or None,
+            "old_tip_kept_as": self.keep,
+        }
 
 
 @dataclass
@@ -75,17 +97,37 @@ class PublishResult:
     dry_run: bool
     branches: list[BranchPush] = field(default_factory=list)
     pushed: bool = False
+    refusal: CheckFailed | None = None  # dry run: why the real publish would refuse (raised otherwise)
 
     @property
     def moving(self) -> list[BranchPush]:
         return [b for b in self.branches if b.status != UP_TO_DATE]
 
     def to_json(self) -> dict:
-        return {"remote": self.remote, "dry_run": self.dry_run, "pushed": self.pushed, "branches": [b.to_json() for b in self.branches]}
+        return {
+            "remote": self.remote,
+            "dry_run": self.dry_run,
+            "pushed": self.pushed,
+            "refused": self.refusal.message if self.refusal else None,
+            "branches": [b.to_json() for b in self.branches],
+        }
 
 
-def publish(project: "Project", components: Sequence["Component"], remote: str = "origin", *, dry_run: bool = False, cache: "Cache | None" = None, progress: Progress | None = None) -> PublishResult:
-    """Verify, check the leases, then push every branch in one atomic push (or, dry run, nothing)."""
+def publish(
+    project: "Project",
+    components: Sequence["Component"],
+    remote: str = "origin",
+    *,
+    dry_run: bool = False,
+    replace_foreign: bool = False,
+    cache: "Cache | None" = None,
+    progress: Progress | None = None,
+) -> PublishResult:
+    """Verify, check the leases, then push every branch in one atomic push (or, dry run, nothing).
+
+    A dry run returns the plan with ``refusal`` set where the real run would
+    raise it, so the plan can be shown either way.
+    """
     from zmr import release
 
     if not remote.strip() or remote.startswith("-") or any(ord(c) < 32 for c in remote):
@@ -103,7 +145,13 @@ def publish(project: "Project", components: Sequence["Component"], remote: str =
     remote_refs = repo.ls_remote(remote, [f"refs/heads/{r.branch}" for r in results])
     plan = [BranchPush(r.component, r.expected, remote_refs.get(f"refs/heads/{r.branch}")) for r in results]
     outcome = PublishResult(remote, dry_run, plan)
-    _check_leases(repo, remote, plan, progress)
+    try:
+        _check_leases(repo, remote, plan, progress)
+        _check_foreign(repo, remote, plan, replace_foreign)
+    except CheckFailed as err:
+        if not dry_run:
+            raise
+        outcome.refusal = err
     if dry_run or not outcome.moving:
         return outcome
     if progress:
@@ -121,17 +169,16 @@ def _check_leases(repo: git.Repo, remote: str, plan: Sequence[BranchPush], progr
         if item.old is None or item.old == item.new:
             continue
         seen_ref = tracking_ref(specs, item.ref)
-        if seen_ref is not None:
-            seen = repo.ref_value(seen_ref)
-            if seen is not None:
-                if seen != item.old:
-                    refused.append(f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it")
-                continue
+        seen = repo.ref_value(seen_ref) if seen_ref is not None else None
+        if seen is not None and seen != item.old:
+            refused.append(f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it")
+            continue
         if progress:
             progress(f"inspecting {item.branch} on {remote}")
-        why = _not_a_release(repo, remote, item)
-        if why:
-            refused.append(f"{item.branch}: {remote} has {item.old[:12]}, which {why}; someone else pushed to it")
+        item.foreign = _not_a_release(repo, remote, item)
+        if item.foreign and seen is None:
+            # Never seen here, and not zmr's: it may be anybody's; --replace-foreign takes it all the same.
+            item.foreign += "; someone else pushed to it"
     if refused:
         raise CheckFailed(
             f"refusing to publish: {len(refused)} branch{'es' if len(refused) != 1 else ''} on {remote} changed behind zmr's back",
@@ -141,6 +188,32 @@ def _check_leases(repo: git.Repo, remote: str, plan: Sequence[BranchPush], progr
                 "update the remote-tracking ref to it (git fetch " + remote + ") and publish again",
             ],
         )
+
+
+def _check_foreign(repo: git.Repo, remote: str, plan: Sequence[BranchPush], replace_foreign: bool) -> None:
+    """Refuse to replace tips zmr did not build, unless asked; when asked, name the refs that keep them."""
+    from zmr.provenance import replaced_ref
+
+    foreign = [item for item in plan if item.foreign and item.old is not None and item.old != item.new]
+    if not foreign:
+        return
+    if not replace_foreign:
+        raise CheckFailed(
+            f"refusing to publish: {len(foreign)} branch{'es' if len(foreign) != 1 else ''} on {remote} hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: "
+            + ", ".join(item.branch for item in foreign),
+            details=[f"{item.branch}: {remote} has {item.old[:12]}, which {item.foreign}" for item in foreign if item.old]
+            + [
+                "publishing replaces them with the zmr release commits (their history is rewritten); nothing was pushed",
+                f"look first: git fetch {remote} {foreign[0].branch} && git log FETCH_HEAD",
+                f"then: zmr publish --replace-foreign (add --dry-run to see the plan); the old tips stay on {remote} as refs/zmr/replaced/<branch>/<old-id>",
+            ],
+        )
+    kept = repo.ls_remote(remote, [replaced_ref(item.branch, item.old) for item in foreign if item.old])
+    for item in foreign:
+        assert item.old is not None
+        ref = replaced_ref(item.branch, item.old)
+        if ref not in kept:  # kept by an earlier publish already: nothing to add
+            item.keep = ref
 
 
 def fetch_refspecs(repo: git.Repo, remote: str) -> list[tuple[str, str]]:
@@ -163,8 +236,8 @@ def tracking_ref(specs: Sequence[tuple[str, str]], ref: str) -> str | None:
 
 
 def _not_a_release(repo: git.Repo, remote: str, item: BranchPush) -> str:
-    """'' when *item.old* is a release commit of the same model and component, else why not."""
-    from zmr.release import TRAILER_COMPONENT, TRAILER_MODEL
+    """'' when *item.old* is a release commit zmr built for the same model and component, else why not."""
+    from zmr.provenance import not_built_by_zmr
 
     oid = item.old
     assert oid is not None
@@ -173,22 +246,18 @@ def _not_a_release(repo: git.Repo, remote: str, item: BranchPush) -> str:
         repo.fetch(remote, [item.ref], extra=["--refmap="])
         if not repo.has_object(oid, "commit"):
             return "changed again while zmr was looking at it"
-    info = repo.commit_info(oid)
-    trailers = info.trailers()
-    comp = item.component
-    if trailers.get(TRAILER_MODEL) != comp.model or trailers.get(TRAILER_COMPONENT) != comp.key:
-        return f"is not a release commit of {comp.label} (no {TRAILER_MODEL}/{TRAILER_COMPONENT} trailers naming it)"
-    if len(info.parents) > 1 or (info.parents and repo.commit_info(info.parents[0]).parents):
-        return "has commits on top of or below a release layout (expected a snapshot and a changes commit)"
-    return ""
+    return not_built_by_zmr(repo, oid, item.component.model, item.component.key)
 
 
 def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
     args = ["push", "--atomic", "--porcelain", "--no-verify", "--no-recurse-submodules"]
     for item in plan:
         args.append(f"--force-with-lease={item.ref}:{item.old or ''}")
+    keeps = [item for item in plan if item.keep]
+    args += [f"--force-with-lease={item.keep}:" for item in keeps]
     args += ["--end-of-options", remote]
     args += [f"{item.new}:{item.ref}" for item in plan]
+    args += [f"{item.old}:{item.keep}" for item in keeps]
     proc = repo.run(args, check=False, transport=True)
     out = proc.stdout.decode("utf-8", "replace")
     err = proc.stderr.decode("utf-8", "replace")
@@ -198,6 +267,7 @@ def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
         if match:
             statuses[match.group(3)] = (match.group(1), match.group(4))
     rejected = [(item, statuses.get(item.ref, ("?", "no status reported"))) for item in plan]
+    rejected += [(item, statuses.get(item.keep, ("?", "no status reported"))) for item in keeps if item.keep]
     rejected = [(item, st) for item, st in rejected if st[0] in "!?"]
     if proc.returncode != 0 or rejected:
         details = [f"{item.branch}: {summary}" for item, (_, summary) in rejected]

@@ -14,7 +14,10 @@ the clock, the machine or the user's git config.
 
 ``build`` then copies the new objects into the zmr repository (a plain
 local fetch: the repository never borrows objects from the cache) and moves
-every branch of the run in one ``update-ref --stdin`` transaction.
+every branch of the run in one ``update-ref --stdin`` transaction. A branch
+whose tip zmr did not build (``zmr.provenance``: a hand-made branch, a commit
+added by hand) is replaced all the same, but its old tip is kept as
+``refs/zmr/replaced/<branch>/<old-id>`` in that same transaction, and said.
 ``verify`` runs the same computation and only compares.
 """
 
@@ -66,6 +69,7 @@ class BranchUpdate:
     branch: str
     old: str | None
     new: str
+    kept: str | None = None  # the ref keeping an old tip zmr did not build
 
     @property
     def status(self) -> str:
@@ -200,11 +204,21 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
         if progress:
             progress(f"copying objects of {', '.join(r.component.branch for r in rels)}")
         copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
-    updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip) for rel in releases]
+    updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip, _keep_ref(repo, rel, before.get(rel.ref))) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
     _refuse_checked_out(repo, [m.ref for m in moving])
-    repo.update_refs(moving, "zmr build")
+    kept = [git.RefUpdate(u.kept, u.old, None) for u in updates if u.kept and repo.ref_value(u.kept) is None]
+    repo.update_refs(moving + kept, "zmr build")
     return updates
+
+
+def _keep_ref(repo: git.Repo, rel: Release, old: str | None) -> str | None:
+    """Where build keeps *old* before replacing it: only a tip zmr did not build (its own are rebuilt at will)."""
+    from zmr.provenance import not_built_by_zmr, replaced_ref
+
+    if old is None or old == rel.tip or not not_built_by_zmr(repo, old, rel.component.model, rel.component.key):
+        return None
+    return replaced_ref(rel.component.branch, old)
 
 
 def _refuse_checked_out(repo: git.Repo, refs: Sequence[str]) -> None:
@@ -266,7 +280,7 @@ def verify(project: Project, components: Sequence[Component], remote: str | None
         elif actual != rel.tip:
             result.status = "differs"
             if not repo.has_object(actual, "commit") and remote is not None:
-                repo.fetch(remote, [rel.ref])
+                repo.fetch(remote, [rel.ref], extra=["--refmap="])  # what it compares with; remote-tracking refs stay
             result.reasons = explain_drift(rel, repo, actual)
         results.append(result)
     return results
@@ -291,24 +305,33 @@ def explain_drift(rel: Release, repo: git.Repo, actual: str) -> list[str]:
     root = roots[0] if roots else history[-1]
     root_info = repo.commit_info(root)
     tip_info = repo.commit_info(actual)
+    # A commit without zmr's trailers was made by hand: its metadata differs by nature; what matters is its tree.
+    hand_made = [not any(k.startswith("Zmr-") for k in info.trailers()) for info in (root_info, tip_info)]
     if rel.component.release == "two-commit":
         if root_info.tree != rel.upstream_tree:
             reasons.append(f"snapshot tree differs from upstream {rel.component.commit[:12]} ({changed_paths(built, rel.upstream_tree, repo, root_info.tree)})")
         elif root != rel.commits[0]:
-            reasons.append(f"snapshot metadata differs ({_meta_diff(built.commit_info(rel.commits[0]), root_info)})")
+            reasons.append(_same_tree("snapshot", built.commit_info(rel.commits[0]), root_info, hand_made[0]))
         upstream_commit = root_info.trailers().get(TRAILER_UPSTREAM_COMMIT)
-        if upstream_commit != rel.component.commit:
-            reasons.append(f"snapshot trailer {TRAILER_UPSTREAM_COMMIT} is {upstream_commit!r}, expected {rel.component.commit}")
+        if upstream_commit is None and not hand_made[0]:
+            reasons.append(f"snapshot has no {TRAILER_UPSTREAM_COMMIT} trailer (expected {rel.component.commit})")
+        elif upstream_commit is not None and upstream_commit != rel.component.commit:
+            reasons.append(f"snapshot trailer {TRAILER_UPSTREAM_COMMIT} is {upstream_commit}, expected {rel.component.commit}")
     if tip_info.tree != rel.tree:
         reasons.append(f"changes tree differs ({changed_paths(built, rel.tree, repo, tip_info.tree)})")
-    elif not reasons:
-        reasons.append(f"changes metadata differs ({_meta_diff(built.commit_info(rel.tip), tip_info)})")
+    elif actual != rel.tip and (not reasons or all("trees identical" in r for r in reasons)):
+        reasons.append(_same_tree("changes", built.commit_info(rel.tip), tip_info, hand_made[1]))
     series_trailer = tip_info.trailers().get(TRAILER_SERIES)
-    if series_trailer is None:
+    if series_trailer is None and not hand_made[1]:
         reasons.append(f"tip has no {TRAILER_SERIES} trailer")
-    elif series_trailer != rel.series.digest():
+    elif series_trailer is not None and series_trailer != rel.series.digest():
         reasons.append(f"series digest differs: branch {series_trailer}, series {rel.series.digest()}")
     return reasons
+
+
+def _same_tree(label: str, expected: git.CommitInfo, actual: git.CommitInfo, hand_made: bool) -> str:
+    """A commit whose tree is right and whose metadata is not, in words."""
+    return f"{label} metadata differs ({_meta_diff(expected, actual)}), trees identical" + ("; not built by zmr" if hand_made else "")
 
 
 def _meta_diff(expected: git.CommitInfo, actual: git.CommitInfo) -> str:

@@ -20,11 +20,13 @@ def build(models: Models = None, all_models: All = False, components: Components
     with Progress() as progress:
         updates = release.build(project, targets, progress=progress)
     if json_out:
-        print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status} for u in updates]})
+        print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status, "old_tip_kept_as": u.kept} for u in updates]})
         return
     for u in updates:
         change = f"{u.old[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
         print(f"{u.status:9} {u.branch}  {change}")
+        if u.kept:
+            print(f"          zmr did not build the old tip: kept it as {u.kept}")
 
 
 def verify(

@@ -16,6 +16,7 @@ def publish(
     models: Models = None,
     remote: Annotated[str, typer.Option("--remote", help="Remote (name or URL) to push the release branches to.")] = "origin",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify and check the remote, print the plan, push nothing.")] = False,
+    replace_foreign: Annotated[bool, typer.Option("--replace-foreign", help="Replace remote branches zmr did not build (hand-made); their old tips stay as refs/zmr/replaced/<branch>/<old-id>.")] = False,
     json_out: Json = False,
 ) -> None:
     """Verify, then push every release branch (default: all models) in one atomic push with lease."""
@@ -24,14 +25,18 @@ def publish(
     project = find_project()
     targets = project.targets(models, None, not models)
     with Progress() as progress:
-        result = pub.publish(project, targets, remote, dry_run=dry_run, progress=progress)
+        result = pub.publish(project, targets, remote, dry_run=dry_run, replace_foreign=replace_foreign, progress=progress)
     if json_out:
         print_json(result.to_json())
+        if result.refusal:
+            raise result.refusal
         return
     width = max((len(b.branch) for b in result.branches), default=0)
-    verbs = {pub.CREATED: "would create", pub.UPDATED: "would update"} if dry_run else {}
+    verbs = {pub.CREATED: "would create", pub.UPDATED: "would update", pub.REPLACED: "would replace"} if dry_run else {}
     for b in result.branches:
         status = verbs.get(b.status, b.status)
+        if b.status == pub.REPLACED and not replace_foreign:
+            status = "refused"
         if b.status == pub.UP_TO_DATE:
             change = b.new[:12]
         elif b.status == pub.CREATED:
@@ -39,9 +44,14 @@ def publish(
         else:
             change = f"{b.old[:12]} -> {b.new[:12]}"  # type: ignore[index]
         print(f"{status:12} {b.branch.ljust(width)}  {change}")
+        if b.status == pub.REPLACED:
+            kept = f"old tip kept as {b.keep}" if b.keep else "old tip kept already" if replace_foreign else "needs --replace-foreign"
+            print(f"{'':12} {''.ljust(width)}  not built by zmr ({b.foreign}); {kept}")
     moved, same = len(result.moving), len(result.branches) - len(result.moving)
     if dry_run:
         print(f"dry run: nothing pushed to {remote} ({moved} to push, {same} up to date)")
+        if result.refusal:
+            raise result.refusal
     elif result.pushed:
         print(f"pushed {moved} branch{'es' if moved != 1 else ''} to {remote} in one atomic push; {same} up to date")
     else:
