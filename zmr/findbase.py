@@ -64,6 +64,8 @@ def tree_distances(repo: git.Repo, trees: Sequence[str], target: str) -> list[in
     """For each of *trees*, how many paths differ from *target* (one diff-tree for all)."""
     if not trees:
         return []
+    if not repo.has_object(target, "tree"):
+        raise ValueError(f"tree {target} is not in {repo.git_dir}")  # diff-tree --stdin would say nothing
     unique = list(dict.fromkeys(trees))
     stdin = "".join(f"{t} {target}\n" for t in unique).encode()
     out = repo.run(["diff-tree", "--stdin", "-r", "--name-only", "-z", "--no-renames"], input=stdin).stdout

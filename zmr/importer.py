@@ -143,7 +143,7 @@ class _Run:
     remote: str | None
     remote_url: str | None
     model: str | None
-    upstream: str | None
+    upstreams: dict[str, str]  # component key ('' for every component) -> --upstream URL
     commit: str | None
     base: str | None
     find_base: bool
@@ -159,14 +159,17 @@ def import_branches(
     *,
     model: str | None = None,
     remote: str | None = None,
-    upstream: str | None = None,
+    upstream: str | Sequence[str] | None = None,
     commit: str | None = None,
     base: str | None = None,
     find_base: bool = False,
     cache: Cache | None = None,
     progress: Progress | None = None,
 ) -> ImportResult:
-    """Read *branches* and write (or add to) manifests and series that rebuild them."""
+    """Read *branches* and write (or add to) manifests and series that rebuild them.
+
+    *upstream*: ``URL`` for every branch, or ``COMPONENT=URL`` for one component (repeatable).
+    """
     cache = cache or Cache()
     repo = project.repo
     remote_url = _remote_url(repo, remote) if remote else None
@@ -177,7 +180,7 @@ def import_branches(
     if base is not None and (find_base or commit):
         raise ImportBranchError("give one of --base, --find-base and --commit")
     result = ImportResult()
-    run = _Run(project, repo, cache, remote, remote_url, model, upstream, commit, base, find_base, result.warnings, progress, _manifest_urls(project))
+    run = _Run(project, repo, cache, remote, remote_url, model, _upstream_options(upstream), commit, base, find_base, result.warnings, progress, _manifest_urls(project))
     items: list[Imported] = []
     for name in branches:
         if progress:
@@ -188,6 +191,19 @@ def import_branches(
     _warn_many_files(project, items, result.warnings)
     _check_targets(project, result)
     _write(project, result)
+    return result
+
+
+def _upstream_options(values: str | Sequence[str] | None) -> dict[str, str]:
+    """``--upstream`` values: ``URL`` (key '') or ``COMPONENT=URL``."""
+    result: dict[str, str] = {}
+    for value in [values] if isinstance(values, str) else values or []:
+        key, eq, url = value.partition("=")
+        if not (eq and COMPONENT_RE.match(key) and url):
+            key, url = "", value
+        if key in result and result[key] != url:
+            raise ImportBranchError(f"--upstream given twice for {'component ' + key if key else 'every component'}: {result[key]} and {url}")
+        result[key] = url
     return result
 
 
@@ -236,15 +252,13 @@ def _read_branch(run: _Run, name: str) -> Imported:
     if not single and (run.base or run.find_base):
         raise ImportBranchError(f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {len(commits)} commits", details=["its first commit is the upstream snapshot: drop the option"])
     if single:
-        url, pin, found_by, notes = _snapshot_base(run, name, key, root)
+        url, pin, found_by, notes = _snapshot_base(run, name, key, root, ref)
     else:
-        url, pin, found_by = _pin_of_snapshot(run, name, key, root)
+        url, pin, found_by = _pin_of_snapshot(run, name, key, root, ref)
         notes = []
     mirror = run.cache.ensure(resolve_upstream(url, run.project.root), [pin], display=f"{name} ({url})")
     mrepo = mirror.repo
-    # The branch's objects go into the mirror, where the upstream tree is: diffs and checks run there.
-    if not mrepo.has_object(tip, "commit"):
-        mrepo.fetch(run.remote_url if run.remote else str(repo.git_dir), [ref])
+    _bring_branch(run, mrepo, ref, tip)
     upstream_tree = mrepo.tree_of(pin)
     if single:
         release, layout = "snapshot", "snapshot"
@@ -274,19 +288,26 @@ def _read_branch(run: _Run, name: str) -> Imported:
     return item
 
 
+def _bring_branch(run: _Run, mrepo: git.Repo, ref: str, tip: str) -> None:
+    """The branch's objects go into the mirror, where the upstream tree is: diffs and checks run there."""
+    if not mrepo.has_object(tip, "commit"):
+        mrepo.fetch(run.remote_url if run.remote else str(run.repo.git_dir), [ref])
+
+
 # -- which upstream commit -----------------------------------------------------------------------
 
 
 def _urls_for(run: _Run, key: str, message: str, named: Named | None = None) -> list[str]:
     """Where to look for the upstream: --upstream alone, else the message's URLs, then the manifests'."""
-    if run.upstream:
-        return [run.upstream]
+    given = run.upstreams.get(key) or run.upstreams.get("")
+    if given:
+        return [given]
     urls = [named.url] if named is not None and named.url else []
     urls += named_urls(message) + run.known_urls.get(key, [])
     return list(dict.fromkeys(urls))
 
 
-def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo) -> tuple[str, str, str]:
+def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: str) -> tuple[str, str, str]:
     """(URL, commit, how found) of the upstream commit whose tree the snapshot *root* is."""
     if run.commit:
         urls = _urls_for(run, key, root.message)
@@ -321,9 +342,10 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo) -> tu
                 tree = mirror.repo.tree_of(full)
                 if tree == root.tree:
                     return url, full, "trailer" if candidate.how == "trailer" else f"message ({candidate.how})"
-                tried.append(f"{full[:12]} in {url}: tree differs from the snapshot ({_distance(mirror.repo, tree, root.tree)} paths)")
+                _bring_branch(run, mirror.repo, ref, root.oid)
+                tried.append(f"{full[:12]} in {url}: tree differs from the snapshot ({_distance(mirror.repo, tree, root.tree)} paths differ)")
     details = [f"tried {line}" for line in tried]
-    if not run.upstream:
+    if not (run.upstreams.get(key) or run.upstreams.get("")):
         details.append("name the upstream with --upstream URL (where the snapshot came from), or --commit SHA with it")
     else:
         details.append("check --upstream, or pass --commit SHA (the upstream commit whose tree the snapshot is)")
@@ -362,11 +384,11 @@ def _distance(repo: git.Repo, tree: str, other: str) -> int:
     return tree_distances(repo, [tree], other)[0]
 
 
-def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo) -> tuple[str, str, str, list[str]]:
+def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: str) -> tuple[str, str, str, list[str]]:
     """(URL, base commit, how found, notes) of a single snapshot commit (upstream tree plus changes)."""
     trailers = root.trailers()
     pin = run.commit or trailers.get("Zmr-Upstream-Commit")
-    url = run.upstream or trailers.get("Zmr-Upstream")
+    url = run.upstreams.get(key) or run.upstreams.get("") or trailers.get("Zmr-Upstream")
     if pin and url and not run.base and not run.find_base:
         if not FULL_OID_RE.match(pin):
             raise ImportBranchError(f"{name}: upstream commit {pin!r} is not a full commit id", details=["pass --commit with the 40-hex id"])
@@ -385,6 +407,7 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo) -> tupl
         if run.progress:
             run.progress(f"{name}: looking for the base in {url}")
         mirror = _history(run, fetch_url, url)
+        _bring_branch(run, mirror.repo, ref, root.oid)
         when = int(root.committer.rsplit(" ", 2)[1])
         search = find_base(mirror.repo, root.tree, when)
         notes = ["--find-base: closest upstream commits:", *[f"  {line}" for line in search.lines()]]
