@@ -399,6 +399,11 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
     url = urls[0]
     fetch_url = resolve_upstream(url, run.project.root)
     if run.base:
+        if re.fullmatch(r"[0-9a-fA-F]{7,39}", run.base):
+            commits, why = _look_up(run, url, run.base.lower())
+            if len(commits) != 1:
+                raise ImportBranchError(f"--base {run.base}: {why or 'ambiguous in ' + url}", details=[*(f"candidate {oid}" for oid, _ in commits), "give more digits, or the full id"])
+            return url, commits[0][0], "--base", []
         mirror, oid = run.cache.fetch_ref(fetch_url, run.base, display=f"{name} ({url})")
         return url, oid, "--base", []
     if run.find_base:

@@ -93,6 +93,8 @@ def named_commits(message: str) -> list[Named]:
             if found[index].url is None and url:
                 found[index] = Named(commit, url, found[index].how)
             return
+        if any(other.startswith(commit) for other in seen):
+            return  # an abbreviation of an id named already
         seen[commit] = len(found)
         found.append(Named(commit, url, how))
 
