@@ -291,7 +291,7 @@ def _read_branch(run: _Run, name: str) -> Imported:
 def _bring_branch(run: _Run, mrepo: git.Repo, ref: str, tip: str) -> None:
     """The branch's objects go into the mirror, where the upstream tree is: diffs and checks run there."""
     if not mrepo.has_object(tip, "commit"):
-        mrepo.fetch(run.remote_url if run.remote else str(run.repo.git_dir), [ref])
+        mrepo.fetch(run.remote_url if run.remote and run.remote_url else str(run.repo.git_dir), [ref])
 
 
 # -- which upstream commit -----------------------------------------------------------------------
@@ -583,7 +583,7 @@ def add_components(text: str, display: str, items: Sequence[Imported]) -> str:
     step = 2
     if isinstance(first_value, MappingNode) and first_value.value and not first_value.flow_style:
         step = max(1, first_value.value[0][0].start_mark.column - indent)
-    end = _last_line_end(components)
+    end = _last_line_end(components, text)
     block = "".join(
         " " * (indent + (len(line) - len(line.lstrip(" ")) - 2) // 2 * step) + line.lstrip(" ") + "\n" for item in items for line in component_lines(item)
     )
@@ -599,17 +599,15 @@ def _value(node: MappingNode, key: str) -> Node | None:
     return None
 
 
-def _last_line_end(node: Node) -> int:
+def _last_line_end(node: Node, text: str) -> int:
     """Index just after the line on which *node*'s last scalar ends (block mappings end at the next key)."""
     while isinstance(node, MappingNode) and node.value:
         node = node.value[-1][1]
     while hasattr(node, "value") and isinstance(node.value, list) and node.value:  # a list: its last item
         last = node.value[-1]
         node = last[1] if isinstance(last, tuple) else last
-    buffer = node.end_mark.buffer
-    end = node.end_mark.index
-    newline = buffer.find("\n", end)
-    return len(buffer.rstrip("\0")) if newline < 0 else newline + 1
+    newline = text.find("\n", node.end_mark.index)
+    return len(text) if newline < 0 else newline + 1
 
 
 def _write(project: Project, result: ImportResult) -> None:
@@ -624,8 +622,8 @@ def _write(project: Project, result: ImportResult) -> None:
     old: dict[str, bytes | None] = {}
     for model, items in result.manifests.items():
         path = project.root / "manifests" / f"{model}.yaml"
-        old[model] = path.read_bytes() if path.exists() else None
-        text = add_components(old[model].decode("utf-8"), f"manifests/{model}.yaml", items) if old[model] is not None else manifest_text(model, items)
+        before = old[model] = path.read_bytes() if path.exists() else None
+        text = add_components(before.decode("utf-8"), f"manifests/{model}.yaml", items) if before is not None else manifest_text(model, items)
         with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
             probe = Path(tmp) / f"{model}.yaml"
             probe.write_text(text)
@@ -641,16 +639,16 @@ def _write(project: Project, result: ImportResult) -> None:
                     continue
                 folder = project.root / item.folder
                 folder.parent.mkdir(parents=True, exist_ok=True)
-                tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.zmr-tmp-", dir=folder.parent))
+                staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.zmr-tmp-", dir=folder.parent))
                 try:
-                    os.chmod(tmp, 0o777 & ~current_umask())
-                    _write_series(tmp, item)
+                    os.chmod(staging, 0o777 & ~current_umask())
+                    _write_series(staging, item)
                     if folder.is_dir():
                         folder.rmdir()  # empty: checked before
-                    os.rename(tmp, folder)
+                    os.rename(staging, folder)
                     written.append(folder)
                 except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                    shutil.rmtree(staging, ignore_errors=True)
                     raise
             (project.root / "manifests").mkdir(exist_ok=True)
             atomic_write(project.root / "manifests" / f"{model}.yaml", texts[model].encode())
