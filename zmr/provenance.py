@@ -20,6 +20,11 @@ from __future__ import annotations
 from zmr import git
 
 REPLACED_PREFIX = "refs/zmr/replaced/"
+TRAILER_UPSTREAM = "Zmr-Upstream"
+TRAILER_UPSTREAM_COMMIT = "Zmr-Upstream-Commit"
+TRAILER_SERIES = "Zmr-Series"
+TRAILER_MODEL = "Zmr-Model"
+TRAILER_COMPONENT = "Zmr-Component"
 
 
 def replaced_ref(branch: str, old: str) -> str:
@@ -29,8 +34,6 @@ def replaced_ref(branch: str, old: str) -> str:
 
 def not_built_by_zmr(repo: git.Repo, tip: str, model: str, key: str) -> str:
     """'' when *tip* (present in *repo*) is a release commit zmr builds for *model*/*key*, else why not (fits "which ...")."""
-    from zmr.release import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT
-
     info = repo.commit_info(tip)
     trailers = info.trailers()
     if trailers.get(TRAILER_MODEL) != model or trailers.get(TRAILER_COMPONENT) != key:

@@ -32,14 +32,12 @@ from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.manifest import Component
 from zmr.project import Project
+
+# The trailer names live beside the check that reads them (zmr.provenance); zmr.release.TRAILER_* stay importable.
+from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
 from zmr.series import Series, read_series
 
-TRAILER_UPSTREAM = "Zmr-Upstream"
-TRAILER_UPSTREAM_COMMIT = "Zmr-Upstream-Commit"
-TRAILER_SERIES = "Zmr-Series"
-TRAILER_MODEL = "Zmr-Model"
-TRAILER_COMPONENT = "Zmr-Component"
 
 Progress = Callable[[str], None]
 
@@ -214,8 +212,6 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
 
 def _keep_ref(repo: git.Repo, rel: Release, old: str | None) -> str | None:
     """Where build keeps *old* before replacing it: only a tip zmr did not build (its own are rebuilt at will)."""
-    from zmr.provenance import not_built_by_zmr, replaced_ref
-
     if old is None or old == rel.tip or not not_built_by_zmr(repo, old, rel.component.model, rel.component.key):
         return None
     return replaced_ref(rel.component.branch, old)
