@@ -496,7 +496,7 @@ def _meta(info: git.CommitInfo) -> CommitMeta:
 
 def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_tree: str, tree: str) -> None:
     """Read the series back as build does (refusing what it refuses), apply it to the upstream tree, compare trees."""
-    from zmr.release import ApplyError, apply_series
+    from zmr.replay import ApplyError, apply_series
 
     with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
         folder = Path(tmp)
