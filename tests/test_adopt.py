@@ -41,7 +41,10 @@ def _vllm(path: Path):
     (path / "scripts").mkdir()
     (path / "scripts/run.sh").write_text("#!/bin/sh\necho run\n")
     os.chmod(path / "scripts/run.sh", 0o755)
-    up.commit({"weights.bin": bytes(range(256)) * 4, UNICODE: "ünïcode\n", "scripts/run.sh": "#!/bin/sh\necho run\n"}, "submodule, symlink, executable, binary, unicode")
+    up.commit(
+        {"weights.bin": bytes(range(256)) * 4, UNICODE: "ünïcode\n", "scripts/run.sh": "#!/bin/sh\necho run\n"},
+        "submodule, symlink, executable, binary, unicode",
+    )
     for n in (3, 4, 5):
         up.commit({f"vllm/v{n}.py": f"VERSION = {n}\n" * n, "vllm/model.py": base.replace(f"line {n}\n", f"line {n} (v{n})\n")}, f"release {n}")
     return up
@@ -57,7 +60,9 @@ class Adoption:
     hand_tips: dict[str, str]
 
 
-def _hand_made_branch(work: Path, upstream, commit: str, branch: str, message: str, changes: dict[str, str | bytes | None], single: bool = False, more=None) -> None:
+def _hand_made_branch(
+    work: Path, upstream, commit: str, branch: str, message: str, changes: dict[str, str | bytes | None], single: bool = False, more=None
+) -> None:
     """A release branch as people make them: an orphan snapshot of *commit*'s tree, then (or, *single*, in it) the changes."""
     git("fetch", "-q", str(upstream.path), commit, cwd=work)
     git("checkout", "-q", "-f", "--orphan", branch, commit, cwd=work)
@@ -74,8 +79,14 @@ def _hand_made_branch(work: Path, upstream, commit: str, branch: str, message: s
         git("add", "--", name, cwd=work)
     if more:
         more(work)
-    git("commit", "-q", "-m", message if single else "Zero-mismatch changes\n\nBatch-invariant kernels, fixed split sizes.", cwd=work,
-        env={"GIT_AUTHOR_NAME": "Kernel Dev", "GIT_AUTHOR_EMAIL": "kernel@example.invalid", "GIT_AUTHOR_DATE": "@1712100000 +0200"})
+    git(
+        "commit",
+        "-q",
+        "-m",
+        message if single else "Zero-mismatch changes\n\nBatch-invariant kernels, fixed split sizes.",
+        cwd=work,
+        env={"GIT_AUTHOR_NAME": "Kernel Dev", "GIT_AUTHOR_EMAIL": "kernel@example.invalid", "GIT_AUTHOR_DATE": "@1712100000 +0200"},
+    )
     git("push", "-q", "origin", f"{branch}:refs/heads/{branch}", cwd=work)
 
 
@@ -103,14 +114,29 @@ def adoption(tmp_path_factory) -> Adoption:
     git("push", "-q", "origin", "main", cwd=work)
     pin_v, pin_m, pin_r = vllm.commits[2], megatron.commits[2], verl.commits[1]
     model_py = vllm.file_at(pin_v, "vllm/model.py") + "\n"
-    _hand_made_branch(work, vllm, pin_v, "vllm/m", f"Snapshot of https://github.com/vllm-project/vllm/commit/{pin_v[:10]}", {
-        "vllm/model.py": model_py.replace("line 10\n", "line 10 fixed split\n"),
-        "vllm/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n",
-        "docs/ßplit-größe.md": "fixed split sizes\n",
-        "weights.bin": bytes(range(255, -1, -1)) * 4,
-        "scripts/tool.sh": "#!/bin/sh\necho tool\n",
-    }, more=_exec_and_link)
-    _hand_made_branch(work, megatron, pin_m, "megatron/m", f"Megatron-LM snapshot\n\nUpstream: file://{megatron.path} {pin_m}\n", {"megatron/core.py": "CORE = 2  # fixed order\n"})
+    _hand_made_branch(
+        work,
+        vllm,
+        pin_v,
+        "vllm/m",
+        f"Snapshot of https://github.com/vllm-project/vllm/commit/{pin_v[:10]}",
+        {
+            "vllm/model.py": model_py.replace("line 10\n", "line 10 fixed split\n"),
+            "vllm/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n",
+            "docs/ßplit-größe.md": "fixed split sizes\n",
+            "weights.bin": bytes(range(255, -1, -1)) * 4,
+            "scripts/tool.sh": "#!/bin/sh\necho tool\n",
+        },
+        more=_exec_and_link,
+    )
+    _hand_made_branch(
+        work,
+        megatron,
+        pin_m,
+        "megatron/m",
+        f"Megatron-LM snapshot\n\nUpstream: file://{megatron.path} {pin_m}\n",
+        {"megatron/core.py": "CORE = 2  # fixed order\n"},
+    )
     _hand_made_branch(work, verl, pin_r, "verl/m", f"verl @ {pin_r[:9]}: release snapshot", {"verl/trainer.py": "STEP = 1\nDETERMINISTIC = True\n"})
     # Kimi: one commit holding the tree of vllm's 4th commit plus changes; no upstream commit named.
     _hand_made_branch(work, vllm, vllm.commits[3], "vllm/kimi", "Kimi-K3.1: working tree snapshot", {"vllm/kimi.py": "KDA = True\n"}, single=True)
@@ -164,7 +190,7 @@ def test_adopt_hand_made_branches_end_to_end(adoption, tmp_path):
     assert second.returncode == 0, second.stderr
     assert "added to manifests/m.yaml" in second.stdout
     text = manifest.read_text()
-    assert text.startswith(before) and text[len(before):] == f"  verl:\n    upstream: {a.verl.path}\n    commit: {a.verl.commits[1]}\n"
+    assert text.startswith(before) and text[len(before) :] == f"  verl:\n    upstream: {a.verl.path}\n    commit: {a.verl.commits[1]}\n"
     # Kimi: the upstream URL comes from manifest m (component vllm); the base is found by tree distance.
     kimi = zmr("import", "vllm/kimi", "--remote", "origin", "--find-base", cwd=repo)
     assert kimi.returncode == 0, kimi.stderr
@@ -211,7 +237,7 @@ def test_adopt_hand_made_branches_end_to_end(adoption, tmp_path):
     assert _remote_refs(a.remote, "refs/heads/")["refs/heads/vllm/m"] == a.hand_tips["vllm/m"]
     plan = zmr("publish", "--dry-run", "--replace-foreign", cwd=repo)
     assert plan.returncode == 0, plan.stderr
-    assert f"would replace vllm/m" in plan.stdout.replace("would replace  ", "would replace ")
+    assert "would replace vllm/m" in plan.stdout.replace("would replace  ", "would replace ")
     assert f"old tip kept as refs/zmr/replaced/vllm/m/{a.hand_tips['vllm/m']}" in plan.stdout
     git("push", "-q", "origin", "main", cwd=repo)
 

@@ -72,7 +72,10 @@ def test_a_wrong_base_that_brings_upstream_changes_is_warned_about(tmp_path):
     _hand_made_branch(work, up, up.commits[1], "up/kimi", "Kimi working trees", {"kimi.txt": "kda\n"}, single=True)
     wrong = zmr("import", "up/kimi", "--upstream", str(up.path), "--base", up.commits[0], "--model", "wrong", cwd=project.root)
     assert wrong.returncode == 0, wrong.stderr
-    assert f"zmr: warning: up/kimi: the patch from base {up.commits[0][:12]} touches 131 files (more than 100); a wrong base puts upstream changes into the series" in wrong.stderr
+    assert (
+        f"zmr: warning: up/kimi: the patch from base {up.commits[0][:12]} touches 131 files (more than 100); a wrong base puts upstream changes into the series"
+        in wrong.stderr
+    )
     right = zmr("import", "up/kimi", "--upstream", str(up.path), "--find-base", "--model", "right", cwd=project.root)
     assert right.returncode == 0, right.stderr
     assert "warning" not in right.stderr
@@ -93,7 +96,9 @@ def test_import_refuses_up_front_what_build_refuses(tmp_path):
     result = zmr("import", "up/m", "--upstream", str(up.path), cwd=project.root)
     assert result.returncode == 2
     # As `zmr validate` and `zmr build` say it about that series.
-    assert result.stderr.startswith("zmr: error: up/m: 1 problem in patches/m/up/series\n  patches/m/up/series:2: patches/m/up/0001-zero-mismatch-changes.patch: line ")
+    assert result.stderr.startswith(
+        "zmr: error: up/m: 1 problem in patches/m/up/series\n  patches/m/up/series:2: patches/m/up/0001-zero-mismatch-changes.patch: line "
+    )
     assert "creates symlink 'evil' pointing outside the tree ('/etc/passwd'); a patch may only change files inside the tree" in result.stderr
     assert "zmr build would refuse this series; nothing was written" in result.stderr
     assert not (project.root / "manifests/m.yaml").exists() and not (project.root / "patches").exists()
@@ -107,7 +112,7 @@ def test_adding_components_keeps_comments_and_layout():
     text = (
         "# The model m.\n"
         "model: m\n"
-        "title: \"M\"   # shown in the README\n"
+        'title: "M"   # shown in the README\n'
         "components:\n"
         "    vllm:\n"
         "        upstream: https://github.com/vllm-project/vllm.git   # rollout\n"
@@ -124,8 +129,12 @@ def test_adding_components_keeps_comments_and_layout():
     cut = text.index("# Model-level tests:")
     assert new == (
         text[:cut]
-        + "    verl:\n        upstream: https://github.com/volcengine/verl.git\n        commit: " + "1" * 40 + "\n"
-        + "    megatron:\n        upstream: \"/srv/Megatron LM\"\n        commit: " + "1" * 40 + "\n"
+        + "    verl:\n        upstream: https://github.com/volcengine/verl.git\n        commit: "
+        + "1" * 40
+        + "\n"
+        + '    megatron:\n        upstream: "/srv/Megatron LM"\n        commit: '
+        + "1" * 40
+        + "\n"
         + text[cut:]
     )
     import yaml

@@ -16,7 +16,12 @@ abbrev_lengths = st.integers(min_value=7, max_value=16)
 names = st.from_regex(r"[a-z][a-z0-9-]{1,12}", fullmatch=True)
 repos = st.builds(lambda o, r: f"https://github.com/{o}/{r}", names, names)
 # Prose: words with no digit next to a hex letter run long enough to be an id.
-prose = st.lists(st.sampled_from(["snapshot", "of", "the", "release", "zero-mismatch", "changes", "vLLM", "Megatron-LM", "pinned", "to", "-", "(see notes)", "2024", "v0.11.0"]), max_size=12).map(" ".join)
+prose = st.lists(
+    st.sampled_from(
+        ["snapshot", "of", "the", "release", "zero-mismatch", "changes", "vLLM", "Megatron-LM", "pinned", "to", "-", "(see notes)", "2024", "v0.11.0"]
+    ),
+    max_size=12,
+).map(" ".join)
 
 WORDINGS = [
     ("{sha}", "bare", False),

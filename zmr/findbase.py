@@ -49,7 +49,9 @@ class BaseSearch:
 
 def find_base(repo: git.Repo, tree: str, when: int) -> BaseSearch:
     """Commits of every ref of *repo* around *when* (Unix time), by their distance to *tree*."""
-    fields = repo.out(["log", "--all", "--format=%H %T %ct", f"--since={when - WINDOW_BEFORE}", f"--until={when + WINDOW_AFTER}", f"--max-count={MAX_CANDIDATES}"])
+    fields = repo.out(
+        ["log", "--all", "--format=%H %T %ct", f"--since={when - WINDOW_BEFORE}", f"--until={when + WINDOW_AFTER}", f"--max-count={MAX_CANDIDATES}"]
+    )
     if not fields.strip():
         # Nothing in the window (an old snapshot of a quiet upstream): the newest commits before it.
         fields = repo.out(["log", "--all", "--format=%H %T %ct", f"--until={when + WINDOW_AFTER}", "--max-count=50"])

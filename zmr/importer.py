@@ -180,7 +180,21 @@ def import_branches(
     if base is not None and (find_base or commit):
         raise ImportBranchError("give one of --base, --find-base and --commit")
     result = ImportResult()
-    run = _Run(project, repo, cache, remote, remote_url, model, _upstream_options(upstream), commit, base, find_base, result.warnings, progress, _manifest_urls(project))
+    run = _Run(
+        project,
+        repo,
+        cache,
+        remote,
+        remote_url,
+        model,
+        _upstream_options(upstream),
+        commit,
+        base,
+        find_base,
+        result.warnings,
+        progress,
+        _manifest_urls(project),
+    )
     items: list[Imported] = []
     for name in branches:
         if progress:
@@ -235,7 +249,9 @@ def _read_branch(run: _Run, name: str) -> Imported:
     short, ref, tip = _resolve(repo, name, run.remote, run.remote_url)
     count = int(repo.out(["rev-list", "--count", f"--max-count={MAX_COMMITS + 1}", tip]))
     if count > MAX_COMMITS:
-        raise ImportBranchError(f"{name}: has more than {MAX_COMMITS} commits; not a release branch", details=["import branches in the two-commit or snapshot layout"])
+        raise ImportBranchError(
+            f"{name}: has more than {MAX_COMMITS} commits; not a release branch", details=["import branches in the two-commit or snapshot layout"]
+        )
     if repo.rev_list(["--merges", tip]):
         raise ImportBranchError(f"{name}: has merge commits; a release branch is linear", details=["import branches in the two-commit or snapshot layout"])
     commits = repo.rev_list(["--topo-order", "--reverse", tip])
@@ -247,10 +263,15 @@ def _read_branch(run: _Run, name: str) -> Imported:
     if not model_name or not MODEL_RE.match(model_name):
         raise ImportBranchError(f"{name}: cannot tell the model from the branch name", details=["pass --model NAME"])
     if not COMPONENT_RE.match(key):
-        raise ImportBranchError(f"{name}: {key!r} is not a valid component key", details=["name the branch <component>/<model> with a component key of [a-z0-9][a-z0-9-]*"])
+        raise ImportBranchError(
+            f"{name}: {key!r} is not a valid component key", details=["name the branch <component>/<model> with a component key of [a-z0-9][a-z0-9-]*"]
+        )
     single = len(commits) == 1
     if not single and (run.base or run.find_base):
-        raise ImportBranchError(f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {len(commits)} commits", details=["its first commit is the upstream snapshot: drop the option"])
+        raise ImportBranchError(
+            f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {len(commits)} commits",
+            details=["its first commit is the upstream snapshot: drop the option"],
+        )
     if single:
         url, pin, found_by, notes = _snapshot_base(run, name, key, root, ref)
     else:
@@ -320,7 +341,10 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: 
 
             raise ImportBranchError(
                 f"{name}: the snapshot tree of {root.oid[:12]} differs from {urls[0]} at {run.commit}",
-                details=[f"differing paths: {changed_paths(mirror.repo, tree, run.repo, root.tree)}", "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree"],
+                details=[
+                    f"differing paths: {changed_paths(mirror.repo, tree, run.repo, root.tree)}",
+                    "check --upstream/--commit (or the trailers): the snapshot must be the unmodified upstream tree",
+                ],
             )
         return urls[0], run.commit, "--commit"
     named = named_commits(root.message)
@@ -395,14 +419,20 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
         return url, pin, "--commit" if run.commit else "trailer", []
     urls = _urls_for(run, key, root.message)
     if not urls:
-        raise ImportBranchError(f"{name}: a single snapshot commit; zmr needs its upstream repository to find the base", details=["pass --upstream URL (and --base REV or --find-base)"])
+        raise ImportBranchError(
+            f"{name}: a single snapshot commit; zmr needs its upstream repository to find the base",
+            details=["pass --upstream URL (and --base REV or --find-base)"],
+        )
     url = urls[0]
     fetch_url = resolve_upstream(url, run.project.root)
     if run.base:
         if re.fullmatch(r"[0-9a-fA-F]{7,39}", run.base):
             commits, why = _look_up(run, url, run.base.lower())
             if len(commits) != 1:
-                raise ImportBranchError(f"--base {run.base}: {why or 'ambiguous in ' + url}", details=[*(f"candidate {oid}" for oid, _ in commits), "give more digits, or the full id"])
+                raise ImportBranchError(
+                    f"--base {run.base}: {why or 'ambiguous in ' + url}",
+                    details=[*(f"candidate {oid}" for oid, _ in commits), "give more digits, or the full id"],
+                )
             return url, commits[0][0], "--base", []
         mirror, oid = run.cache.fetch_ref(fetch_url, run.base, display=f"{name} ({url})")
         return url, oid, "--base", []
@@ -504,14 +534,19 @@ def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_t
         try:
             series = read_series(folder, item.folder)
         except ZmrError as err:
-            raise ImportBranchError(f"{item.branch}: {err.message}", details=[*err.details, "zmr build would refuse this series; nothing was written"]) from None
+            raise ImportBranchError(
+                f"{item.branch}: {err.message}", details=[*err.details, "zmr build would refuse this series; nothing was written"]
+            ) from None
         component = Component(item.model, item.key, item.upstream, item.commit, item.branch, item.release, item.folder)
         try:
             built = apply_series(repo, component, upstream_tree, series.patches) if series.patches else upstream_tree
         except ApplyError as err:
             raise ImportBranchError(f"{item.branch}: the patch made from it does not apply ({err.message})", details=err.details[-4:]) from None
     if built != tree:
-        raise ImportBranchError(f"{item.branch}: the series does not rebuild the branch's tree", details=["the branch may hold changes a text patch cannot carry (e.g. submodules); import it by hand"])
+        raise ImportBranchError(
+            f"{item.branch}: the series does not rebuild the branch's tree",
+            details=["the branch may hold changes a text patch cannot carry (e.g. submodules); import it by hand"],
+        )
 
 
 def _write_series(folder: Path, item: Imported) -> None:
@@ -527,7 +562,9 @@ def _check_targets(project: Project, result: ImportResult) -> None:
         if path.exists():
             manifest, problems = parse_manifest(path, project.root, project.policy)
             if manifest is None or problems:
-                raise ImportBranchError(f"manifests/{model}.yaml is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems])
+                raise ImportBranchError(
+                    f"manifests/{model}.yaml is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems]
+                )
             have = {key: f"manifests/{model}.yaml" for key in manifest.components}
             result.added.add(model)
         keys: dict[str, str] = {}
@@ -538,7 +575,9 @@ def _check_targets(project: Project, result: ImportResult) -> None:
                     details=[f"import {item.branch} under another --model, or remove component {item.key} from the manifest first"],
                 )
             if item.key in keys:
-                raise ImportBranchError(f"{item.branch} and {keys[item.key]} would both be component {item.key!r} of {model}", details=["import them under different models"])
+                raise ImportBranchError(
+                    f"{item.branch} and {keys[item.key]} would both be component {item.key!r} of {model}", details=["import them under different models"]
+                )
             keys[item.key] = item.branch
             folder = project.root / item.folder
             if folder.exists() and any(folder.iterdir()):
@@ -577,7 +616,10 @@ def add_components(text: str, display: str, items: Sequence[Imported]) -> str:
     node = yaml.compose(text)
     components = _value(node, "components") if isinstance(node, MappingNode) else None
     if not isinstance(components, MappingNode) or components.flow_style or not components.value:
-        raise ImportBranchError(f"{display}: components is not a block mapping zmr can add to", details=["add the component by hand:", *[line for item in items for line in component_lines(item)]])
+        raise ImportBranchError(
+            f"{display}: components is not a block mapping zmr can add to",
+            details=["add the component by hand:", *[line for item in items for line in component_lines(item)]],
+        )
     first_key, first_value = components.value[0]
     indent = first_key.start_mark.column
     step = 2
@@ -629,7 +671,9 @@ def _write(project: Project, result: ImportResult) -> None:
             probe.write_text(text)
             manifest, problems = parse_manifest(probe, project.root)
         if problems or manifest is None or any(item.key not in manifest.components for item in items):
-            raise ImportBranchError(f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems])
+            raise ImportBranchError(
+                f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems]
+            )
         texts[model] = text
     written: list[Path] = []
     try:

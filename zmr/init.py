@@ -56,7 +56,9 @@ def repository_root(start: Path) -> Path:
     proc = git.run(["rev-parse", "--show-toplevel"], cwd=start, check=False)
     top = proc.stdout.decode("utf-8", "surrogateescape").strip()
     if proc.returncode != 0 or not top:
-        raise ZmrError(f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"])
+        raise ZmrError(
+            f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"]
+        )
     return Path(top)
 
 
@@ -82,7 +84,10 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         wanted = {"name": (name, current.release_name), "email": (email, current.release_email), "url": (url, current.release_url)}
         differing = [f"release.{key} is {have!r}, --{key} says {want!r}" for key, (want, have) in wanted.items() if want is not None and want != have]
         if differing:
-            raise ZmrError(f"{SETTINGS_FILE} exists with another release identity; zmr init does not change it", details=[*differing, f"edit {SETTINGS_FILE} by hand (every release commit id changes with it)"])
+            raise ZmrError(
+                f"{SETTINGS_FILE} exists with another release identity; zmr init does not change it",
+                details=[*differing, f"edit {SETTINGS_FILE} by hand (every release commit id changes with it)"],
+            )
     else:
         if url is None:
             origin = git.run(["config", "--get", "remote.origin.url"], cwd=root, check=False).stdout.decode("utf-8", "replace")

@@ -74,7 +74,10 @@ class Project:
             root = top.stdout.decode("utf-8", "surrogateescape").strip()
             raise ZmrError(
                 f"{root}: not a zmr project yet (no manifests/ folder or {SETTINGS_FILE})",
-                details=[f"run `zmr init` in {root} to make it one (it creates manifests/, {SETTINGS_FILE}, the README markers and the CI workflow; nothing that exists is changed)"],
+                details=[
+                    f"run `zmr init` in {root} to make it one (it creates manifests/, {SETTINGS_FILE}, the README markers and the CI workflow;"
+                    " nothing that exists is changed)"
+                ],
             )
         raise ZmrError(
             f"{here}: not inside a zmr repository (no manifests/ folder found here or above)",

@@ -171,7 +171,9 @@ def _check_leases(repo: git.Repo, remote: str, plan: Sequence[BranchPush], progr
         seen_ref = tracking_ref(specs, item.ref)
         seen = repo.ref_value(seen_ref) if seen_ref is not None else None
         if seen is not None and seen != item.old:
-            refused.append(f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it")
+            refused.append(
+                f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it"
+            )
             continue
         if progress:
             progress(f"inspecting {item.branch} on {remote}")
@@ -199,7 +201,8 @@ def _check_foreign(repo: git.Repo, remote: str, plan: Sequence[BranchPush], repl
         return
     if not replace_foreign:
         raise CheckFailed(
-            f"refusing to publish: {len(foreign)} branch{'es' if len(foreign) != 1 else ''} on {remote} hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: "
+            f"refusing to publish: {len(foreign)} branch{'es' if len(foreign) != 1 else ''} on {remote} "
+            f"hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: "
             + ", ".join(item.branch for item in foreign),
             details=[f"{item.branch}: {remote} has {item.old[:12]}, which {item.foreign}" for item in foreign if item.old]
             + [

@@ -32,7 +32,8 @@ _TRAILER_COMMIT_RE = re.compile(rf"^Zmr-Upstream-Commit:\s*({_HEX}){_END}", re.M
 _TRAILER_URL_RE = re.compile(r"^Zmr-Upstream:\s*(\S+)\s*$", re.M)
 # "Upstream: URL SHA", "Upstream: URL@SHA", "Upstream commit: SHA", "Source: URL at SHA".
 _UPSTREAM_LINE_RE = re.compile(
-    rf"^[ \t>*-]*(?:upstream|source|base)(?:[ \t]+(?:commit|repo(?:sitory)?))?[ \t]*:[ \t]*(?:(\S+?)(?:[ \t]*@[ \t]*|[ \t]+(?:at[ \t]+|commit[ \t]+)?))?({_HEX}){_END}",
+    r"^[ \t>*-]*(?:upstream|source|base)(?:[ \t]+(?:commit|repo(?:sitory)?))?[ \t]*:[ \t]*"  # "Upstream commit:"
+    rf"(?:(\S+?)(?:[ \t]*@[ \t]*|[ \t]+(?:at[ \t]+|commit[ \t]+)?))?({_HEX}){_END}",  # "URL@", "URL at ", then the id
     re.I | re.M,
 )
 # https://host/owner/repo/commit/SHA, GitLab's /-/commit/, /commits/, /tree/.

@@ -12,10 +12,22 @@ from zmr.cli.render import print_json
 
 
 def init(
-    name: Annotated[str | None, typer.Option("--name", metavar="N", help="Release identity: author and committer name of release commits (default: zmr release).", show_default=False)] = None,
-    email: Annotated[str | None, typer.Option("--email", metavar="E", help="Release identity: e-mail (default: release@zmr.invalid).", show_default=False)] = None,
-    url: Annotated[str | None, typer.Option("--url", metavar="URL", help="The repository's web page, for links in the README (default: from origin, if on GitHub).", show_default=False)] = None,
-    readme_sections: Annotated[bool, typer.Option("--readme-sections", help="Append the marker sections `zmr docs` fills to an existing README that lacks them.")] = False,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", metavar="N", help="Release identity: author and committer name of release commits (default: zmr release).", show_default=False),
+    ] = None,
+    email: Annotated[
+        str | None, typer.Option("--email", metavar="E", help="Release identity: e-mail (default: release@zmr.invalid).", show_default=False)
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", metavar="URL", help="The repository's web page, for links in the README (default: from origin, if on GitHub).", show_default=False
+        ),
+    ] = None,
+    readme_sections: Annotated[
+        bool, typer.Option("--readme-sections", help="Append the marker sections `zmr docs` fills to an existing README that lacks them.")
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Make this git repository a zmr project (creates what is missing, changes nothing that exists)."""

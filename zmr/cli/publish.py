@@ -16,7 +16,9 @@ def publish(
     models: Models = None,
     remote: Annotated[str, typer.Option("--remote", help="Remote (name or URL) to push the release branches to.")] = "origin",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify and check the remote, print the plan, push nothing.")] = False,
-    replace_foreign: Annotated[bool, typer.Option("--replace-foreign", help="Replace remote branches zmr did not build (hand-made); their old tips stay as refs/zmr/replaced/<branch>/<old-id>.")] = False,
+    replace_foreign: Annotated[
+        bool, typer.Option("--replace-foreign", help="Replace remote branches zmr did not build; old tips stay as refs/zmr/replaced/<branch>/<old-id>.")
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Verify, then push every release branch (default: all models) in one atomic push with lease."""
