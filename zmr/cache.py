@@ -49,9 +49,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterator, Sequence
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -106,8 +106,10 @@ class Mirror:
 class Cache:
     """Mirrors of upstream repositories, shared by every model and run."""
 
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: Path | None = None, progress: Callable[[str], None] | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
+        # Told git's counts (objects, bytes) while a fetch runs, as "<what>: Receiving objects: 45% (450/1000), 1.20 MiB".
+        self.progress = progress
         # (mirror, commit) pairs this process has checked whole (or, in _trees, every
         # tree): six components on one pin walk its tree once. Forgotten when a mirror is replaced.
         self._verified: set[tuple[Path, str]] = set()
@@ -196,7 +198,7 @@ class Cache:
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
             target = f"refs/zmr/track/{safe}"
             try:
-                repo.fetch(url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
+                repo.fetch(url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]) from None
@@ -229,7 +231,7 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)])
+            mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
@@ -239,13 +241,19 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             try:
-                mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
+                mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror
 
     # -- internals -------------------------------------------------------------
+    def _reporter(self, what: str) -> Callable[[str], None] | None:
+        progress = self.progress
+        if progress is None:
+            return None
+        return lambda line: progress(f"{what}: {line}")
+
     def _has_all(self, mirror: Mirror, commits: Sequence[str], paths: Collection[str] | None = None) -> bool:
         return all(self._satisfied(mirror, c, paths) for c in commits)
 
@@ -364,7 +372,7 @@ class Cache:
         if not self._is_partial(mirror):
             repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
         try:
-            proc = repo.fetch(_PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror))
+            proc = repo.fetch(_PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
         except git.GitError:
             return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
         if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -379,7 +387,7 @@ class Cache:
             return
         try:
             # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
-            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"])
+            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"], progress=self._reporter(display))
         except git.GitError:
             pass
         short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
@@ -429,17 +437,17 @@ class Cache:
         errors: list[str] = []
         for depth, specs in attempts:
             try:
-                repo.fetch(mirror.url, specs, depth=depth, extra=haves)
+                repo.fetch(mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
                 return
             except git.GitError as err:
                 errors.append(err.stderr_text.strip())
         # The server refuses unadvertised commits: fetch everything it advertises.
         try:
-            repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)])
+            repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
         except git.GitError as err:
             raise CacheError(
                 f"{display}: cannot fetch from {mirror.url}",
-                details=[*err.stderr_text.strip().splitlines()[-5:], "check the URL, your network and credentials (url.<base>.insteadOf is honoured)"],
+                details=[err.message, *err.details],
             ) from None
         for commit in commits:
             if not repo.has_object(commit, "commit"):

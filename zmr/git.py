@@ -19,15 +19,22 @@ environment, so that nothing on the machine can change what zmr computes:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shlex
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from zmr.errors import ZmrError
+
+# Every git command, its exit status and duration, at DEBUG (`zmr -v` shows them).
+log = logging.getLogger("zmr.git")
 
 ZERO_OID = "0" * 40
 # A full object id: SHA-1 or SHA-256, lower case, as git prints it.
@@ -79,23 +86,93 @@ _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand",
 
 
 class GitError(ZmrError):
-    """A git command failed; carries the command, exit code and output."""
+    """A git command failed; carries the command, exit code and output.
+
+    The message is zmr's (what went wrong and what to do, from `explain`);
+    git's own lines follow as details, prefixed ``git:``.
+    """
 
     def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, hint: str = ""):
         self.argv = list(argv)
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
-        err = stderr.decode("utf-8", "replace").strip()
-        message = f"git {' '.join(self.argv)} failed (exit {returncode})"
-        details = [line for line in err.splitlines()[-20:]]
+        headline, todo = explain(self.argv, self.stderr_text)
+        details = [todo] if todo else []
         if hint:
             details.append(hint)
-        super().__init__(message, details=details)
+        details += self.git_lines
+        super().__init__(headline or f"git {_subcommand(self.argv)} failed (exit {returncode})", details=details)
 
     @property
     def stderr_text(self) -> str:
         return self.stderr.decode("utf-8", "replace")
+
+    @property
+    def git_lines(self) -> list[str]:
+        """git's own message, the last lines, each prefixed ``git:``."""
+        lines = [line.strip() for line in self.stderr_text.splitlines() if line.strip()]
+        return [f"git: {line}" for line in lines[-12:]]
+
+
+def _subcommand(argv: Sequence[str]) -> str:
+    """``fetch`` of ``-c key=value fetch ...``."""
+    args = list(argv)
+    while args and args[0] == "-c":
+        args = args[2:]
+    return next((a for a in args if not a.startswith("-")), "command")
+
+
+# What a failing git says (LC_ALL=C, so always in English) → zmr's headline and what to do.
+_NOT_A_REPO_RE = re.compile(r"fatal: '(?P<x>[^']*)' does not appear to be a git repository")
+_NOT_FOUND_RE = re.compile(r"fatal: repository '(?P<x>[^']*)' not found|ERROR: Repository not found")
+_UNREACHABLE_RE = re.compile(
+    r"unable to access '(?P<x>[^']*)'|Could not resolve host|Connection refused|Connection timed out|Network is unreachable"
+    r"|No route to host|Could not read from remote repository"
+)
+_AUTH_RE = re.compile(r"Authentication failed|could not read Username|terminal prompts disabled|Permission denied \(publickey")
+_NO_REF_RE = re.compile(r"couldn't find remote ref (?P<x>\S+)")
+_REJECTED_RE = re.compile(r"\[(?:remote )?rejected\]|failed to push some refs|pre-receive hook declined")
+_NOT_LOCAL_REPO_RE = re.compile(r"fatal: not a git repository")
+_REMOTE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+def _remote_of(argv: Sequence[str]) -> str:
+    """The remote (name or URL) a network command was given: the first operand after ``--end-of-options``, else the first non-option."""
+    args = list(argv)
+    if "--end-of-options" in args:
+        rest = args[args.index("--end-of-options") + 1 :]
+    else:
+        rest = [a for a in args if not a.startswith("-")][1:]  # after the subcommand
+    return rest[0] if rest else ""
+
+
+def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
+    """zmr's headline and what to do for a git failure a user can cause; ("", "") when unknown."""
+    remote = _remote_of(argv) if _subcommand(argv) in ("fetch", "ls-remote", "push", "clone") else ""
+    match = _NOT_A_REPO_RE.search(stderr)
+    if match:
+        name = match.group("x")
+        if _REMOTE_NAME_RE.match(name) and not os.path.exists(name):
+            return f"no remote {name!r}", f"`git remote add {name} URL` or `--remote`"
+        return f"{name}: not a git repository", "check the path or URL (a remote name, a URL, or the path of a repository)"
+    match = _NOT_FOUND_RE.search(stderr)
+    if match:
+        return f"{match.group('x') or remote}: repository not found", "check the URL, and that your credentials may read it"
+    if _AUTH_RE.search(stderr):
+        return f"{remote or 'the remote'}: authentication failed", "set up credentials (a credential helper or an SSH key): zmr never prompts"
+    match = _UNREACHABLE_RE.search(stderr)
+    if match:
+        where = match.group("x") or remote
+        return f"cannot reach {where or 'the remote'}", "check the URL and your network (url.<base>.insteadOf and http proxies are honoured)"
+    match = _NO_REF_RE.search(stderr)
+    if match:
+        return f"{remote or 'the remote'} has no branch, tag or commit {match.group('x')!r}", f"check the name (`git ls-remote {remote or 'URL'}` lists what it has)"
+    if _REJECTED_RE.search(stderr):
+        return f"{remote or 'the remote'} refused the push", "see git's reason below; nothing was pushed where the push was atomic"
+    if _NOT_LOCAL_REPO_RE.search(stderr):
+        return "not a git repository", "run zmr inside the repository (or its checkout), or `git init` it first"
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +202,7 @@ def _user_transport_config() -> tuple[tuple[str, str], ...]:
             ["git", "config", "--null", "--get-regexp", r"^(url|credential|http)\.|^core\.(sshcommand|gitproxy)$"],
             cwd="/",
             env=env,
+            check=False,
             stdin=subprocess.DEVNULL,
             capture_output=True,
         )
@@ -186,28 +264,72 @@ def run(
     check: bool = True,
     transport: bool = False,
     hint: str = "",
+    progress: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``git ARGS`` and return the completed process (stdout/stderr as bytes)."""
+    """Run ``git ARGS`` and return the completed process (stdout/stderr as bytes).
+
+    With *progress*, git's progress lines (``Receiving objects:  45% (450/1000), 1.20 MiB``)
+    are passed to it as they come; the caller adds ``--progress`` to *args*.
+    """
     argv = ["git", "--no-pager"]
     for item in _FIXED_CONFIG:
         argv += ["-c", item]
     if git_dir is not None:
         argv.append(f"--git-dir={os.fspath(git_dir)}")
     argv += list(args)
+    started = time.monotonic()
     try:
-        proc = subprocess.run(
-            argv,
-            cwd=cwd,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True,
-            env=_environment(env, transport),
-        )
+        if progress is not None and input is None:
+            proc = _run_with_progress(argv, cwd, _environment(env, transport), progress)
+        else:
+            proc = subprocess.run(
+                argv,
+                cwd=cwd,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True,
+                env=_environment(env, transport),
+                check=False,
+            )
     except FileNotFoundError as exc:
         raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+    if log.isEnabledFor(logging.DEBUG):
+        where = f" (in {os.fspath(git_dir or cwd)})" if git_dir or cwd else ""
+        log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
     if check and proc.returncode != 0:
         raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
     return proc
+
+
+# A progress line of git (fetch, push, clone): kept out of error messages, passed to the callback.
+_PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
+
+
+def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Callable[[str], None]) -> subprocess.CompletedProcess[bytes]:
+    """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    kept: list[bytes] = []
+    pending = b""
+    with proc:
+        while True:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = re.split(rb"[\r\n]", pending)
+            for line in lines:
+                if _PROGRESS_LINE_RE.match(line):
+                    progress(line.decode("utf-8", "replace").removeprefix("remote: ").strip())
+                elif line.strip():
+                    kept.append(line)
+        reader.join()
+    if pending.strip():
+        kept.append(pending)
+    return subprocess.CompletedProcess(argv, proc.returncode, b"".join(chunks), b"".join(line + b"\n" for line in kept))
 
 
 def out(args: Sequence[str], **kwargs) -> str:
@@ -268,7 +390,7 @@ class Repo:
         return f"Repo({str(self.git_dir)!r})"
 
     @classmethod
-    def discover(cls, path: str | os.PathLike[str]) -> "Repo":
+    def discover(cls, path: str | os.PathLike[str]) -> Repo:
         """The repository that contains *path* (its common git dir, so branches are shared by worktrees)."""
         proc = run(["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel"], cwd=path, check=False)
         if proc.returncode != 0:
@@ -308,7 +430,7 @@ class Repo:
     def cat_file(self, kind: str, oid: str) -> bytes:
         return self.run(["cat-file", kind, oid]).stdout
 
-    def commit_info(self, commit: str) -> "CommitInfo":
+    def commit_info(self, commit: str) -> CommitInfo:
         raw = self.cat_file("commit", commit)
         return CommitInfo.parse(commit, raw)
 
@@ -369,7 +491,7 @@ class Repo:
             result[name] = oid
         return result
 
-    def update_refs(self, updates: Sequence["RefUpdate"], message: str) -> None:
+    def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
         """Move refs in one transaction: all of them, or none (old values checked)."""
         if not updates:
             return
@@ -387,16 +509,26 @@ class Repo:
         )
 
     def fetch(
-        self, source: str, refspecs: Sequence[str], *, depth: int | None = None, extra: Sequence[str] = (), config: Sequence[str] = ()
+        self,
+        source: str,
+        refspecs: Sequence[str],
+        *,
+        depth: int | None = None,
+        extra: Sequence[str] = (),
+        config: Sequence[str] = (),
+        progress: Callable[[str], None] | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository."""
+        """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository.
+
+        With *progress*, git's counts (objects, bytes) are passed to it as they come.
+        """
         args = [arg for item in config for arg in ("-c", item)]
-        args += ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+        args += ["fetch", "--progress" if progress else "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
         if depth is not None:
             args.append(f"--depth={depth}")
         args += list(extra)
         args += ["--end-of-options", source, *refspecs]
-        return self.run(args, transport=True)
+        return self.run(args, transport=True, progress=progress)
 
     def write_commit_graph(self) -> None:
         """Add the commits reachable from any ref to the commit-graph (a new layer; git merges small ones).
@@ -436,7 +568,7 @@ class CommitInfo:
     message: str
 
     @classmethod
-    def parse(cls, oid: str, raw: bytes) -> "CommitInfo":
+    def parse(cls, oid: str, raw: bytes) -> CommitInfo:
         head, _, body = raw.partition(b"\n\n")
         tree = ""
         parents: list[str] = []

@@ -32,20 +32,72 @@ functions, registered here, so there is no import cycle.
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Annotated
 
+import click
 import typer
+import typer.core
 
-from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, smoke
+from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, render, smoke
+
+# 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
+CLOSED_PIPE_STATUS = 141
+
+
+class _ClosedPipe(Exception):
+    """stdout's reader went away; raised past typer, which would turn the BrokenPipeError into exit 1."""
+
+
+class _Group(typer.core.TyperGroup):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
 
 app = typer.Typer(
     name="zmr",
+    cls=_Group,
     help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # click 8.4 suggests a close command name itself; typer's own suggestion would repeat it.
+    suggest_commands=not hasattr(click.exceptions, "NoSuchCommand"),
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from zmr import __version__
+
+        print(f"zmr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output: only results, warnings and errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each git command zmr runs (stderr), and progress also outside a terminal.")] = False,
+) -> None:
+    if quiet and verbose:
+        raise typer.BadParameter("give -q/--quiet or -v/--verbose, not both")
+    render.set_verbosity(-1 if quiet else 1 if verbose else 0)
+    if verbose:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("zmr: %(message)s"))
+        logger = logging.getLogger("zmr")
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+
 
 # In this order in `zmr --help`.
 for _name, _command in (
@@ -77,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         code = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
+    except _ClosedPipe:
+        return _closed_pipe()
+    except BrokenPipeError:
+        return _closed_pipe()
     except ZmrError as err:
         _print_error(err)
         return err.exit_code
@@ -92,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         print("zmr: interrupted", file=sys.stderr)
         return 130
     return code if isinstance(code, int) else 0
+
+
+def _closed_pipe() -> int:
+    """Like git: the reader stopped reading (`zmr list | head -1`); drop the rest of the output, say nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_PIPE_STATUS
 
 
 def _print_error(err: Exception) -> None:

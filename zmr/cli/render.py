@@ -8,9 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Self
+
+# -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
+_verbosity = 0
+
+
+def set_verbosity(level: int) -> None:
+    global _verbosity
+    _verbosity = level
+
+
+def quiet() -> bool:
+    return _verbosity < 0
+
+
+def verbose() -> bool:
+    return _verbosity > 0
 
 
 def interactive() -> bool:
@@ -24,14 +41,20 @@ def print_json(data: Any) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     if interactive():
         from rich.console import Console
+        from rich.measure import Measurement
         from rich.table import Table
 
         grid = Table(title=title, show_lines=False)
         for header in headers:
-            grid.add_column(header)
+            grid.add_column(header, no_wrap=True, overflow="ignore")
         for row in rows:
             grid.add_row(*[str(c) for c in row])
-        Console().print(grid)
+        console = Console()
+        # Never cut a value (a commit id, a path) to fit the terminal: draw the table as wide as it needs.
+        needed = Measurement.get(console, console.options.update(width=10**6), grid).maximum
+        if needed > console.width:
+            console = Console(width=needed)
+        console.print(grid, crop=False)
         return
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -48,11 +71,21 @@ def warn(message: str) -> None:
 
 
 class Progress:
-    """Status lines on stderr while long work runs; silent outside a terminal."""
+    """What long work is doing, on stderr: a live status line on a terminal, nothing elsewhere.
 
-    def __init__(self, enabled: bool | None = None):
-        self.enabled = sys.stderr.isatty() and not os.environ.get("CI") if enabled is None else enabled
+    `zmr -q`: nothing anywhere; `zmr -v`: plain lines outside a terminal too
+    (of git's counting lines, the last one of each phase). With *steps* (the
+    labels of the components a command works through), a message that starts
+    with ``<label>:`` is shown with its place, ``[2/5] rollout/demo: ...``.
+    """
+
+    def __init__(self, enabled: bool | None = None, steps: Sequence[str] = ()):
+        terminal = sys.stderr.isatty() and not os.environ.get("CI")
+        self.enabled = terminal and not quiet() if enabled is None else enabled
+        self.lines = enabled is None and not terminal and verbose()
+        self._steps = {label: index for index, label in enumerate(steps, 1)}
         self._status = None
+        self._held: str | None = None  # a counting line not printed yet: the next one may be its update
 
     def __enter__(self) -> Self:
         if self.enabled:
@@ -63,9 +96,31 @@ class Progress:
         return self
 
     def __call__(self, message: str) -> None:
+        label = message.partition(":")[0]
+        if label in self._steps and len(self._steps) > 1:
+            message = f"[{self._steps[label]}/{len(self._steps)}] {message}"
         if self._status is not None:
             self._status.update(message)
+        elif self.lines:
+            self._line(message)
+
+    def _line(self, message: str) -> None:
+        counting = _COUNTING_RE.match(message)
+        if self._held is not None and not (counting and self._held.startswith(counting.group(1))):
+            print(self._held, file=sys.stderr, flush=True)
+        self._held = None
+        if counting and not message.endswith("done."):
+            self._held = message
+        else:
+            print(message, file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> None:
+        if self._held is not None:
+            print(self._held, file=sys.stderr, flush=True)
+            self._held = None
         if self._status is not None:
             self._status.__exit__(*exc)
+
+
+# "<what>: Receiving objects:  45% (450/1000), 1.20 MiB": group 1 is the phase, for telling an update from a new phase.
+_COUNTING_RE = re.compile(r"(.*?: +)\d+% \(\d+/\d+\)")
