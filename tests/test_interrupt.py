@@ -147,7 +147,7 @@ def test_publish_is_all_or_nothing_when_killed(tmp_path, upstream):
         remote_refs = {ref: git("rev-parse", "--verify", "--quiet", ref, cwd=remote, check=False) or None for ref in expected}
         # One atomic push: every branch moved, or none did.
         assert set(remote_refs.values()) in ({None}, set(expected.values())), (iteration, code, remote_refs)
-        result = zmr("publish", cwd=project.root, env={"ZMR_CACHE": str(cache)})
+        result = zmr("publish", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)})
         assert result.returncode == 0, (iteration, result.stderr)
         assert {ref: git("rev-parse", ref, cwd=remote) for ref in expected} == expected
 

@@ -50,7 +50,7 @@ def test_first_publish_then_noop_then_update(tmp_path, project, upstream):
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
     local = project.refs()
-    dry = zmr("publish", "--dry-run", cwd=project.root)
+    dry = zmr("publish", "--all", "--dry-run", cwd=project.root)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines() == [
         f"would create trainer/other  (none) -> {local['refs/heads/trainer/other'][:12]}",
@@ -59,7 +59,7 @@ def test_first_publish_then_noop_then_update(tmp_path, project, upstream):
     ]
     assert _remote_heads(bare) == {}
 
-    first = zmr("publish", cwd=project.root)
+    first = zmr("publish", "--all", cwd=project.root)
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == [
         f"created      trainer/other  (none) -> {local['refs/heads/trainer/other'][:12]}",
@@ -68,7 +68,7 @@ def test_first_publish_then_noop_then_update(tmp_path, project, upstream):
     ]
     assert _remote_heads(bare) == {"refs/heads/rollout/toy": local["refs/heads/rollout/toy"], "refs/heads/trainer/other": local["refs/heads/trainer/other"]}
 
-    again = zmr("publish", "--json", cwd=project.root)
+    again = zmr("publish", "--all", "--json", cwd=project.root)
     assert again.returncode == 0, again.stderr
     data = json.loads(again.stdout)
     assert data["pushed"] is False and data["remote"] == "origin"
@@ -78,7 +78,7 @@ def test_first_publish_then_noop_then_update(tmp_path, project, upstream):
     _change_series(project, upstream, "other", "trainer", "guide v3\n")
     assert zmr("build", "other", cwd=project.root).returncode == 0
     new = project.ref("refs/heads/trainer/other")
-    update = zmr("publish", cwd=project.root)
+    update = zmr("publish", "--all", cwd=project.root)
     assert update.returncode == 0, update.stderr
     assert update.stdout.splitlines() == [
         f"updated      trainer/other  {local['refs/heads/trainer/other'][:12]} -> {new[:12]}",
@@ -99,7 +99,7 @@ def test_publish_only_named_models(tmp_path, project, upstream):
 def test_published_branches_verify_from_a_fresh_clone(tmp_path, project, upstream):
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
-    assert zmr("publish", cwd=project.root).returncode == 0
+    assert zmr("publish", "--all", cwd=project.root).returncode == 0
     clone = tmp_path / "fresh"
     git("clone", "-q", str(project.root), str(clone))
     git("remote", "set-url", "origin", str(bare), cwd=clone)
@@ -122,13 +122,13 @@ def _someone_else_pushes(tmp_path, bare, branch="rollout/toy") -> str:
 def test_publish_refused_after_someone_else_pushed(tmp_path, project, upstream):
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
-    assert zmr("publish", cwd=project.root).returncode == 0
+    assert zmr("publish", "--all", cwd=project.root).returncode == 0
     theirs = _someone_else_pushes(tmp_path, bare)
     _change_series(project, upstream, "other", "trainer", "guide v3\n")
     assert zmr("build", "--all", cwd=project.root).returncode == 0
     before = _remote_heads(bare)
     ours = project.ref("refs/heads/rollout/toy")
-    result = zmr("publish", cwd=project.root)
+    result = zmr("publish", "--all", cwd=project.root)
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert lines[0] == "zmr: error: refusing to publish: 1 branch on origin changed behind zmr's back"
@@ -136,7 +136,7 @@ def test_publish_refused_after_someone_else_pushed(tmp_path, project, upstream):
     assert _remote_heads(bare) == before  # nothing moved, the other branch's update included
 
     # Addressed by URL there is no remote-tracking ref: the commit itself is looked at.
-    by_url = zmr("publish", "--remote", str(bare), "--dry-run", cwd=project.root)
+    by_url = zmr("publish", "--all", "--remote", str(bare), "--dry-run", cwd=project.root)
     assert by_url.returncode == 1
     assert f"rollout/toy: {bare} has {theirs[:12]}, which is not a release commit of toy/rollout (no Zmr-Model/Zmr-Component trailers naming it); someone else pushed to it" in by_url.stderr
     # The lookup fetched their commit without touching the remote-tracking ref.
@@ -144,11 +144,11 @@ def test_publish_refused_after_someone_else_pushed(tmp_path, project, upstream):
 
     # Once the user has looked and fetched, the branch may be replaced -- on request, as zmr did not build its tip.
     git("fetch", "-q", "origin", cwd=project.root)
-    foreign = zmr("publish", cwd=project.root)
+    foreign = zmr("publish", "--all", cwd=project.root)
     assert foreign.returncode == 1
     assert "refusing to publish: 1 branch on origin holds commits zmr did not build: rollout/toy" in foreign.stderr
     assert "zmr publish --replace-foreign" in foreign.stderr
-    accepted = zmr("publish", "--replace-foreign", cwd=project.root)
+    accepted = zmr("publish", "--all", "--replace-foreign", cwd=project.root)
     assert accepted.returncode == 0, accepted.stderr
     assert f"replaced     rollout/toy    {theirs[:12]} -> {ours[:12]}" in accepted.stdout
     assert _remote_heads(bare)["refs/heads/rollout/toy"] == ours
@@ -159,7 +159,7 @@ def test_fresh_clone_may_replace_an_earlier_release(tmp_path, project, upstream)
     """No remote-tracking ref (a CI clone): a release commit of the same component is replaced."""
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
-    assert zmr("publish", cwd=project.root).returncode == 0
+    assert zmr("publish", "--all", cwd=project.root).returncode == 0
     ci = tmp_path / "ci"
     git("clone", "-q", "--depth", "1", f"file://{project.root}", str(ci))
     git("remote", "set-url", "origin", str(bare), cwd=ci)
@@ -168,7 +168,7 @@ def test_fresh_clone_may_replace_an_earlier_release(tmp_path, project, upstream)
     git("commit", "-q", "-m", "new series", cwd=ci)
     env = {"ZMR_CACHE": str(tmp_path / "ci-cache")}
     assert zmr("build", "--all", cwd=ci, env=env).returncode == 0
-    result = zmr("publish", cwd=ci, env=env)
+    result = zmr("publish", "--all", cwd=ci, env=env)
     assert result.returncode == 0, result.stderr
     assert "updated      rollout/toy" in result.stdout
     assert _remote_heads(bare)["refs/heads/rollout/toy"] == git("rev-parse", "rollout/toy", cwd=ci)
@@ -180,7 +180,7 @@ def test_publish_refused_when_verify_fails(tmp_path, project, upstream):
     git("checkout", "-q", "rollout/toy", cwd=project.root)
     git("commit", "-q", "--amend", "-m", "rewritten message", cwd=project.root)
     git("checkout", "-q", "main", cwd=project.root)
-    result = zmr("publish", cwd=project.root)
+    result = zmr("publish", "--all", cwd=project.root)
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert lines[0] == "zmr: error: refusing to publish: rollout/toy does not rebuild to the same commit ids"
@@ -196,7 +196,7 @@ def test_publish_refused_when_verify_fails(tmp_path, project, upstream):
 def test_publish_is_atomic(tmp_path, project, upstream):
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
-    assert zmr("publish", cwd=project.root).returncode == 0
+    assert zmr("publish", "--all", cwd=project.root).returncode == 0
     published = _remote_heads(bare)
     # A per-ref hook (`update`) that refuses one branch: without --atomic the other would move.
     hook = bare / "hooks" / "update"
@@ -205,7 +205,7 @@ def test_publish_is_atomic(tmp_path, project, upstream):
     _change_series(project, upstream, "toy", "rollout", "guide, toy\n")
     _change_series(project, upstream, "other", "trainer", "guide, other\n")
     assert zmr("build", "--all", cwd=project.root).returncode == 0
-    result = zmr("publish", cwd=project.root)
+    result = zmr("publish", "--all", cwd=project.root)
     assert result.returncode == 1
     assert result.stderr.startswith("zmr: error: origin refused the push of trainer/other, rollout/toy\n")
     assert "trainer/other: [remote rejected] (hook declined)" in result.stderr
@@ -213,7 +213,7 @@ def test_publish_is_atomic(tmp_path, project, upstream):
     assert "the push was atomic: no branch moved on origin" in result.stderr
     assert _remote_heads(bare) == published
     os.unlink(hook)
-    retry = zmr("publish", cwd=project.root)
+    retry = zmr("publish", "--all", cwd=project.root)
     assert retry.returncode == 0, retry.stderr
     assert _remote_heads(bare) == {k: project.ref(k) for k in published}
 
@@ -221,19 +221,19 @@ def test_publish_is_atomic(tmp_path, project, upstream):
 def test_publish_bad_remote(tmp_path, project, upstream):
     simple_model(project, upstream)
     assert zmr("build", "--all", cwd=project.root).returncode == 0
-    result = zmr("publish", "--remote=--upload-pack=touch /tmp/x", cwd=project.root)
+    result = zmr("publish", "--all", "--remote=--upload-pack=touch /tmp/x", cwd=project.root)
     assert result.returncode == 2
     assert "is not a remote name or URL" in result.stderr
-    missing = zmr("publish", "--remote", "nowhere", cwd=project.root)
+    missing = zmr("publish", "--all", "--remote", "nowhere", cwd=project.root)
     assert missing.returncode == 2
-    assert "ls-remote" in missing.stderr
+    assert missing.stderr.splitlines()[0] == "zmr: error: no remote 'nowhere': `git remote add nowhere URL` or `--remote`"
 
 
 def test_lease_refuses_a_change_made_while_publishing(tmp_path, project, upstream):
     """The remote moves between zmr's ls-remote and its push: the lease rejects the whole push."""
     _two_models(project, upstream)
     bare = _remote(tmp_path, project)
-    assert zmr("publish", cwd=project.root).returncode == 0
+    assert zmr("publish", "--all", cwd=project.root).returncode == 0
     theirs = _someone_else_pushes(tmp_path, bare, "trainer/other")
     git("update-ref", "refs/heads/trainer/other", project.ref("refs/remotes/origin/trainer/other"), cwd=bare)  # undo, for now
     # The receive-pack the push starts moves the branch first: a push that lands in between.
@@ -245,7 +245,7 @@ def test_lease_refuses_a_change_made_while_publishing(tmp_path, project, upstrea
     _change_series(project, upstream, "other", "trainer", "guide, other\n")
     assert zmr("build", "--all", cwd=project.root).returncode == 0
     published_toy = _remote_heads(bare)["refs/heads/rollout/toy"]
-    result = zmr("publish", cwd=project.root)
+    result = zmr("publish", "--all", cwd=project.root)
     assert result.returncode == 1
     assert "trainer/other: [rejected] (stale info)" in result.stderr
     assert "a branch on origin changed while publishing; run `zmr publish` again to look at it" in result.stderr

@@ -137,6 +137,11 @@ _NOT_LOCAL_REPO_RE = re.compile(r"fatal: not a git repository")
 _REMOTE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
+def missing_remote(repo: Repo, remote: str) -> bool:
+    """*remote* reads as a remote's name (not a URL or an existing path) and *repo* has no such remote."""
+    return bool(_REMOTE_NAME_RE.match(remote)) and not os.path.exists(remote) and not repo.ok(["config", "--get", f"remote.{remote}.url"])
+
+
 def _remote_of(argv: Sequence[str]) -> str:
     """The remote (name or URL) a network command was given: the first operand after ``--end-of-options``, else the first non-option."""
     args = list(argv)
@@ -153,7 +158,7 @@ def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
     match = _NOT_A_REPO_RE.search(stderr)
     if match:
         name = match.group("x")
-        if _REMOTE_NAME_RE.match(name) and not os.path.exists(name):
+        if _REMOTE_NAME_RE.match(name) and not os.path.exists(name):  # git found neither a remote nor a repository
             return f"no remote {name!r}", f"`git remote add {name} URL` or `--remote`"
         return f"{name}: not a git repository", "check the path or URL (a remote name, a URL, or the path of a repository)"
     match = _NOT_FOUND_RE.search(stderr)

@@ -35,8 +35,9 @@ refs, so a single-branch clone (CI) works the same.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import CheckFailed, ZmrError
@@ -56,7 +57,7 @@ _PORCELAIN_RE = re.compile(r"^([ +\-*!=])\t([^\t]*):([^\t]+)\t(.*)$")
 class BranchPush:
     """One release branch: what the remote had and what publish sends."""
 
-    component: "Component"
+    component: Component
     new: str
     old: str | None  # on the remote before; None: absent
     foreign: str = ""  # why the remote tip is not a release zmr built ('' when it is, or absent)
@@ -133,6 +134,8 @@ def publish(
     if not remote.strip() or remote.startswith("-") or any(ord(c) < 32 for c in remote):
         raise ZmrError(f"--remote {remote!r} is not a remote name or URL", details=["name a remote of `git remote -v`, e.g. origin"])
     repo = project.repo
+    if git.missing_remote(repo, remote):
+        raise ZmrError(f"no remote {remote!r}: `git remote add {remote} URL` or `--remote`", details=["`git remote -v` lists this repository's remotes"])
     results = release.verify(project, components, cache=cache, progress=progress)
     bad = [r for r in results if r.status != "ok"]
     if bad:
@@ -285,12 +288,12 @@ def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
 # -- CI matrix -------------------------------------------------------------------------------
 
 
-def needs_gpu(test: "SmokeTest") -> bool:
+def needs_gpu(test: SmokeTest) -> bool:
     """A test needs a GPU when it asks for a positive ``GPU`` resource."""
     return any(name.upper() == "GPU" and amount > 0 for name, amount in test.resources)
 
 
-def ci_matrix(manifests: Sequence["Manifest"]) -> dict:
+def ci_matrix(manifests: Sequence[Manifest]) -> dict:
     """``{"include": [...]}``: one job per model × component, for ``strategy.matrix``.
 
     A component's own smoke tests go to its job; a model-level test goes to
@@ -302,7 +305,7 @@ def ci_matrix(manifests: Sequence["Manifest"]) -> dict:
     include = []
     for manifest in sorted(manifests, key=lambda m: m.model):
         order = list(manifest.components)
-        assigned: dict[str, list[tuple[str, "SmokeTest"]]] = {key: [] for key in order}
+        assigned: dict[str, list[tuple[str, SmokeTest]]] = {key: [] for key in order}
         for key, comp in manifest.components.items():
             for test in comp.smoke:
                 assigned[key].append((f"{key}.{test.name}", test))

@@ -7,24 +7,26 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import All, Components, Json, Models, find_project
+from zmr.cli.options import All, Components, Json, Models, find_project, targets
 from zmr.cli.render import Progress, print_json, warn
 
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Write release branches into this repository (all move together, or none)."""
     from zmr import release
+    from zmr.cache import Cache
 
     project = find_project()
-    targets = project.targets(models, components, all_models)
-    with Progress() as progress:
-        updates = release.build(project, targets, progress=progress)
+    chosen = targets(project, models, components, all_models, writes=True)
+    with Progress(steps=[c.label for c in chosen]) as progress:
+        updates = release.build(project, chosen, cache=Cache(progress=progress), progress=progress)
     if json_out:
         print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status, "old_tip_kept_as": u.kept} for u in updates]})
         return
+    width = max((len(u.branch) for u in updates), default=0)
     for u in updates:
         change = f"{u.old[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
-        print(f"{u.status:9} {u.branch}  {change}")
+        print(f"{u.status:9} {u.branch.ljust(width)}  {change}")
         if u.kept:
             print(f"          zmr did not build the old tip: kept it as {u.kept}")
 
@@ -42,10 +44,10 @@ def verify(
     from zmr.errors import CheckFailed
 
     project = find_project()
-    targets = project.targets(models, components, all_models)
-    cache = Cache()
-    with Progress() as progress:
-        results = release.verify(project, targets, remote=remote, cache=cache, progress=progress)
+    chosen = targets(project, models, components, all_models, writes=False)
+    with Progress(steps=[c.label for c in chosen]) as progress:
+        cache = Cache(progress=progress)
+        results = release.verify(project, chosen, remote=remote, cache=cache, progress=progress)
     for note in cache.notes:
         warn(note)
     bad = [r for r in results if r.status != "ok"]
@@ -61,8 +63,9 @@ def verify(
             }
         )
     else:
+        width = max((len(r.branch) for r in results), default=0)
         for r in results:
-            line = f"{r.status:8} {r.branch}  {r.expected[:12]}"
+            line = f"{r.status:8} {r.branch.ljust(width)}  {r.expected[:12]}"
             if r.reasons:
                 line += ": " + "; ".join(r.reasons)
             print(line)

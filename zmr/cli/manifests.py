@@ -3,7 +3,7 @@
 The work is `zmr.manifest`, `zmr.series`, `zmr.cases` and `zmr.cache`.
 """
 
-from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project
+from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project, targets
 from zmr.cli.render import Progress, print_json, table, warn
 
 
@@ -73,11 +73,11 @@ def fetch(models: Models = None, all_models: All = False, components: Components
     from zmr.cache import Cache, resolve_upstream
 
     project = find_project()
-    targets = project.targets(models, components, all_models or not models)
-    cache = Cache()
+    chosen = targets(project, models, components, all_models, writes=False)
     results = []
-    with Progress() as progress:
-        for comp in targets:
+    with Progress(steps=[c.label for c in chosen]) as progress:
+        cache = Cache(progress=progress)
+        for comp in chosen:
             progress(f"{comp.label}: {comp.upstream} {comp.commit[:12]}")
             mirror = cache.ensure(resolve_upstream(comp.upstream, project.root), [comp.commit], display=f"{comp.label} ({comp.upstream})")
             results.append({"model": comp.model, "component": comp.key, "commit": comp.commit, "mirror": str(mirror.path)})

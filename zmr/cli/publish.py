@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import Json, Models, Untrusted, find_project
+from zmr.cli.options import All, Json, Models, Untrusted, find_project, targets
 from zmr.cli.render import Progress, print_json
 
 
 def publish(
     models: Models = None,
+    all_models: All = False,
     remote: Annotated[str, typer.Option("--remote", help="Remote (name or URL) to push the release branches to.")] = "origin",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Verify and check the remote, print the plan, push nothing.")] = False,
     replace_foreign: Annotated[
@@ -21,13 +22,14 @@ def publish(
     ] = False,
     json_out: Json = False,
 ) -> None:
-    """Verify, then push every release branch (default: all models) in one atomic push with lease."""
+    """Verify, then push the release branches of MODEL... (or --all) in one atomic push with lease."""
     from zmr import publish as pub
+    from zmr.cache import Cache
 
     project = find_project()
-    targets = project.targets(models, None, not models)
-    with Progress() as progress:
-        result = pub.publish(project, targets, remote, dry_run=dry_run, replace_foreign=replace_foreign, progress=progress)
+    chosen = targets(project, models, None, all_models, writes=True)
+    with Progress(steps=[c.label for c in chosen]) as progress:
+        result = pub.publish(project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress)
     if json_out:
         print_json(result.to_json())
         if result.refusal:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, Model, OptionalModel, find_project
+from zmr.cli.options import Components, Dir, Json, Model, OptionalModel, find_project, targets
 from zmr.cli.render import Progress, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,31 +69,38 @@ def _finish_rebase(outcome: "Outcome | Stopped", report: Path | None, json_out: 
 
 def upstreamed(
     model: OptionalModel = None,
-    all_models: Annotated[bool, typer.Option("--all", help="Every component of every model that has a `track` ref.")] = False,
+    all_models: Annotated[bool, typer.Option("--all", help="Every component of every model (the default when no MODEL is named).")] = False,
     components: Components = None,
     rev: Annotated[str | None, typer.Option("--rev", help="Upstream commit, tag or branch (default: the component's track).", show_default=False)] = None,
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
     from zmr import rebase as rb
-    from zmr import checkout as checkouts
     from zmr.errors import ZmrError
 
     project = find_project()
-    if all_models == bool(model):
-        raise ZmrError("name one model, or pass --all", details=["`zmr list` shows the models"])
-    if all_models:
-        # Scheduled CI: components that follow no upstream ref have nothing to compare with.
-        targets = [c for c in project.targets(None, components, True) if rev is not None or c.track is not None]
-    else:
-        targets = checkouts.select_components(project, model, components)
-    with Progress() as progress:
-        reports = [rb.upstreamed(project, comp, rev, progress=progress) for comp in targets]
+    if model and all_models:
+        raise ZmrError("name one model, or pass --all, not both", details=["`zmr list` shows the models"])
+    chosen = targets(project, [model] if model else None, components, all_models, writes=False)
+    # One component the user named is compared or refused (no track: the library says to pass --rev);
+    # of several, those that follow no upstream ref have nothing to compare with: skipped, and the rest go on.
+    named_one = bool(model) and len(chosen) == 1
+    compared = [c for c in chosen if named_one or rev is not None or c.track is not None]
+    skipped = [c for c in chosen if c not in compared]
+    with Progress(steps=[c.label for c in compared]) as progress:
+        reports = [rb.upstreamed(project, comp, rev, progress=progress) for comp in compared]
     if json_out:
-        print_json({"components": [r.to_json() for r in reports]})
+        print_json(
+            {
+                "components": [r.to_json() for r in reports],
+                "skipped": [{"model": c.model, "component": c.key, "reason": "no track"} for c in skipped],
+            }
+        )
         return
     for r in reports:
         print(upstreamed_text(r), end="")
+    for c in skipped:
+        print(f"{c.label}: skipped (no `track` in manifests/{c.model}.yaml; pass --rev REV to compare with a revision)")
 
 
 # -- rendering: the library's reports as text (stdout) and markdown (stdout, --report FILE) --

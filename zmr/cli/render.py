@@ -96,7 +96,7 @@ class Progress:
         return self
 
     def __call__(self, message: str) -> None:
-        label = message.partition(":")[0]
+        label = message.partition(":")[0].partition(" ")[0]
         if label in self._steps and len(self._steps) > 1:
             message = f"[{self._steps[label]}/{len(self._steps)}] {message}"
         if self._status is not None:

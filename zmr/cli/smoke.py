@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 import typer
 
-from zmr.cli.options import All, Components, Json, Models, find_project
+from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
 from zmr.cli.render import print_json, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,7 +50,7 @@ def smoke(
 
     options = sm.Options(
         models=list(models or []),
-        all_models=all_models,
+        all_models=acts_on_all(models, all_models, writes=True),
         components=list(components or []),
         only=list(only or []),
         build=not no_build,
