@@ -78,4 +78,8 @@ class DocsError(FileProblems):
 
 
 class SeriesError(ZmrError):
-    """A series or patch file is invalid."""
+    """A series or patch file is invalid; ``problems`` lists each one when a series has several."""
+
+    def __init__(self, message: str, *, details: list[str] | None = None, problems: Sequence[Located] = ()):
+        super().__init__(message, details=details)
+        self.problems = list(problems)

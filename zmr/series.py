@@ -27,7 +27,7 @@ MAX_PATCH_BYTES = 64 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
 _SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
-_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.M)
+_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -59,7 +59,7 @@ class Patch:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    def hunks(self) -> list["Hunk"]:
+    def hunks(self) -> list[Hunk]:
         return list_hunks(self.data, self.strip)
 
 
@@ -171,6 +171,7 @@ def read_series(folder: Path, display: str, *, required: bool = False) -> Series
         raise SeriesError(
             f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {display}/series",
             details=[str(p) for p in problems],
+            problems=problems,
         )
     listed = {e.name for e in entries}
     for extra in _patch_files(folder):
@@ -376,7 +377,7 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
             reason = _tree_path_problem(path)
             if reason:
                 return f"line {number}: path {path!r} {reason}"
-        if line.startswith(b"new file mode 120000") or line.startswith(b"new mode 120000"):
+        if line.startswith((b"new file mode 120000", b"new mode 120000")):
             target = _symlink_target(lines, number)
             link = _link_path(lines, number, strip)
             if target is not None and _escapes(link, target):

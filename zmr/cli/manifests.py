@@ -41,12 +41,20 @@ def list_models(json_out: Json = False) -> None:
 def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
     from zmr.cases import check_project
-    from zmr.errors import ZmrError
+    from zmr.errors import CaseError, ZmrError
     from zmr.series import read_series
 
     project = find_project(untrusted)
-    manifests, cases = check_project(project, models)
-    problems: list[str] = []
+    problems: list[dict] = []  # for --json
+    manifests: list = []
+    cases: list = []
+    try:
+        manifests, cases = check_project(project, models)
+    except CaseError as err:  # every problem of the manifests and cases
+        if not json_out:
+            raise
+        problems += [_problem(p) for p in err.problems]
+    failed: list[ZmrError] = []
     warnings: list[str] = []
     count = 0
     for manifest in manifests:
@@ -54,18 +62,29 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
             try:
                 series = read_series(project.root / comp.patches, comp.patches)
             except ZmrError as err:
-                problems.append(str(err))
+                failed.append(err)
+                listed = getattr(err, "problems", [])
+                problems += [_problem(p) for p in listed] or [{"file": comp.patches, "line": None, "message": err.message, "hint": "; ".join(err.details)}]
                 continue
             count += len(series.patches)
             warnings.extend(series.warnings)
     for text in warnings:
         warn(text)
-    if problems:
-        raise ZmrError(problems[0].splitlines()[0], details=[line for p in problems for line in p.splitlines()][1:])
     if json_out:
-        print_json({"ok": True, "models": [m.model for m in manifests], "cases": [c.model for c in cases], "patches": count, "warnings": warnings})
-    else:
-        print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {len(cases)} case{'s' if len(cases) != 1 else ''}, {count} patches")
+        # The problems are the report (stdout); the exit status still says there are some.
+        print_json({"ok": not problems, "models": [m.model for m in manifests], "cases": [c.model for c in cases], "patches": count, "problems": problems, "warnings": warnings})
+        if problems:
+            raise ZmrError(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}, listed in the JSON report")
+        return
+    if failed:
+        texts = [str(err) for err in failed]
+        raise ZmrError(texts[0].splitlines()[0], details=[line for text in texts for line in text.splitlines()][1:])
+    print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {len(cases)} case{'s' if len(cases) != 1 else ''}, {count} patches")
+
+
+def _problem(p) -> dict:
+    """One problem (`zmr.yamlnodes.Problem`) in `zmr validate --json`: the file (relative to the repository), its line (null: the whole file), what is wrong, what to do."""
+    return {"file": p.path, "line": p.line or None, "message": getattr(p, "text", str(p)), "hint": getattr(p, "fix", "")}
 
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:

@@ -62,8 +62,11 @@ def publish(
         print(f"{remote} is up to date")
 
 
-def ci_matrix(models: Models = None, untrusted: Untrusted = False) -> None:
-    """Print the CI job matrix as one line of JSON: {"include": [one job per model × component]}."""
+def ci_matrix(models: Models = None, untrusted: Untrusted = False, json_out: Json = False) -> None:
+    """Print the CI job matrix as one line of JSON: {"include": [one job per model × component]}.
+
+    Its output is JSON with or without --json: the flag is accepted, as by every reporting command.
+    """
     import json
 
     from zmr import publish as pub
