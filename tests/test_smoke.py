@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import Project, git, make_patch, make_project, make_upstream, zmr
 
 TRAINER_V1 = "import math\n\n\ndef train(batch):\n    return sum(batch)\n"
@@ -391,7 +390,7 @@ def test_junit_renders_in_a_junit_viewer(local_run, tmp_path):
     pytest.importorskip("junit2htmlreport")  # junit2html, of the test extra
     html = tmp_path / "junit.html"
     viewer = Path(sys.executable).with_name("junit2html")
-    proc = subprocess.run([str(viewer), str(local_run.junit), str(html)], capture_output=True, text=True)
+    proc = subprocess.run([str(viewer), str(local_run.junit), str(html)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     page = html.read_text()
     for name in ("cwd", "fail", "hang", "import", "two-trees", "mismatch"):
@@ -479,7 +478,7 @@ def test_interrupt_kills_tests_and_removes_trees(template, tmp_path, sig):
     assert tree.is_dir() and len(leftover_worktrees(project.root)) == 1
     proc.send_signal(sig)
     try:
-        out, err = proc.communicate(timeout=240)
+        _out, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
@@ -551,7 +550,7 @@ def test_ray_not_installed_is_exit_2(template, tmp_path):
 
 
 def test_help_imports_neither_ray_nor_rich_live():
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "zmr", "--help"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "zmr", "--help"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "smoke" in proc.stdout
     modules = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "ray" not in modules and "rich.live" not in modules and "zmr.smoke" not in modules

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Self
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
-from zmr.cli.render import print_json, table
+from zmr.cli.render import print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke import Job, Report, Result
@@ -117,10 +117,11 @@ def _relative(path: Path | None, root: Path) -> str:
 
 
 class _View:
-    """The live table on a terminal; quiet lines on stderr elsewhere."""
+    """The live table on a terminal; quiet lines on stderr elsewhere; neither with `zmr -q`."""
 
     def __init__(self) -> None:
-        self.live_enabled = sys.stderr.isatty() and not os.environ.get("CI")
+        self.quiet = quiet()
+        self.live_enabled = sys.stderr.isatty() and not os.environ.get("CI") and not self.quiet
         self._lock = threading.Lock()
         self._rows: dict[str, dict] = {}
         self._status = "preparing"
@@ -154,7 +155,7 @@ class _View:
                 row["state"], row["since"] = "running", time.monotonic()
             elif kind == "finish" and result is not None:
                 row["state"], row["result"] = result.status, result
-        if kind == "finish" and result is not None and self._live is None:
+        if kind == "finish" and result is not None and self._live is None and not self.quiet:
             line = f"{_MARK[result.status]} {job.label} ({result.duration:.1f}s)"
             if result.message:
                 line += f": {result.message}"
