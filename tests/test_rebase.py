@@ -221,7 +221,10 @@ def test_upstreamed_all_covers_every_tracked_component(proj, upstream):
     data = json.loads(result.stdout)
     assert [c["component"] for c in data["components"]] == ["rollout"]
     assert [p["name"] for p in data["components"][0]["upstreamed"]] == ["0002-contiguous.patch"]
-    assert zmr("upstreamed", cwd=proj.root).returncode == 2
+    # No model named: a read-only command acts on every model (reference §6.4), as --all does.
+    default = zmr("upstreamed", "--json", cwd=proj.root)
+    assert default.returncode == 0, default.stderr
+    assert json.loads(default.stdout) == data
 
 
 @pytest.mark.parametrize("where", ["elsewhere", "below-the-hunks"])
