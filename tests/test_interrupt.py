@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import git, make_patch, make_upstream, simple_model, zmr
+from conftest import git, simple_model, zmr
 
 KILLS = int(os.environ.get("ZMR_KILL_ITERATIONS", "24"))
 

@@ -299,7 +299,8 @@ def run(
     except FileNotFoundError as exc:
         raise ZmrError("git is not installed; install git 2.30 or newer") from exc
     if log.isEnabledFor(logging.DEBUG):
-        where = f" (in {os.fspath(git_dir or cwd)})" if git_dir or cwd else ""
+        place = git_dir if git_dir is not None else cwd
+        where = f" (in {os.fspath(place)})" if place is not None else ""
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
     if check and proc.returncode != 0:
         raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)

@@ -3,7 +3,7 @@
 A command takes ``models: Models = None`` or ``json_out: Json = False``; the
 flag, its help and its default live here, so ``--json`` means the same thing
 everywhere. `targets` is the one rule for what a command acts on when no
-model is named (docs/reference.md §6.5).
+model is named (docs/reference.md §6.4).
 """
 
 from __future__ import annotations

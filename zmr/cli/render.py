@@ -84,7 +84,7 @@ class Progress:
         self.enabled = terminal and not quiet() if enabled is None else enabled
         self.lines = enabled is None and not terminal and verbose()
         self._steps = {label: index for index, label in enumerate(steps, 1)}
-        self._status = None
+        self._status: Any = None
         self._held: str | None = None  # a counting line not printed yet: the next one may be its update
 
     def __enter__(self) -> Self:
