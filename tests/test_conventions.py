@@ -72,7 +72,8 @@ def with_closed_stdout(args: list[str], cwd: Path) -> subprocess.CompletedProces
     env = dict(os.environ)
     env.pop("ZMR_REPO", None)
     try:
-        proc = subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+        argv = [sys.executable, "-m", "zmr", *args]
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     finally:
         os.close(write_end)
     return proc
@@ -180,7 +181,12 @@ def test_validate_json_reports_problems_as_data(project, upstream):
     report = json.loads(bad.stdout)
     assert report["ok"] is False
     assert report["problems"] == [
-        {"file": "patches/toy/rollout/series", "line": 2, "message": "0009-gone.patch: patch file not found", "hint": "add patches/toy/rollout/0009-gone.patch or remove the line"}
+        {
+            "file": "patches/toy/rollout/series",
+            "line": 2,
+            "message": "0009-gone.patch: patch file not found",
+            "hint": "add patches/toy/rollout/0009-gone.patch or remove the line",
+        }
     ]
     assert bad.stderr == "zmr: error: 1 problem, listed in the JSON report\n"
     # A manifest problem: file and line of the manifest.
@@ -218,7 +224,10 @@ def test_upstreamed_skips_components_without_track_and_goes_on(project, upstream
     assert lines[-1] == "toy/trainer: skipped (no `track` in manifests/toy.yaml; pass --rev REV to compare with a revision)"
     everything = json.loads(zmr("upstreamed", "--all", "--json", cwd=project.root).stdout)
     assert [c["component"] for c in everything["components"]] == ["rollout"]
-    assert everything["skipped"] == [{"model": "other", "component": "trainer", "reason": "no track"}, {"model": "toy", "component": "trainer", "reason": "no track"}]
+    assert everything["skipped"] == [
+        {"model": "other", "component": "trainer", "reason": "no track"},
+        {"model": "toy", "component": "trainer", "reason": "no track"},
+    ]
     # One component named: told what to do, as before.
     named = zmr("upstreamed", "toy", "-c", "trainer", cwd=project.root)
     assert named.returncode == 2 and "--rev REV" in named.stderr

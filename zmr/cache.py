@@ -241,7 +241,12 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             try:
-                mirror.repo.fetch(url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
+                mirror.repo.fetch(
+                    url,
+                    ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"],
+                    extra=[*self._unshallow_args(mirror), *self._haves(mirror)],
+                    progress=self._reporter(display or url),
+                )
                 mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
@@ -372,7 +377,14 @@ class Cache:
         if not self._is_partial(mirror):
             repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
         try:
-            proc = repo.fetch(_PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
+            proc = repo.fetch(
+                _PROMISOR,
+                [f"+{c}:{PARTIAL_PINS}{c}" for c in commits],
+                depth=1,
+                extra=["--filter=blob:none"],
+                config=self._promisor_config(mirror),
+                progress=self._reporter(display),
+            )
         except git.GitError:
             return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
         if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -387,7 +399,8 @@ class Cache:
             return
         try:
             # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
-            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"], progress=self._reporter(display))
+            config = [*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"]
+            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=config, progress=self._reporter(display))
         except git.GitError:
             pass
         short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
@@ -443,7 +456,12 @@ class Cache:
                 errors.append(err.stderr_text.strip())
         # The server refuses unadvertised commits: fetch everything it advertises.
         try:
-            repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
+            repo.fetch(
+                mirror.url,
+                ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"],
+                extra=[*self._unshallow_args(mirror), *self._haves(mirror)],
+                progress=self._reporter(display),
+            )
         except git.GitError as err:
             raise CacheError(
                 f"{display}: cannot fetch from {mirror.url}",

@@ -172,7 +172,8 @@ def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
         return f"cannot reach {where or 'the remote'}", "check the URL and your network (url.<base>.insteadOf and http proxies are honoured)"
     match = _NO_REF_RE.search(stderr)
     if match:
-        return f"{remote or 'the remote'} has no branch, tag or commit {match.group('x')!r}", f"check the name (`git ls-remote {remote or 'URL'}` lists what it has)"
+        where = remote or "the remote"
+        return f"{where} has no branch, tag or commit {match.group('x')!r}", f"check the name (`git ls-remote {remote or 'URL'}` lists what it has)"
     if _REJECTED_RE.search(stderr):
         return f"{remote or 'the remote'} refused the push", "see git's reason below; nothing was pushed where the push was atomic"
     if _NOT_LOCAL_REPO_RE.search(stderr):

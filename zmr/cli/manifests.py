@@ -72,7 +72,8 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
         warn(text)
     if json_out:
         # The problems are the report (stdout); the exit status still says there are some.
-        print_json({"ok": not problems, "models": [m.model for m in manifests], "cases": [c.model for c in cases], "patches": count, "problems": problems, "warnings": warnings})
+        models_seen, cases_seen = [m.model for m in manifests], [c.model for c in cases]
+        print_json({"ok": not problems, "models": models_seen, "cases": cases_seen, "patches": count, "problems": problems, "warnings": warnings})
         if problems:
             raise ZmrError(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}, listed in the JSON report")
         return
@@ -83,7 +84,10 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
 
 
 def _problem(p) -> dict:
-    """One problem (`zmr.yamlnodes.Problem`) in `zmr validate --json`: the file (relative to the repository), its line (null: the whole file), what is wrong, what to do."""
+    """One problem (`zmr.yamlnodes.Problem`) in `zmr validate --json`.
+
+    The file (relative to the repository), its line (null: the whole file), what is wrong, what to do.
+    """
     return {"file": p.path, "line": p.line or None, "message": getattr(p, "text", str(p)), "hint": getattr(p, "fix", "")}
 
 
