@@ -339,3 +339,16 @@ def test_a_table_on_a_narrow_terminal_shows_every_value_whole(project, upstream)
     assert status == 0, err
     assert str(upstream.path) in shown, shown
     assert upstream.commits[1][:12] in shown and "rollout/toy" in shown
+
+
+def test_checkout_progress_counts_components_and_objects(project, upstream):
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text() + f"  trainer:\n    upstream: {upstream.path}\n    commit: {upstream.commits[1]}\n")
+    project.series("toy", "trainer", [])
+    project.commit_all("a second component")
+    result = zmr("-v", "checkout", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^\[1/2\] toy/rollout: fetching", result.stderr, re.MULTILINE), result.stderr
+    assert re.search(r"^\[2/2\] toy/trainer: ", result.stderr, re.MULTILINE), result.stderr
+    assert re.search(r"objects: 100% \(\d+/\d+\)", result.stderr), result.stderr

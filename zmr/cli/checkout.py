@@ -27,13 +27,16 @@ def checkout(
 ) -> None:
     """A git working tree per component: the pin, plus one commit per patch on a local branch."""
     from zmr import checkout as checkouts
+    from zmr.cache import Cache
 
     project = find_project()
     targets = checkouts.select_components(project, model, components)
     results = []
-    with Progress() as progress:
+    with Progress(steps=[c.label for c in targets]) as progress:
+        cache = Cache(progress=progress)
         for comp in targets:
-            results.append(checkouts.checkout(project, comp, path=_dir_for(directory, comp.key, len(targets)), force=force, progress=progress))
+            path = _dir_for(directory, comp.key, len(targets))
+            results.append(checkouts.checkout(project, comp, cache=cache, path=path, force=force, progress=progress))
     if json_out:
         print_json(
             {
