@@ -226,16 +226,16 @@ def test_adopt_hand_made_branches_end_to_end(adoption, tmp_path):
     assert "changes metadata differs (message, author, committer), trees identical; not built by zmr" in lines["vllm/kimi"]
 
     # Publish: refused, naming every hand-made branch and the flag; the dry run shows the plan.
-    dry = zmr("publish", "--dry-run", cwd=repo)
+    dry = zmr("publish", "--all", "--dry-run", cwd=repo)
     assert dry.returncode == 1
     assert "refusing to publish: 4 branches on origin hold commits zmr did not build" in dry.stderr
     assert "zmr publish --replace-foreign" in dry.stderr
     for branch in ("vllm/m", "megatron/m", "verl/m", "vllm/kimi"):
         assert f"refused      {branch}" in dry.stdout and branch in dry.stderr
-    refused = zmr("publish", cwd=repo)
+    refused = zmr("publish", "--all", cwd=repo)
     assert refused.returncode == 1 and "hold commits zmr did not build" in refused.stderr
     assert _remote_refs(a.remote, "refs/heads/")["refs/heads/vllm/m"] == a.hand_tips["vllm/m"]
-    plan = zmr("publish", "--dry-run", "--replace-foreign", cwd=repo)
+    plan = zmr("publish", "--all", "--dry-run", "--replace-foreign", cwd=repo)
     assert plan.returncode == 0, plan.stderr
     assert "would replace vllm/m" in plan.stdout.replace("would replace  ", "would replace ")
     assert f"old tip kept as refs/zmr/replaced/vllm/m/{a.hand_tips['vllm/m']}" in plan.stdout
@@ -245,9 +245,9 @@ def test_adopt_hand_made_branches_end_to_end(adoption, tmp_path):
     ci = _clone(a, f"ci-{tmp_path.name}", "--single-branch", "--branch", "main", "--depth", "1")
     env = {"ZMR_CACHE": str(tmp_path / "ci-cache")}
     assert zmr("build", "--all", cwd=ci, env=env).returncode == 0
-    ci_refused = zmr("publish", cwd=ci, env=env)
+    ci_refused = zmr("publish", "--all", cwd=ci, env=env)
     assert ci_refused.returncode == 1 and "zmr publish --replace-foreign" in ci_refused.stderr
-    replaced = zmr("publish", "--replace-foreign", cwd=ci, env=env)
+    replaced = zmr("publish", "--all", "--replace-foreign", cwd=ci, env=env)
     assert replaced.returncode == 0, replaced.stderr
     heads = _remote_refs(a.remote)
     for branch, old in a.hand_tips.items():
@@ -255,7 +255,7 @@ def test_adopt_hand_made_branches_end_to_end(adoption, tmp_path):
             continue
         assert heads[f"refs/heads/{branch}"] == git("rev-parse", branch, cwd=repo), branch
         assert heads[f"refs/zmr/replaced/{branch}/{old}"] == old, branch  # the old tip is still reachable
-    assert zmr("publish", cwd=ci, env=env).returncode == 0  # zmr's own now: no flag needed
+    assert zmr("publish", "--all", cwd=ci, env=env).returncode == 0  # zmr's own now: no flag needed
 
     # Work on the imported series as on any other.
     git("fetch", "-q", "origin", cwd=repo)
