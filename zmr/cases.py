@@ -9,23 +9,35 @@ Schema (``family`` and ``status`` are required, every other key optional)::
 
     model: demo                      # optional; must equal the folder name
     title: Demo                      # display name (default: the manifest's title)
+    short_title: Demo                # in the column headers and the code-branch table (default: title)
+    order: 10                        # position in the tables: lower first; unordered models follow, by name
     family: toy decoder-only transformer
     status: zero mismatch on CPU
+    rollout: toy rollout engine
     trainer: toy trainer
     evidence:                        # the support matrix's evidence cell
       text: bitwise-identical log-probs for every token
+      runs:                          # each run: what it showed, on what hardware, with links
+        - text: 100 RL steps, KL = 0 at every step
+          hardware: 32 GB200
+          links: [{title: verl#8505, url: https://github.com/volcengine/verl/pull/8505}]
       links:
         - title: case study
           url: cases/demo/README.md  # an http(s) URL, a path in the repository, or #anchor
     overhead:                        # rollout overhead of the zero-mismatch kernels
       figure: not measured yet       # the cell
-      footnote: measured by scripts/demo_bitwise.py   # how it was measured: a footnote of the cell
-    features:                        # key features: dimension -> text (free dimension names)
+      footnote:                      # how it was measured: a footnote of the cell (text, or a list of items)
+        - measured by scripts/demo_bitwise.py
+    features:                        # key features: dimension -> text, or {text, status}
       attention: ...
-      MoE: ...
-    hardware:                        # hardware -> status, or {status, note}
+      LoRA: {text: all modules, status: supported}        # status: supported | experimental
+    feature_notes: [...]             # under the key-features table
+    hardware:                        # hardware -> status, or {status, note}; notes are listed under the table
       CPU: validated
       H200: {status: not verified, note: needs a GPU runner}
+    branches:                        # code branches of a model WITHOUT a manifest (a manifest's come from it)
+      vLLM: vllm/demo                # framework -> branch, or {branch, layout: two-commit | snapshot}
+    branch_notes: [...]              # under the code-branch table
     notes:                           # free notes, e.g. changes that landed upstream
       - ...
 
@@ -45,10 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from yaml.nodes import MappingNode, Node, SequenceNode
+
 from zmr.errors import CaseError, ManifestError, ZmrError
-from zmr.manifest import MODEL_RE, manifest_paths
-from zmr.schema import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Record, Text, one_of, read_file
-from zmr.yamlnodes import Problems, display_path
+from zmr.manifest import MODEL_RE, RELEASE_MODES, RESERVED_BRANCHES, manifest_paths, ref_format_problem
+from zmr.schema import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Text, one_of, read_file
+from zmr.yamlnodes import Problems, display_path, line_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Manifest
@@ -58,6 +72,8 @@ CASES_DIR = "cases"
 CASE_FILE = "case.yaml"
 # Hardware validation states, in the order the README explains them.
 HARDWARE_STATUSES = ("validated", "not verified")
+# Feature states the tables mark (a feature without one is described, not marked).
+FEATURE_STATUSES = ("supported", "experimental")
 _URL_RE = re.compile(r"https?://[^\s<>]+\Z")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -69,15 +85,32 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Run:
+    """One run behind the evidence: what it showed, where it ran, and its links."""
+
+    text: str
+    hardware: str = ""
+    links: tuple[Link, ...] = ()
+
+
+@dataclass(frozen=True)
 class Evidence:
     text: str = ""
     links: tuple[Link, ...] = ()
+    runs: tuple[Run, ...] = ()
 
 
 @dataclass(frozen=True)
 class Overhead:
     figure: str
-    footnote: str = ""  # how the figure was measured; rendered as a footnote of the cell
+    footnote: tuple[str, ...] = ()  # how the figure was measured, item by item; rendered as a footnote of the cell
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    text: str
+    status: str | None = None  # one of FEATURE_STATUSES, or None: not marked
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,15 @@ class Hardware:
     name: str
     status: str  # one of HARDWARE_STATUSES
     note: str = ""
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A code branch named by a case (for a model whose manifest is not in this repository)."""
+
+    framework: str
+    name: str
+    layout: str = "two-commit"  # one of zmr.manifest.RELEASE_MODES
 
 
 @dataclass(frozen=True)
@@ -96,11 +138,18 @@ class Case:
     family: str
     status: str
     title: str | None = None
+    short_title: str | None = None
+    order: int | None = None
+    rollout: str | None = None
     trainer: str | None = None
     evidence: Evidence | None = None
     overhead: Overhead | None = None
-    features: tuple[tuple[str, str], ...] = ()
+    features: tuple[Feature, ...] = ()
+    feature_notes: tuple[str, ...] = ()
     hardware: tuple[Hardware, ...] = ()
+    branches: tuple[Branch, ...] = ()
+    branches_line: int | None = None  # where `branches:` is, for problems found against the manifests
+    branch_notes: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -149,6 +198,17 @@ def _url(value: str, at: At) -> str | None:
 # Change it together with `zmr.docs` (the renderer), the format's reference and `zmr new`'s template.
 
 
+def _branch_name(value: str, at: At) -> str | None:
+    reason = ref_format_problem(value)
+    if reason:
+        at.add(f"{value!r} is not a valid branch name ({reason})", "use letters, digits, '-', '_', '.' and '/'")
+        return None
+    if value in RESERVED_BRANCHES or value.startswith(("refs/", "zmr/")):
+        at.add(f"{value!r} is reserved", "name the branch <framework>/<model>")
+        return None
+    return value
+
+
 def _text(check: Check | None = None) -> Text:
     """Text taken as written (``yes`` stays "yes"), non-empty, no control characters, stripped."""
     return Text("expected text, got {kind}", written=(int, float, bool), null_is_empty=True, control=CONTROL | {"\x7f"}, strip=True, check=check)
@@ -166,21 +226,68 @@ _LINK = Record(
     "write `- title: ...` and `url: ...`",
     make=lambda f, at: Link(f["title"], f["url"]),
 )
+_LINKS = ListOf(_LINK, "expected a list of links, got {kind}", "write `- title: ...` and `url: ...` entries")
+_RUN = Record(
+    (Field("text", _text(), required=True), Field("hardware", _text(), default=""), Field("links", _LINKS, default=())),
+    "expected a mapping with text, hardware and links, got {kind}",
+    "write `- text: <what the run showed>` with `hardware:` and `links:`",
+    make=lambda f, at: Run(f["text"], f["hardware"], f["links"]),
+)
 _EVIDENCE = Record(
     (
         Field("text", _text(), default=""),
-        Field("links", ListOf(_LINK, "expected a list of links, got {kind}", "write `- title: ...` and `url: ...` entries"), default=()),
+        Field("runs", ListOf(_RUN, "expected a list of runs, got {kind}", "write `- text: ...` entries"), default=()),
+        Field("links", _LINKS, default=()),
     ),
-    "expected a mapping with text and links, got {kind}",
-    "write `text: ...` and/or `links: [...]`",
-    empty=("is empty", "give it `text:` or `links:`, or remove it"),
-    make=lambda f, at: Evidence(f["text"], f["links"]),
+    "expected a mapping with text, runs and links, got {kind}",
+    "write `text: ...`, `runs: [...]` and/or `links: [...]`",
+    empty=("is empty", "give it `text:`, `runs:` or `links:`, or remove it"),
+    make=lambda f, at: Evidence(f["text"], f["links"], f["runs"]),
 )
+
+
+@dataclass(frozen=True)
+class _TextItems:
+    """One text, or a list of texts: always a tuple of items."""
+
+    item: Text
+    items: ListOf
+
+    def read(self, node: Node, at: At) -> tuple[str, ...] | None:
+        if isinstance(node, SequenceNode):
+            return self.items.read(node, at)
+        value = self.item.read(node, at)
+        return None if value is None else (value,)
+
+
+def _notes(what: str) -> ListOf:
+    return ListOf(_text(), f"expected a list of {what}, got {{kind}}", "write `- ...` entries")
+
+
 _OVERHEAD = Record(
-    (Field("figure", _text(), required=True), Field("footnote", _text(), default="")),
+    (
+        Field("figure", _text(), required=True),
+        Field("footnote", _TextItems(_text(), ListOf(_text(), "is an empty list", "write the items as `- ...` entries, or remove `footnote:`", nonempty=True)), default=()),
+    ),
     "expected a mapping with figure and footnote, got {kind}",
     "write `figure: ...` and `footnote: <how it was measured>`",
     make=lambda f, at: Overhead(f["figure"], f["footnote"]),
+)
+# A feature is its text, or a mapping with text and the status the tables mark.
+_FEATURE = Record(
+    (Field("text", _text(), required=True), Field("status", _text(one_of(FEATURE_STATUSES, "feature status", suggest=True)))),
+    "expected text or a mapping with text and status, got {kind}",
+    f"write the text, or `{{text: ..., status: {FEATURE_STATUSES[0]}}}` (status: {', '.join(FEATURE_STATUSES)})",
+    shorthand="text",
+    make=lambda f, at: Feature(at.key.strip(), f["text"], f.get("status")),
+)
+# A branch is its name (two-commit), or a mapping with branch and layout.
+_BRANCH = Record(
+    (Field("branch", _text(_branch_name), required=True), Field("layout", _text(one_of(RELEASE_MODES, "layout", suggest=True)), default=RELEASE_MODES[0])),
+    "expected a branch name or a mapping with branch and layout, got {kind}",
+    f"write e.g. `vLLM: vllm/<model>`, or `{{branch: ..., layout: snapshot}}` (layout: {', '.join(RELEASE_MODES)})",
+    shorthand="branch",
+    make=lambda f, at: Branch(at.key.strip(), f["branch"], f["layout"]),
 )
 # A hardware entry is a status, or a mapping with status and note.
 _HARDWARE = Record(
@@ -192,6 +299,18 @@ _HARDWARE = Record(
 )
 
 
+def _unique_branches(fields: Fields, at: At) -> bool:
+    """No two frameworks of a case share a branch (reported at the second one)."""
+    node = fields.nodes.get("branches")
+    key_nodes = {k.value: k for k, _ in node.value} if isinstance(node, MappingNode) else {}
+    seen: dict[str, str] = {}
+    for key, branch in fields.get("branches", ()):
+        if branch.name in seen:
+            at.problems.add(key_nodes.get(key, node), f"branches.{key}: {branch.name!r} is already the branch of {seen[branch.name]}", "give each framework its own branch")
+        seen.setdefault(branch.name, branch.framework)
+    return True
+
+
 def _case(fields: Fields, at: At) -> Case:
     return Case(
         model=at.ctx.model,
@@ -199,11 +318,18 @@ def _case(fields: Fields, at: At) -> Case:
         family=fields["family"],
         status=fields["status"],
         title=fields.get("title"),
+        short_title=fields.get("short_title"),
+        order=fields.get("order"),
+        rollout=fields.get("rollout"),
         trainer=fields.get("trainer"),
         evidence=fields.get("evidence"),
         overhead=fields.get("overhead"),
-        features=fields["features"],
+        features=tuple(feature for _, feature in fields["features"]),
+        feature_notes=fields["feature_notes"],
         hardware=tuple(hardware for _, hardware in fields["hardware"]),
+        branches=tuple(branch for _, branch in fields["branches"]),
+        branches_line=line_of(fields.keys["branches"]) if "branches" in fields.keys else None,
+        branch_notes=fields["branch_notes"],
         notes=fields["notes"],
     )
 
@@ -212,26 +338,38 @@ CASE = Record(
     (
         Field("model", _text(_model)),
         Field("title", _text()),
+        Field("short_title", _text()),
+        Field("order", Number("expected a whole number (the position in the tables), got {value!r}", "write e.g. `order: 10`", integer=True)),
         Field("family", _text(), required=True),
         Field("status", _text(), required=True),
+        Field("rollout", _text()),
         Field("trainer", _text()),
         Field("evidence", _EVIDENCE),
         Field("overhead", _OVERHEAD),
         Field(
             "features",
-            MapOf(_text(), "expected a mapping of dimension -> text, got {kind}", "write e.g. `attention: MLA, batch-invariant split-KV`",
-                  key=Key(_nonblank, "{map}: empty dimension name", "name the dimension, e.g. attention"), strip_keys=True),
+            MapOf(_FEATURE, "expected a mapping of dimension -> text, got {kind}", "write e.g. `attention: MLA, batch-invariant split-KV`",
+                  key=Key(_nonblank, "{map}: empty dimension name", "name the dimension, e.g. attention")),
             default=(),
         ),
+        Field("feature_notes", _notes("notes"), default=()),
         Field(
             "hardware",
             MapOf(_HARDWARE, "expected a mapping of hardware -> status, got {kind}", "write e.g. `H200: {status: validated, note: ...}`",
                   key=Key(_nonblank, "{map}: empty hardware name", "name the hardware, e.g. H200")),
             default=(),
         ),
-        Field("notes", ListOf(_text(), "expected a list of notes, got {kind}", "write `- ...` entries"), default=()),
+        Field(
+            "branches",
+            MapOf(_BRANCH, "expected a mapping of framework -> branch, got {kind}", "write e.g. `vLLM: vllm/<model>`",
+                  key=Key(_nonblank, "{map}: empty framework name", "name the framework, e.g. vLLM")),
+            default=(),
+        ),
+        Field("branch_notes", _notes("notes"), default=()),
+        Field("notes", _notes("notes"), default=()),
     ),
     fix="start with `family:` and `status:`",
+    check=_unique_branches,
     make=_case,
 )
 
@@ -306,6 +444,12 @@ def check_project(project: Project, models: list[str] | None = None) -> tuple[li
             problems.extend(err.problems)
     found, case_problems = load_cases(root, wanted or None)
     problems.extend(case_problems)
+    for case in found:
+        if case.branches and case.model in manifest_models:
+            p = Problems(display_path(case.path, root))
+            p.add(case.branches_line, f"branches: model {case.model!r} has a manifest (manifests/{case.model}.yaml); its branches come from there",
+                  "remove `branches:` (it is for models whose manifest is not in this repository)")
+            problems.extend(p.items)
     if problems:
         raise CaseError(problems)
     return manifests, found
@@ -317,4 +461,19 @@ def model_titles(manifests: list[Manifest], found: list[Case]) -> dict[str, str]
     for case in found:
         titles[case.model] = case.title or titles.get(case.model) or case.model
     return titles
+
+
+def short_titles(manifests: list[Manifest], found: list[Case]) -> dict[str, str]:
+    """Column-header name per model: the case's short title, else its display name."""
+    titles = model_titles(manifests, found)
+    for case in found:
+        if case.short_title:
+            titles[case.model] = case.short_title
+    return titles
+
+
+def model_order(models: set[str], found: list[Case]) -> list[str]:
+    """The tables' order: cases with ``order`` first (lower first, ties by name), then the rest by name."""
+    order = {c.model: c.order for c in found if c.order is not None}
+    return sorted(models, key=lambda m: (m not in order, order.get(m, 0), m))
 

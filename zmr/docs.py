@@ -10,23 +10,24 @@ Every name in ``SECTIONS`` must appear exactly once as a begin/end pair; a
 marker must be a line of its own (markers inside fenced code blocks are
 text). Everything outside the pairs is kept byte for byte.
 
-Inputs, and nothing else (no clock, no machine state besides these):
+Inputs, and nothing else (no clock, no git state, no cache, no network):
 
 - manifests (``manifests/<model>.yaml``) and cases (``cases/<model>/case.yaml``);
-  a model may have either or both;
-- the local release branches, for the commit ids of the code-branch table:
-  a branch whose trailers (``Zmr-Upstream-Commit``, ``Zmr-Series``) do not
-  match the current pin and series is stale and shown as not built. Nothing
-  is computed or fetched: run ``zmr build`` first to get the ids (CI does);
-- ``release.url`` in ``zmr.yaml`` for links to branches, commits and the
-  "changes" view (``<url>/compare/<snapshot>...<changes>``);
+  a model may have either or both. A case names the code branches of a model
+  whose manifest is not here (``branches:``); a manifest's come from it;
+- ``release.url`` in ``zmr.yaml`` for links to branches and to the "changes"
+  view of a two-commit branch (``<url>/commit/<branch>``: the branch's tip,
+  its changes commit). The table shows no commit ids: they are a pure
+  function of the inputs, but computing them needs every upstream fetched,
+  and ``zmr verify`` already checks them; the README stays true on a fresh
+  clone with nothing built or fetched;
 - the smoke evidence ``zmr smoke --record`` wrote to
   ``cases/<model>/evidence/smoke-*.json``; absent files and missing fields
   are shown as "—".
 
-Models are sorted by name; within a model, components, features and
-hardware keep the order of their files. Footnotes (the overhead's) come from
-the case data.
+Models are in the cases' ``order`` (then by name); within a model, components,
+features and hardware keep the order of their files. Every fact, footnote
+and note comes from the case data; the code adds only headers and layout.
 """
 
 from __future__ import annotations
@@ -35,18 +36,18 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from zmr.cases import Case, check_project, model_titles
+from zmr.cases import Case, check_project, model_order, model_titles, short_titles
 from zmr.errors import CheckFailed, DocsError, ZmrError
 from zmr.files import atomic_write
 from zmr.yamlnodes import Problems
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr import git
     from zmr.manifest import Component, Manifest
     from zmr.project import Project
 
@@ -61,31 +62,27 @@ _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _GITHUB_RE = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
-@dataclass(frozen=True)
-class BranchState:
-    """A component's local release branch as the docs show it."""
-
-    component: "Component"
-    tip: str | None = None  # None: not built (or stale)
-    snapshot: str | None = None  # the root commit of a two-commit branch
-
-
 @dataclass
 class Inputs:
     """Everything the sections are rendered from."""
 
     root: Path
-    manifests: list["Manifest"]
+    manifests: list[Manifest]
     cases: list[Case]
     titles: dict[str, str]
-    branches: dict[tuple[str, str], BranchState]
+    short: dict[str, str]  # column-header names
     evidence: dict[str, list[tuple[str, dict]]]  # model -> [(file name, record)]
     url: str | None
     warnings: list[str] = field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
-        return sorted({m.model for m in self.manifests} | {c.model for c in self.cases})
+        """Every model with a manifest or a case, in the tables' order."""
+        return model_order({m.model for m in self.manifests} | {c.model for c in self.cases}, self.cases)
+
+    def ordered_cases(self) -> list[Case]:
+        cases = {c.model: c for c in self.cases}
+        return [cases[m] for m in self.models if m in cases]
 
 
 @dataclass
@@ -112,11 +109,10 @@ class Outcome:
 # -- gathering inputs ---------------------------------------------------------------------
 
 
-def gather(project: "Project") -> Inputs:
+def gather(project: Project) -> Inputs:
     manifests, found = check_project(project)
     manifests = sorted(manifests, key=lambda m: m.model)
     warnings: list[str] = []
-    branches = _branches(project, manifests, warnings)
     evidence = {}
     models = {m.model for m in manifests} | {c.model for c in found}
     folder = project.root / "cases"
@@ -126,53 +122,15 @@ def gather(project: "Project") -> Inputs:
         records = read_evidence(project.root / "cases" / model / "evidence", warnings, project.root)
         if records:
             evidence[model] = records
-    return Inputs(project.root, manifests, found, model_titles(manifests, found), branches, evidence, _base_url(project.settings.release_url), warnings)
+    titles, short = model_titles(manifests, found), short_titles(manifests, found)
+    return Inputs(project.root, manifests, found, titles, short, evidence, _base_url(project.settings.release_url), warnings)
 
 
 def _base_url(url: str | None) -> str | None:
     if not url:
         return None
     url = url.strip().rstrip("/")
-    return url[: -len(".git")] if url.endswith(".git") else url
-
-
-def _branches(project: "Project", manifests: Sequence["Manifest"], warnings: list[str]) -> dict[tuple[str, str], BranchState]:
-    """Tip (and snapshot) of each component's local branch, when it matches the current inputs."""
-    from zmr.release import TRAILER_SERIES, TRAILER_UPSTREAM_COMMIT
-    from zmr.series import read_series
-
-    states: dict[tuple[str, str], BranchState] = {}
-    repo: git.Repo | None = None
-    refs: dict[str, str] = {}
-    if (project.root / ".git").exists():
-        repo = project.repo
-        refs = repo.refs("refs/heads/")
-    for manifest in manifests:
-        for comp in manifest.components.values():
-            key = (comp.model, comp.key)
-            tip = refs.get(f"refs/heads/{comp.branch}")
-            states[key] = BranchState(comp)
-            if tip is None or repo is None:
-                warnings.append(f"branch {comp.branch} is not built; shown without commit ids (run `zmr build {comp.model}` first)")
-                continue
-            info = repo.commit_info(tip)
-            trailers = info.trailers()
-            digest = read_series(project.root / comp.patches, comp.patches).digest()
-            if trailers.get(TRAILER_SERIES) != digest or trailers.get(TRAILER_UPSTREAM_COMMIT) != comp.commit:
-                warnings.append(f"branch {comp.branch} was built from another pin or series; shown as not built (run `zmr build {comp.model}`)")
-                continue
-            if comp.release == "snapshot":
-                if info.parents:
-                    warnings.append(f"branch {comp.branch} is not a single root commit; shown as not built (run `zmr verify {comp.model}`)")
-                    continue
-                states[key] = BranchState(comp, tip, None)
-                continue
-            parent = repo.commit_info(info.parents[0]) if len(info.parents) == 1 else None
-            if parent is None or parent.parents:
-                warnings.append(f"branch {comp.branch} does not have the two-commit layout; shown as not built (run `zmr verify {comp.model}`)")
-                continue
-            states[key] = BranchState(comp, tip, parent.oid)
-    return states
+    return url.removesuffix(".git")
 
 
 def read_evidence(folder: Path, warnings: list[str], root: Path | None = None) -> list[tuple[str, dict]]:
@@ -232,6 +190,28 @@ def _model_cell(inputs: Inputs, model: str) -> str:
     return _link(title, f"cases/{model}/README.md" if readme.is_file() else None)
 
 
+def _links(links: Iterable[Any]) -> str:
+    return ", ".join(_link(link.title, link.url) for link in links)
+
+
+def _evidence_cell(case: Case) -> str | None:
+    evidence = case.evidence
+    if evidence is None:
+        return None
+    parts = [evidence.text] if evidence.text else []
+    for run in evidence.runs:
+        where = "; ".join(p for p in (run.hardware, _links(run.links)) if p)
+        parts.append(f"{run.text} ({where})" if where else run.text)
+    text, links = "; ".join(parts), _links(evidence.links)
+    return f"{text} ({links})" if text and links else text or links
+
+
+def _notes_below(inputs: Inputs, notes: Iterable[tuple[str, str]]) -> str:
+    """Notes under a table: one item per (model, note), the model's short name first."""
+    lines = [f"- **{cell(inputs.short.get(model, model))}**: {' '.join(note.split())}" for model, note in notes]
+    return "\n\n" + "\n".join(lines) if lines else ""
+
+
 def render_support_matrix(inputs: Inputs) -> str:
     cases = {c.model: c for c in inputs.cases}
     if not inputs.models:
@@ -240,76 +220,112 @@ def render_support_matrix(inputs: Inputs) -> str:
     for model in inputs.models:
         case = cases.get(model)
         if case is None:
-            rows.append([_model_cell(inputs, model), None, None, None, None, None])
+            rows.append([_model_cell(inputs, model), None, f"no case yet (`cases/{model}/case.yaml`)", None, None, None, None])
             continue
-        evidence = None
-        if case.evidence is not None:
-            links = ", ".join(_link(link.title, link.url) for link in case.evidence.links)
-            text = case.evidence.text
-            evidence = f"{text} ({links})" if text and links else text or links
         overhead = None
         if case.overhead is not None:
             overhead = case.overhead.figure
             if case.overhead.footnote:
                 label = _footnote_label("overhead", model)
                 overhead += f"[^{label}]"
-                notes.append(f"[^{label}]: {' '.join(case.overhead.footnote.split())}")
-        rows.append([_model_cell(inputs, model), case.family, case.status, case.trainer, evidence, overhead])
-    text = table(["Model", "Family", "Status", "Trainer", "Evidence", "Rollout overhead"], rows)
+                notes.append(f"[^{label}]: {' '.join(' '.join(case.overhead.footnote).split())}")
+        rows.append([_model_cell(inputs, model), case.family, case.status, case.rollout, case.trainer, _evidence_cell(case), overhead])
+    text = table(["Model", "Family", "Status", "Rollout", "Trainer", "Evidence", "Rollout overhead"], rows)
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 
+FEATURE_MARKS = {"supported": "✅", "experimental": "🧪"}
+
+
 def render_key_features(inputs: Inputs) -> str:
-    cases = [c for c in sorted(inputs.cases, key=lambda c: c.model) if c.features]
+    cases = [c for c in inputs.ordered_cases() if c.features]
     if not cases:
         return "_No key features recorded yet (`features:` in `cases/<model>/case.yaml`)._"
     dimensions: list[str] = []
     for case in cases:
-        for name, _ in case.features:
-            if name not in dimensions:
-                dimensions.append(name)
-    values = {c.model: dict(c.features) for c in cases}
-    rows = [[name, *[values[c.model].get(name) for c in cases]] for name in dimensions]
-    return table(["Feature", *[cell(inputs.titles.get(c.model, c.model)) for c in cases]], rows)
+        for feature in case.features:
+            if feature.name not in dimensions:
+                dimensions.append(feature.name)
+    values = {c.model: {f.name: f for f in c.features} for c in cases}
+
+    def shown(model: str, name: str) -> str | None:
+        feature = values[model].get(name)
+        if feature is None:
+            return None
+        return f"{FEATURE_MARKS[feature.status]} {feature.text}" if feature.status else feature.text
+
+    rows = [[name, *[shown(c.model, name) for c in cases]] for name in dimensions]
+    text = table(["Dimension", *[cell(inputs.short.get(c.model, c.model)) for c in cases]], rows)
+    return text + _notes_below(inputs, ((c.model, note) for c in inputs.ordered_cases() for note in c.feature_notes))
+
+
+HARDWARE_MARKS = {"validated": "✅ validated"}
 
 
 def render_hardware(inputs: Inputs) -> str:
-    rows = []
-    for case in sorted(inputs.cases, key=lambda c: c.model):
-        for hw in case.hardware:
-            rows.append([inputs.titles.get(case.model, case.model), hw.name, hw.status, hw.note or None])
-    if not rows:
+    cases = [c for c in inputs.ordered_cases() if c.hardware]
+    if not cases:
         return "_No hardware validation recorded yet (`hardware:` in `cases/<model>/case.yaml`)._"
-    return table(["Model", "Hardware", "Status", "Notes"], rows)
+    names: list[str] = []
+    for case in cases:
+        for hw in case.hardware:
+            if hw.name not in names:
+                names.append(hw.name)
+    values = {c.model: {hw.name: hw for hw in c.hardware} for c in cases}
+    rows = []
+    for name in names:
+        row: list[Any] = [name]
+        for case in cases:
+            hw = values[case.model].get(name)
+            row.append(None if hw is None else HARDWARE_MARKS.get(hw.status, hw.status))
+        rows.append(row)
+    text = table(["Hardware", *[cell(inputs.short.get(c.model, c.model)) for c in cases]], rows)
+    notes = []
+    for name in names:
+        runs = [f"_{cell(inputs.short.get(c.model, c.model))}_ {' '.join(values[c.model][name].note.split())}" for c in cases if name in values[c.model] and values[c.model][name].note]
+        if runs:
+            notes.append(f"- **{cell(name)}**: " + "; ".join(runs))
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-def _upstream_cells(comp: "Component") -> tuple[str, str]:
+def _upstream_cell(comp: Component) -> str:
     match = _GITHUB_RE.match(comp.upstream)
     if match:
         base = f"https://github.com/{match.group(1)}/{match.group(2)}"
-        return _link(f"{match.group(1)}/{match.group(2)}", base), _link(_code(comp.commit[:12]), f"{base}/commit/{comp.commit}")
-    return _code(comp.upstream), _code(comp.commit[:12])
+        return _link(f"{match.group(1)}/{match.group(2)}", base) + " at " + _link(_code(comp.commit[:12]), f"{base}/commit/{comp.commit}")
+    return f"{_code(comp.upstream)} at {_code(comp.commit[:12])}"
+
+
+def _branch_cell(url: str | None, branch: str, layout: str) -> str:
+    """The branch, linked to its tree; a two-commit branch also links its tip, the changes commit."""
+    if not url:
+        return _code(branch)
+    ref = quote(branch, safe="/")
+    text = _link(_code(branch), f"{url}/tree/{ref}")
+    return text + f" ([changes]({url}/commit/{ref}))" if layout == "two-commit" else text
 
 
 def render_code_branches(inputs: Inputs) -> str:
-    if not inputs.manifests:
-        return "_No manifests yet._"
+    if not inputs.models:
+        return "_No models yet._"
+    manifests = {m.model: m for m in inputs.manifests}
+    cases = {c.model: c for c in inputs.cases}
     url = inputs.url
     rows = []
-    for manifest in inputs.manifests:
-        for comp in manifest.components.values():
-            state = inputs.branches.get((comp.model, comp.key), BranchState(comp))
-            upstream, pin = _upstream_cells(comp)
-            if state.tip is None:
-                branch, changes = _code(comp.branch), "not built"
-            else:
-                branch = _link(_code(comp.branch), f"{url}/tree/{quote(comp.branch, safe='/')}" if url else None)
-                if state.snapshot is not None:
-                    changes = _link(_code(f"{state.snapshot[:12]}...{state.tip[:12]}"), f"{url}/compare/{state.snapshot}...{state.tip}" if url else None)
-                else:
-                    changes = _link(_code(state.tip[:12]), f"{url}/commit/{state.tip}" if url else None)
-            rows.append([_code(comp.model), _code(comp.key), upstream, pin, branch, changes])
-    return table(["Model", "Component", "Upstream", "Pin", "Branch", "Changes"], rows)
+    for model in inputs.models:
+        name = inputs.short.get(model, model)
+        manifest = manifests.get(model)
+        if manifest is not None:
+            for comp in manifest.components.values():
+                rows.append([name, _code(comp.key), _branch_cell(url, comp.branch, comp.release), comp.release, _upstream_cell(comp)])
+            continue
+        branches = cases[model].branches
+        for branch in branches:
+            rows.append([name, branch.framework, _branch_cell(url, branch.name, branch.layout), branch.layout, "no manifest yet"])
+        if not branches:
+            rows.append([name, None, None, None, "no manifest yet"])
+    text = table(["Model", "Framework", "Branch", "Layout", "Pinned upstream"], rows)
+    return text + _notes_below(inputs, ((c.model, note) for c in inputs.ordered_cases() for note in c.branch_notes))
 
 
 def _number(value: Any) -> float | None:
@@ -381,15 +397,14 @@ def _report_label(report: dict, test: str) -> str:
     if not isinstance(name, str) or not name:
         return "report"
     for prefix in (test + "/", test + "."):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
+        name = name.removeprefix(prefix)
     name = name.removesuffix(".mismatch.json")
     return name or "report"
 
 
 def render_evidence(inputs: Inputs) -> str:
     rows = []
-    for model in sorted(inputs.evidence):
+    for model in model_order(set(inputs.evidence), inputs.cases):
         for name, record in inputs.evidence[model]:
             test = record.get("id") or record.get("test") or name[len("smoke-") : -len(".json")]
             status = record.get("status") if isinstance(record.get("status"), str) else None
@@ -413,7 +428,7 @@ def render_evidence(inputs: Inputs) -> str:
 
 def render_notes(inputs: Inputs) -> str:
     lines = []
-    for case in sorted(inputs.cases, key=lambda c: c.model):
+    for case in inputs.ordered_cases():
         for note in case.notes:
             lines.append(f"- **{cell(inputs.titles.get(case.model, case.model))}**: {' '.join(note.split())}")
     return "\n".join(lines) if lines else "_No notes._"
@@ -526,7 +541,7 @@ def update(text: str, sections: dict[str, str], display: str = README) -> tuple[
     return "".join(out), changed
 
 
-def readme_path(project: "Project", readme: Path | None) -> tuple[Path, str]:
+def readme_path(project: Project, readme: Path | None) -> tuple[Path, str]:
     path = readme if readme is not None else project.root / README
     path = path if path.is_absolute() else Path.cwd() / path
     try:
@@ -536,7 +551,7 @@ def readme_path(project: "Project", readme: Path | None) -> tuple[Path, str]:
     return path, display
 
 
-def generate(project: "Project", readme: Path | None = None) -> Outcome:
+def generate(project: Project, readme: Path | None = None) -> Outcome:
     """Render every section and splice it into the README (nothing written)."""
     path, display = readme_path(project, readme)
     try:
