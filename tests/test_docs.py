@@ -11,12 +11,12 @@ how the fixture's git happens to hash.
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import Project, git, make_patch, make_project, make_upstream, zmr
 
 DATA = Path(__file__).parent / "data" / "docs"
@@ -95,11 +95,12 @@ def test_docs_golden_then_check(tmp_path):
     patch = project.root / "patches/alpha/rollout/0001-split.patch"
     patch.write_bytes(patch.read_bytes().replace(b"Use a fixed split size", b"Use a fixed split size (v2)"))
     after = zmr("docs", "--check", cwd=project.root)
-    assert after.returncode == 0 and after.stderr == "", after.stdout + after.stderr
+    assert after.returncode == 0 and after.stdout == "README.md is up to date\n", after.stdout + after.stderr
+    assert "not built" not in after.stderr
 
 
 def test_docs_check_on_a_stale_readme_shows_the_diff_and_writes_nothing(tmp_path):
-    project, ids = _golden_project(tmp_path)
+    project, _ = _golden_project(tmp_path)
     assert zmr("docs", cwd=project.root).returncode == 0
     case = project.root / "cases/gamma/case.yaml"
     case.write_text(case.read_text().replace("status: in progress", "status: zero mismatch on H200"))
@@ -270,8 +271,8 @@ def test_repository_case_files_are_valid():
     assert "demo" in {c.model for c in found}
 
 
-def test_repository_readme_is_current(tmp_path):
-    """What CI does: build the release branches, then `zmr docs --check` (on a copy of the repository)."""
+def _fresh_clone(tmp_path: Path) -> Path:
+    """This repository as committed plus the working tree's changes, cloned anew: no branch built, an empty cache."""
     copy = tmp_path / "repo"
     listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO_ROOT)
     for name in filter(None, listed.split("\0")):
@@ -282,10 +283,114 @@ def test_repository_readme_is_current(tmp_path):
     git("init", "-q", "-b", "main", cwd=copy)
     git("add", "-A", cwd=copy)
     git("commit", "-q", "-m", "copy", cwd=copy)
-    built = zmr("build", "--all", cwd=copy)
-    assert built.returncode == 0, built.stderr
-    result = zmr("docs", "--check", cwd=copy)
-    assert result.returncode == 0, "README.md is stale; run `zmr build --all && zmr docs`\n" + result.stdout + result.stderr
+    git("clone", "-q", str(copy), str(tmp_path / "clone"), cwd=tmp_path)
+    return tmp_path / "clone"
+
+
+def test_repository_readme_is_current_on_a_fresh_clone(tmp_path):
+    """What CI does on a pull request: `zmr docs --check` on a clone with nothing built or fetched."""
+    clone = _fresh_clone(tmp_path)
+    assert git("for-each-ref", "--format=%(refname)", "refs/heads/", cwd=clone).split() == ["refs/heads/main"]
+    result = zmr("docs", "--check", cwd=clone)
+    assert result.returncode == 0, "README.md is stale; run `zmr docs`\n" + result.stdout + result.stderr
+    assert result.stderr == ""
+    # A case value changes: the README is stale, and --check says which section.
+    case = clone / "cases/kimi-k3.1/case.yaml"
+    case.write_text(case.read_text().replace("figure: 17% longer RL rollout phase", "figure: 18% longer RL rollout phase"))
+    stale = zmr("docs", "--check", cwd=clone)
+    assert stale.returncode == 1
+    assert "+| Kimi-K3.1 |" in stale.stdout and "18% longer RL rollout phase[^overhead-kimi-k3-1]" in stale.stdout
+    assert "README.md is out of date: section support-matrix would change" in stale.stderr
+
+
+# -- the four models of the zero-mismatch-rl front page ------------------------------------
+# seed-facts.json holds what the captured front page says of them (extracted when these tests were
+# written; the capture itself is not in this repository): per model the numbers of its table rows,
+# footnote and hardware notes, its code branches, and the rows of the key-features, hardware and
+# code-branch tables as the capture flattened them (cells joined by spaces).
+
+SEED = json.loads((DATA / "seed-facts.json").read_text(encoding="utf-8"))
+SEED_MODELS = list(SEED["models"])
+
+
+def _repository_inputs():
+    from zmr.docs import gather
+    from zmr.project import Project as ZmrProject
+
+    return gather(ZmrProject.find(REPO_ROOT))
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("model", SEED_MODELS)
+def test_every_number_of_the_front_page_is_in_the_case_data(model):
+    from zmr.docs import render
+
+    case = _flat((REPO_ROOT / "cases" / model / "case.yaml").read_text(encoding="utf-8"))
+    facts = SEED["models"][model]
+    assert [n for n in facts["numbers"] if n not in case] == []
+    assert [b for b in facts["branches"] if f" {b}" not in case] == []
+    # ... and, generated, on the README.
+    readme = _flat("\n".join(render(_repository_inputs()).values()))
+    assert [n for n in facts["numbers"] if n not in readme] == []
+    assert [b for b in facts["branches"] if f"`{b}`" not in readme] == []
+
+
+def test_front_page_tables_from_the_case_data():
+    """The key-features, hardware and code-branch rows of the front page, cell for cell, from the cases."""
+    inputs = _repository_inputs()
+    cases = {c.model: c for c in inputs.cases}
+    seed = [cases[m] for m in SEED_MODELS]
+    assert [c.model for c in inputs.ordered_cases()][:4] == SEED_MODELS
+    marks = {"supported": "✅ ", "experimental": "🧪 ", None: ""}
+    for row in SEED["features"]:
+        dimension = next(f.name for f in seed[0].features if row.startswith(f.name + " "))
+        cells = [next(f for f in c.features if f.name == dimension) for c in seed]
+        assert " ".join([dimension, *[marks[f.status] + f.text for f in cells]]) == row
+    shown = {"validated": "✅ Validated", "not verified": "—"}
+    for row in SEED["hardware"]:
+        name = next(h.name for h in seed[0].hardware if row.startswith(h.name + " "))
+        assert " ".join([name, *[shown[next(h for h in c.hardware if h.name == name).status] for c in seed]]) == row
+    for case, row in zip(seed, SEED["code_branches"]):
+        columns = {b.framework: b.name + (" (changes)" if b.layout == "two-commit" else "") for b in case.branches}
+        other = [v for k, v in columns.items() if k not in ("vLLM", "Megatron-LM (mLite)", "verl")]
+        cells = [columns.get("vLLM", "—"), columns.get("Megatron-LM (mLite)", "—"), columns.get("verl", "—"), *(other or ["—"])]
+        assert " ".join([case.short_title or case.title, *cells]) == row
+    for case, row in zip(seed, SEED["support_matrix"]):
+        assert row.startswith(f"{case.family} {case.title} {case.status} {case.trainer} ") and row.endswith(f" {case.overhead.figure}")
+        assert case.rollout == "vLLM"
+
+
+def test_front_page_sections_as_rendered():
+    """A few rendered lines, literally: marks, links, the notes under the tables."""
+    from zmr.docs import render
+
+    sections = render(_repository_inputs())
+    url = "https://github.com/Inferact/zero-mismatch-rl"
+    assert "| Training context parallel | ✅ CP4 | ✅ CP2, CP16 | ✅ CP2 | 🧪 CP2 (experimental: bitwise vs CP1 in microbenchmarks, no RL run yet) |" in sections["key-features"]
+    assert "- **DeepSeek-V4-Flash**: Data parallel > 1 needs a DeepEP / NIXL all-to-all backend" in sections["key-features"]
+    assert "| NVIDIA GB300 | not verified | not verified | not verified | ✅ validated |" in sections["hardware"]
+    assert "- **NVIDIA GB200**: _DeepSeek-V4-Flash_ 100 RL steps on 32 GPUs; _DeepSeek-V4.1-Flash_ every full-model run on 64 GPUs; _Nemotron_ agentic RL on 8 nodes × 4 GPUs" in sections["hardware"]
+    assert f"| Nemotron | uni-agent | [`uni-agent/nemotron`]({url}/tree/uni-agent/nemotron) ([changes]({url}/commit/uni-agent/nemotron)) | two-commit | no manifest yet |" in sections["code-branches"]
+    assert f"| Kimi-K3.1 | vLLM | [`vllm/kimi-k3.1`]({url}/tree/vllm/kimi-k3.1) | snapshot | no manifest yet |" in sections["code-branches"]
+    assert f"| Demo | `rollout` | [`rollout/demo`]({url}/tree/rollout/demo) ([changes]({url}/commit/rollout/demo)) | two-commit | `upstreams/toy-rollout.bundle` at `" in sections["code-branches"]
+    assert "[verl#8505](https://github.com/volcengine/verl/pull/8505)" in sections["support-matrix"]
+    assert "[^overhead-kimi-k3-1]: " in sections["support-matrix"] and "412 s (BI on) vs 353 s (BI off)" in sections["support-matrix"]
+
+
+def test_case_branches_next_to_a_manifest_are_refused(tmp_path):
+    project = make_project(tmp_path / "project")
+    project.manifest("alpha", "model: alpha\ncomponents:\n  rollout:\n    upstream: https://example.org/a.git\n    commit: " + "a" * 40 + "\n")
+    project.write("cases/alpha/case.yaml", "family: f\nstatus: s\nbranches:\n  vLLM: vllm/alpha\n")
+    shutil.copy(DATA / "project" / "README.md", project.root / "README.md")
+    result = zmr("docs", cwd=project.root)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[1:] == [
+        "  cases/alpha/case.yaml:3: branches: model 'alpha' has a manifest (manifests/alpha.yaml); its branches come from there; "
+        + "remove `branches:` (it is for models whose manifest is not in this repository)"
+    ]
 
 
 def test_check_project_reports_manifest_and_case_problems_together(tmp_path):
@@ -304,7 +409,7 @@ def test_check_project_reports_manifest_and_case_problems_together(tmp_path):
     assert [str(p) for p in info.value.problems] == [
         "cases/duplicate-key/case.yaml:3: top level: duplicate key 'family' (first at line 1); keep one of them",
         "manifests/alpha.yaml:5: components.rollout.commit: 'main' is not a full commit id (a branch or tag name is not a pin); "
-        "pin the commit: run `git ls-remote https://example.org/a.git main` and write the 40-hex id it prints",
+        + "pin the commit: run `git ls-remote https://example.org/a.git main` and write the 40-hex id it prints",
     ]
     assert info.value.exit_code == 2
     manifests, found = check_project(zp, ["gamma"])

@@ -311,7 +311,7 @@ def render_code_branches(inputs: Inputs) -> str:
     manifests = {m.model: m for m in inputs.manifests}
     cases = {c.model: c for c in inputs.cases}
     url = inputs.url
-    rows = []
+    rows: list[list[str | None]] = []
     for model in inputs.models:
         name = inputs.short.get(model, model)
         manifest = manifests.get(model)
