@@ -137,7 +137,9 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
     broken = tmp_path / "broken.yml"
     assert "needs: [validate, branches, docs]" in text and "fromJSON(needs.validate.outputs.matrix)" in text
     broken.write_text(
-        text.replace("needs: [validate, branches, docs]", "needs: [validate, branches, doc]").replace("fromJSON(needs.validate.outputs.matrix)", "fromJSON(needs.validate.outputs.matrx)")
+        text.replace("needs: [validate, branches, docs]", "needs: [validate, branches, doc]").replace(
+            "fromJSON(needs.validate.outputs.matrix)", "fromJSON(needs.validate.outputs.matrx)"
+        )
     )
     result = _lint(broken)
     assert result.returncode == 1, result.stdout + result.stderr

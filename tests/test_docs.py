@@ -110,7 +110,10 @@ def test_docs_check_on_a_stale_readme_shows_the_diff_and_writes_nothing(tmp_path
     assert "--- a/README.md\n+++ b/README.md\n" in result.stdout
     assert "-| gamma | dense decoder-only | in progress | — | — | — | — |\n" in result.stdout
     assert "+| gamma | dense decoder-only | zero mismatch on H200 | — | — | — | — |\n" in result.stdout
-    assert result.stderr.splitlines()[-2:] == ["zmr: error: README.md is out of date: section support-matrix would change", "  run `zmr docs` and commit the result"]
+    assert result.stderr.splitlines()[-2:] == [
+        "zmr: error: README.md is out of date: section support-matrix would change",
+        "  run `zmr docs` and commit the result",
+    ]
     assert (project.root / "README.md").read_bytes() == before
     json_out = zmr("docs", "--check", "--json", cwd=project.root)
     assert json_out.returncode == 1
@@ -131,7 +134,9 @@ def test_docs_without_release_url_or_evidence_or_git(tmp_path):
             commit: 0123456789abcdef0123456789abcdef01234567
         """,
     )
-    readme = "# Solo\n\n" + "".join(f"<!-- zmr:begin {n} -->\n<!-- zmr:end {n} -->\n\n" for n in ("support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes"))
+    readme = "# Solo\n\n" + "".join(
+        f"<!-- zmr:begin {n} -->\n<!-- zmr:end {n} -->\n\n" for n in ("support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes")
+    )
     project.write("README.md", readme)
     result = zmr("docs", cwd=project.root)
     assert result.returncode == 0, result.stderr
@@ -166,7 +171,8 @@ def test_marker_problems_are_reported_together(tmp_path):
     assert result.stderr.splitlines() == [
         "zmr: error: 6 problems in README.md",
         "  README.md: section 'notes' is missing; add the lines <!-- zmr:begin notes --> and <!-- zmr:end notes --> where it should go",
-        "  README.md:2: section 'support-matrix' is not closed before section 'key-features' begins (line 3); add <!-- zmr:end support-matrix --> before line 3",
+        "  README.md:2: section 'support-matrix' is not closed before section 'key-features' begins (line 3); "
+        + "add <!-- zmr:end support-matrix --> before line 3",
         "  README.md:5: unknown section 'hardwares'; did you mean 'hardware'?",
         "  README.md:6: <!-- zmr:end hardware --> without a begin; add <!-- zmr:begin hardware --> before it, or remove it",
         "  README.md:7: malformed marker '<!-- zmr:stop notes -->'; write <!-- zmr:begin NAME --> or <!-- zmr:end NAME --> on a line of its own",
@@ -369,13 +375,28 @@ def test_front_page_sections_as_rendered():
 
     sections = render(_repository_inputs())
     url = "https://github.com/Inferact/zero-mismatch-rl"
-    assert "| Training context parallel | ✅ CP4 | ✅ CP2, CP16 | ✅ CP2 | 🧪 CP2 (experimental: bitwise vs CP1 in microbenchmarks, no RL run yet) |" in sections["key-features"]
+    assert (
+        "| Training context parallel | ✅ CP4 | ✅ CP2, CP16 | ✅ CP2 | 🧪 CP2 (experimental: bitwise vs CP1 in microbenchmarks, no RL run yet) |"
+        in sections["key-features"]
+    )
     assert "- **DeepSeek-V4-Flash**: Data parallel > 1 needs a DeepEP / NIXL all-to-all backend" in sections["key-features"]
     assert "| NVIDIA GB300 | not verified | not verified | not verified | ✅ validated |" in sections["hardware"]
-    assert "- **NVIDIA GB200**: _DeepSeek-V4-Flash_ 100 RL steps on 32 GPUs; _DeepSeek-V4.1-Flash_ every full-model run on 64 GPUs; _Nemotron_ agentic RL on 8 nodes × 4 GPUs" in sections["hardware"]
-    assert f"| Nemotron | uni-agent | [`uni-agent/nemotron`]({url}/tree/uni-agent/nemotron) ([changes]({url}/commit/uni-agent/nemotron)) | two-commit | no manifest yet |" in sections["code-branches"]
+    assert (
+        "- **NVIDIA GB200**: _DeepSeek-V4-Flash_ 100 RL steps on 32 GPUs; _DeepSeek-V4.1-Flash_ every full-model run on 64 GPUs; "
+        + "_Nemotron_ agentic RL on 8 nodes × 4 GPUs"
+        in sections["hardware"]
+    )
+    assert (
+        f"| Nemotron | uni-agent | [`uni-agent/nemotron`]({url}/tree/uni-agent/nemotron) ([changes]({url}/commit/uni-agent/nemotron)) "
+        + "| two-commit | no manifest yet |"
+        in sections["code-branches"]
+    )
     assert f"| Kimi-K3.1 | vLLM | [`vllm/kimi-k3.1`]({url}/tree/vllm/kimi-k3.1) | snapshot | no manifest yet |" in sections["code-branches"]
-    assert f"| Demo | `rollout` | [`rollout/demo`]({url}/tree/rollout/demo) ([changes]({url}/commit/rollout/demo)) | two-commit | `upstreams/toy-rollout.bundle` at `" in sections["code-branches"]
+    assert (
+        f"| Demo | `rollout` | [`rollout/demo`]({url}/tree/rollout/demo) ([changes]({url}/commit/rollout/demo)) "
+        + "| two-commit | `upstreams/toy-rollout.bundle` at `"
+        in sections["code-branches"]
+    )
     assert "[verl#8505](https://github.com/volcengine/verl/pull/8505)" in sections["support-matrix"]
     assert "[^overhead-kimi-k3-1]: " in sections["support-matrix"] and "412 s (BI on) vs 353 s (BI off)" in sections["support-matrix"]
 

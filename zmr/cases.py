@@ -267,7 +267,11 @@ def _notes(what: str) -> ListOf:
 _OVERHEAD = Record(
     (
         Field("figure", _text(), required=True),
-        Field("footnote", _TextItems(_text(), ListOf(_text(), "is an empty list", "write the items as `- ...` entries, or remove `footnote:`", nonempty=True)), default=()),
+        Field(
+            "footnote",
+            _TextItems(_text(), ListOf(_text(), "is an empty list", "write the items as `- ...` entries, or remove `footnote:`", nonempty=True)),
+            default=(),
+        ),
     ),
     "expected a mapping with figure and footnote, got {kind}",
     "write `figure: ...` and `footnote: <how it was measured>`",
@@ -306,7 +310,9 @@ def _unique_branches(fields: Fields, at: At) -> bool:
     seen: dict[str, str] = {}
     for key, branch in fields.get("branches", ()):
         if branch.name in seen:
-            at.problems.add(key_nodes.get(key, node), f"branches.{key}: {branch.name!r} is already the branch of {seen[branch.name]}", "give each framework its own branch")
+            at.problems.add(
+                key_nodes.get(key, node), f"branches.{key}: {branch.name!r} is already the branch of {seen[branch.name]}", "give each framework its own branch"
+            )
         seen.setdefault(branch.name, branch.framework)
     return True
 
@@ -348,21 +354,33 @@ CASE = Record(
         Field("overhead", _OVERHEAD),
         Field(
             "features",
-            MapOf(_FEATURE, "expected a mapping of dimension -> text, got {kind}", "write e.g. `attention: MLA, batch-invariant split-KV`",
-                  key=Key(_nonblank, "{map}: empty dimension name", "name the dimension, e.g. attention")),
+            MapOf(
+                _FEATURE,
+                "expected a mapping of dimension -> text, got {kind}",
+                "write e.g. `attention: MLA, batch-invariant split-KV`",
+                key=Key(_nonblank, "{map}: empty dimension name", "name the dimension, e.g. attention"),
+            ),
             default=(),
         ),
         Field("feature_notes", _notes("notes"), default=()),
         Field(
             "hardware",
-            MapOf(_HARDWARE, "expected a mapping of hardware -> status, got {kind}", "write e.g. `H200: {status: validated, note: ...}`",
-                  key=Key(_nonblank, "{map}: empty hardware name", "name the hardware, e.g. H200")),
+            MapOf(
+                _HARDWARE,
+                "expected a mapping of hardware -> status, got {kind}",
+                "write e.g. `H200: {status: validated, note: ...}`",
+                key=Key(_nonblank, "{map}: empty hardware name", "name the hardware, e.g. H200"),
+            ),
             default=(),
         ),
         Field(
             "branches",
-            MapOf(_BRANCH, "expected a mapping of framework -> branch, got {kind}", "write e.g. `vLLM: vllm/<model>`",
-                  key=Key(_nonblank, "{map}: empty framework name", "name the framework, e.g. vLLM")),
+            MapOf(
+                _BRANCH,
+                "expected a mapping of framework -> branch, got {kind}",
+                "write e.g. `vLLM: vllm/<model>`",
+                key=Key(_nonblank, "{map}: empty framework name", "name the framework, e.g. vLLM"),
+            ),
             default=(),
         ),
         Field("branch_notes", _notes("notes"), default=()),
@@ -433,7 +451,10 @@ def check_project(project: Project, models: list[str] | None = None) -> tuple[li
     if unknown:
         raise ZmrError(
             f"no manifest for model {', '.join(repr(m) for m in unknown)} in {root / 'manifests'}, and no case in {root / CASES_DIR}",
-            details=[f"known models: {', '.join(sorted(manifest_models | case_models)) or 'none'}", "the files are manifests/<model>.yaml and cases/<model>/case.yaml"],
+            details=[
+                f"known models: {', '.join(sorted(manifest_models | case_models)) or 'none'}",
+                "the files are manifests/<model>.yaml and cases/<model>/case.yaml",
+            ],
         )
     problems: list = []
     manifests: list = []
@@ -447,8 +468,11 @@ def check_project(project: Project, models: list[str] | None = None) -> tuple[li
     for case in found:
         if case.branches and case.model in manifest_models:
             p = Problems(display_path(case.path, root))
-            p.add(case.branches_line, f"branches: model {case.model!r} has a manifest (manifests/{case.model}.yaml); its branches come from there",
-                  "remove `branches:` (it is for models whose manifest is not in this repository)")
+            p.add(
+                case.branches_line,
+                f"branches: model {case.model!r} has a manifest (manifests/{case.model}.yaml); its branches come from there",
+                "remove `branches:` (it is for models whose manifest is not in this repository)",
+            )
             problems.extend(p.items)
     if problems:
         raise CaseError(problems)
@@ -476,4 +500,3 @@ def model_order(models: set[str], found: list[Case]) -> list[str]:
     """The tables' order: cases with ``order`` first (lower first, ties by name), then the rest by name."""
     order = {c.model: c.order for c in found if c.order is not None}
     return sorted(models, key=lambda m: (m not in order, order.get(m, 0), m))
-

@@ -101,9 +101,7 @@ class Outcome:
         return self.old != self.new
 
     def diff(self) -> str:
-        return "".join(
-            difflib.unified_diff(self.old.splitlines(keepends=True), self.new.splitlines(keepends=True), f"a/{self.display}", f"b/{self.display}")
-        )
+        return "".join(difflib.unified_diff(self.old.splitlines(keepends=True), self.new.splitlines(keepends=True), f"a/{self.display}", f"b/{self.display}"))
 
 
 # -- gathering inputs ---------------------------------------------------------------------
@@ -276,13 +274,17 @@ def render_hardware(inputs: Inputs) -> str:
     for name in names:
         row: list[Any] = [name]
         for case in cases:
-            hw = values[case.model].get(name)
-            row.append(None if hw is None else HARDWARE_MARKS.get(hw.status, hw.status))
+            entry = values[case.model].get(name)
+            row.append(None if entry is None else HARDWARE_MARKS.get(entry.status, entry.status))
         rows.append(row)
     text = table(["Hardware", *[cell(inputs.short.get(c.model, c.model)) for c in cases]], rows)
     notes = []
     for name in names:
-        runs = [f"_{cell(inputs.short.get(c.model, c.model))}_ {' '.join(values[c.model][name].note.split())}" for c in cases if name in values[c.model] and values[c.model][name].note]
+        runs = [
+            f"_{cell(inputs.short.get(c.model, c.model))}_ {' '.join(values[c.model][name].note.split())}"
+            for c in cases
+            if name in values[c.model] and values[c.model][name].note
+        ]
         if runs:
             notes.append(f"- **{cell(name)}**: " + "; ".join(runs))
     return text + ("\n\n" + "\n".join(notes) if notes else "")
@@ -352,11 +354,12 @@ def _count(value: Any) -> str | None:
 
 def _bitwise(metrics: dict, entry: dict) -> str | None:
     tokens, equal = _number(metrics.get("tokens")), metrics.get("bitwise_equal")
-    if _number(equal) is not None and tokens:
-        if equal == tokens:
-            return f"{int(equal):,} (100%)"
-        percent = math.floor(10000 * equal / tokens) / 100
-        return f"{int(equal):,} ({percent:.2f}%)"
+    count = _number(equal)
+    if count is not None and tokens:
+        if count == tokens:
+            return f"{int(count):,} (100%)"
+        percent = math.floor(10000 * count / tokens) / 100
+        return f"{int(count):,} ({percent:.2f}%)"
     for verdict in (equal, entry.get("bitwise_equal")):
         if isinstance(verdict, bool):
             return "yes" if verdict else "no"
@@ -420,7 +423,19 @@ def render_evidence(inputs: Inputs) -> str:
                 label = _code(str(test))
                 if len(reports) > 1:
                     label += f" ({_report_label(report, str(test))})"
-                rows.append([_code(model), label, status, trees, _count(metrics.get("tokens")), _bitwise(metrics, report), _figure(metrics.get("max_abs_diff")), _figure(metrics.get("k3")), _run(record)])
+                rows.append(
+                    [
+                        _code(model),
+                        label,
+                        status,
+                        trees,
+                        _count(metrics.get("tokens")),
+                        _bitwise(metrics, report),
+                        _figure(metrics.get("max_abs_diff")),
+                        _figure(metrics.get("k3")),
+                        _run(record),
+                    ]
+                )
     if not rows:
         return "_No smoke-test evidence recorded yet (`zmr smoke --record`)._"
     return table(["Model", "Test", "Status", "Trees", "Tokens", "Bitwise equal", "Max \\|Δ log-prob\\|", "k3", "Run"], rows)
@@ -475,7 +490,7 @@ def find_sections(lines: Sequence[str], display: str) -> dict[str, Span]:
             mark = fence_match.group(1)
             if fence is None:
                 fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark):].strip():
+            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark) :].strip():
                 fence = None
             continue
         if fence is not None or not _MARKER_START_RE.match(line):
@@ -491,7 +506,11 @@ def find_sections(lines: Sequence[str], display: str) -> dict[str, Span]:
             continue
         if verb == "begin":
             if open_name is not None:
-                problems.add(open_at + 1, f"section {open_name!r} is not closed before section {name!r} begins (line {number})", f"add <!-- zmr:end {open_name} --> before line {number}")
+                problems.add(
+                    open_at + 1,
+                    f"section {open_name!r} is not closed before section {name!r} begins (line {number})",
+                    f"add <!-- zmr:end {open_name} --> before line {number}",
+                )
                 mentioned.add(open_name)
             duplicate = name in spans
             if duplicate:
