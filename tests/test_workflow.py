@@ -276,3 +276,49 @@ def test_every_command_finds_the_project_from_a_checkout_outside_it(proj, upstre
         result = zmr(*args, cwd=outside / "src")
         assert result.returncode == 0, (args, result.stderr)
     assert git("rev-parse", "--verify", "-q", "refs/heads/rollout/toy", cwd=proj.root)
+
+
+@pytest.mark.parametrize("how", ["fetch-head", "remote", "mirror"])
+def test_export_refuses_a_checkout_rebased_with_plain_git(proj, upstream, how):
+    """`git rebase --onto <newer upstream> zmr/base` in the checkout: export must not turn upstream's commits into patches."""
+    _, folder, co = three_patch_model(proj, upstream)
+    before = files(folder)
+    upstream.commit({"docs/other.md": "one\n"}, "Upstream feature one")
+    newer = upstream.commit({"docs/other.md": "two\n"}, "Upstream feature two")
+    if how == "fetch-head":
+        git("fetch", "-q", str(upstream.path), "main", cwd=co)
+    elif how == "remote":
+        git("remote", "add", "up", str(upstream.path), cwd=co)
+        git("fetch", "-q", "up", cwd=co)
+    else:
+        # zmr's mirror has the newer commits (upstreamed fetched them); the checkout got them from a scratch ref it then dropped.
+        assert zmr("upstreamed", "toy", cwd=proj.root).returncode == 0
+        git("fetch", "-q", str(upstream.path), "main:refs/heads/tmp", cwd=co)
+        git("update-ref", "-d", "refs/heads/tmp", cwd=co)
+        (co / ".git/FETCH_HEAD").unlink()
+    git("rebase", "-q", "--onto", newer, "zmr/base", cwd=co)
+    assert git("rev-list", "--count", "zmr/base..HEAD", cwd=co) == "6"
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 2, result.stdout
+    assert "3 commit(s) between zmr/base and HEAD are upstream's" in result.stderr
+    assert f"git rebase --onto zmr/base {newer[:12]}" in result.stderr
+    assert f"zmr rebase toy -c rollout --onto {newer}" in result.stderr
+    assert files(folder) == before
+    # The way out that the message names: the series back on the pin exports as it was.
+    git("rebase", "-q", "--onto", "zmr/base", newer, cwd=co)
+    again = zmr("export", "toy", cwd=proj.root)
+    assert again.returncode == 0, again.stderr
+    assert files(folder) == before
+
+
+def test_export_refuses_a_merge_in_the_checkout(proj, upstream):
+    _, _, co = three_patch_model(proj, upstream)
+    git("checkout", "-q", "-b", "side", "HEAD~1", cwd=co)
+    (co / "side.txt").write_text("side\n")
+    git("add", "side.txt", cwd=co)
+    git("commit", "-q", "-m", "Side work", cwd=co)
+    git("checkout", "-q", "toy/rollout", cwd=co)
+    git("merge", "-q", "--no-edit", "side", cwd=co)
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 2
+    assert "is a merge; a series is linear" in result.stderr

@@ -47,6 +47,7 @@ from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import atomic_write, current_umask
 from zmr.manifest import Component
+from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import TempIndex, build_chain
 from zmr.series import read_series
@@ -230,6 +231,9 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
         return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
+    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head)
+    if moved is not None:
+        return False, [moved.message]
     try:
         commits = list_commits(co.repo, base, head, component.label)
         plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches)
@@ -238,6 +242,61 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     if not plan.changed:
         return True, []
     return False, [] if fresh else ["commits not exported: " + "; ".join(plan.summary())]
+
+
+# Refs of a mirror that name upstream's history (zmr.cache); refs/zmr/chains/ and patch-ids/ hold zmr's own commits.
+_MIRROR_UPSTREAM_REFS = ("refs/zmr/pins/", "refs/zmr/partial/", "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
+
+
+def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str) -> list[str]:
+    """The commits of base..head that are upstream's, oldest first: what ``git rebase --onto <newer upstream>`` leaves there.
+
+    A commit is upstream's when the checkout reaches it from a remote-tracking
+    ref, a tag or ``FETCH_HEAD`` (where git put what it fetched), or the
+    component's mirror reaches it from its upstream refs. The engineer's own
+    commits (and those zmr made from the series) are reachable from none of them.
+    """
+    commits = co.repo.commits_between(base, head)
+    if not commits:
+        return []
+    fetched = []
+    fetch_head = co.git_dir / "FETCH_HEAD"
+    if fetch_head.is_file():
+        for line in fetch_head.read_text("utf-8", "replace").splitlines():
+            oid = line.split("\t", 1)[0].strip()
+            if git.FULL_OID_RE.match(oid) and co.repo.has_object(oid, "commit"):
+                fetched.append(oid)
+    own = set(co.repo.rev_list([head, "--not", base, "--remotes", "--tags", *fetched]))
+    foreign = {c for c in commits if c not in own}
+    mirror = Cache().mirror_for(resolve_upstream(component.upstream, project.root)).path
+    candidates = [c for c in commits if c in own]
+    if candidates and mirror.is_dir():
+        repo = git.Repo(mirror)
+        missing = set(repo.missing_objects(candidates))
+        present = [c for c in candidates if c not in missing]
+        if present and any(ref.startswith(_MIRROR_UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
+            unreached = set(repo.rev_list([*present, "--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)]))
+            foreign |= set(present) - unreached
+    return [c for c in commits if c in foreign]
+
+
+def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str) -> CheckoutError | None:
+    """An error when base..head holds upstream's commits (the branch was rebased with git, not with ``zmr rebase``)."""
+    found = upstream_commits_in(project, component, co, base, head)
+    if not found:
+        return None
+    newest = found[-1]
+    subject = CommitMeta.for_commit(co.repo.commit_info(found[0])).subject
+    return CheckoutError(
+        f"{show_path(project, co.path)}: {len(found)} commit(s) between zmr/base and HEAD are upstream's ({found[0][:12]} {subject}"
+        + (", ..." if len(found) > 1 else "")
+        + ")",
+        details=[
+            "the branch was moved onto a newer upstream with git; exporting would write upstream's commits as patches, on the old pin",
+            f"put your commits back on the pin: `git rebase --onto zmr/base {newest[:12]}`",
+            f"then move the series and the pin with `zmr rebase {component.model} -c {component.key} --onto {newest}`",
+        ],
+    )
 
 
 def rebase_in_progress(project: Project, component: Component) -> bool:
@@ -571,8 +630,14 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     if head is None or not co.repo.ok(["merge-base", "--is-ancestor", base, head]):
         raise CheckoutError(
             f"{where}: HEAD is not on top of zmr/base ({base[:12]})",
-            details=["rebase your branch onto zmr/base (git rebase zmr/base), then export again"],
+            details=[
+                "rebase your branch onto zmr/base (git rebase zmr/base), then export again",
+                f"to move the series to another upstream commit, use `zmr rebase {component.model} -c {component.key} --onto REV`",
+            ],
         )
+    moved = _upstream_commits_problem(project, component, co, base, head)
+    if moved is not None:
+        raise moved
     problems = dirty(co, untracked_files=False)
     if problems:
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
