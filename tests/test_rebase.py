@@ -208,8 +208,8 @@ def test_rebase_refuses_unexported_work_and_unknown_revisions(proj, upstream):
     git("reset", "-q", "--hard", "HEAD~1", cwd=co)
     unknown = zmr("rebase", "toy", "--onto", "no-such-branch", cwd=proj.root)
     assert unknown.returncode == 2 and "cannot fetch 'no-such-branch'" in unknown.stderr
-    usage = zmr("rebase", "toy", cwd=proj.root)
-    assert usage.returncode == 2 and "give exactly one of --onto REV, --continue, --abort" in usage.stderr
+    usage = zmr("rebase", "toy", "--onto", "main", "--continue", cwd=proj.root)
+    assert usage.returncode == 2 and "give one of --onto REV, --continue, --skip, --abort" in usage.stderr
 
 
 def test_upstreamed_all_covers_every_tracked_component(proj, upstream):
@@ -344,3 +344,53 @@ def test_a_damaged_rebase_state_is_an_error_that_names_the_file(proj, upstream):
     state.write_text("{")
     result = zmr("rebase", "toy", "--continue", cwd=proj.root)
     assert result.returncode == 2 and f"{state}: cannot be read" in result.stderr
+
+
+def _stop_on_conflict(proj, upstream) -> tuple[Path, str]:
+    pin, model_py = toy(proj, upstream)
+    new = _conflicting_upstream(upstream, model_py)
+    stopped = zmr("rebase", "toy", "--onto", "main", cwd=proj.root)
+    assert stopped.returncode == 1, stopped.stderr
+    assert "zmr rebase toy -c rollout --skip" in stopped.stderr
+    return proj.root / "work/toy/rollout", new
+
+
+def test_cherry_pick_abort_then_continue_keeps_the_patch_and_says_how_to_resume(proj, upstream):
+    """git's status suggests `git cherry-pick --abort`: --continue after it must not drop the patch as 'upstream'."""
+    co, new = _stop_on_conflict(proj, upstream)
+    folder = proj.root / "patches/toy/rollout"
+    series_before = tree_files(folder)
+    git("cherry-pick", "--abort", cwd=co)
+    refused = zmr("rebase", "--continue", cwd=proj.root)
+    assert refused.returncode == 2, refused.stdout
+    assert "the cherry-pick of 0001-fixed-split.patch is no longer in progress and nothing was committed" in refused.stderr
+    assert "zmr rebase toy -c rollout --skip" in refused.stderr and "--abort" in refused.stderr
+    assert tree_files(folder) == series_before
+    assert (proj.root / ".zmr/rebase/toy-rollout/state.json").is_file()
+    # Redo it as the message says: the conflict is back; resolve, continue.
+    old_commit = re.search(r"`git cherry-pick ([0-9a-f]{40})`", refused.stderr).group(1)
+    git("cherry-pick", old_commit, cwd=co, check=False)
+    assert (co / ".git/CHERRY_PICK_HEAD").is_file()
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "--continue", cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    assert "## Dropped: already upstream (0)" in done.stdout and "## Changed (1)" in done.stdout
+    assert "line 10 upstream, fixed split" in (folder / "0001-fixed-split.patch").read_text()
+
+
+def test_rebase_skip_drops_the_stopped_patch_and_says_so(proj, upstream):
+    co, new = _stop_on_conflict(proj, upstream)
+    folder = proj.root / "patches/toy/rollout"
+    contiguous = (folder / "0002-contiguous.patch").read_bytes()
+    done = zmr("rebase", "--skip", cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    assert "## Dropped: already upstream (0)" in done.stdout
+    assert "## Dropped with --skip (1)" in done.stdout and "- `0001-fixed-split.patch` Use a fixed split size in matmul" in done.stdout
+    assert (folder / "series").read_text() == "0002-contiguous.patch\n"
+    assert (folder / "0002-contiguous.patch").read_bytes() == contiguous
+    assert not (folder / "0001-fixed-split.patch").exists()
+    assert f'commit:   "{new}"' in (proj.root / "manifests/toy.yaml").read_text()
+    nothing = zmr("rebase", "--skip", cwd=proj.root)
+    assert nothing.returncode == 2 and "no rebase in progress" in nothing.stderr

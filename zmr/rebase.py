@@ -414,8 +414,21 @@ def set_pin(project: Project, component: Component, old: str, new: str) -> None:
         raise RebaseError(f"{display}: could not update the pin", details=[str(p) for p in problems] or ["the edited file did not read back; it is unchanged"])
 
 
-def pick_component(project: Project, model: str, keys: Sequence[str] | None, in_progress: bool = False) -> Component:
-    """The one component a rebase acts on: -c, the model's only one, or (with *in_progress*) the one being rebased."""
+def pick_component(project: Project, model: str | None, keys: Sequence[str] | None, in_progress: bool = False) -> Component:
+    """The one component a rebase acts on: -c, the model's only one, or (with *in_progress*) the one being rebased.
+
+    Without *model* (``--continue``, ``--skip``, ``--abort``, as git takes them): the one rebase under way.
+    """
+    if model is None:
+        going = [c for m in project.manifests() for c in m.components.values() if project.rebase_state(c).is_file()] if in_progress else []
+        going = [c for c in going if not keys or c.key in keys]
+        if len(going) == 1:
+            return going[0]
+        if not in_progress:
+            raise RebaseError("name the model to rebase", details=["e.g. zmr rebase MODEL -c COMPONENT --onto REV (`zmr list` shows the models)"])
+        if not going:
+            raise RebaseError("no rebase in progress", details=["start one with `zmr rebase MODEL -c COMPONENT --onto REV`"])
+        raise RebaseError("several rebases are in progress; name the model (and -c)", details=[f"zmr rebase {c.model} -c {c.key} ..." for c in going])
     manifest = project.manifests([model])[0]
     if not keys and in_progress:
         going = [c for c in manifest.components.values() if project.rebase_state(c).is_file()]
@@ -744,8 +757,40 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
             state.stopped = None
             _save(project, component, state)
         elif stopped.conflict:
-            _drop_current(project, component, state, cache, "skipped")
+            # The conflict is gone and nothing was committed (git cherry-pick --abort, --skip, reset --hard):
+            # the patch is neither resolved nor proven upstream, so it is not dropped without being asked.
+            m, k = component.model, component.key
+            raise RebaseError(
+                f"{where}: the cherry-pick of {state.names[stopped.index]} is no longer in progress and nothing was committed",
+                details=[
+                    "was it undone (`git cherry-pick --abort`)? zmr drops a patch only when upstream has it, or when told to",
+                    f"redo it: `git cherry-pick {commit}` there, resolve, `git add` the files, then `zmr rebase {m} -c {k} --continue`",
+                    f"or drop the patch from the series: `zmr rebase {m} -c {k} --skip`",
+                    f"or undo the whole rebase: `zmr rebase {m} -c {k} --abort`",
+                ],
+            )
         # else: interrupted before the cherry-pick ran: it runs again below.
+    return _run(project, component, state, cache, progress)
+
+
+def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
+    """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on."""
+    cache = cache or Cache()
+    state = _load(project, component)
+    stopped = state.stopped
+    if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
+        raise RebaseError(f"{component.label}: the rebase is not stopped on a patch; nothing to skip", details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`"])
+    co = checkout.open_checkout(state.checkout_path)
+    if co is None:
+        raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+    if stopped.head_before is not None and co.head() != stopped.head_before:
+        raise RebaseError(
+            f"{checkout.show_path(project, co.path)}: {state.names[stopped.index]} is committed already (HEAD moved)",
+            details=[f"keep it: `zmr rebase {component.model} -c {component.key} --continue`; or `git reset --hard {stopped.head_before[:12]}` first to skip it"],
+        )
+    co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
+    co.repo.run(["cherry-pick", "--quit"], check=False)
+    _drop_current(project, component, state, cache, "skipped")
     return _run(project, component, state, cache, progress)
 
 

@@ -17,24 +17,39 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def rebase(
-    model: Model,
+    model: OptionalModel = None,
     components: Components = None,
-    onto: Annotated[str | None, typer.Option("--onto", help="Upstream commit id, tag or branch to move the series to.", show_default=False)] = None,
+    onto: Annotated[
+        str | None,
+        typer.Option("--onto", help="Upstream commit to move the series to: a branch, tag, (abbreviated) id, or main~5 (default: the component's track).", show_default=False),
+    ] = None,
     cont: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict.")] = False,
+    skip: Annotated[bool, typer.Option("--skip", help="Drop the patch the rebase stopped on from the series, and go on.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Restore pin, series and checkout as they were before the rebase.")] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write the report (markdown) to this file.", show_default=False)] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Also write the report (markdown) to this file (kept for --continue).", show_default=False)] = None,
     directory: Dir = None,
     json_out: Json = False,
 ) -> None:
-    """Replay the series on a new upstream commit; drop patches already upstream; update the pin."""
+    """Replay the series on a new upstream commit; drop patches already upstream; update the pin.
+
+    MODEL may be left out with --continue, --skip and --abort while one rebase is in progress.
+    """
     from zmr import rebase as rb
     from zmr.errors import ZmrError
 
     project = find_project()
-    chosen = sum(bool(x) for x in (onto, cont, abort))
-    if chosen != 1:
-        raise ZmrError("give exactly one of --onto REV, --continue, --abort")
-    comp = rb.pick_component(project, model, components, in_progress=cont or abort)
+    chosen = sum(bool(x) for x in (onto, cont, skip, abort))
+    if chosen > 1:
+        raise ZmrError("give one of --onto REV, --continue, --skip, --abort")
+    resuming = cont or skip or abort
+    comp = rb.pick_component(project, model, components, in_progress=resuming)
+    if not resuming and onto is None:
+        if not comp.track:
+            raise ZmrError(
+                f"{comp.label}: no upstream revision to rebase onto",
+                details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{comp.model}.yaml"],
+            )
+        onto = comp.track
     with Progress() as progress:
         if abort:
             rb.abort(project, comp)
@@ -42,6 +57,8 @@ def rebase(
             return
         if cont:
             outcome = rb.resume(project, comp, progress=progress)
+        elif skip:
+            outcome = rb.skip(project, comp, progress=progress)
         else:
             outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress)
     _finish_rebase(outcome, report, json_out)
@@ -114,13 +131,14 @@ _REPLAYED = {
 
 def dropped_line(d: "Dropped") -> str:
     """A markdown list item: the dropped patch, the upstream commit that has it, and how that was found."""
+    if d.method == "skipped":
+        return f"- `{d.name}` {d.subject}: dropped with --skip"
     where = f"upstream commit `{d.upstream}` ({d.upstream_subject})" if d.upstream else "upstream commit not identified"
     how = {
         "patch-id": "same patch-id",
         "reverse-apply": "its changes are already there (reverse-applies)",
         "empty": "empty once applied",
         "resolved-empty": "empty after conflict resolution",
-        "skipped": "skipped while resolving",
     }.get(d.method, d.method)
     return f"- `{d.name}` {d.subject}: {where}; {how}"
 
@@ -152,8 +170,12 @@ def outcome_markdown(o: "Outcome") -> str:
         out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
     if o.added:
         out += ["", f"## Added ({len(o.added)})", ""] + [f"- `{n}` {s}" for n, s in o.added]
-    out += ["", f"## Dropped: already upstream ({len(o.dropped)})", ""]
-    out += [dropped_line(d) for d in o.dropped] or ["none"]
+    upstream = [d for d in o.dropped if d.method != "skipped"]
+    skipped = [d for d in o.dropped if d.method == "skipped"]
+    out += ["", f"## Dropped: already upstream ({len(upstream)})", ""]
+    out += [dropped_line(d) for d in upstream] or ["none"]
+    if skipped:
+        out += ["", f"## Dropped with --skip ({len(skipped)})", ""] + [f"- `{d.name}` {d.subject}" for d in skipped]
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
 
@@ -167,6 +189,7 @@ def stopped_next_steps(s: "Stopped") -> list[str]:
         f"conflicting files: {', '.join(s.files)}",
         f"in {s.checkout}: edit those files to resolve the conflict markers, `git add` them",
         f"then run `zmr rebase {c.model} -c {c.key} --continue` ({s.remaining} patch{'es' if s.remaining != 1 else ''} after this one)",
+        f"or drop this patch from the series: `zmr rebase {c.model} -c {c.key} --skip`",
         f"or give up: `zmr rebase {c.model} -c {c.key} --abort` restores pin, series and checkout",
     ]
 
