@@ -217,3 +217,31 @@ def test_build_refuses_to_move_a_checked_out_branch(project, upstream, tmp_path)
     git("worktree", "remove", str(worktree), cwd=project.root)
     assert zmr("build", "toy", cwd=project.root).returncode == 0
     assert project.ref("refs/heads/rollout/toy") != tip
+
+
+def test_a_series_folder_that_does_not_exist_is_an_error_not_an_empty_series(project, upstream):
+    """A typo in `patches:` (or a renamed component) must not pass validate and build a release without its patches."""
+    pin = simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace("    track: main\n", "    track: main\n    patches: patches/toy/rolout\n"))
+    line = manifest.read_text().splitlines().index("    patches: patches/toy/rolout") + 1
+    for command in ("validate", "build"):
+        result = zmr(command, "toy", cwd=project.root)
+        assert result.returncode == 2, (command, result.stdout)
+        assert f"manifests/toy.yaml:{line}: series folder patches/toy/rolout does not exist" in result.stderr
+        assert "create patches/toy/rolout/series" in result.stderr
+    assert project.ref("rollout/toy") is None
+    # A renamed component key: its default folder is missing; the error names the component's line.
+    manifest.write_text(text.replace("  rollout:\n", "  engine:\n"))
+    renamed = zmr("validate", "toy", cwd=project.root)
+    assert renamed.returncode == 2
+    assert "manifests/toy.yaml:4: series folder patches/toy/engine does not exist" in renamed.stderr
+    # A component without patches says so with an empty series file.
+    project.write("patches/toy/engine/series", "")
+    ok = zmr("validate", "toy", cwd=project.root)
+    assert ok.returncode == 0, ok.stderr
+    assert "0 patches" in ok.stdout
+    build = zmr("build", "toy", cwd=project.root)
+    assert build.returncode == 0, build.stderr
+    assert git("rev-parse", "engine/toy~1^{tree}", cwd=project.root) == git("rev-parse", f"{pin}^{{tree}}", cwd=upstream.path)

@@ -353,7 +353,7 @@ def checkout(project: Project, component: Component, cache: Cache | None = None,
                     atomic_write(project.checkout_pointer(component), (str(target) + "\n").encode())
                 count = len(co.repo.commits_between(component.commit, head))
                 return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
-    series = read_series(project.root / component.patches, component.patches)
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]}")
     mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")

@@ -69,10 +69,16 @@ class Component:
     smoke: tuple[SmokeTest, ...] = ()
     line: int = 0
     commit_line: int = 0
+    patches_line: int = 0  # the `patches:` line, else the component's
 
     @property
     def label(self) -> str:
         return f"{self.model}/{self.key}"
+
+    @property
+    def patches_origin(self) -> str:
+        """Where the series folder is named: ``manifests/<model>.yaml:<line>``."""
+        return f"manifests/{self.model}.yaml:{self.patches_line or self.line}"
 
 
 @dataclass(frozen=True)
@@ -308,6 +314,7 @@ def _component(fields: Fields, at: At) -> Component:
         smoke=fields["smoke"],
         line=line_of(at.key_node),
         commit_line=line_of(fields.nodes["commit"]),
+        patches_line=line_of(fields.nodes["patches"]) if "patches" in fields.nodes else line_of(at.key_node),
     )
 
 

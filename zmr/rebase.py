@@ -179,7 +179,7 @@ def _inputs(project: Project, component: Component, cache: Cache | None) -> tupl
     """What upstreamed and rebase both start from: the cache, the upstream URL, its label, the series."""
     cache = cache or Cache()
     url = resolve_upstream(component.upstream, project.root)
-    return cache, url, f"{component.label} ({component.upstream})", read_series(project.root / component.patches, component.patches)
+    return cache, url, f"{component.label} ({component.upstream})", read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
 
 
 def upstreamed(project: Project, component: Component, rev: str | None, cache: Cache | None = None, progress: Progress | None = None) -> UpstreamedReport:

@@ -96,7 +96,7 @@ def compute(project: Project, component: Component, cache: Cache, progress: Prog
     the pin's trees and only the blobs the series touches; the commits are
     then not copyable until the cache fetches the rest (``build`` asks for it).
     """
-    series = read_series(project.root / component.patches, component.patches)
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
     url = resolve_upstream(component.upstream, project.root)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")

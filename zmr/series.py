@@ -138,14 +138,23 @@ def _name_problem(name: str) -> str:
     return ""
 
 
-def read_series(folder: Path, display: str, *, required: bool = False) -> Series:
-    """Read the series in *folder*; a missing folder is an empty series unless *required*."""
+def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
+    """Read the series in *folder*; *origin* (``manifests/<model>.yaml:<line>``) names where the folder is set.
+
+    A missing folder or ``series`` file is an error, never an empty series: a
+    typo in ``patches:`` (or a renamed component) must not build a release
+    without its patches. A component without patches has an empty ``series``.
+    """
     series = Series(folder)
     series_file = folder / "series"
     if not series_file.is_file():
-        if required or (folder.is_dir() and _patch_files(folder)):
+        where = f"{origin}: " if origin else ""
+        empty = f"a component without patches has an empty series file: create {display}/series"
+        if not folder.is_dir():
+            raise SeriesError(f"{where}series folder {display} does not exist", details=["fix `patches:` (or the component's name) in the manifest", empty])
+        if _patch_files(folder):
             raise SeriesError(f"{display}/series: file not found", details=["list the patches in apply order, one per line, in a file named series"])
-        return series
+        raise SeriesError(f"{where}{display}/series: file not found", details=[empty])
     try:
         text = series_file.read_bytes().decode("utf-8")
     except UnicodeDecodeError:

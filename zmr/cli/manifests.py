@@ -17,7 +17,7 @@ def list_models(json_out: Json = False) -> None:
     for manifest in project.manifests():
         comps = []
         for comp in manifest.components.values():
-            series = read_series(project.root / comp.patches, comp.patches)
+            series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
             comps.append(
                 {
                     "component": comp.key,
@@ -60,7 +60,7 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     for manifest in manifests:
         for comp in manifest.components.values():
             try:
-                series = read_series(project.root / comp.patches, comp.patches)
+                series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
             except ZmrError as err:
                 failed.append(err)
                 listed = getattr(err, "problems", [])
