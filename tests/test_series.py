@@ -179,3 +179,26 @@ def test_series_parser_never_crashes(text):
     entries, problems = parse_series_file(text, "series")
     for entry in entries:
         assert not entry.name.startswith(("/", "-")) and ".." not in entry.name.split("/")
+
+
+@pytest.mark.parametrize(
+    "written, read",
+    [
+        ("[PATCH] Fix it", "Fix it"),
+        ("[PATCH v2 3/7] Fix it", "Fix it"),
+        ("[RFC PATCH] Fix it", "Fix it"),
+        ("[PATCH] [Bugfix] Fix it", "[Bugfix] Fix it"),
+        ("[Bugfix] [PATCH 1/2] Fix it", "[Bugfix] Fix it"),
+        ("[rollout, vllm] Fix it", "[rollout, vllm] Fix it"),
+        ("[Kernel][Perf] Fix it", "[Kernel][Perf] Fix it"),
+    ],
+)
+def test_subjects_lose_only_patch_tags_as_git_mailinfo_b_does(written, read, tmp_path):
+    from zmr.series import parse_patch
+
+    data = f"From: A <a@b.invalid>\nDate: Sat, 9 Mar 2024 16:00:00 +0000\nSubject: {written}\n\n---\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n".encode()
+    assert parse_patch(data, "0001-x.patch").subject == read
+    mail = tmp_path / "mail"
+    mail.write_bytes(data)
+    info = subprocess.run(["git", "mailinfo", "-b", str(tmp_path / "msg"), str(tmp_path / "patch")], stdin=mail.open("rb"), capture_output=True, check=True).stdout.decode()
+    assert f"Subject: {read}\n" in info

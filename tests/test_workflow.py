@@ -322,3 +322,82 @@ def test_export_refuses_a_merge_in_the_checkout(proj, upstream):
     result = zmr("export", "toy", cwd=proj.root)
     assert result.returncode == 2
     assert "is a merge; a series is linear" in result.stderr
+
+
+def test_subject_tags_are_kept_in_patches_checkout_and_release_commits(proj, upstream):
+    """vLLM and verl tag every subject ([Bugfix], [rollout, vllm]); only a mail's [PATCH ...] tag is dropped."""
+    pin = simple_model(proj, upstream)
+    folder = proj.root / "patches/toy/rollout"
+    first, second = folder / "0001-fixed-split.patch", folder / "0002-contiguous.patch"
+    first.write_bytes(first.read_bytes().replace(b"Subject: Use a fixed", b"Subject: [PATCH] [Bugfix] Use a fixed"))
+    second.write_bytes(second.read_bytes().replace(b"Subject: Make matmul", b"Subject: [PATCH v2 2/7] [rollout, vllm] Make matmul"))
+    proj.commit_all("tagged subjects")
+    before = files(folder)
+    assert zmr("checkout", "toy", cwd=proj.root).returncode == 0
+    co = proj.root / "work/toy/rollout"
+    assert git("log", "--reverse", "--format=%s", "zmr/base..", cwd=co).splitlines() == [
+        "[Bugfix] Use a fixed split size in matmul",
+        "[rollout, vllm] Make matmul output contiguous",
+    ]
+    # Byte-stable: the files re-read identically keep their bytes.
+    exported = zmr("export", "toy", cwd=proj.root)
+    assert exported.returncode == 0 and exported.stdout.startswith("unchanged"), exported.stdout + exported.stderr
+    assert files(folder) == before
+    # A new tagged commit: written as [PATCH] + the whole subject, named after all of it, read back the same.
+    (co / "docs/guide.md").write_text("guide\nmore\n")
+    git("commit", "-q", "-am", "[Doc] Extend the guide", cwd=co)
+    assert zmr("export", "toy", cwd=proj.root).returncode == 0
+    new = folder / "0003-doc-extend-the-guide.patch"
+    assert b"\nSubject: [PATCH] [Doc] Extend the guide\n" in new.read_bytes()
+    assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
+    # `git am --keep-non-patch` (mailinfo -b) reads the subject as zmr does.
+    scratch = proj.root.parent / "am"
+    git("clone", "-q", str(upstream.path), str(scratch))
+    git("checkout", "-q", "--detach", pin, cwd=scratch)
+    git("am", "-q", "--keep-non-patch", str(first), cwd=scratch)
+    assert git("log", "-1", "--format=%s", cwd=scratch) == "[Bugfix] Use a fixed split size in matmul"
+    build = zmr("build", "toy", cwd=proj.root)
+    assert build.returncode == 0, build.stderr
+    message = git("log", "-1", "--format=%B", "rollout/toy", cwd=proj.root)
+    assert "- [Bugfix] Use a fixed split size in matmul" in message and "- [rollout, vllm] Make matmul output contiguous" in message
+    assert "- [Doc] Extend the guide" in message
+
+
+def test_exact_renames_export_as_renames_and_round_trip(proj, upstream):
+    """A moved file (text or binary) is a rename in the patch, whatever the checkout's diff config; an edited move is not."""
+    _, folder, co = three_patch_model(proj, upstream)
+    blob = bytes(range(256)) * 8
+    (co / "assets").mkdir()
+    (co / "assets/table.bin").write_bytes(blob)
+    git("add", "assets/table.bin", cwd=co)
+    git("commit", "-q", "-m", "Add a binary table", cwd=co)
+    git("config", "diff.renames", "copies", cwd=co)
+    git("config", "diff.renameLimit", "1", cwd=co)
+    git("mv", "src/model.py", "src/network.py", cwd=co)
+    git("mv", "assets/table.bin", "assets/weights.bin", cwd=co)
+    git("commit", "-q", "-m", "Move model.py and the table", cwd=co)
+    git("mv", "src/kernels/matmul.py", "src/kernels/mm.py", cwd=co)
+    (co / "src/kernels/mm.py").write_text("def mm(a, b):\n    return a @ b\n")
+    git("add", "-A", cwd=co)
+    git("commit", "-q", "-m", "Rename and rewrite matmul", cwd=co)
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    moved = (folder / "0005-move-model-py-and-the-table.patch").read_text()
+    assert "similarity index 100%\nrename from src/model.py\nrename to src/network.py\n" in moved
+    assert "rename from assets/table.bin\nrename to assets/weights.bin\n" in moved
+    assert "deleted file mode" not in moved and "GIT binary patch" not in moved and "@@" not in moved
+    rewritten = (folder / "0006-rename-and-rewrite-matmul.patch").read_text()
+    assert "rename from" not in rewritten and "deleted file mode 100644" in rewritten
+    assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
+    # The patches apply with plain git apply, and the release tree is the checkout's.
+    scratch = proj.root.parent / "apply"
+    git("clone", "-q", str(co), str(scratch))
+    git("checkout", "-q", "--detach", "HEAD~2", cwd=scratch)
+    git("apply", "--index", str(folder / "0005-move-model-py-and-the-table.patch"), cwd=scratch)
+    assert (scratch / "assets/weights.bin").read_bytes() == blob
+    build = zmr("build", "toy", cwd=proj.root)
+    assert build.returncode == 0, build.stderr
+    assert git("rev-parse", "rollout/toy^{tree}", cwd=proj.root) == git("rev-parse", "HEAD^{tree}", cwd=co)
+    # A fresh checkout of the exported series is the same commits' trees.
+    assert zmr("checkout", "toy", "--force", cwd=proj.root).returncode == 0
+    assert git("rev-parse", "HEAD^{tree}", cwd=co) == git("rev-parse", "rollout/toy^{tree}", cwd=proj.root)

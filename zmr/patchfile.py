@@ -24,11 +24,13 @@ from ``git diff-tree`` with every option that could vary spelled out::
 - non-ASCII subjects and names are RFC 2047 encoded (UTF-8) and the body is
   declared ``text/plain; charset=UTF-8`` with 8bit transfer, as git does;
 - the diff: full ``index`` lines, ``a/`` ``b/`` prefixes, 3 lines of
-  context, no rename or copy detection, myers with the indent heuristic,
-  binary changes as ``GIT binary patch``, no textconv or external diff.
+  context, exact (100 %) renames only and no copies, myers with the indent
+  heuristic, binary changes as ``GIT binary patch``, no textconv or external diff.
 
 ``series.parse_patch`` reads these files back to the same author, date,
-subject and body, and ``git am`` / ``git apply`` take them as they are.
+subject and body, and ``git am`` / ``git apply`` take them as they are
+(``git am --keep-non-patch`` keeps subject tags such as ``[Bugfix]`` as zmr
+does; plain ``git am`` drops every leading ``[...]``).
 
 The same module maps a patch to the commit that stands for it
 (``CommitMeta.for_patch``): author, date and message come from the patch;
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from zmr import git
-from zmr.series import Patch
+from zmr.series import Patch, strip_patch_tags
 
 ZERO_FROM_LINE = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001"
 # Identity of a commit made from a patch that names no author or date.
@@ -73,7 +75,7 @@ DIFF_OPTIONS = (
     "--no-textconv",
     "--full-index",
     "--binary",
-    "--no-renames",
+    "--find-renames=100%",  # exact renames only (no copies): a moved file is a few lines, not its whole text twice
     "--src-prefix=a/",
     "--dst-prefix=b/",
     "--unified=3",
@@ -86,7 +88,6 @@ DIFF_OPTIONS = (
 )
 
 _SIGNATURE_RE = re.compile(r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$")
-_SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 SLUG_MAX = 52
 
@@ -150,8 +151,8 @@ def split_message(message: str) -> tuple[str, str]:
 
 
 def normalize_subject(subject: str) -> str:
-    """The subject ``git am`` (and ``series.parse_patch``) reads back: leading ``[...]`` tags dropped."""
-    return _SUBJECT_PREFIX_RE.sub("", subject).strip()
+    """The subject ``series.parse_patch`` (and ``git am --keep-non-patch``) reads back: leading ``[PATCH ...]`` tags dropped, others kept."""
+    return strip_patch_tags(subject)
 
 
 def slug(subject: str) -> str:

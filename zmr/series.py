@@ -26,8 +26,7 @@ from zmr.yamlnodes import Problem
 MAX_PATCH_BYTES = 64 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
-_SUBJECT_PREFIX_RE = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
-_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
+_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.M)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -218,7 +217,7 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         fields = _dep3_headers(text)
         body_text = fields.pop("_body", "")
     subject = fields.get("subject") or fields.get("description") or ""
-    subject = _SUBJECT_PREFIX_RE.sub("", _unfold(subject)).strip()
+    subject = strip_patch_tags(_unfold(subject))
     if not subject:
         subject = PurePosixPath(name).stem
         subject = re.sub(r"^\d{4}-", "", subject).replace("-", " ")
@@ -244,6 +243,26 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         timestamp=timestamp,
         offset=offset,
     )
+
+
+def strip_patch_tags(subject: str) -> str:
+    """The subject as ``git mailinfo -b`` (``git am --keep-non-patch``) reads it.
+
+    Leading ``[...]`` tags that contain ``PATCH`` (``[PATCH]``, ``[PATCH v2 3/7]``,
+    ``[RFC PATCH]``) are a mail's, not the commit's, and are dropped; any other
+    (``[Bugfix]``, ``[rollout, vllm]``) is part of the subject and kept.
+    """
+    text = subject.strip()
+    kept = []
+    while text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            break
+        tag, text = text[: end + 1], text[end + 1 :]
+        if "PATCH" not in tag:
+            kept.append(tag + (" " if text[:1].isspace() else ""))
+        text = text.lstrip()
+    return ("".join(kept) + text).strip()
 
 
 def _split_header(text: str) -> tuple[str | None, str]:
