@@ -394,3 +394,54 @@ def test_rebase_skip_drops_the_stopped_patch_and_says_so(proj, upstream):
     assert f'commit:   "{new}"' in (proj.root / "manifests/toy.yaml").read_text()
     nothing = zmr("rebase", "--skip", cwd=proj.root)
     assert nothing.returncode == 2 and "no rebase in progress" in nothing.stderr
+
+
+def test_rebase_onto_takes_what_git_takes_and_defaults_to_track(proj, upstream, tmp_path):
+    pin, model_py = toy(proj, upstream)
+    first = upstream.commit({"docs/other.md": "one\n"}, "Unrelated one")
+    git("tag", "v4", cwd=upstream.path)
+    upstream.commit({"docs/other.md": "two\n"}, "Unrelated two")
+    newest = upstream.commit({"docs/other.md": "three\n"}, "Unrelated three")
+    walked = zmr("rebase", "toy", "--onto", "main~2", cwd=proj.root)
+    assert walked.returncode == 0, walked.stderr
+    assert f"- new pin: `{first}` (main~2)" in walked.stdout
+    too_far = zmr("rebase", "toy", "--onto", "v4~99", cwd=proj.root)
+    assert too_far.returncode == 2 and "'v4~99' names no commit" in too_far.stderr
+    unknown = zmr("rebase", "toy", "--onto", "no-such-branch~1", cwd=proj.root)
+    assert unknown.returncode == 2 and "cannot fetch 'no-such-branch'" in unknown.stderr
+    assert "refs/zmr" not in unknown.stderr and "refspec" not in unknown.stderr
+    back = zmr("rebase", "toy", "--onto", pin[:9], cwd=proj.root)
+    assert back.returncode == 0, back.stderr
+    assert f"- new pin: `{pin}`\n" in back.stdout  # an id is not repeated as its own name
+    # No --onto: the component's track (main), as the reference says.
+    tracked = zmr("rebase", "toy", "-c", "rollout", cwd=proj.root)
+    assert tracked.returncode == 0, tracked.stderr
+    assert f"- new pin: `{newest}` (main)" in tracked.stdout
+    assert f'commit:   "{newest}"' in (proj.root / "manifests/toy.yaml").read_text()
+    manifest = proj.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
+    untracked = zmr("rebase", "toy", cwd=proj.root)
+    assert untracked.returncode == 2 and "no upstream revision to rebase onto" in untracked.stderr and "--onto REV" in untracked.stderr
+
+
+def test_report_given_at_the_start_is_written_by_continue_and_the_header_names_the_new_pin(proj, upstream, tmp_path):
+    pin, model_py = toy(proj, upstream)
+    folder = proj.root / "patches/toy/rollout"
+    header = f"# Zero-mismatch series of toy/rollout, applied on {pin[:12]} of\n# {upstream.path}.\n"
+    (folder / "series").write_text(header + "0001-fixed-split.patch\n0002-contiguous.patch\n")
+    proj.commit_all("series header")
+    new = _conflicting_upstream(upstream, model_py)
+    report = tmp_path / "report.md"
+    stopped = zmr("rebase", "toy", "--onto", new, "--report", str(report), cwd=proj.root)
+    assert stopped.returncode == 1
+    assert f"rebasing toy/rollout onto {new}\n" in stopped.stdout
+    assert not report.exists()
+    co = proj.root / "work/toy/rollout"
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "--continue", cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    assert report.read_text() == done.stdout
+    assert f"- new pin: `{new}`\n" in done.stdout and f"`{new}` ({new})" not in done.stdout
+    assert (folder / "series").read_text() == header.replace(pin[:12], new[:12]) + "0001-fixed-split.patch\n0002-contiguous.patch\n"

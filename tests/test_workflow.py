@@ -401,3 +401,17 @@ def test_exact_renames_export_as_renames_and_round_trip(proj, upstream):
     # A fresh checkout of the exported series is the same commits' trees.
     assert zmr("checkout", "toy", "--force", cwd=proj.root).returncode == 0
     assert git("rev-parse", "HEAD^{tree}", cwd=co) == git("rev-parse", "rollout/toy^{tree}", cwd=proj.root)
+
+
+def test_a_new_patch_after_a_dropped_one_is_numbered_after_the_last_kept_one(proj, upstream):
+    simple_model(proj, upstream)
+    assert zmr("checkout", "toy", cwd=proj.root).returncode == 0
+    co = proj.root / "work/toy/rollout"
+    folder = proj.root / "patches/toy/rollout"
+    git("rebase", "-q", "--onto", "zmr/base", "HEAD~1", cwd=co)  # drop 0001
+    (co / "docs/guide.md").write_text("guide\nmore\n")
+    git("commit", "-q", "-am", "Extend the guide", cwd=co)
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    assert (folder / "series").read_text() == "0002-contiguous.patch\n0003-extend-the-guide.patch\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["0002-contiguous.patch", "0003-extend-the-guide.patch", "series"]

@@ -223,7 +223,7 @@ def plan_export(
                 item.data = format_mail(meta, diffs[commit])
                 item.strip = 1
         else:
-            name = _free_name(i + 1, meta.subject, folder, taken, old_names)
+            name = _free_name(_next_number(i, plan.patches), meta.subject, folder, taken, old_names)
             status = "reworded" if match is not None else "added"
             item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_mail(meta, diffs[commit]))
         taken.add(item.name)
@@ -263,6 +263,15 @@ def commit_infos(repo: git.Repo, commits: Sequence[str]) -> list[git.CommitInfo]
         infos.append(git.CommitInfo.parse(oid, out[start : start + int(size)]))
         pos = start + int(size) + 1
     return infos
+
+
+_NUMBER_RE = re.compile(r"(\d{4})-")
+
+
+def _next_number(index: int, before: Sequence[PlannedPatch]) -> int:
+    """The NNNN of a new patch at *index*: its position, or after the patch before it (a kept ``0003-`` after a drop: ``0004-``)."""
+    match = _NUMBER_RE.match(before[-1].name.rsplit("/", 1)[-1]) if before else None
+    return max(index + 1, int(match.group(1)) + 1 if match else 0)
 
 
 def _free_name(position: int, subject: str, folder: Path, taken: set[str], old_names: set[str]) -> str:

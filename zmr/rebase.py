@@ -81,16 +81,41 @@ class RebaseError(ZmrError):
 # -- upstream detection ----------------------------------------------------------------------
 
 
+_REV_RE = re.compile(r"(?P<name>.+?)(?P<walk>(?:[~^][0-9]*)*)")
+_ABBREV_RE = re.compile(r"[0-9a-f]{4,39}")
+_UPSTREAM_REFS = ("refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/", "refs/zmr/pins/")
+
+
 def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Repo, str]:
-    """The mirror and the commit id of *rev* (full or abbreviated id, tag or branch), with history."""
-    if re.fullmatch(r"[0-9a-f]{4,39}", rev):
-        mirror = cache.ensure_history(url, display=display)
-        oid = mirror.repo.resolve(rev)
+    """The mirror and the commit id of *rev*, with history: what git takes, resolved against the upstream.
+
+    A full or abbreviated id, a tag or a branch, each optionally followed by
+    ``~N`` / ``^N`` (``main~5``, ``v1.2^``). An abbreviated id must name an
+    upstream commit (the mirror also holds the commits zmr makes from series).
+    """
+    match = _REV_RE.fullmatch(rev)
+    name, walk = (match.group("name"), match.group("walk")) if match else (rev, "")
+    oid = None
+    if _ABBREV_RE.fullmatch(name):
+        repo = cache.ensure_history(url, display=display).repo
+        oid = repo.resolve(name)
+        if oid is not None and not repo.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", oid, *_UPSTREAM_REFS]):
+            oid = None  # a commit zmr made, not upstream's
         if oid is None:
-            raise RebaseError(f"{display}: no upstream commit {rev!r}", details=["give a full commit id, a tag or a branch of the upstream"])
-        return mirror.repo, oid
-    mirror, oid = cache.fetch_ref(url, rev, display=display)
-    return mirror.repo, oid
+            raise RebaseError(f"{display}: no upstream commit {name!r}", details=["give a full commit id, a tag or a branch of the upstream"])
+    else:
+        try:
+            mirror, oid = cache.fetch_ref(url, name, display=display)
+        except ZmrError as err:
+            # git's text names zmr's own refspec (refs/zmr/track/...): not something the engineer wrote.
+            raise RebaseError(err.message, details=[d for d in err.details if "refs/zmr/" not in d]) from None
+        repo = mirror.repo
+    if walk:
+        walked = repo.resolve(oid + walk)
+        if walked is None:
+            raise RebaseError(f"{display}: {rev!r} names no commit (the history of {name} is shorter)", details=[f"{name} is {oid}"])
+        oid = walked
+    return repo, oid
 
 
 def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> list[str]:
@@ -288,6 +313,7 @@ class RebaseState:
     remaining: list[int] = field(default_factory=list)  # checkout: patch indexes still to cherry-pick, in order
     stopped: StoppedAt | None = None
     saved: Saved | None = None  # set by _snapshot, before the file is first written
+    report: str | None = None  # --report FILE given at the start: written when the rebase finishes (absent in older files)
 
     @classmethod
     def load(cls, path: Path) -> RebaseState:
@@ -320,6 +346,7 @@ class RebaseState:
                 remaining=[int(i) for i in data.get("remaining", [])],
                 stopped=StoppedAt(**stopped) if stopped else None,
                 saved=Saved(saved["series_files"], saved["journal_existed"], SavedCheckout.from_json(saved["checkout"])) if saved else None,
+                report=data.get("report"),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise RebaseError(f"{path}: damaged ({err!r} is missing or wrong)", details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"]) from None
@@ -462,6 +489,7 @@ class Outcome:
     dropped: list[Dropped] = field(default_factory=list)
     path: str = "fast"  # pin-only (nothing to replay) | fast (in memory) | checkout (after conflicts)
     already: bool = False
+    report: str | None = None  # where the rebase was asked (at its start) to write its report
 
     def to_json(self) -> dict:
         return {
@@ -491,6 +519,7 @@ class Stopped:
     new: str
     remaining: int
     dropped: list[Dropped] = field(default_factory=list)
+    rev: str = ""
 
     def to_json(self) -> dict:
         return {
@@ -501,6 +530,8 @@ class Stopped:
             "subject": self.subject,
             "files": self.files,
             "checkout": self.checkout,
+            "new": self.new,
+            "rev": self.rev,
             "remaining": self.remaining,
             "dropped": [asdict(d) for d in self.dropped],
         }
@@ -509,8 +540,13 @@ class Stopped:
 # -- rebase: start --------------------------------------------------------------------------------
 
 
-def start(project: Project, component: Component, rev: str, cache: Cache | None = None, checkout_dir: Path | None = None, progress: Progress | None = None) -> Outcome | Stopped:
-    """Replay the series onto *rev*; in memory when every patch applies."""
+def start(
+    project: Project, component: Component, rev: str, cache: Cache | None = None, checkout_dir: Path | None = None, progress: Progress | None = None, report: Path | None = None
+) -> Outcome | Stopped:
+    """Replay the series onto *rev*; in memory when every patch applies.
+
+    *report* is kept in the state of a rebase that stops, for the ``--continue`` that finishes it.
+    """
     if project.rebase_state(component).is_file():
         raise RebaseError(
             f"{component.label}: a rebase is already in progress",
@@ -585,6 +621,7 @@ def start(project: Project, component: Component, rev: str, cache: Cache | None 
         phase="finalize",
         path="fast",
         dropped=dropped,
+        report=str(report.absolute()) if report is not None else None,
     )
     if conflict_at is None:
         state.new_tip, state.replayed = partial, replayed
@@ -614,6 +651,9 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
+    header = _header_with_pin(_series_bytes(series.folder), old, new)
+    if header is not None:
+        atomic_write(series.folder / "series", header)
     set_pin(project, _reload(project, component), old, new)
     count = int(repo.out(["rev-list", "--count", new, "--not", old]))
     kept = [(p.name, p.subject, "") for p in series.patches]
@@ -663,6 +703,7 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 state.new,
                 len(state.remaining) - 1,
                 list(state.dropped),
+                state.rev,
             )
         if (co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"]):
             co.repo.run(["cherry-pick", "--skip"])
@@ -870,11 +911,15 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
         commits = list_commits(repo, new, tip, component.label)
         plan = plan_export(repo, new, commits, folder, component.patches, journal)
+    header = _header_with_pin(plan.series_text if plan.series_text is not None else _series_bytes(folder), old, new)
+    if header is not None:
+        plan.series_text = header
     if plan.changed or plan.pending:
         write_plan(plan, journal)
     fresh = _reload(project, component)
     set_pin(project, fresh, old, new)
     outcome = _outcome(component, state, repo, tip, plan)
+    outcome.report = state.report
     co = checkout.open_checkout(state.checkout_path)
     if co is not None:
         if state.path == "fast":
@@ -884,6 +929,24 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             checkout.mark_exported(co, tip, "zmr rebase")
     shutil.rmtree(project.rebase_dir(component))
     return outcome
+
+
+def _series_bytes(folder: Path) -> bytes | None:
+    path = folder / "series"
+    return path.read_bytes() if path.is_file() else None
+
+
+def _header_with_pin(text: bytes | None, old: str, new: str) -> bytes | None:
+    """*text* (a ``series`` file) with the old pin replaced by the new one in its comment lines (``zmr new`` names it there); None: no change."""
+    if text is None:
+        return None
+    lines = text.split(b"\n")
+    changed = False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(b"#") and old[:12].encode() in line:
+            lines[i] = line.replace(old.encode(), new.encode()).replace(old[:12].encode(), new[:12].encode())
+            changed = True
+    return b"\n".join(lines) if changed else None
 
 
 def _reload(project: Project, component: Component) -> Component:

@@ -60,7 +60,7 @@ def rebase(
         elif skip:
             outcome = rb.skip(project, comp, progress=progress)
         else:
-            outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress)
+            outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress, report=report)
     _finish_rebase(outcome, report, json_out)
 
 
@@ -76,8 +76,9 @@ def _finish_rebase(outcome: "Outcome | Stopped", report: Path | None, json_out: 
             print(stopped_text(outcome), end="")
         raise CheckFailed(stopped_headline(outcome), details=stopped_next_steps(outcome))
     text = outcome_markdown(outcome)
-    if report is not None:
-        atomic_write(Path(report).absolute(), text.encode("utf-8"))
+    target = report if report is not None else (Path(outcome.report) if outcome.report else None)
+    if target is not None:
+        atomic_write(target.absolute(), text.encode("utf-8"))
     if json_out:
         print_json(outcome.to_json())
     else:
@@ -147,13 +148,14 @@ def outcome_markdown(o: "Outcome") -> str:
     """The report of a finished rebase."""
     c = o.component
     if o.already:
-        return f"# zmr rebase {c.label}\n\nAlready pinned at `{o.new}` ({o.rev}); nothing to do.\n"
+        named = "" if o.new.startswith(o.rev) else f" ({o.rev})"
+        return f"# zmr rebase {c.label}\n\nAlready pinned at `{o.new}`{named}; nothing to do.\n"
     out = [
         f"# zmr rebase {c.label}",
         "",
         f"- upstream: {c.upstream}",
         f"- old pin: `{o.old}`",
-        f"- new pin: `{o.new}` ({o.rev})",
+        f"- new pin: `{o.new}`" + ("" if o.new.startswith(o.rev) else f" ({o.rev})"),
         f"- upstream commits in between: {o.upstream_count}",
         f"- series: {c.patches}: {len(o.kept)} kept, {len(o.changed)} changed, {len(o.dropped)} dropped"
         + (f", {len(o.added)} added" if o.added else ""),
@@ -195,10 +197,12 @@ def stopped_next_steps(s: "Stopped") -> list[str]:
 
 
 def stopped_text(s: "Stopped") -> str:
-    """What happened before the stop (the conflict itself goes to stderr)."""
+    """What happened before the stop (the conflict itself goes to stderr): the commit rebased onto, the patches dropped."""
+    named = "" if not s.rev or s.new.startswith(s.rev) else f" ({s.rev})"
+    text = f"rebasing {s.component.label} onto {s.new}{named}\n"
     if not s.dropped:
-        return ""
-    return "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
+        return text
+    return text + "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
 
 
 def upstreamed_text(r: "UpstreamedReport") -> str:
