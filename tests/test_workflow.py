@@ -415,3 +415,33 @@ def test_a_new_patch_after_a_dropped_one_is_numbered_after_the_last_kept_one(pro
     assert result.returncode == 0, result.stderr
     assert (folder / "series").read_text() == "0002-contiguous.patch\n0003-extend-the-guide.patch\n"
     assert sorted(p.name for p in folder.iterdir()) == ["0002-contiguous.patch", "0003-extend-the-guide.patch", "series"]
+
+
+def test_checkout_has_an_upstream_remote_and_history_on_demand(proj, upstream):
+    for n in range(4):
+        upstream.commit({"docs/history.md": f"{n}\n"}, f"older history {n}")
+    pin = simple_model(proj, upstream, pin_index=len(upstream.commits) - 1)
+    later = upstream.commit({"docs/other.md": "later\n"}, "A later upstream fix")
+    assert zmr("checkout", "toy", cwd=proj.root).returncode == 0
+    co = proj.root / "work/toy/rollout"
+    assert git("config", "remote.upstream.url", cwd=co) == str(upstream.path)
+    assert (co / ".git/shallow").is_file()  # the default stays shallow: fast
+    assert git("rev-parse", "--is-shallow-repository", cwd=co) == "true"
+    # On demand: zmr checkout --history (from zmr's mirror), or `git fetch --unshallow upstream`.
+    again = zmr("checkout", "toy", "--history", cwd=proj.root)
+    assert again.returncode == 0, again.stderr
+    assert "with upstream's history" in again.stdout
+    assert git("rev-parse", "--is-shallow-repository", cwd=co) == "false"
+    assert git("rev-parse", "upstream/main", cwd=co) == later
+    assert git("log", "--format=%s", pin, cwd=co).splitlines()[-3:] == ["upstream commit 3", "upstream commit 2", "upstream commit 1"]
+    git("cherry-pick", later, cwd=co)
+    assert (co / "docs/other.md").read_text() == "later\n"
+    git("reset", "-q", "--hard", "HEAD~1", cwd=co)
+    assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
+    # The documented git step works as well, in a fresh checkout.
+    other = proj.root / "elsewhere"
+    assert zmr("checkout", "toy", "--dir", str(other), cwd=proj.root).returncode == 0
+    assert git("rev-parse", "--is-shallow-repository", cwd=other) == "true"
+    git("fetch", "-q", "--unshallow", "upstream", cwd=other)
+    assert git("rev-parse", "upstream/main", cwd=other) == later
+    assert git("rev-list", "--count", pin, cwd=other) == str(len(upstream.commits) - 1)

@@ -321,12 +321,53 @@ class CheckoutResult:
     patches: int
     action: str  # created | refreshed | unchanged
     backups: list[str] = field(default_factory=list)
+    history: bool = False  # upstream's history was added (--history)
 
 
-def checkout(project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, force: bool = False, progress: Progress | None = None) -> CheckoutResult:
-    """Make (or refresh) the working tree of *component*: the pin plus one commit per patch."""
+def checkout(
+    project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, force: bool = False, progress: Progress | None = None, history: bool = False
+) -> CheckoutResult:
+    """Make (or refresh) the working tree of *component*: the pin plus one commit per patch.
+
+    The checkout is shallow (the pin and the series: fast) with an ``upstream``
+    remote; *history* also gives it upstream's history and branches (``add_history``).
+    """
+    result = _checkout(project, component, cache or Cache(), path, force, progress)
+    co = open_checkout(result.path)
+    assert co is not None
+    url = resolve_upstream(component.upstream, project.root)
+    ensure_upstream_remote(co, url)
+    if history:
+        if progress:
+            progress(f"{component.label}: fetching upstream's history")
+        add_history(co, (cache or Cache()).ensure_history(url, display=f"{component.label} ({component.upstream})"))
+        result.history = True
+    return result
+
+
+UPSTREAM_REMOTE = "upstream"
+
+
+def ensure_upstream_remote(co: Checkout, url: str) -> None:
+    """An ``upstream`` remote (the component's upstream) unless the checkout has one: ``git fetch upstream`` works there."""
+    if co.repo.run(["config", "--get", f"remote.{UPSTREAM_REMOTE}.url"], check=False).returncode != 0:
+        co.repo.run(["config", f"remote.{UPSTREAM_REMOTE}.url", url])
+        co.repo.run(["config", f"remote.{UPSTREAM_REMOTE}.fetch", f"+refs/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*"])
+
+
+def add_history(co: Checkout, mirror: Mirror) -> None:
+    """Upstream's whole history and branches in the checkout (``git log``, ``blame``, ``cherry-pick <upstream id>``).
+
+    Copied from the mirror, which ``zmr rebase`` and ``upstreamed`` keep
+    complete anyway: the same as ``git fetch --unshallow upstream``, without
+    asking the upstream again.
+    """
+    shallow = ["--unshallow"] if (co.git_dir / "shallow").exists() else []
+    co.repo.fetch(str(mirror.path), [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"], extra=[*shallow, "--update-shallow"])
+
+
+def _checkout(project: Project, component: Component, cache: Cache, path: Path | None, force: bool, progress: Progress | None) -> CheckoutResult:
     _refuse_during_rebase(project, component, "a checkout")
-    cache = cache or Cache()
     target = checkout_path(project, component, path)
     co = open_checkout(target)
     in_sync = False

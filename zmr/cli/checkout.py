@@ -23,9 +23,13 @@ def checkout(
     components: Components = None,
     directory: Dir = None,
     force: Annotated[bool, typer.Option("--force", help="Discard unexported work (kept under refs/zmr/backup/ first).")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Also copy upstream's history and branches (git log, blame, cherry-pick of upstream commits).")] = False,
     json_out: Json = False,
 ) -> None:
-    """A git working tree per component: the pin, plus one commit per patch on a local branch."""
+    """A git working tree per component: the pin, plus one commit per patch on a local branch.
+
+    The checkout is shallow, with an `upstream` remote: `--history` (or `git fetch --unshallow upstream` there) adds the rest.
+    """
     from zmr import checkout as checkouts
     from zmr.cache import Cache
 
@@ -36,12 +40,12 @@ def checkout(
         cache = Cache(progress=progress)
         for comp in targets:
             path = _dir_for(directory, comp.key, len(targets))
-            results.append(checkouts.checkout(project, comp, cache=cache, path=path, force=force, progress=progress))
+            results.append(checkouts.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
     if json_out:
         print_json(
             {
                 "checkouts": [
-                    {"model": r.component.model, "component": r.component.key, "path": str(r.path), "branch": r.branch, "base": r.base, "tip": r.tip, "patches": r.patches, "action": r.action, "backups": r.backups}
+                    {"model": r.component.model, "component": r.component.key, "path": str(r.path), "branch": r.branch, "base": r.base, "tip": r.tip, "patches": r.patches, "action": r.action, "backups": r.backups, "history": r.history}
                     for r in results
                 ]
             }
@@ -51,6 +55,8 @@ def checkout(
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
         for ref in r.backups:
             print(f"          saved the discarded work as {ref}")
+        if r.history:
+            print("          with upstream's history (branches as upstream/<branch>)")
     if results:
         print("change the series with git there (git log zmr/base.. shows it), then run `zmr export " + model + "`")
 
