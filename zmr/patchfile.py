@@ -44,8 +44,8 @@ import datetime
 import email.header
 import email.utils
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from zmr import git
 from zmr.series import Patch, strip_patch_tags
@@ -112,7 +112,7 @@ class CommitMeta:
         return self.subject + "\n" + (f"\n{self.body}\n" if self.body else "")
 
     @classmethod
-    def for_patch(cls, patch: Patch) -> "CommitMeta":
+    def for_patch(cls, patch: Patch) -> CommitMeta:
         return cls(
             name=patch.author_name or UNKNOWN_NAME,
             email=patch.author_email or UNKNOWN_EMAIL,
@@ -123,7 +123,7 @@ class CommitMeta:
         )
 
     @classmethod
-    def for_commit(cls, info: git.CommitInfo) -> "CommitMeta":
+    def for_commit(cls, info: git.CommitInfo) -> CommitMeta:
         match = _SIGNATURE_RE.match(info.author.strip())
         if match:
             name, mail, stamp, offset = match.group(1), match.group(2), int(match.group(3)), match.group(4)

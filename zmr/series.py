@@ -26,7 +26,7 @@ from zmr.yamlnodes import Problem
 MAX_PATCH_BYTES = 64 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
-_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.M)
+_DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
