@@ -21,6 +21,7 @@ Where state is kept, inside the checkout's ``.git``:
   checkout, export and rebase: ``mark_exported``); a HEAD elsewhere may hold
   unexported work;
 - ``refs/zmr/backup/<time>[-worktree]``: what ``--force`` discarded;
+- remote ``upstream``: the component's upstream (history on demand: ``--history``);
 - ``zmr-refresh``: present only while a refresh runs, so an interrupted one
   is finished by the next ``zmr checkout`` instead of being taken for work
   (``Checkout.half_refreshed``).

@@ -13,7 +13,7 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
         applies → committed;   does not apply → slow path from this patch on
     slow path: the checkout at (new pin + patches so far), then ``git cherry-pick`` of each
         remaining old commit (3-way); a conflict stops with the files in conflict;
-        ``--continue`` commits the resolution and goes on
+        ``--continue`` commits the resolution and goes on; ``--skip`` drops the patch (nothing else drops one that upstream lacks)
     finish: export into the series (byte-stable), the manifest's ``commit:`` value edited
         in place, the checkout (if any) moved to the result; an ``Outcome`` (zmr/cli/rebase.py renders the report).
 
