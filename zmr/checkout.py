@@ -326,7 +326,13 @@ class CheckoutResult:
 
 
 def checkout(
-    project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, force: bool = False, progress: Progress | None = None, history: bool = False
+    project: Project,
+    component: Component,
+    cache: Cache | None = None,
+    path: Path | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+    history: bool = False,
 ) -> CheckoutResult:
     """Make (or refresh) the working tree of *component*: the pin plus one commit per patch.
 
@@ -364,7 +370,8 @@ def add_history(co: Checkout, mirror: Mirror) -> None:
     asking the upstream again.
     """
     shallow = ["--unshallow"] if (co.git_dir / "shallow").exists() else []
-    co.repo.fetch(str(mirror.path), [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"], extra=[*shallow, "--update-shallow"])
+    refspecs = [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"]
+    co.repo.fetch(str(mirror.path), refspecs, extra=[*shallow, "--update-shallow"])
 
 
 def _checkout(project: Project, component: Component, cache: Cache, path: Path | None, force: bool, progress: Progress | None) -> CheckoutResult:

@@ -204,7 +204,8 @@ def _inputs(project: Project, component: Component, cache: Cache | None) -> tupl
     """What upstreamed and rebase both start from: the cache, the upstream URL, its label, the series."""
     cache = cache or Cache()
     url = resolve_upstream(component.upstream, project.root)
-    return cache, url, f"{component.label} ({component.upstream})", read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    return cache, url, f"{component.label} ({component.upstream})", series
 
 
 def upstreamed(project: Project, component: Component, rev: str | None, cache: Cache | None = None, progress: Progress | None = None) -> UpstreamedReport:
@@ -541,7 +542,13 @@ class Stopped:
 
 
 def start(
-    project: Project, component: Component, rev: str, cache: Cache | None = None, checkout_dir: Path | None = None, progress: Progress | None = None, report: Path | None = None
+    project: Project,
+    component: Component,
+    rev: str,
+    cache: Cache | None = None,
+    checkout_dir: Path | None = None,
+    progress: Progress | None = None,
+    report: Path | None = None,
 ) -> Outcome | Stopped:
     """Replay the series onto *rev*; in memory when every patch applies.
 
@@ -820,14 +827,23 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
     state = _load(project, component)
     stopped = state.stopped
     if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
-        raise RebaseError(f"{component.label}: the rebase is not stopped on a patch; nothing to skip", details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`"])
+        raise RebaseError(
+            f"{component.label}: the rebase is not stopped on a patch; nothing to skip",
+            details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`"],
+        )
     co = checkout.open_checkout(state.checkout_path)
     if co is None:
-        raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+        raise RebaseError(
+            f"{state.checkout_path}: the checkout of the rebase is gone",
+            details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"],
+        )
     if stopped.head_before is not None and co.head() != stopped.head_before:
         raise RebaseError(
             f"{checkout.show_path(project, co.path)}: {state.names[stopped.index]} is committed already (HEAD moved)",
-            details=[f"keep it: `zmr rebase {component.model} -c {component.key} --continue`; or `git reset --hard {stopped.head_before[:12]}` first to skip it"],
+            details=[
+                f"keep it: `zmr rebase {component.model} -c {component.key} --continue`",
+                f"or skip it: `git reset --hard {stopped.head_before[:12]}` there first",
+            ],
         )
     co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
     co.repo.run(["cherry-pick", "--quit"], check=False)

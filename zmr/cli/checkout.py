@@ -23,7 +23,7 @@ def checkout(
     components: Components = None,
     directory: Dir = None,
     force: Annotated[bool, typer.Option("--force", help="Discard unexported work (kept under refs/zmr/backup/ first).")] = False,
-    history: Annotated[bool, typer.Option("--history", help="Also copy upstream's history and branches (git log, blame, cherry-pick of upstream commits).")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Also copy upstream's history and branches (git log, blame, cherry-pick).")] = False,
     json_out: Json = False,
 ) -> None:
     """A git working tree per component: the pin, plus one commit per patch on a local branch.
@@ -45,7 +45,18 @@ def checkout(
         print_json(
             {
                 "checkouts": [
-                    {"model": r.component.model, "component": r.component.key, "path": str(r.path), "branch": r.branch, "base": r.base, "tip": r.tip, "patches": r.patches, "action": r.action, "backups": r.backups, "history": r.history}
+                    {
+                        "model": r.component.model,
+                        "component": r.component.key,
+                        "path": str(r.path),
+                        "branch": r.branch,
+                        "base": r.base,
+                        "tip": r.tip,
+                        "patches": r.patches,
+                        "action": r.action,
+                        "backups": r.backups,
+                        "history": r.history,
+                    }
                     for r in results
                 ]
             }
