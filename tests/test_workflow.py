@@ -445,3 +445,18 @@ def test_checkout_has_an_upstream_remote_and_history_on_demand(proj, upstream):
     git("fetch", "-q", "--unshallow", "upstream", cwd=other)
     assert git("rev-parse", "upstream/main", cwd=other) == later
     assert git("rev-list", "--count", pin, cwd=other) == str(len(upstream.commits) - 1)
+
+
+def test_a_colleagues_branch_fetched_from_elsewhere_is_not_taken_for_upstream(proj, upstream, tmp_path):
+    """Only refs of the upstream's URL (and zmr's mirror) name upstream commits: a branch fetched from a colleague exports."""
+    _, folder, co = three_patch_model(proj, upstream)
+    colleague = tmp_path / "colleague"
+    git("clone", "-q", str(co), str(colleague))
+    (colleague / "docs/guide.md").write_text("guide\nfrom a colleague\n")
+    git("commit", "-q", "-am", "Colleague's change", cwd=colleague)
+    git("remote", "add", "colleague", str(colleague), cwd=co)
+    git("fetch", "-q", "colleague", cwd=co)
+    git("reset", "-q", "--hard", "colleague/toy/rollout", cwd=co)
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    assert "added     0004-colleague-s-change.patch" in result.stdout

@@ -253,23 +253,32 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
     """The commits of base..head that are upstream's, oldest first: what ``git rebase --onto <newer upstream>`` leaves there.
 
     A commit is upstream's when the checkout reaches it from a remote-tracking
-    ref, a tag or ``FETCH_HEAD`` (where git put what it fetched), or the
-    component's mirror reaches it from its upstream refs. The engineer's own
-    commits (and those zmr made from the series) are reachable from none of them.
+    ref of a remote whose URL is the upstream's, or from what ``FETCH_HEAD``
+    says was fetched from that URL, or when the component's mirror reaches it
+    from its upstream refs. The engineer's own commits, zmr's commits of the
+    series, and a colleague's branch fetched from elsewhere are none of them.
     """
     commits = co.repo.commits_between(base, head)
     if not commits:
         return []
-    fetched = []
+    url = resolve_upstream(component.upstream, project.root)
+    urls = {_same_url(url), _same_url(component.upstream)}
+    tips = []
+    remotes = co.repo.run(["config", "--get-regexp", r"^remote\..*\.url$"], check=False).stdout.decode("utf-8", "surrogateescape")
+    for line in remotes.splitlines():
+        key, _, value = line.partition(" ")
+        if _same_url(value) in urls:
+            tips.append(f"--glob=refs/remotes/{key.removeprefix('remote.').removesuffix('.url')}/*")
     fetch_head = co.git_dir / "FETCH_HEAD"
     if fetch_head.is_file():
         for line in fetch_head.read_text("utf-8", "replace").splitlines():
-            oid = line.split("\t", 1)[0].strip()
-            if git.FULL_OID_RE.match(oid) and co.repo.has_object(oid, "commit"):
-                fetched.append(oid)
-    own = set(co.repo.rev_list([head, "--not", base, "--remotes", "--tags", *fetched]))
+            oid, _, rest = line.partition("\t")
+            source = rest.rsplit(" of ", 1)[-1] if " of " in rest else ""
+            if _same_url(source) in urls and git.FULL_OID_RE.match(oid) and co.repo.has_object(oid, "commit"):
+                tips.append(oid)
+    own = set(co.repo.rev_list([head, "--not", base, *tips])) if tips else set(commits)
     foreign = {c for c in commits if c not in own}
-    mirror = Cache().mirror_for(resolve_upstream(component.upstream, project.root)).path
+    mirror = Cache().mirror_for(url).path
     candidates = [c for c in commits if c in own]
     if candidates and mirror.is_dir():
         repo = git.Repo(mirror)
@@ -279,6 +288,11 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
             unreached = set(repo.rev_list([*present, "--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)]))
             foreign |= set(present) - unreached
     return [c for c in commits if c in foreign]
+
+
+def _same_url(url: str) -> str:
+    """*url* as compared with the upstream's: no trailing slash or ``.git``."""
+    return url.strip().rstrip("/").removesuffix(".git")
 
 
 def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str) -> CheckoutError | None:
