@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, Model, OptionalModel, find_project, targets
+from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project, targets
 from zmr.cli.render import Progress, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
