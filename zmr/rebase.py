@@ -589,31 +589,12 @@ def start(
     upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
     # No upstream commit changes the same files as a patch: nothing can have landed, no ids to compare.
     pids = chain_patch_ids(repo, old_chain) if upstream else {}
-    dropped: list[Dropped] = []
-    made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
-    conflict_at = None
     hits = [upstream.get(pids.get(commit, "")) for commit in old_chain]  # the upstream commit with each patch's patch id
     if co is None and not any(hits) and series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
         return _pin_only(project, component, repo, series, old, new, rev)
-    # The policy on top of the replay: what upstream has is dropped (same patch id, empty once
-    # applied, or reverse-applies); any other patch that does not apply is a conflict: stop there.
-    with Replayer(repo, new, paths) as replay:
-        steps = replay.replay(series.patches, [chain_files[c] for c in old_chain], skip={i for i, hit in enumerate(hits) if hit}, offsets=True)
-        for step in steps:
-            i, patch = step.index, step.patch
-            if step.status == "skipped":
-                dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[i], _subject(repo, hits[i])))
-            elif step.status == "applied":
-                made.append((patch.name, step.moved))
-            elif step.status == "empty" or replay.reverse_applies(patch):
-                found = containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]]))
-                dropped.append(Dropped(patch.name, patch.subject, "empty" if step.status == "empty" else "reverse-apply", found, _subject(repo, found)))
-            else:
-                conflict_at = i
-                break
-        partial = replay.tip
-        replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
+    memory = replay_onto(repo, old, new, series.patches, old_chain, chain_files, hits)
+    conflict_at = memory.conflict_at
     state = RebaseState(
         model=component.model,
         component=component.key,
@@ -627,21 +608,78 @@ def start(
         upstream_count=int(repo.out(["rev-list", "--count", new, "--not", old])),
         phase="finalize",
         path="fast",
-        dropped=dropped,
+        dropped=memory.dropped,
         report=str(report.absolute()) if report is not None else None,
     )
     if conflict_at is None:
-        state.new_tip, state.replayed = partial, replayed
+        state.new_tip, state.replayed = memory.tip, memory.replayed
         _snapshot(project, component, state, co, co_path)
         return _finalize(project, component, state, cache, progress)
     later = [j for j in range(conflict_at + 1, len(series.patches)) if hits[j]]
     for j in later:
         hit = hits[j]
         state.dropped.append(Dropped(series.patches[j].name, series.patches[j].subject, "patch-id", hit, _subject(repo, hit)))
-    state.phase, state.path, state.partial = "picking", "checkout", partial
+    state.phase, state.path, state.partial = "picking", "checkout", memory.tip
     state.remaining = [j for j in range(conflict_at, len(series.patches)) if j not in later]
     _snapshot(project, component, state, co, co_path)
     return _run(project, component, state, cache, progress)
+
+
+@dataclass
+class InMemory:
+    """The series replayed on a new upstream commit in memory, by rebase's policy (``replay_onto``).
+
+    *replayed*: (commit, patch name, a hunk applied at an offset: None when
+    unknown) per commit made, in order, the first on the new commit and
+    *tip* the last (the new commit when none was made). *conflict_at*: the
+    index of the first patch that neither applies nor is upstream; the
+    replay stopped there.
+    """
+
+    tip: str
+    replayed: list[tuple[str, str, bool | None]]
+    dropped: list[Dropped]
+    conflict_at: int | None = None
+
+
+def replay_onto(
+    repo: git.Repo,
+    old: str,
+    new: str,
+    patches: Sequence[Patch],
+    old_chain: Sequence[str],
+    chain_files: dict[str, frozenset[str]],
+    hits: Sequence[str | None],
+    name_upstream: bool = True,
+) -> InMemory:
+    """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
+
+    The policy on top of the replay: what upstream has is dropped (*hits*:
+    the upstream commit with each patch's patch id, or None; empty once
+    applied; or reverse-applies); any other patch that does not apply is a
+    conflict: stop there. *name_upstream*: look for the upstream commit
+    that holds a patch dropped as empty or reverse-applying.
+    """
+    paths = sorted(set().union(*chain_files.values()))
+    dropped: list[Dropped] = []
+    made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
+    conflict_at = None
+    with Replayer(repo, new, paths) as replay:
+        steps = replay.replay(patches, [chain_files[c] for c in old_chain], skip={i for i, hit in enumerate(hits) if hit}, offsets=True)
+        for step in steps:
+            i, patch = step.index, step.patch
+            if step.status == "skipped":
+                dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[i], _subject(repo, hits[i])))
+            elif step.status == "applied":
+                made.append((patch.name, step.moved))
+            elif step.status == "empty" or replay.reverse_applies(patch):
+                found = containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None
+                dropped.append(Dropped(patch.name, patch.subject, "empty" if step.status == "empty" else "reverse-apply", found, _subject(repo, found)))
+            else:
+                conflict_at = i
+                break
+        replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
+        return InMemory(replay.tip, replayed, dropped, conflict_at)
 
 
 def _files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:
@@ -991,13 +1029,13 @@ def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str,
         old_by_pid = {old_ids.get(c): n for n, c in zip(state.names, old_chain) if old_ids.get(c)}
         same = {item.commit for item in plan.patches if new_ids.get(item.commit) in old_by_pid}
     differs = old_chain and any(item.commit not in same for item in plan.patches)
-    range_diff = _range_diff(repo, old, old_chain[-1], new, tip) if differs else {}
+    blocks = range_diff(repo, old, old_chain[-1], new, tip) if differs else {}
     for item in plan.patches:
         if item.commit in same:
             note = "refreshed: same change, new line numbers" if item.data is not None else ""
             outcome.kept.append((item.name, item.subject, note))
         elif item.old_name or item.subject in by_subject:
-            outcome.changed.append((item.name, item.subject, range_diff.get(item.commit, "")))
+            outcome.changed.append((item.name, item.subject, blocks.get(item.commit, "")))
         else:
             outcome.added.append((item.name, item.subject))
     return outcome
@@ -1006,7 +1044,7 @@ def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str,
 _RANGE_HEAD_RE = re.compile(r"^\s*(?:-|\d+):\s+(?:-+|[0-9a-f]+) [<>=!] \s*(?:-|\d+):\s+(-+|[0-9a-f]+) ")
 
 
-def _range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
+def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
     """``git range-diff`` old series vs new series: new commit → its block of the output."""
     proc = repo.run(["range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}"], check=False)
     if proc.returncode != 0:
