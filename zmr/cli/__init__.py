@@ -22,6 +22,7 @@ stays instant::
     export       zmr/cli/checkout.py   zmr.checkout
     rebase       zmr/cli/rebase.py     zmr.rebase
     upstreamed   zmr/cli/rebase.py     zmr.rebase
+    update       zmr/cli/update.py     zmr.update (moves pins with zmr.rebase)
     import       zmr/cli/import_.py    zmr.importer
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
@@ -40,7 +41,7 @@ import click
 import typer
 import typer.core
 
-from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, render, smoke
+from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, render, smoke, update
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -118,6 +119,7 @@ for _name, _command in (
     ("export", checkout.export),
     ("rebase", rebase.rebase),
     ("upstreamed", rebase.upstreamed),
+    ("update", update.update),
     ("import", import_.import_),
 ):
     app.command(_name)(_command)

@@ -1,0 +1,226 @@
+"""zmr update: how far each pin can move along its track, found by bisection, and --apply/--report/--check."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from conftest import git, simple_model, zmr
+
+CONTIGUOUS = "def matmul(a, b):\n    return (a @ b).contiguous()\n"
+
+
+def grow(upstream, count: int, start: int = 0, special: dict[int, tuple[dict, str]] | None = None) -> list[str]:
+    """*count* upstream commits that leave the series' files alone, but those of *special* (position → (files, message))."""
+    made = []
+    for k in range(start, start + count):
+        files, message = (special or {}).get(k, ({f"docs/notes-{k}.md": f"note {k}\n"}, f"Add note {k}"))
+        made.append(upstream.commit(files, message))
+    return made
+
+
+def update_json(project, *args: str) -> tuple[int, dict, str]:
+    result = zmr("update", "toy", "--json", *args, cwd=project.root)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)["components"][0], result.stderr
+
+
+def test_series_that_replays_to_the_tip_is_clean(project, upstream):
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    # Upstream moves the series' lines (a header above them) and adds unrelated commits.
+    made = grow(upstream, 12, special={3: ({"src/model.py": "# header\n" + model_py}, "Add a header")})
+    rc, data, _ = update_json(project)
+    assert rc == 0
+    assert data["status"] == "clean"
+    assert (data["pin"], data["target"], data["tip"]) == (pin, made[-1], made[-1])
+    assert data["behind"] == 13 and data["steps"] == 13  # upstream's third commit and the twelve made here
+    assert data["replays"] == 1 and data["blocked_by"] is None and data["dropped"] == []
+    assert set(data) >= {"model", "component", "status", "pin", "target", "tip", "behind", "dropped", "blocked_by"}
+    assert zmr("update", "toy", "--check", cwd=project.root).returncode == 1  # behind, not moved
+    assert pin in (project.root / "manifests/toy.yaml").read_text()  # read-only without --apply
+
+
+def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_replays(project, upstream, tmp_path):
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    conflict = {21: ({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")}
+    made = grow(upstream, 40, special=conflict)
+    line = [upstream.commits[2], *made]  # first-parent commits after the pin
+    rc, data, _ = update_json(project)
+    assert rc == 0
+    assert data["status"] == "partial"
+    breaking = made[21]
+    assert data["target"] == made[20] and data["tip"] == made[-1] and data["behind"] == len(line) == 41
+    assert data["blocked_by"] == {"commit": breaking, "patch": "0001-fixed-split.patch", "files": ["src/model.py"]}
+    assert data["steps"] == line.index(made[20]) + 1
+    assert 2 <= data["replays"] <= 1 + math.ceil(math.log2(len(line)))  # the tip, then bisection: not 41
+    report = tmp_path / "report.md"
+    text = zmr("update", "toy", "--report", str(report), cwd=project.root)
+    assert text.returncode == 0, text.stderr
+    assert f"toy/rollout: blocked at {breaking[:12]} Rework line 10: 0001-fixed-split.patch conflicts in src/model.py" in text.stdout
+    body = report.read_text()
+    assert "## toy/rollout: partial" in body
+    assert f"- pin: `{pin}` -> `{made[20]}` ({data['steps']} of 41 first-parent commits towards main)" in body
+    assert f"- blocked by upstream commit `{breaking}` (Rework line 10): patch `0001-fixed-split.patch` (Use a fixed split size in matmul) conflicts in `src/model.py`" in body
+    # --apply moves the pin there; the release branch's snapshot is the target's tree, and verify agrees.
+    manifest = (project.root / "manifests/toy.yaml").read_text()
+    rc, applied, _ = update_json(project, "--apply")
+    assert rc == 0 and applied["applied"] is True and applied["target"] == made[20]
+    assert (project.root / "manifests/toy.yaml").read_text() == manifest.replace(pin, made[20])
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    verify = zmr("verify", "toy", cwd=project.root)
+    assert verify.returncode == 0, verify.stderr
+    assert git("rev-parse", "rollout/toy^^{tree}", cwd=project.root) == git("rev-parse", f"{made[20]}^{{tree}}", cwd=upstream.path)
+    assert "line 10 fixed split" in git("show", "rollout/toy:src/model.py", cwd=project.root)
+    # Now blocked: the very next commit breaks the series; --check fails, nothing moves.
+    rc, after, _ = update_json(project, "--apply", "--check")
+    assert rc == 1
+    assert after["status"] == "blocked" and after["target"] == made[20] and after["applied"] is False
+    assert after["blocked_by"]["commit"] == breaking and after["steps"] == 0
+
+
+def test_already_up_to_date(project, upstream):
+    simple_model(project, upstream, pin_index=2)
+    rc, data, _ = update_json(project, "--check")
+    assert rc == 0
+    assert data["status"] == "up-to-date" and data["behind"] == 0 and data["replays"] == 0
+    assert data["pin"] == data["target"] == data["tip"] == upstream.commits[2]
+    assert zmr("update", "--check", cwd=project.root).returncode == 0  # no model: every tracked component
+
+
+def test_a_patch_upstreamed_along_the_way_is_dropped_and_reported(project, upstream, tmp_path):
+    pin = simple_model(project, upstream)
+    landed = {5: ({"src/kernels/matmul.py": CONTIGUOUS}, "matmul: contiguous output")}
+    made = grow(upstream, 9, special=landed)
+    rc, data, _ = update_json(project)
+    assert data["status"] == "clean" and data["target"] == made[-1]
+    assert [(d["name"], d["method"], d["upstream"]) for d in data["dropped"]] == [("0002-contiguous.patch", "patch-id", made[5])]
+    report = tmp_path / "report.md"
+    rc, applied, _ = update_json(project, "--apply", "--report", str(report), "--check")
+    assert rc == 0  # moved to the tip: not behind any more
+    assert applied["applied"] is True
+    folder = project.root / "patches/toy/rollout"
+    assert (folder / "series").read_text() == "0001-fixed-split.patch\n"
+    assert not (folder / "0002-contiguous.patch").exists()
+    body = report.read_text()
+    assert "### Dropped: already upstream (1)" in body
+    assert f"- `0002-contiguous.patch` Make matmul output contiguous: upstream commit `{made[5]}` (matmul: contiguous output); same patch-id" in body
+    assert f"pin: `{pin}` -> `{made[-1]}`" in body and "- applied: the pin and the series are updated" in body
+    rc, again, _ = update_json(project, "--check")
+    assert rc == 0 and again["status"] == "up-to-date"
+
+
+def test_a_patch_whose_context_changed_goes_in_by_3_way_merge_and_shows_its_range_diff(project, upstream, tmp_path):
+    """git apply refuses the patch (a context line changed); zmr rebase's cherry-pick merges it: update says so."""
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    made = grow(upstream, 6, special={2: ({"src/model.py": model_py.replace("line 8\n", "line 8 (v3)\n")}, "Touch line 8")})
+    report = tmp_path / "report.md"
+    rc, data, _ = update_json(project, "--report", str(report))
+    assert data["status"] == "clean" and data["target"] == made[-1] and data["dropped"] == []
+    body = report.read_text()
+    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul" in body
+    assert "line 8 (v3)" in body  # the range-diff block shows the new context
+    rc, applied, _ = update_json(project, "--apply")
+    assert applied["applied"] is True
+    assert "line 8 (v3)" in (project.root / "patches/toy/rollout/0001-fixed-split.patch").read_text()
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    built = git("show", "rollout/toy:src/model.py", cwd=project.root)
+    assert "line 8 (v3)" in built and "line 10 fixed split" in built
+
+
+def test_apply_leaves_alone_a_component_with_unexported_work_or_a_rebase_in_progress(project, upstream):
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    made = grow(upstream, 6, special={4: ({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")})
+    manifest = (project.root / "manifests/toy.yaml").read_bytes()
+    series = {p.name: p.read_bytes() for p in (project.root / "patches/toy/rollout").iterdir()}
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    co = project.root / "work/toy/rollout"
+    (co / "NOTES").write_text("work in progress\n")
+    git("add", "NOTES", cwd=co)
+    git("commit", "-q", "-m", "Not exported yet", cwd=co)
+    rc, data, stderr = update_json(project, "--apply")
+    assert data["status"] == "partial" and data["target"] == made[3] and data["applied"] is False
+    assert "has work not in the series" in data["refused"] and "commits not exported" in data["refused"]
+    assert "zmr: warning: toy/rollout: not moved:" in stderr
+    assert (project.root / "manifests/toy.yaml").read_bytes() == manifest
+    assert {p.name: p.read_bytes() for p in (project.root / "patches/toy/rollout").iterdir()} == series
+    # A rebase stopped on a conflict: update may look, --apply does not touch it.
+    git("reset", "-q", "--hard", "HEAD~1", cwd=co)
+    stopped = zmr("rebase", "toy", "--onto", made[4], cwd=project.root)
+    assert stopped.returncode == 1, stopped.stderr
+    state = project.root / ".zmr/rebase/toy-rollout/state.json"
+    before = state.read_bytes()
+    rc, data, _ = update_json(project, "--apply")
+    assert data["applied"] is False and data["refused"].startswith("a rebase is in progress")
+    assert state.read_bytes() == before and (project.root / "manifests/toy.yaml").read_bytes() == manifest
+    assert zmr("rebase", "toy", "--abort", cwd=project.root).returncode == 0
+
+
+def test_update_needs_a_track_or_to(project, upstream):
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
+    result = zmr("update", "toy", cwd=project.root)
+    assert result.returncode == 2 and "none of those selected has a `track`" in result.stderr
+    rc, data, _ = update_json(project, "--to", upstream.commits[2])
+    assert data["status"] == "clean" and data["target"] == upstream.commits[2]
+
+
+def test_progress_names_the_component_and_the_replay(project, upstream):
+    from zmr.project import Project
+    from zmr.update import update
+
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    grow(upstream, 20, special={9: ({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")})
+    proj = Project.find(project.root)
+    messages: list[str] = []
+    [found] = update(proj, list(proj.manifests(["toy"])[0].components.values()), progress=messages.append)
+    replays = [m for m in messages if ": replay " in m]
+    assert len(replays) == found.replays and replays[0].startswith("toy/rollout: replay 1 of ~6 (onto ")
+    assert zmr("update", "toy", cwd=project.root, env={"CI": "1"}).stderr == ""  # quiet in CI
+
+
+def test_search_keeps_good_lo_and_bad_hi_in_log2_steps():
+    from zmr.update import Trial, search
+
+    line = [f"c{i}" for i in range(1, 201)]
+    for good_until, holes in ((137, set()), (0, set()), (199, set()), (150, {40, 41})):
+        tried: list[str] = []
+
+        def good(commit: str, good_until=good_until, holes=holes) -> Trial:
+            tried.append(commit)
+            n = int(commit[1:])
+            return Trial(commit, n <= good_until and n not in holes, [], commit)
+
+        lo, good_trial, bad_trial = search(line, good)
+        assert len(tried) <= 1 + math.ceil(math.log2(200))
+        assert bad_trial is not None and bad_trial.commit == line[lo]  # the first-parent successor of the last good one
+        assert lo == 0 or (good_trial is not None and good_trial.commit == line[lo - 1] and good_trial.ok)
+        if not holes:
+            assert lo == good_until
+        else:  # not monotone: still a good commit right before a bad one
+            assert int(bad_trial.commit[1:]) in holes | set(range(good_until + 1, 201))
+    assert search(line, lambda c: Trial(c, True, [], c))[0] == 200
+
+
+def test_a_merge_on_the_first_parent_line(project, upstream):
+    """Side-branch commits are not candidates: the search walks first parents only."""
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    grow(upstream, 3)
+    git("checkout", "-q", "-b", "side", cwd=upstream.path)
+    side = upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 side\n")}, "Side: rework line 10")
+    git("checkout", "-q", "main", cwd=upstream.path)
+    before = grow(upstream, 2, start=10)
+    git("merge", "-q", "--no-ff", "-m", "Merge side", "side", cwd=upstream.path, env={"GIT_AUTHOR_DATE": "@1800000000 +0000", "GIT_COMMITTER_DATE": "@1800000000 +0000"})
+    merge = git("rev-parse", "HEAD", cwd=upstream.path)
+    grow(upstream, 2, start=20)
+    rc, data, _ = update_json(project)
+    assert data["status"] == "partial" and data["target"] == before[-1]
+    assert data["blocked_by"]["commit"] == merge and data["blocked_by"]["commit"] != side
+    assert data["behind"] == 1 + 3 + 2 + 1 + 2

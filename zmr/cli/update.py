@@ -1,0 +1,113 @@
+"""`zmr update`: move every pin as far as its series allows, and say what blocks the rest.
+
+The work is `zmr.update`; it returns one `Update` per component, rendered
+here as a table, as JSON and as the markdown report of `--report FILE`
+(the body of the scheduled job's pull request).
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from zmr.cli.options import Components, Json, Models, find_project
+from zmr.cli.render import Progress, print_json, table, warn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.update import Update
+
+
+def update(
+    models: Models = None,
+    components: Components = None,
+    to: Annotated[str | None, typer.Option("--to", help="Upstream commit id, tag or branch to move towards (default: each component's track).", show_default=False)] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when a component is left behind its track.")] = False,
+    json_out: Json = False,
+) -> None:
+    """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
+    from zmr import update as up
+    from zmr.errors import CheckFailed, ZmrError
+    from zmr.files import atomic_write
+
+    project = find_project()
+    # Without a model: every component that follows an upstream ref (the scheduled CI job).
+    targets = [c for c in project.targets(models, components, not models) if to is not None or c.track is not None]
+    if not targets:
+        raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --to REV"])
+    with Progress() as progress:
+        results = up.update(project, targets, to, apply_moves=apply, progress=progress)
+    if report is not None:
+        atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
+    if json_out:
+        print_json({"components": [r.to_json() for r in results]})
+    else:
+        print_text(results, apply)
+    for r in results:
+        if r.refused:
+            warn(f"{r.component.label}: not moved: {r.refused}")
+    behind = [r for r in results if r.left_behind]
+    if check and behind:
+        raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {', '.join(r.component.label for r in behind)}")
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def _move(r: "Update") -> str:
+    if r.status == "up-to-date":
+        return r.pin[:12]
+    if r.target == r.pin:
+        return f"{r.pin[:12]} (stays)"
+    return f"{r.pin[:12]} -> {r.target[:12]}"
+
+
+def print_text(results: list["Update"], applied: bool) -> None:
+    rows = []
+    for r in results:
+        done = "moved" if r.applied else ("not moved" if r.refused else "")
+        rows.append([r.component.label, r.status, _move(r), f"{r.steps} of {r.behind}", r.replays, *([done] if applied else [])])
+    table(["component", "status", "pin", "moves", "replays", *(["apply"] if applied else [])], rows)
+    for r in results:
+        if r.blocked_by:
+            b = r.blocked_by
+            print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
+        for d in r.dropped:
+            where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
+            print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}]")
+
+
+def report_markdown(results: list["Update"], applied: bool) -> str:
+    """The pull request body: per component the move, the patches dropped, what blocks, the range-diff of changed patches."""
+    from zmr.cli.rebase import dropped_line
+
+    moving = [r for r in results if r.can_move]
+    out = ["# zmr update", ""]
+    out += [f"{len(moving)} of {len(results)} component{'s' if len(results) != 1 else ''} can move" + (" (moved)" if applied and moving else "") + ".", ""]
+    out += ["| component | status | from | to | tip | moves | replays |", "| --- | --- | --- | --- | --- | ---: | ---: |"]
+    for r in results:
+        out.append(f"| {r.component.label} | {r.status} | `{r.pin[:12]}` | `{r.target[:12]}` | `{r.tip[:12]}` ({r.rev}) | {r.steps} of {r.behind} | {r.replays} |")
+    for r in results:
+        c = r.component
+        out += ["", f"## {c.label}: {r.status}", ""]
+        if r.status == "up-to-date":
+            out.append(f"Pinned at `{r.pin}`, the tip of {r.rev}.")
+            continue
+        out.append(f"- upstream: {c.upstream}")
+        if r.target != r.pin:
+            out.append(f"- pin: `{r.pin}` -> `{r.target}` ({r.steps} of {r.behind} first-parent commits towards {r.rev})")
+        else:
+            out.append(f"- pin: `{r.pin}` stays ({r.behind} first-parent commits behind {r.rev})")
+        if applied and r.can_move:
+            out.append("- applied: the pin and the series are updated" if r.applied else f"- not applied: {r.refused}")
+        if r.blocked_by:
+            b = r.blocked_by
+            out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {', '.join(f'`{f}`' for f in b.files)}")
+        out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
+        out += [dropped_line(d) for d in r.dropped] or ["none"]
+        if r.changed:
+            out += ["", f"### Changed ({len(r.changed)})", ""]
+            for name, subject, diff in r.changed:
+                out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
+    return "\n".join(out).replace("\n\n\n", "\n\n").rstrip("\n") + "\n"

@@ -1,0 +1,412 @@
+"""``zmr update``: move every pin as far as its series allows, and say exactly what blocks the rest.
+
+Pipeline, per component with a ``track`` (or ``--to REV``)::
+
+    REV ──Cache.fetch_ref (history)──▶ tip
+    pin..tip, first parent, descendants of the pin only ──▶ c1 .. cN (cN = tip; c0 = the pin)
+    good(c): the series replays onto c as ``zmr rebase`` would finish it without stopping:
+        rebase.replay_onto (in memory: patches upstream dropped by patch id, empty,
+        reverse-apply); from the first patch that does not apply, a 3-way apply of each
+        remaining commit of the series (what the rebase's cherry-picks do) in a throwaway
+        index; a conflict there is the blocking patch
+    good(tip) ──▶ clean;  else binary search on c0..cN
+    --apply: ``rebase.start(target)`` for each component that can move and holds no work
+
+The search keeps the invariant good(c_lo) and not good(c_hi), starting from
+lo = 0 (the series applies to its pin: its commits are built there) and
+hi = N, and halves hi - lo until they are neighbours: about log2(N)
+replays. It returns c_lo, the last good commit found, as the *target*, and
+c_hi, its first-parent successor, as the commit that blocks (with the patch
+that conflicts there and the files in conflict). When good is monotone on
+the line (once a commit breaks the series, every later one does) c_lo is
+the newest commit the series replays onto; when it is not (upstream broke
+the series, then repaired it), c_lo is still a commit onto which the series
+replays and c_hi one onto which it does not, right after it.
+
+Only ``zmr.rebase`` writes anything (with ``--apply``); the rest is read-only
+but for the mirror (fetched history, the series' commits on the pin, kept
+patch ids).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache as memoize
+
+from zmr import checkout, git
+from zmr.cache import Cache, resolve_upstream
+from zmr.errors import ZmrError
+from zmr.manifest import Component
+from zmr.patchfile import CommitMeta, diff_tree_args
+from zmr.project import Project
+from zmr.rebase import (
+    Dropped,
+    Outcome,
+    Stopped,
+    abort,
+    containing_commit,
+    range_diff,
+    replay_onto,
+    resolve_rev,
+    start,
+    upstream_patch_ids,
+)
+from zmr.replay import TempIndex, apply_args, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids
+from zmr.series import Patch, read_series
+
+Progress = Callable[[str], None]
+
+UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
+
+
+class UpdateError(ZmrError):
+    """``zmr update`` cannot look at a component."""
+
+
+@dataclass
+class BlockedBy:
+    """The first commit onto which the series no longer replays, and the patch that conflicts there."""
+
+    commit: str
+    subject: str
+    patch: str
+    patch_subject: str
+    files: list[str]
+
+
+@dataclass
+class Trial:
+    """The series replayed onto *commit* (``good``): *ok*, or the patch at *conflict* does not go in.
+
+    *made*: (commit, patch index) of each commit of the replay, in order; empty
+    when the series' files are unchanged since the pin (nothing to replay).
+    *tip*: the last of them (*commit* when none). *merged*: the patches that
+    went in by a 3-way merge (their change may differ from the old one).
+    """
+
+    commit: str
+    ok: bool
+    dropped: list[Dropped]
+    tip: str
+    made: list[tuple[str, int]] = field(default_factory=list)
+    merged: set[int] = field(default_factory=set)
+    conflict: int | None = None
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Update:
+    """What ``zmr update`` found (and, with ``--apply``, did) for one component.
+
+    *target*: the commit the pin can move to (the pin itself when up to date
+    or blocked); *tip*: the tracked tip; *behind*: first-parent commits from
+    the pin to the tip; *steps*: from the pin to the target; *replays*: the
+    commits the series was replayed onto to find out.
+    """
+
+    component: Component
+    rev: str
+    status: str
+    pin: str
+    target: str
+    tip: str
+    behind: int
+    steps: int = 0
+    replays: int = 0
+    dropped: list[Dropped] = field(default_factory=list)
+    blocked_by: BlockedBy | None = None
+    changed: list[tuple[str, str, str]] = field(default_factory=list)  # (name, subject, range-diff block)
+    applied: bool = False
+    refused: str | None = None  # why --apply left the component alone
+    outcome: Outcome | None = None
+
+    @property
+    def can_move(self) -> bool:
+        return self.status in (CLEAN, PARTIAL)
+
+    @property
+    def left_behind(self) -> bool:
+        """The pin is not at the tip once the command is done (``--check``)."""
+        return self.status != UP_TO_DATE and not (self.applied and self.target == self.tip)
+
+    def to_json(self) -> dict:
+        b = self.blocked_by
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "status": self.status,
+            "pin": self.pin,
+            "target": self.target,
+            "tip": self.tip,
+            "behind": self.behind,
+            "dropped": [asdict(d) for d in self.dropped],
+            "blocked_by": {"commit": b.commit, "patch": b.patch, "files": b.files} if b else None,
+            "rev": self.rev,
+            "steps": self.steps,
+            "replays": self.replays,
+            "applied": self.applied,
+            "refused": self.refused,
+        }
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def first_parent_line(repo: git.Repo, pin: str, tip: str) -> list[str]:
+    """The commits from the pin (excluded) to *tip* along first parents, oldest first, that descend from the pin."""
+    line = repo.rev_list(["--first-parent", "--reverse", tip, "--not", pin])
+    if not line or repo.out(["rev-parse", f"{line[0]}^"]) == pin:
+        return line  # the line starts at the pin: every commit on it descends from it
+    # The pin came in through a merge: first-parent commits older than that merge do not descend from it.
+    descendants = set(repo.rev_list(["--ancestry-path", tip, "--not", pin]))
+    return [c for c in line if c in descendants]
+
+
+def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
+    return older == newer or repo.ok(["merge-base", "--is-ancestor", older, newer])
+
+
+def commit_subject(repo: git.Repo, commit: str | None) -> str:
+    return CommitMeta.for_commit(repo.commit_info(commit)).subject if commit else ""
+
+
+# -- one replay -----------------------------------------------------------------------------------
+
+
+class Series:
+    """The series of one component against its upstream, ready to be replayed onto any commit of pin..tip."""
+
+    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str):
+        self.repo = repo
+        self.pin = component.commit
+        self.patches = list(patches)
+        files = patch_file_sets(repo, self.patches)
+        self.old_chain = build_chain(repo, component, self.pin, self.patches, files)
+        self.chain_files = file_sets(repo, self.old_chain)
+        self.paths = sorted(set().union(*self.chain_files.values())) if self.old_chain else []
+        # Patch ids of upstream commits in pin..tip; one found counts at c only when c contains it.
+        upstream = upstream_patch_ids(repo, self.pin, tip, self.paths, set(self.chain_files.values())) if self.paths else {}
+        pids = chain_patch_ids(repo, self.old_chain) if upstream else {}
+        self.hits_at_tip = [upstream.get(pids.get(c, "")) for c in self.old_chain]
+        self._contains = memoize(lambda older, newer: is_ancestor(repo, older, newer))
+
+    def hits(self, commit: str) -> list[str | None]:
+        return [hit if hit and self._contains(hit, commit) else None for hit in self.hits_at_tip]
+
+    def trial(self, commit: str) -> Trial:
+        """Does the series replay onto *commit* (see the module docstring)?"""
+        hits = self.hits(commit)
+        if not any(hits) and files_unchanged(self.repo, self.pin, commit, self.paths):
+            return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did
+        memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False)
+        index_of = {p.name: i for i, p in enumerate(self.patches)}
+        trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
+        if memory.conflict_at is not None:
+            self._pick_rest(trial, memory.conflict_at, hits)
+        return trial
+
+    def _pick_rest(self, trial: Trial, start: int, hits: Sequence[str | None]) -> None:
+        """What ``zmr rebase`` does from the first patch that does not apply on: cherry-pick each remaining
+        commit (3-way; those upstream has by patch id left out), a result that changes nothing dropped as empty."""
+        repo = self.repo
+        with TempIndex(repo) as index:
+            tree = repo.tree_of(trial.tip)
+            index.read_tree(tree)
+            for j in range(start, len(self.patches)):
+                patch = self.patches[j]
+                if hits[j]:
+                    trial.dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[j], commit_subject(repo, hits[j])))
+                    continue
+                old = self.old_chain[j]
+                diff = repo.run(diff_tree_args(f"{old}^", old)).stdout
+                proc = repo.run([*apply_args(1), "--3way"], input=diff, env=index.env, check=False)
+                if proc.returncode != 0:
+                    unmerged = repo.run(["ls-files", "-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
+                    conflicted = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+                    trial.ok, trial.conflict = False, j
+                    trial.files = conflicted or sorted(self.chain_files[old])
+                    return
+                new_tree = index.write_tree()
+                if new_tree == tree:
+                    trial.dropped.append(Dropped(patch.name, patch.subject, "empty"))
+                    continue
+                meta = CommitMeta.for_patch(patch)
+                trial.tip = repo.commit_tree(new_tree, [trial.tip], meta.message, meta.identity, meta.identity)
+                trial.made.append((trial.tip, j))
+                trial.merged.add(j)
+                tree = new_tree
+        trial.ok, trial.conflict = True, None
+
+    def name_upstream(self, trial: Trial) -> None:
+        """Fill in the upstream commit of each patch dropped as empty or reverse-applying (only for the trial reported)."""
+        by_name = {p.name: (p, c) for p, c in zip(self.patches, self.old_chain)}
+        for d in trial.dropped:
+            if d.upstream is None and d.method in ("empty", "reverse-apply") and d.name in by_name:
+                patch, old = by_name[d.name]
+                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, sorted(self.chain_files[old]))
+                d.upstream_subject = commit_subject(self.repo, d.upstream)
+
+    def changed(self, trial: Trial) -> list[tuple[str, str, str]]:
+        """Patches that went in by a 3-way merge as a different change (patch id), with their ``git range-diff`` block."""
+        merged = [(c, j) for c, j in trial.made if j in trial.merged]
+        if not merged:
+            return []
+        old_ids = chain_patch_ids(self.repo, self.old_chain)
+        new_ids = patch_ids(self.repo, [c for c, _ in merged])
+        differ = [(c, j) for c, j in merged if new_ids.get(c) != old_ids.get(self.old_chain[j])]
+        if not differ:
+            return []
+        blocks = range_diff(self.repo, self.pin, self.old_chain[-1], trial.commit, trial.tip)
+        return [(self.patches[j].name, self.patches[j].subject, blocks.get(c, "")) for c, j in differ]
+
+
+# -- the search -----------------------------------------------------------------------------------
+
+
+def search(line: Sequence[str], good: Callable[[str], Trial]) -> tuple[int, Trial | None, Trial | None]:
+    """Binary search of *line* (oldest first; position 0 is the pin, good by assumption, not in *line*).
+
+    Returns (lo, the trial at lo, the trial at hi): lo is the position of
+    the last good commit found (0: the pin), hi = lo + 1 that of the first
+    bad one (None when the tip is good). Invariant: good(lo), not good(hi).
+    """
+    n = len(line)
+    at_tip = good(line[-1])
+    if at_tip.ok:
+        return n, at_tip, None
+    lo, hi = 0, n
+    good_trial: Trial | None = None
+    bad_trial = at_tip
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        trial = good(line[mid - 1])
+        if trial.ok:
+            lo, good_trial = mid, trial
+        else:
+            hi, bad_trial = mid, trial
+    return lo, good_trial, bad_trial
+
+
+def expected_replays(n: int) -> int:
+    """Replays of ``search`` over *n* commits when the tip is not good: the tip, then at most ceil(log2 n)."""
+    return 1 + math.ceil(math.log2(n)) if n > 1 else 1
+
+
+# -- a component ----------------------------------------------------------------------------------
+
+
+def examine(project: Project, component: Component, to: str | None = None, cache: Cache | None = None, progress: Progress | None = None) -> Update:
+    """How far the pin of *component* can move towards *to* (default: its ``track``); read-only."""
+    rev = to or component.track
+    if not rev:
+        raise UpdateError(
+            f"{component.label}: no upstream revision to update to",
+            details=[f"pass --to REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+        )
+    cache = cache or Cache()
+    url = resolve_upstream(component.upstream, project.root)
+    display = f"{component.label} ({component.upstream})"
+    series = read_series(project.root / component.patches, component.patches)
+    label = component.label
+    if progress:
+        progress(f"{label}: fetching {rev}")
+    cache.ensure(url, [component.commit], display=display)
+    repo, tip = resolve_rev(cache, url, rev, display)
+    pin = component.commit
+    if tip == pin or is_ancestor(repo, tip, pin):
+        return Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
+    line = first_parent_line(repo, pin, tip) if is_ancestor(repo, pin, tip) else []
+    behind = len(line)
+    if not line:
+        line = [tip]  # not a descendant of the pin: nothing in between to move to
+        behind = len(repo.rev_list(["--first-parent", tip, "--not", pin]))
+    if progress:
+        progress(f"{label}: {behind} commits behind {rev}; preparing the series")
+    replays = 0
+    expected = expected_replays(len(line))
+    prepared = Series(repo, component, series.patches, tip)
+
+    def good(commit: str) -> Trial:
+        nonlocal replays
+        replays += 1
+        if progress:
+            progress(f"{label}: replay {replays} of ~{expected} (onto {commit[:12]}, {line.index(commit) + 1} of {len(line)})")
+        return prepared.trial(commit)
+
+    lo, good_trial, bad_trial = search(line, good)
+    result = Update(component, rev, CLEAN, pin, line[lo - 1] if lo else pin, tip, behind, steps=lo, replays=replays)
+    if bad_trial is not None:
+        result.status = PARTIAL if lo else BLOCKED
+        assert bad_trial.conflict is not None
+        patch = series.patches[bad_trial.conflict]
+        files = bad_trial.files
+        if not files:  # the in-memory replay names no file: those of the patch the breaking commit changes, else all of the patch's
+            patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
+            files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
+        result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files)
+    if good_trial is not None:
+        prepared.name_upstream(good_trial)
+        result.dropped = good_trial.dropped
+        result.changed = prepared.changed(good_trial)
+    return result
+
+
+# -- --apply --------------------------------------------------------------------------------------
+
+
+def why_not_touch(project: Project, component: Component) -> str | None:
+    """Why ``--apply`` must leave *component* alone: a rebase in progress, work in its checkout not in the series."""
+    if checkout.rebase_in_progress(project, component):
+        return "a rebase is in progress (zmr rebase --continue or --abort first)"
+    co = checkout.open_checkout(checkout.checkout_path(project, component))
+    if co is None:
+        return None
+    problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]
+    if problems:
+        return f"its checkout {checkout.show_path(project, co.path)} has work not in the series: " + "; ".join(problems)
+    return None
+
+
+def apply(project: Project, found: Update, cache: Cache | None = None, progress: Progress | None = None) -> None:
+    """Move the pin to *found*'s target as ``zmr rebase --onto TARGET`` does (series written, manifest edited in place)."""
+    component = found.component
+    if not found.can_move:
+        return
+    found.refused = why_not_touch(project, component)
+    if found.refused:
+        return
+    try:
+        outcome = start(project, component, found.target, cache=cache, progress=progress)
+    except ZmrError as err:
+        found.refused = err.message  # start refuses before it changes anything
+        return
+    if isinstance(outcome, Stopped):
+        # The 3-way apply said the cherry-picks go through; git cherry-pick did not agree: put everything back.
+        abort(project, component)
+        found.refused = f"zmr rebase stopped on {outcome.name} (conflicts in {', '.join(outcome.files)}); nothing changed"
+        return
+    found.applied, found.outcome = True, outcome
+    found.dropped = outcome.dropped
+    if outcome.changed:
+        found.changed = list(outcome.changed)
+
+
+def update(
+    project: Project,
+    components: Sequence[Component],
+    to: str | None = None,
+    apply_moves: bool = False,
+    cache: Cache | None = None,
+    progress: Progress | None = None,
+) -> list[Update]:
+    """``zmr update``: each component examined, then (*apply_moves*) moved as far as it can go."""
+    cache = cache or Cache()
+    results = []
+    for component in components:
+        found = examine(project, component, to, cache, progress)
+        if apply_moves:
+            apply(project, found, cache, progress)
+        results.append(found)
+    return results
