@@ -117,12 +117,12 @@ def test_a_patch_whose_context_changed_goes_in_by_3_way_merge_and_shows_its_rang
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
     made = grow(upstream, 6, special={2: ({"src/model.py": model_py.replace("line 8\n", "line 8 (v3)\n")}, "Touch line 8")})
     report = tmp_path / "report.md"
-    rc, data, _ = update_json(project, "--report", str(report))
+    _, data, _ = update_json(project, "--report", str(report))
     assert data["status"] == "clean" and data["target"] == made[-1] and data["dropped"] == []
     body = report.read_text()
     assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul" in body
     assert "line 8 (v3)" in body  # the range-diff block shows the new context
-    rc, applied, _ = update_json(project, "--apply")
+    _, applied, _ = update_json(project, "--apply")
     assert applied["applied"] is True
     assert "line 8 (v3)" in (project.root / "patches/toy/rollout/0001-fixed-split.patch").read_text()
     assert zmr("build", "toy", cwd=project.root).returncode == 0
@@ -142,7 +142,7 @@ def test_apply_leaves_alone_a_component_with_unexported_work_or_a_rebase_in_prog
     (co / "NOTES").write_text("work in progress\n")
     git("add", "NOTES", cwd=co)
     git("commit", "-q", "-m", "Not exported yet", cwd=co)
-    rc, data, stderr = update_json(project, "--apply")
+    _, data, stderr = update_json(project, "--apply")
     assert data["status"] == "partial" and data["target"] == made[3] and data["applied"] is False
     assert "has work not in the series" in data["refused"] and "commits not exported" in data["refused"]
     assert "zmr: warning: toy/rollout: not moved:" in stderr
@@ -154,7 +154,7 @@ def test_apply_leaves_alone_a_component_with_unexported_work_or_a_rebase_in_prog
     assert stopped.returncode == 1, stopped.stderr
     state = project.root / ".zmr/rebase/toy-rollout/state.json"
     before = state.read_bytes()
-    rc, data, _ = update_json(project, "--apply")
+    _, data, _ = update_json(project, "--apply")
     assert data["applied"] is False and data["refused"].startswith("a rebase is in progress")
     assert state.read_bytes() == before and (project.root / "manifests/toy.yaml").read_bytes() == manifest
     assert zmr("rebase", "toy", "--abort", cwd=project.root).returncode == 0
@@ -166,7 +166,7 @@ def test_update_needs_a_track_or_to(project, upstream):
     manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
     result = zmr("update", "toy", cwd=project.root)
     assert result.returncode == 2 and "none of those selected has a `track`" in result.stderr
-    rc, data, _ = update_json(project, "--to", upstream.commits[2])
+    _, data, _ = update_json(project, "--to", upstream.commits[2])
     assert data["status"] == "clean" and data["target"] == upstream.commits[2]
 
 
@@ -192,7 +192,7 @@ def test_search_keeps_good_lo_and_bad_hi_in_log2_steps():
     for good_until, holes in ((137, set()), (0, set()), (199, set()), (150, {40, 41})):
         tried: list[str] = []
 
-        def good(commit: str, good_until=good_until, holes=holes) -> Trial:
+        def good(commit: str, good_until=good_until, holes=holes, tried=tried) -> Trial:
             tried.append(commit)
             n = int(commit[1:])
             return Trial(commit, n <= good_until and n not in holes, [], commit)
@@ -220,7 +220,7 @@ def test_a_merge_on_the_first_parent_line(project, upstream):
     git("merge", "-q", "--no-ff", "-m", "Merge side", "side", cwd=upstream.path, env={"GIT_AUTHOR_DATE": "@1800000000 +0000", "GIT_COMMITTER_DATE": "@1800000000 +0000"})
     merge = git("rev-parse", "HEAD", cwd=upstream.path)
     grow(upstream, 2, start=20)
-    rc, data, _ = update_json(project)
+    _, data, _ = update_json(project)
     assert data["status"] == "partial" and data["target"] == before[-1]
     assert data["blocked_by"]["commit"] == merge and data["blocked_by"]["commit"] != side
     assert data["behind"] == 1 + 3 + 2 + 1 + 2
