@@ -164,9 +164,9 @@ def test_workflow_structure():
     assert wf["on"]["push"]["branches"] == ["main"]
     assert wf["permissions"] == {"contents": "read"}
     jobs = wf["jobs"]
-    # Write access only where publishing happens, and only for pushes to main.
+    # Write access only where publishing happens, and only for pushes to main; and for the scheduled update's pull request.
     writers = [name for name, job in jobs.items() if job.get("permissions", {}).get("contents") == "write"]
-    assert writers == ["publish"]
+    assert writers == ["publish", "update"]
     assert jobs["publish"]["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
     assert set(jobs["publish"]["needs"]) == {"validate", "branches", "docs"}
     assert "zmr publish --remote origin" in _runs(jobs["publish"])
@@ -189,6 +189,21 @@ def test_workflow_structure():
     assert "zmr upstreamed --all --json > upstreamed.json" in _runs(upstreamed)
     assert "sys.exit(1 if landed else 0)" in _runs(upstreamed)
     assert wf["on"]["schedule"][0]["cron"]
+
+
+def test_workflow_update_job_opens_one_pull_request():
+    wf = _workflow()
+    jobs = wf["jobs"]
+    job = jobs["update"]
+    assert job["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert [name for name, j in jobs.items() if "pull-requests" in j.get("permissions", {})] == ["update"]
+    runs = _runs(job)
+    assert 'zmr update --apply --report "$RUNNER_TEMP/update.md"' in runs
+    assert job["env"]["BRANCH"] == "zmr/update"
+    # One pull request from one branch: edited when open, created otherwise.
+    assert 'gh pr list --head "$BRANCH"' in runs and "gh pr edit" in runs and "gh pr create" in runs
+    assert 'git push -q --force origin "HEAD:refs/heads/$BRANCH"' in runs and "gh auth setup-git" in runs
 
 
 def test_workflow_hygiene():
