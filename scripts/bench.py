@@ -285,7 +285,7 @@ done
 """
 
 
-SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase")
+SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase", "update")
 
 
 def compile_bytecode() -> str:
@@ -580,6 +580,89 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
             m[key] = {k: v.as_json() for k, v in series.items()}
             results["ratios"][f"{key}_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
             results["ratios"][f"{key}_git_over_zmr_first"] = round(series["git"].median / series["zmr-first"].median, 2)
+    if "update" in args.only and " update " in helptext and up.onto != up.pin:
+        _update(args, zmr, work, up, template, fresh_project, zenv, results)
+
+
+# Today's way to find how far a series can go: git rebase onto each first-parent commit, newest first, until one goes through.
+REBASE_LOOP = r"""
+set -e
+pin=$1; tip=$2
+tries=0
+for c in $(git rev-list --first-parent "$tip" --not "$pin"); do
+  tries=$((tries + 1))
+  git checkout -q -B try work
+  if git rebase -q --onto "$c" "$pin" try >/dev/null 2>&1; then
+    echo "$c $tries"; exit 0
+  fi
+  git rebase --abort
+done
+echo "$pin $tries"
+"""
+
+
+def _update(args, zmr, work: Path, up: Upstream, template: Path, fresh_project, zenv: dict, results: dict) -> None:
+    """zmr update (bisection) against a loop of git rebase attempts, newest first, on a history with a planted conflict."""
+    source, line, target = make_conflicting_upstream(work, up)
+    tip = line[-1]
+    probe = fresh_project("up-warm", source)
+    # Untimed: the mirror fetches the new history (the git side has it from its clone) and builds the series' commits on the pin.
+    warm = subprocess.run([*zmr, "update", "bench", "-c", "c0", "--to", tip, "--json"], cwd=probe, env=env(zenv), check=True, capture_output=True, text=True)
+    found = json.loads(warm.stdout)["components"][0]
+    assert found["status"] == "partial" and found["target"] == target, found
+    tree_dir = work / "up-git"
+    shutil.rmtree(tree_dir, ignore_errors=True)
+    git("clone", "-q", str(source), str(tree_dir))
+    git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
+    git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
+    loop = subprocess.run(["bash", "-c", REBASE_LOOP, "loop", up.pin, tip], cwd=tree_dir, env=env(), check=True, capture_output=True, text=True)
+    loop_target, tries = loop.stdout.split()
+    assert loop_target == target, (loop_target, target)
+    series = {"zmr": Series("zmr update (bisection, in memory)"), "git": Series("git rebase onto each first-parent commit, newest first, until one succeeds")}
+    for rep in range(args.reps):
+        series["zmr"].samples.append(measure_mem([*zmr, "update", "bench", "-c", "c0", "--to", tip], probe, zenv))
+        series["git"].samples.append(measure_mem(["bash", "-c", REBASE_LOOP, "loop", up.pin, tip], tree_dir))
+        print(f"update rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
+    m = results["measurements"]
+    m["update"] = {k: v.as_json() for k, v in series.items()}
+    m["update"]["zmr"]["replays"] = found["replays"]
+    m["update"]["git"]["rebases"] = int(tries)
+    results["params"]["update_range"] = len(line)
+    results["ratios"]["update_git_over_zmr"] = round(series["git"].median / series["zmr"].median, 2)
+
+
+def make_conflicting_upstream(work: Path, up: Upstream) -> tuple[Path, list[str], str]:
+    """A bare clone of the upstream whose first-parent line pin..onto is rewritten with a conflict planted past its middle.
+
+    Every commit keeps its tree, but from the planted one on the first patched
+    file has the two lines around the first patch's insertion point changed
+    (a conflict for git apply and for a 3-way merge alike). Returns the
+    clone, the new line (oldest first) and the last commit before the conflict.
+    """
+    path = work / "upstream-conflict"
+    shutil.rmtree(path, ignore_errors=True)
+    git("clone", "-q", "--bare", "--shared", str(up.path), str(path))
+    old_line = git("rev-list", "--first-parent", "--reverse", up.onto, "--not", up.pin, cwd=path).split()
+    planted = len(old_line) // 2 + 1
+    name = up.patched_files[0]
+    lines = up.contents[name].splitlines(keepends=True)
+    lines[19:21] = ["    # upstream reworked this\n", "    # and this\n"]
+    blob = git("hash-object", "-w", "--stdin", cwd=path, input="".join(lines).encode())
+    mode = git("ls-tree", up.pin, "--", name, cwd=path).split()[0]
+    index = {"GIT_INDEX_FILE": str(work / "conflict.index")}
+    parent, line = up.pin, []
+    for k, commit in enumerate(old_line):
+        tree = git("rev-parse", f"{commit}^{{tree}}", cwd=path)
+        if k >= planted:
+            git("read-tree", tree, cwd=path, extra_env=index)
+            git("update-index", "--cacheinfo", f"{mode},{blob},{name}", cwd=path, extra_env=index)
+            tree = git("write-tree", cwd=path, extra_env=index)
+        message = "Rework the lines of the first patch" if k == planted else f"upstream change {k} (rewritten)"
+        parent = git("commit-tree", tree, "-p", parent, "-m", message, cwd=path)
+        line.append(parent)
+    git("update-ref", "refs/heads/main", parent, cwd=path)
+    (work / "conflict.index").unlink(missing_ok=True)
+    return path, line, line[planted - 1]
 
 
 def forget_chains(mirror: Path) -> None:
@@ -627,6 +710,7 @@ def render_markdown(results: dict) -> str:
     for key, variants in results["measurements"].items():
         for name, data in variants.items():
             extra = f" ({data['bytes'] / 1e6:.1f} MB)" if "bytes" in data else ""
+            extra += "".join(f" ({data[k]} {k})" for k in ("replays", "rebases") if k in data)
             lines.append(f"| {key} | {name}{extra} | {data['median_s']:.3f} | {data['spread_s']:.3f} | {data['peak_mb']:.0f} |")
     lines += ["", "| ratio | value |", "| --- | ---: |"]
     for key, value in results["ratios"].items():
@@ -650,6 +734,12 @@ NOTES = [
     " holding the series' commits on the old pin (as after `zmr checkout` or `zmr upstreamed`); `zmr-first` without them."
     " An untimed `zmr upstreamed` before each `zmr` run fetches the new upstream commit into the mirror (the git side has it from"
     " its clone) and makes those commits; `zmr-first` runs have the commit but not the series' commits.",
+    (
+        "- `update`: the series against a rewrite of the upstream's first-parent line from the pin on, with a commit past its middle"
+        " that conflicts with the first patch. `zmr` is `zmr update --to TIP` (the tip, then a bisection: `replays`); `git` is a shell"
+        " loop of `git rebase --onto C` for each first-parent commit C, newest first, until one goes through (`rebases`). Both find"
+        " the same commit; the mirror and the git clone hold the history before timing."
+    ),
     "- zmr's bytecode is compiled before timing, as a wheel install does.",
 ]
 
