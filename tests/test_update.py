@@ -224,3 +224,19 @@ def test_a_merge_on_the_first_parent_line(project, upstream):
     assert data["status"] == "partial" and data["target"] == before[-1]
     assert data["blocked_by"]["commit"] == merge and data["blocked_by"]["commit"] != side
     assert data["behind"] == 1 + 3 + 2 + 1 + 2
+
+
+def test_first_parent_line_keeps_only_descendants_of_a_pin_merged_from_a_side_branch(upstream):
+    from zmr import git as zgit
+    from zmr.update import first_parent_line
+
+    fork = upstream.commits[0]
+    git("checkout", "-q", "-b", "side", fork, cwd=upstream.path)
+    pin = upstream.commit({"docs/side.md": "side\n"}, "Side work")
+    git("checkout", "-q", "main", cwd=upstream.path)
+    git("merge", "-q", "--no-ff", "-m", "Merge side", "side", cwd=upstream.path)
+    merge = git("rev-parse", "HEAD", cwd=upstream.path)
+    after = upstream.commit({"docs/after.md": "after\n"}, "After the merge")
+    repo = zgit.Repo(upstream.path / ".git")
+    assert first_parent_line(repo, pin, after) == [merge, after]  # not upstream's commits 2 and 3: they lack the pin
+    assert first_parent_line(repo, upstream.commits[1], after) == [upstream.commits[2], merge, after]
