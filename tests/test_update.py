@@ -166,6 +166,8 @@ def test_update_needs_a_track_or_to(project, upstream):
     manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
     result = zmr("update", "toy", cwd=project.root)
     assert result.returncode == 2 and "none of those selected has a `track`" in result.stderr
+    everything = zmr("update", "--apply", "--check", cwd=project.root)  # the scheduled job: nothing follows upstream, nothing to do
+    assert everything.returncode == 0 and everything.stdout == "no component has a `track`: nothing to update\n"
     _, data, _ = update_json(project, "--to", upstream.commits[2])
     assert data["status"] == "clean" and data["target"] == upstream.commits[2]
 

@@ -35,6 +35,9 @@ def update(
     # Without a model: every component that follows an upstream ref (the scheduled CI job).
     targets = [c for c in project.targets(models, components, not models) if to is not None or c.track is not None]
     if not targets:
+        if not models and not components:
+            print("no component has a `track`: nothing to update")  # the scheduled job of a repository that follows nothing
+            return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --to REV"])
     with Progress() as progress:
         results = up.update(project, targets, to, apply_moves=apply, progress=progress)
