@@ -62,7 +62,8 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
     body = report.read_text()
     assert "## toy/rollout: partial" in body
     assert f"- pin: `{pin}` -> `{made[20]}` ({data['steps']} of 41 first-parent commits towards main)" in body
-    assert f"- blocked by upstream commit `{breaking}` (Rework line 10): patch `0001-fixed-split.patch` (Use a fixed split size in matmul) conflicts in `src/model.py`" in body
+    blocked = f"- blocked by upstream commit `{breaking}` (Rework line 10): patch `0001-fixed-split.patch` (Use a fixed split size in matmul)"
+    assert blocked + " conflicts in `src/model.py`" in body
     # --apply moves the pin there; the release branch's snapshot is the target's tree, and verify agrees.
     manifest = (project.root / "manifests/toy.yaml").read_text()
     rc, applied, _ = update_json(project, "--apply")
@@ -219,7 +220,8 @@ def test_a_merge_on_the_first_parent_line(project, upstream):
     side = upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 side\n")}, "Side: rework line 10")
     git("checkout", "-q", "main", cwd=upstream.path)
     before = grow(upstream, 2, start=10)
-    git("merge", "-q", "--no-ff", "-m", "Merge side", "side", cwd=upstream.path, env={"GIT_AUTHOR_DATE": "@1800000000 +0000", "GIT_COMMITTER_DATE": "@1800000000 +0000"})
+    stamp = "@1800000000 +0000"
+    git("merge", "-q", "--no-ff", "-m", "Merge side", "side", cwd=upstream.path, env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp})
     merge = git("rev-parse", "HEAD", cwd=upstream.path)
     grow(upstream, 2, start=20)
     _, data, _ = update_json(project)

@@ -20,7 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def update(
     models: Models = None,
     components: Components = None,
-    to: Annotated[str | None, typer.Option("--to", help="Upstream commit id, tag or branch to move towards (default: each component's track).", show_default=False)] = None,
+    to: Annotated[
+        str | None, typer.Option("--to", help="Upstream commit id, tag or branch to move towards (default: each component's track).", show_default=False)
+    ] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a component is left behind its track.")] = False,
@@ -52,7 +54,8 @@ def update(
             warn(f"{r.component.label}: not moved: {r.refused}")
     behind = [r for r in results if r.left_behind]
     if check and behind:
-        raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {', '.join(r.component.label for r in behind)}")
+        names = ", ".join(r.component.label for r in behind)
+        raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {names}")
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -90,7 +93,8 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
     out += [f"{len(moving)} of {len(results)} component{'s' if len(results) != 1 else ''} can move" + (" (moved)" if applied and moving else "") + ".", ""]
     out += ["| component | status | from | to | tip | moves | replays |", "| --- | --- | --- | --- | --- | ---: | ---: |"]
     for r in results:
-        out.append(f"| {r.component.label} | {r.status} | `{r.pin[:12]}` | `{r.target[:12]}` | `{r.tip[:12]}` ({r.rev}) | {r.steps} of {r.behind} | {r.replays} |")
+        moves = f"{r.steps} of {r.behind}"
+        out.append(f"| {r.component.label} | {r.status} | `{r.pin[:12]}` | `{r.target[:12]}` | `{r.tip[:12]}` ({r.rev}) | {moves} | {r.replays} |")
     for r in results:
         c = r.component
         out += ["", f"## {c.label}: {r.status}", ""]
@@ -106,7 +110,8 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             out.append("- applied: the pin and the series are updated" if r.applied else f"- not applied: {r.refused}")
         if r.blocked_by:
             b = r.blocked_by
-            out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {', '.join(f'`{f}`' for f in b.files)}")
+            files = ", ".join(f"`{f}`" for f in b.files)
+            out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
         if r.changed:
