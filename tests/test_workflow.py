@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_project, simple_model, zmr
 
 QUILT = (
@@ -92,7 +91,7 @@ def test_checkout_is_a_plain_repository_with_one_commit_per_patch(proj, upstream
 
 
 def test_checkout_refuses_dirty_or_unexported_work_and_force_keeps_a_backup(proj, upstream):
-    _, folder, co = three_patch_model(proj, upstream)
+    _, _folder, co = three_patch_model(proj, upstream)
     (co / "README.md").write_text("edited\n")
     dirty = zmr("checkout", "toy", cwd=proj.root)
     assert dirty.returncode == 2
@@ -147,7 +146,7 @@ HOSTILE_GITCONFIG = """\
 
 
 def test_export_bytes_ignore_user_and_checkout_config(proj, upstream, tmp_path):
-    pin, folder, co = three_patch_model(proj, upstream)
+    _pin, folder, co = three_patch_model(proj, upstream)
     model_py = (co / "src/model.py").read_text()
     (co / "src/model.py").write_text(model_py.replace("line 30\n", "line 30\n\nline 30b\n"))
     (co / "src/kernels/blank.py").write_text("a = 1\n\nb = 2\n")
@@ -196,7 +195,7 @@ def test_export_bytes_ignore_user_and_checkout_config(proj, upstream, tmp_path):
 
 def test_export_reflects_added_removed_reordered_and_reworded_commits(proj, upstream):
     _, folder, co = three_patch_model(proj, upstream)
-    split, contiguous, guide = git("rev-list", "--reverse", "zmr/base..HEAD", cwd=co).split()
+    split, _contiguous, guide = git("rev-list", "--reverse", "zmr/base..HEAD", cwd=co).split()
     before = files(folder)
     # Reorder (guide first), reword (split), drop (contiguous), add a new one.
     git("reset", "-q", "--hard", "zmr/base", cwd=co)
@@ -460,3 +459,41 @@ def test_a_colleagues_branch_fetched_from_elsewhere_is_not_taken_for_upstream(pr
     result = zmr("export", "toy", cwd=proj.root)
     assert result.returncode == 0, result.stderr
     assert "added     0004-colleague-s-change.patch" in result.stdout
+def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphans(tmp_path, upstream):
+    """What an export killed mid-write leaves (new files not yet in series, a staging folder, its journal) is finished, not worked around."""
+    import json
+
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    simple_model(project, upstream)
+    project.commit_all("ignore work")
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    work = project.root / "work/toy/rollout"
+    (work / "src/notes.md").write_text("notes\n")
+    git("add", "src/notes.md", cwd=work)
+    git("commit", "-q", "-m", "Add notes", cwd=work)
+    series = project.root / "patches/toy/rollout"
+    assert zmr("export", "toy", cwd=project.root).returncode == 0
+    after = {p.name: p.read_bytes() for p in series.iterdir()}
+    assert "0003-add-notes.patch" in after
+    git("checkout", "-q", "--", "patches", cwd=project.root)
+    git("clean", "-qfd", "--", "patches", cwd=project.root)
+    # The state of an export killed after two writes: the new patch whole, a file it wrote for a commit since dropped, series still old.
+    (series / "0003-add-notes.patch").write_bytes(after["0003-add-notes.patch"])
+    (series / "0004-dropped-since.patch").write_bytes(b"From: x\n")
+    journal = project.root / ".zmr/pending-removals/toy-rollout.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text(json.dumps(["0001-fixed-split.patch", "0002-contiguous.patch", "0003-add-notes.patch", "0004-dropped-since.patch"]))
+    (journal.parent / "toy-rollout.staging").mkdir()
+    (journal.parent / "toy-rollout.staging" / "tmpabc").write_bytes(b"half")
+    result = zmr("export", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert {p.name: p.read_bytes() for p in series.iterdir()} == after  # not 0003-add-notes-2.patch, no orphan
+    assert not list(journal.parent.iterdir())
+    # A file nobody journaled is someone else's: kept, and the new patch takes another name.
+    git("checkout", "-q", "--", "patches", cwd=project.root)
+    git("clean", "-qfd", "--", "patches", cwd=project.root)
+    (series / "0003-add-notes.patch").write_bytes(b"mine\n")
+    assert zmr("export", "toy", cwd=project.root).returncode == 0
+    assert (series / "0003-add-notes.patch").read_bytes() == b"mine\n"
+    assert (series / "0003-add-notes-2.patch").read_bytes() == after["0003-add-notes.patch"]

@@ -708,7 +708,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     journal = project.pending_removals(component)
     plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, journal)
     if not dry_run:
-        if plan.changed or plan.pending:
+        if plan.needs_writing:
             write_plan(plan, journal)
         mark_exported(co, head, "zmr export")
     return ExportResult(component, co.path, plan)

@@ -22,22 +22,34 @@ Invariants (byte-stable; docs/reference.md §3.4):
   patches are named ``NNNN-<subject-slug>.patch`` by position;
 - files are removed only when they were listed in the series; ``series``
   keeps its comments, blank lines and options where the entries survive;
-- every file is written to a temporary file and renamed; patch files first,
-  then ``series``, then removals (recorded first in the journal,
-  ``Project.pending_removals``, so an interrupted export finishes them next time).
+- writes are journaled, so an interrupted export (Ctrl-C, SIGKILL, a full
+  disk) converges: the next export reaches exactly the bytes of an
+  uninterrupted one. Before the first write, the journal
+  (``Project.pending_removals``, a JSON list of names) records every name the
+  export owns: the new series' names, the files it removes, leftovers of an
+  earlier interrupted export. A file the journal names is never "taken" by
+  someone else (so no ``…-2.patch``) and is removed when the new series does
+  not list it. Each file is written in a staging folder next to the journal,
+  flushed, and renamed into the series folder (so no temporary file is ever
+  left among the patches); patch files first, then ``series``, then removals;
+  the journal goes last.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zmr import git
 from zmr.errors import ZmrError
-from zmr.files import atomic_write
+from zmr.files import atomic_write, current_umask
 from zmr.patchfile import (
     CommitMeta,
     commit_diffs,
@@ -77,7 +89,8 @@ class ExportPlan:
 
     Invariant: *patches* is the new series in order, one per commit;
     *removed* names only files the old series listed and the new one does
-    not; *pending* only files an interrupted export meant to remove.
+    not; *pending* only files an interrupted export wrote or meant to remove
+    that the new series does not list; *interrupted* says a journal was found.
     """
 
     folder: Path
@@ -86,10 +99,16 @@ class ExportPlan:
     removed: list[str] = field(default_factory=list)
     series_text: bytes | None = None  # None keeps the series file as it is
     pending: list[str] = field(default_factory=list)  # leftovers of an interrupted export
+    interrupted: bool = False
 
     @property
     def changed(self) -> bool:
         return bool(self.writes or self.removed or self.series_text is not None)
+
+    @property
+    def needs_writing(self) -> bool:
+        """``write_plan`` has something to do: a change, or an interrupted export to finish."""
+        return self.changed or bool(self.pending) or self.interrupted
 
     @property
     def writes(self) -> list[PlannedPatch]:
@@ -211,6 +230,9 @@ def plan_export(
                     break
 
     old_names = {p.name for p in old}
+    owned = read_journal(journal)
+    plan.interrupted = owned is not None
+    owned = owned or set()
     kept_names = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
     taken = set(kept_names)
     diffs = commit_diffs(repo, [c for c, match in zip(commits, assigned) if match is None or match[1] != "unchanged"])
@@ -223,7 +245,7 @@ def plan_export(
                 item.data = format_mail(meta, diffs[commit])
                 item.strip = 1
         else:
-            name = _free_name(_next_number(i, plan.patches), meta.subject, folder, taken, old_names)
+            name = _free_name(_next_number(i, plan.patches), meta.subject, folder, taken, old_names | owned)
             status = "reworded" if match is not None else "added"
             item = PlannedPatch(name, 1, status, commit, meta.subject, old_name=match[0].name if match else None, data=format_mail(meta, diffs[commit]))
         taken.add(item.name)
@@ -234,12 +256,7 @@ def plan_export(
         plan.patches.append(item)
     new_names = [p.name for p in plan.patches]
     plan.removed = sorted(old_names - set(new_names))
-    if journal is not None and journal.is_file():
-        try:
-            leftovers = json.loads(journal.read_text())
-        except ValueError:
-            leftovers = []
-        plan.pending = [n for n in leftovers if isinstance(n, str) and n not in new_names and n not in old_names and (folder / n).is_file()]
+    plan.pending = sorted(n for n in owned if n not in new_names and n not in old_names and (folder / n).is_file())
     entries, _ = parse_series_file(old_text.decode("utf-8"), display) if old_text is not None else ([], [])
     new_entries = [(p.name, p.strip, p.old_name if p.status != "added" else None) for p in plan.patches]
     if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
@@ -274,10 +291,27 @@ def _next_number(index: int, before: Sequence[PlannedPatch]) -> int:
     return max(index + 1, int(match.group(1)) + 1 if match else 0)
 
 
-def _free_name(position: int, subject: str, folder: Path, taken: set[str], old_names: set[str]) -> str:
+def read_journal(journal: Path | None) -> set[str] | None:
+    """The names an interrupted export owned (wrote or meant to remove); None without a journal."""
+    if journal is None or not journal.is_file():
+        return None
+    try:
+        names = json.loads(journal.read_bytes())
+    except ValueError:
+        return set()  # a journal is renamed into place whole; anything else is not ours to trust
+    return {n for n in names if _safe_name(n)} if isinstance(names, list) else set()
+
+
+def _safe_name(name: object) -> bool:
+    """A relative path inside the series folder (the journal lives outside the repository's history, but stay careful)."""
+    return isinstance(name, str) and bool(name) and not name.startswith("/") and ".." not in name.split("/") and "\0" not in name
+
+
+def _free_name(position: int, subject: str, folder: Path, taken: set[str], ours: set[str]) -> str:
+    """``NNNN-<slug>.patch``, or ``…-N.patch`` when another patch or a file that is not *ours* has that name."""
     base = patch_name(position, subject)
     candidate, n = base, 1
-    while candidate in taken or ((folder / candidate).exists() and candidate not in old_names):
+    while candidate in taken or ((folder / candidate).exists() and candidate not in ours):
         n += 1
         candidate = base.removesuffix(".patch") + f"-{n}.patch"
     return candidate
@@ -366,21 +400,72 @@ def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple
 
 
 def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
-    """Write patch files, then ``series``, then remove stale files; each write atomic."""
+    """Write patch files, then ``series``, then remove stale files; journaled so that a rerun converges.
+
+    Without a *journal* (a library caller that wants no state), each file is
+    written with ``atomic_write`` and an interruption may leave stray files.
+    """
+    removals = sorted(set(plan.removed + plan.pending))
+    staging = None
+    if journal is not None:
+        owned = sorted({p.name for p in plan.patches} | set(removals))
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        staging = staging_dir(journal)
+        _remove_leftovers(journal, staging)
+        atomic_write(journal, json.dumps(owned).encode())
+        staging.mkdir()
     for item in plan.writes:
-        atomic_write(plan.folder / item.name, item.data or b"")
-    removals = plan.removed + plan.pending
-    if removals and journal is not None:
-        atomic_write(journal, json.dumps(sorted(set(removals))).encode())
+        _write(plan.folder / item.name, item.data or b"", staging)
     if plan.series_text is not None:
-        atomic_write(plan.folder / "series", plan.series_text)
+        _write(plan.folder / "series", plan.series_text, staging)
     for name in removals:
         path = plan.folder / name
         if path.is_file():
             path.unlink()
         _prune_empty_dirs(path.parent, plan.folder)
-    if journal is not None and journal.exists():
+    if journal is not None and staging is not None:
+        shutil.rmtree(staging, ignore_errors=True)
         journal.unlink()
+
+
+def staging_dir(journal: Path) -> Path:
+    """Where ``write_plan`` stages files before renaming them into the series folder: next to the journal."""
+    return journal.with_name(journal.stem + ".staging")
+
+
+def _remove_leftovers(journal: Path, staging: Path) -> None:
+    """What an interrupted ``write_plan`` left in the journal's folder (a staging folder, a temporary journal)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    for tmp in journal.parent.glob(f".{journal.name}.*.zmr-tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def _write(path: Path, data: bytes, staging: Path | None) -> None:
+    """Write *path* whole: staged and flushed outside the series folder, then renamed into place."""
+    if staging is None:
+        atomic_write(path, data)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~current_umask()
+    fd, tmp = tempfile.mkstemp(dir=staging)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as err:
+        os.unlink(tmp)
+        if err.errno != errno.EXDEV:
+            raise
+        atomic_write(path, data)  # the state folder is on another file system than the series
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _prune_empty_dirs(folder: Path, root: Path) -> None:

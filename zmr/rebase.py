@@ -49,7 +49,7 @@ from zmr import checkout, git
 from zmr.cache import Cache, resolve_upstream
 from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
-from zmr.export import ExportPlan, list_commits, plan_export, write_plan
+from zmr.export import ExportPlan, list_commits, plan_export, staging_dir, write_plan
 from zmr.files import atomic_write
 from zmr.manifest import Component, parse_manifest
 from zmr.patchfile import CommitMeta
@@ -919,6 +919,7 @@ def abort(project: Project, component: Component) -> None:
     journal = project.pending_removals(component)
     if journal.exists() and not saved.journal_existed:
         journal.unlink()
+    shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
     manifest = _manifest_path(project, component)
     original = (folder / "manifest.orig").read_bytes()
     if manifest.read_bytes() != original:
@@ -968,7 +969,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     header = _header_with_pin(plan.series_text if plan.series_text is not None else _series_bytes(folder), old, new)
     if header is not None:
         plan.series_text = header
-    if plan.changed or plan.pending:
+    if plan.needs_writing:
         write_plan(plan, journal)
     fresh = _reload(project, component)
     set_pin(project, fresh, old, new)
