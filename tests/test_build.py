@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from conftest import git, make_patch, make_project, make_upstream, simple_model, zmr
+import pytest
+from conftest import git, make_patch, make_project, simple_model, zmr
 
 
 def test_build_then_verify_round_trip(project, upstream):
@@ -245,3 +246,17 @@ def test_a_series_folder_that_does_not_exist_is_an_error_not_an_empty_series(pro
     build = zmr("build", "toy", cwd=project.root)
     assert build.returncode == 0, build.stderr
     assert git("rev-parse", "engine/toy~1^{tree}", cwd=project.root) == git("rev-parse", f"{pin}^{{tree}}", cwd=upstream.path)
+def test_a_ref_update_that_finds_its_result_already_there_succeeds(project, upstream):
+    """update_refs is idempotent: refs already at their new values are done; a ref found elsewhere fails the whole update."""
+    from zmr import git as zgit
+
+    repo = zgit.Repo(project.root / ".git")
+    a, b, c = upstream.commits
+    git("fetch", "-q", str(upstream.path), "main", cwd=project.root)
+    git("update-ref", "refs/heads/x", b, cwd=project.root)  # another process got there first
+    repo.update_refs([zgit.RefUpdate("refs/heads/x", b, None), zgit.RefUpdate("refs/heads/y", c, None)], "test")
+    assert (project.ref("refs/heads/x"), project.ref("refs/heads/y")) == (b, c)
+    git("update-ref", "refs/heads/x", a, cwd=project.root)  # moved elsewhere: a real conflict
+    with pytest.raises(zgit.GitError):
+        repo.update_refs([zgit.RefUpdate("refs/heads/x", c, b), zgit.RefUpdate("refs/heads/z", c, None)], "test")
+    assert (project.ref("refs/heads/x"), project.ref("refs/heads/z")) == (a, None)  # nothing moved

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT, git, simple_model, zmr
+from conftest import git, simple_model, zmr
+
 from zmr.cache import Cache, resolve_upstream
 
 
@@ -27,7 +28,7 @@ def test_fetch_takes_only_the_pin_and_reuses_the_mirror(project, upstream):
     mirror = _mirror(upstream)
     # Depth 1: the pin is there, its parent is not.
     assert git("cat-file", "-t", pin, cwd=mirror) == "commit"
-    assert subprocess.run(["git", "cat-file", "-e", upstream.commits[0]], cwd=mirror).returncode != 0
+    assert subprocess.run(["git", "cat-file", "-e", upstream.commits[0]], check=False, cwd=mirror).returncode != 0
     packs = _packs(mirror)
     assert zmr("fetch", cwd=project.root).returncode == 0
     assert zmr("build", "toy", cwd=project.root).returncode == 0
@@ -130,3 +131,25 @@ def test_a_lock_held_by_a_killed_process_never_blocks(project, upstream):
     out, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 0, err
     assert "fetched toy/rollout" in out
+
+
+def test_four_concurrent_builds_on_one_project_and_cache_all_succeed(project, upstream, tmp_path):
+    """Concurrent builds compute the same branches: a ref another build already moved to exactly our result is success."""
+    simple_model(project, upstream)
+    simple_model(project, upstream, model="second")
+    cache = tmp_path / "shared-cache"
+    env = {**os.environ, "ZMR_CACHE": str(cache)}
+    expected: dict[str, str] | None = None
+    for round_ in range(3):  # a cold cache, then warm ones with the branches deleted or already there
+        if round_ == 1:
+            for ref in expected or {}:
+                git("update-ref", "-d", ref, cwd=project.root)
+        procs = [subprocess.Popen([sys.executable, "-m", "zmr", "build", "--all"], cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+        assert [code for code, _ in outcomes] == [0, 0, 0, 0], [err for _, err in outcomes]
+        branches = {ref: oid for ref, oid in project.refs().items() if ref.startswith("refs/heads/rollout/")}
+        assert len(branches) == 2
+        assert expected in (None, branches)
+        expected = branches
+    assert zmr("verify", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)}).returncode == 0
+    git("fsck", "--no-dangling", cwd=project.root)

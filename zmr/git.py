@@ -499,6 +499,7 @@ class Repo:
         return result
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
+<<<<<<< HEAD
         """Move refs in one transaction: all of them, or none (old values checked)."""
         if not updates:
             return
@@ -514,6 +515,40 @@ class Repo:
             input="\n".join(lines).encode(),
             hint="no ref was moved",
         )
+=======
+        """Move refs in one transaction: all of them, or none (old values checked).
+
+        Idempotent: when the transaction fails because another process moved
+        some refs to exactly their new values (concurrent builds compute the
+        same branches), those are done; the rest is tried again with the same
+        old values. Any ref found elsewhere fails the whole update.
+        """
+        remaining = list(updates)
+        while remaining:
+            lines = ["start"]
+            for upd in remaining:
+                if upd.new is None:
+                    lines.append(f"delete {upd.ref} {upd.old or ''}".rstrip())
+                else:
+                    lines.append(f"update {upd.ref} {upd.new} {upd.old or ZERO_OID}")
+            lines += ["prepare", "commit", ""]
+            try:
+                self.run(["update-ref", "--create-reflog", "-m", message, "--stdin"], input="\n".join(lines).encode(), hint="no ref was moved")
+                return
+            except GitError:
+                current = self._ref_values([u.ref for u in remaining])
+                left = [u for u in remaining if current.get(u.ref) != u.new]
+                if len(left) == len(remaining):
+                    raise
+                remaining = left  # fewer each time: this ends
+
+    def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
+        """The values of those refs *names* that exist, in one ``for-each-ref`` (its patterns also match below a name: filtered)."""
+        wanted = set(names)
+        text = self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *wanted])
+        pairs = (line.split(" ", 1) for line in text.splitlines())
+        return {name: oid for oid, name in pairs if name in wanted}
+>>>>>>> 6d868a7 (update_refs is idempotent: refs another process moved to exactly their new values are done, the rest is tried again)
 
     def fetch(
         self,
