@@ -153,3 +153,82 @@ def test_four_concurrent_builds_on_one_project_and_cache_all_succeed(project, up
         expected = branches
     assert zmr("verify", "--all", cwd=project.root, env={"ZMR_CACHE": str(cache)}).returncode == 0
     git("fsck", "--no-dangling", cwd=project.root)
+
+
+def _flip_a_byte_inside(mirror: Path, oid: str) -> None:
+    """Damage the packed data of object *oid* in place (the pack still exists and lists it)."""
+    idx = next((mirror / "objects/pack").glob("*.idx"))
+    listing = git("verify-pack", "-v", str(idx), cwd=mirror)
+    entry = next(line.split() for line in listing.splitlines() if line.startswith(oid))
+    size_in_pack, offset = int(entry[3]), int(entry[4])
+    pack = idx.with_suffix(".pack")
+    data = bytearray(pack.read_bytes())
+    data[offset + size_in_pack // 2] ^= 0xFF
+    os.chmod(pack, 0o644)
+    pack.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_a_pack_is_found_by_the_first_git_failure_and_refetched_once(project, upstream):
+    """The presence check cannot see a flipped byte; the first git command that reads the object says "corrupt": quarantine, fetch again, build."""
+    pin = simple_model(project, upstream)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    tip = project.ref("refs/heads/rollout/toy")
+    mirror = _mirror(upstream)
+    _flip_a_byte_inside(mirror, git("rev-parse", f"{pin}:src/model.py", cwd=upstream.path))
+    assert subprocess.run(["git", "cat-file", "-p", f"{pin}:src/model.py"], cwd=mirror, capture_output=True, check=False).returncode != 0
+    git("update-ref", "-d", "refs/heads/rollout/toy", cwd=project.root)
+    result = zmr("build", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert project.ref("refs/heads/rollout/toy") == tip
+    assert "the cache mirror was damaged" in result.stderr and "is corrupt" in result.stderr
+    assert len(list((Path(os.environ["ZMR_CACHE"]) / "quarantine").iterdir())) == 1
+    git("fsck", "--no-dangling", cwd=mirror)
+    assert "Traceback" not in result.stderr
+    again = zmr("build", "toy", cwd=project.root)
+    assert again.returncode == 0 and "damaged" not in again.stderr  # a healthy mirror is left alone
+    assert zmr("verify", "toy", cwd=project.root).returncode == 0
+
+
+def test_a_garbage_loose_object_in_the_mirror_is_found_and_refetched(project, upstream, tmp_path):
+    """The release commits are loose objects in the mirror: garbage in one is damage that the next build of another repository trips over."""
+    import shutil
+
+    simple_model(project, upstream)
+    other = tmp_path / "other"
+    shutil.copytree(project.root, other)  # the same project, without the branch's objects
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    tip = project.ref("refs/heads/rollout/toy")
+    mirror = _mirror(upstream)
+    loose = mirror / "objects" / tip[:2] / tip[2:]
+    assert loose.is_file()
+    os.chmod(loose, 0o644)
+    loose.write_bytes(os.urandom(64))
+    result = zmr("build", "toy", cwd=other)
+    assert result.returncode == 0, result.stderr
+    assert "the cache mirror was damaged" in result.stderr
+    assert git("rev-parse", "refs/heads/rollout/toy", cwd=other) == tip
+    git("fsck", "--no-dangling", cwd=other)
+    assert len(list((Path(os.environ["ZMR_CACHE"]) / "quarantine").iterdir())) == 1
+
+
+def test_damage_recovery_happens_once_per_mirror(project, upstream):
+    """Cache.recover quarantines a damaged mirror once; asked again in the same run it refuses, so nothing loops."""
+    from zmr import git as zgit
+    from zmr.cache import Cache
+
+    pin = simple_model(project, upstream)
+    cache = Cache()
+    url = resolve_upstream(str(upstream.path), Path("/"))
+    mirror = cache.ensure(url, [pin])
+    _flip_a_byte_inside(mirror.path, git("rev-parse", f"{pin}:src/model.py", cwd=upstream.path))
+    try:
+        mirror.repo.cat_file("blob", f"{pin}:src/model.py")
+        raise AssertionError("damage not reported")
+    except zgit.DamagedRepoError as err:
+        damage = err
+    assert damage.concerns(mirror.path) and "is corrupt" in damage.evidence
+    assert cache.recover(mirror, damage) is True
+    assert not mirror.path.exists()
+    assert cache.ensure(url, [pin]).path == mirror.path
+    assert cache.recover(mirror, damage) is False  # a second time: the caller reports the error
+    assert mirror.path.exists()

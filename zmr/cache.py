@@ -114,6 +114,7 @@ class Cache:
         # tree): six components on one pin walk its tree once. Forgotten when a mirror is replaced.
         self._verified: set[tuple[Path, str]] = set()
         self._trees: set[tuple[Path, str]] = set()
+        self._recovered: set[Path] = set()  # mirrors this process replaced after damage: once each
         # What the user should know about how pins were fetched, each said once.
         self.notes: list[str] = []
 
@@ -148,40 +149,75 @@ class Cache:
         """
         mirror = self.mirror_for(url)
         display = display or url
-        if mirror.path.is_dir() and self._has_all(mirror, commits, paths):
-            return mirror
+        try:
+            if mirror.path.is_dir() and self._has_all(mirror, commits, paths):
+                return mirror
+        except git.DamagedRepoError:
+            pass  # looked at again under the lock
         with self.lock(mirror):
-            fresh = False
-            if not mirror.path.is_dir() or self._damaged(mirror):
+            try:
+                self._ensure_locked(mirror, commits, display, paths, fresh=False)
+            except git.DamagedRepoError as err:
+                if not err.concerns(mirror.path):
+                    raise
+                self._damaged_note(mirror, display, err)
                 self._replace(mirror)
-                fresh = True
-            missing = [c for c in commits if not self._satisfied(mirror, c, paths)]
-            if missing and not fresh and any(self._broken(mirror, c) for c in missing):
-                # A pin whose commit is here but whose tree is not: the mirror is damaged.
-                self._replace(mirror)
-                fresh = True
-            if missing:
                 try:
-                    self._fetch_commits(mirror, missing, display, paths)
-                except CacheError:
-                    if fresh or all(self._has_trees(mirror, c) for c in missing):
-                        # New, or only blobs were wanted for trees found whole: the fetch failed, not the mirror.
-                        raise
-                    # Fetching into an old mirror can trip over its damage: start clean once.
-                    self._replace(mirror)
-                    fresh = True
-                    self._fetch_commits(mirror, missing, display, paths)
-            still = [c for c in missing if not self._satisfied(mirror, c, paths)]
-            if still and not fresh:
-                self._replace(mirror)
-                self._fetch_commits(mirror, still, display, paths)
-                still = [c for c in still if not self._satisfied(mirror, c, paths)]
-            if still:
-                raise CacheError(
-                    f"{display}: commit {still[0]} is incomplete after fetching",
-                    details=["the upstream itself may be damaged; run `git fsck` on it"],
-                )
+                    self._ensure_locked(mirror, commits, display, paths, fresh=True)
+                except git.DamagedRepoError as again:
+                    raise CacheError(f"{display}: damaged objects in a mirror fetched anew: {again.evidence}", details=["the upstream itself may be damaged; run `git fsck` on it"]) from None
         return mirror
+
+    def recover(self, mirror: Mirror, err: git.DamagedRepoError, display: str = "") -> bool:
+        """After *err* (a command outside the cache found damage): quarantine *mirror* once, so that ``ensure`` fetches it anew.
+
+        True when the caller should compute again; False when the damage is not
+        in *mirror*, or this process already replaced it once (never a loop).
+        """
+        if not err.concerns(mirror.path) or mirror.path in self._recovered:
+            return False
+        self._recovered.add(mirror.path)
+        with self.lock(mirror):
+            self._damaged_note(mirror, display or mirror.url, err)
+            self._forget(mirror)
+            if mirror.path.exists():
+                self._quarantine(mirror)
+        return True
+
+    def _damaged_note(self, mirror: Mirror, display: str, err: git.DamagedRepoError) -> None:
+        self._recovered.add(mirror.path)
+        self._note(f"{display}: the cache mirror was damaged ({err.evidence}); moved it to {self.root / 'quarantine'} and fetched again")
+
+    def _ensure_locked(self, mirror: Mirror, commits: Sequence[str], display: str, paths: Collection[str] | None, *, fresh: bool) -> None:
+        if not mirror.path.is_dir() or self._damaged(mirror):
+            self._replace(mirror)
+            fresh = True
+        missing = [c for c in commits if not self._satisfied(mirror, c, paths)]
+        if missing and not fresh and any(self._broken(mirror, c) for c in missing):
+            # A pin whose commit is here but whose tree is not: the mirror is damaged.
+            self._replace(mirror)
+            fresh = True
+        if missing:
+            try:
+                self._fetch_commits(mirror, missing, display, paths)
+            except CacheError:
+                if fresh or all(self._has_trees(mirror, c) for c in missing):
+                    # New, or only blobs were wanted for trees found whole: the fetch failed, not the mirror.
+                    raise
+                # Fetching into an old mirror can trip over its damage: start clean once.
+                self._replace(mirror)
+                fresh = True
+                self._fetch_commits(mirror, missing, display, paths)
+        still = [c for c in missing if not self._satisfied(mirror, c, paths)]
+        if still and not fresh:
+            self._replace(mirror)
+            self._fetch_commits(mirror, still, display, paths)
+            still = [c for c in still if not self._satisfied(mirror, c, paths)]
+        if still:
+            raise CacheError(
+                f"{display}: commit {still[0]} is incomplete after fetching",
+                details=["the upstream itself may be damaged; run `git fsck` on it"],
+            )
 
     def fetch_ref(self, url: str, ref: str, *, display: str = "") -> tuple[Mirror, str]:
         """Fetch a branch, tag or commit id *ref* of *url* with history; returns its commit id."""
@@ -340,11 +376,14 @@ class Cache:
 
     def _replace(self, mirror: Mirror) -> None:
         """Move a damaged mirror aside (kept for inspection) and start an empty one."""
-        self._verified = {entry for entry in self._verified if entry[0] != mirror.path}
-        self._trees = {entry for entry in self._trees if entry[0] != mirror.path}
+        self._forget(mirror)
         if mirror.path.exists():
             self._quarantine(mirror)
         self._create(mirror)
+
+    def _forget(self, mirror: Mirror) -> None:
+        self._verified = {entry for entry in self._verified if entry[0] != mirror.path}
+        self._trees = {entry for entry in self._trees if entry[0] != mirror.path}
 
     def _quarantine(self, mirror: Mirror) -> None:
         target = self.root / "quarantine" / f"{mirror.path.name}-{int(time.time())}-{os.getpid()}"
@@ -385,6 +424,8 @@ class Cache:
                 config=self._promisor_config(mirror),
                 progress=self._reporter(display),
             )
+        except git.DamagedRepoError:
+            raise
         except git.GitError:
             return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
         if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -401,6 +442,8 @@ class Cache:
             # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
             config = [*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"]
             mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=config, progress=self._reporter(display))
+        except git.DamagedRepoError:
+            raise
         except git.GitError:
             pass
         short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
@@ -452,6 +495,8 @@ class Cache:
             try:
                 repo.fetch(mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
                 return
+            except git.DamagedRepoError:
+                raise
             except git.GitError as err:
                 errors.append(err.stderr_text.strip())
         # The server refuses unadvertised commits: fetch everything it advertises.

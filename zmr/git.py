@@ -181,6 +181,55 @@ def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
     return "", ""
 
 
+# What git prints when the object store itself is damaged (a flipped byte, a garbage loose
+# object, a pack that does not match its index), as opposed to an object that is merely
+# absent ("bad object", "missing"), which a shallow or partial repository expects. Only
+# git's own lines count: "remote: ..." lines are another repository's.
+_DAMAGE_RE = re.compile(
+    r"^(?:error|fatal): (?:"
+    r"inflate: |unable to unpack [0-9a-f]+ header|cannot unpack [0-9a-f]+ from |failed to read object [0-9a-f]+ at offset"
+    r"|(?:loose|packed) object [0-9a-f]+ \(stored in .*\) is corrupt|object [0-9a-f]+ is corrupt"
+    r"|bad packed object CRC|index CRC mismatch|packfile .* does not match index|.*\bhash mismatch\b"
+    r"|object file .* is empty|garbage at end of loose object|index file .* is too small|non-monotonic index"
+    r"|.* is corrupt$).*",
+    re.MULTILINE,
+)
+
+
+def damage_in(stderr: bytes) -> str | None:
+    """The line of git's *stderr* that says a repository's objects are damaged (the one naming the file, if any)."""
+    lines = [m.group(0).strip() for m in _DAMAGE_RE.finditer(stderr.decode("utf-8", "replace"))]
+    return next((line for line in lines if "(stored in " in line), lines[0] if lines else None)
+
+
+class DamagedRepoError(GitError):
+    """A git command failed because objects of a repository are damaged (not merely missing).
+
+    Raised whatever the caller's ``check``: damage is never an answer such as
+    "the patch does not apply". *where* is the repository the command ran in;
+    *evidence* git's line (it names the object and, for alternates, their folder).
+    """
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, where: str, evidence: str):
+        self.where = where
+        self.evidence = evidence
+        super().__init__(argv, returncode, stdout, stderr, hint="the repository's objects are damaged; a cache mirror can be deleted, a repository checked with `git fsck`")
+        self.stored = re.findall(r"\(stored in ([^)]*)\)", self.stderr_text)  # the damaged files, where git names them
+        self.message = f"damaged objects: {evidence}" if any(os.path.isabs(p) for p in self.stored) else f"{where}: damaged objects: {evidence}"
+
+    def concerns(self, git_dir: Path) -> bool:
+        """The damage is in *git_dir*: git names a file under it (also as an alternate), or the command ran there and names none elsewhere.
+
+        A fetch from a local upstream prints that upstream's damage as its own
+        (absolute paths): that is not the fetching repository's.
+        """
+        if any(p.startswith(str(git_dir / "objects")) for p in self.stored):
+            return True
+        if any(os.path.isabs(p) for p in self.stored):
+            return False
+        return Path(self.where) == git_dir
+
+
 @dataclass(frozen=True)
 class Identity:
     """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
@@ -303,8 +352,12 @@ def run(
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
-    if check and proc.returncode != 0:
-        raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
+    if proc.returncode != 0:
+        damage = damage_in(proc.stderr)
+        if damage is not None:
+            raise DamagedRepoError(args, proc.returncode, proc.stdout, proc.stderr, os.fspath(git_dir if git_dir is not None else cwd or os.getcwd()), damage)
+        if check:
+            raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
     return proc
 
 
@@ -499,23 +552,6 @@ class Repo:
         return result
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
-<<<<<<< HEAD
-        """Move refs in one transaction: all of them, or none (old values checked)."""
-        if not updates:
-            return
-        lines = ["start"]
-        for upd in updates:
-            if upd.new is None:
-                lines.append(f"delete {upd.ref} {upd.old or ''}".rstrip())
-            else:
-                lines.append(f"update {upd.ref} {upd.new} {upd.old or ZERO_OID}")
-        lines += ["prepare", "commit", ""]
-        self.run(
-            ["update-ref", "--create-reflog", "-m", message, "--stdin"],
-            input="\n".join(lines).encode(),
-            hint="no ref was moved",
-        )
-=======
         """Move refs in one transaction: all of them, or none (old values checked).
 
         Idempotent: when the transaction fails because another process moved
@@ -548,7 +584,6 @@ class Repo:
         text = self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *wanted])
         pairs = (line.split(" ", 1) for line in text.splitlines())
         return {name: oid for oid, name in pairs if name in wanted}
->>>>>>> 6d868a7 (update_refs is idempotent: refs another process moved to exactly their new values are done, the rest is tried again)
 
     def fetch(
         self,

@@ -23,9 +23,9 @@ added by hand) is replaced all the same, but its old tip is kept as
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
@@ -95,7 +95,18 @@ def compute(project: Project, component: Component, cache: Cache, progress: Prog
     *partial*: the ids are all that is wanted (verify), so the mirror needs
     the pin's trees and only the blobs the series touches; the commits are
     then not copyable until the cache fetches the rest (``build`` asks for it).
+    A mirror that git finds damaged on the way is quarantined and fetched
+    again, once (``Cache.recover``).
     """
+    try:
+        return _compute(project, component, cache, progress, partial=partial)
+    except git.DamagedRepoError as err:
+        if not cache.recover(cache.mirror_for(resolve_upstream(component.upstream, project.root)), err, component.label):
+            raise
+        return _compute(project, component, cache, progress, partial=partial)
+
+
+def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool) -> Release:
     series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
     url = resolve_upstream(component.upstream, project.root)
     if progress:
@@ -198,10 +209,17 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
     for rel in releases:
         if not repo.has_object(rel.tip, "commit"):
             by_mirror.setdefault(rel.mirror.path, []).append(rel)
-    for path, rels in by_mirror.items():
+    for rels in by_mirror.values():
         if progress:
             progress(f"copying objects of {', '.join(r.component.branch for r in rels)}")
-        copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
+        try:
+            copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
+        except git.DamagedRepoError as err:
+            if not cache.recover(rels[0].mirror, err, rels[0].component.label):
+                raise
+            # Commit ids are a function of the inputs: computing again refetches and gives the same commits.
+            rels = [compute(project, r.component, cache, progress) for r in rels]
+            copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
     updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip, _keep_ref(repo, rel, before.get(rel.ref))) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
     _refuse_checked_out(repo, [m.ref for m in moving])

@@ -19,7 +19,10 @@ def build(models: Models = None, all_models: All = False, components: Components
     project = find_project()
     chosen = targets(project, models, components, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
-        updates = release.build(project, chosen, cache=Cache(progress=progress), progress=progress)
+        cache = Cache(progress=progress)
+        updates = release.build(project, chosen, cache=cache, progress=progress)
+    for note in cache.notes:
+        warn(note)
     if json_out:
         print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status, "old_tip_kept_as": u.kept} for u in updates]})
         return
