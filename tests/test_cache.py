@@ -232,3 +232,50 @@ def test_damage_recovery_happens_once_per_mirror(project, upstream):
     assert cache.ensure(url, [pin]).path == mirror.path
     assert cache.recover(mirror, damage) is False  # a second time: the caller reports the error
     assert mirror.path.exists()
+
+
+def test_leftovers_of_a_killed_fetch_are_removed_and_the_next_fetch_stays_shallow(project, upstream):
+    """shallow.lock made every later depth-1 fetch fail and fall back, silently, to full history; temp packs piled up."""
+    simple_model(project, upstream, pin_index=1)
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    mirror = _mirror(upstream)
+    long_ago = 1_600_000_000
+    leftovers = [mirror / "shallow.lock", mirror / "refs/zmr/pins" / f"{upstream.commits[2]}.lock", mirror / "packed-refs.lock", mirror / "objects/pack/tmp_pack_Ab12Cd"]
+    for path in leftovers:
+        path.write_bytes(b"left by a killed git\n")
+        os.utime(path, (long_ago, long_ago))
+    (mirror / "objects/incoming-Xy12Zz").mkdir()
+    young = mirror / "objects/pack/tmp_pack_live01"  # could be a replay's fast-import at work right now: kept
+    young.write_bytes(b"")
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(upstream.commits[1], upstream.commits[2]))
+    project.commit_all("new pin")
+    result = zmr("fetch", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "full history" not in result.stderr and "warning" not in result.stderr
+    assert not [p for p in leftovers if p.exists()] and not (mirror / "objects/incoming-Xy12Zz").exists()
+    assert young.exists()
+    # Still depth 1: the new pin's parent was never fetched.
+    assert git("cat-file", "-t", upstream.commits[2], cwd=mirror) == "commit"
+    assert subprocess.run(["git", "cat-file", "-e", upstream.commits[0]], cwd=mirror, check=False).returncode != 0
+
+
+def test_a_fetch_that_fills_the_disk_leaves_no_temp_pack(project, upstream, tmp_path):
+    """A real ENOSPC: the cache on a 512 KiB tmpfs, an upstream with 2 MB of incompressible data (needs root to mount; skipped otherwise)."""
+    import pytest
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(small)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        upstream.commit({"weights.bin": os.urandom(2_000_000).hex()[:2_000_000]}, "add weights")
+        simple_model(project, upstream, pin_index=3)
+        result = zmr("fetch", cwd=project.root, env={"ZMR_CACHE": str(small / "cache")})
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and "cannot fetch" in result.stderr
+        mirrors = list((small / "cache/mirrors").glob("*.git"))
+        assert mirrors and not list(mirrors[0].glob("objects/pack/tmp_*")), [p.name for p in mirrors[0].glob("objects/pack/*")]
+        assert not list((small / "cache/mirrors").glob(".tmp-*"))
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

@@ -47,6 +47,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -66,6 +67,25 @@ PARTIAL_KEY = "zmr.partial"
 _COMPLETE_REFS = (PINS, "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
 _PROMISOR = "zmr-upstream"  # the remote name filtered fetches use, defined with -c for that fetch only
 _FILTER_IGNORED = "filtering not recognized by server"
+# Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
+_FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
+_STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
+
+
+def _older(path: Path, than: float) -> bool:
+    try:
+        return path.lstat().st_mtime < than
+    except FileNotFoundError:
+        return False
+
+
+def _last_line(err: git.GitError) -> str:
+    lines = [line for line in err.stderr_text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit {err.returncode}"
+
+
+def _commits(commits: Sequence[str]) -> str:
+    return ", ".join(c[:12] for c in commits[:3]) + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
 
 
 class CacheError(ZmrError):
@@ -234,7 +254,7 @@ class Cache:
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
             target = f"refs/zmr/track/{safe}"
             try:
-                repo.fetch(url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
+                self._fetch(mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]) from None
@@ -267,7 +287,7 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            mirror.repo.fetch(mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
+            self._fetch(mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
@@ -277,12 +297,7 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             try:
-                mirror.repo.fetch(
-                    url,
-                    ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"],
-                    extra=[*self._unshallow_args(mirror), *self._haves(mirror)],
-                    progress=self._reporter(display or url),
-                )
+                self._fetch(mirror, url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
@@ -406,6 +421,42 @@ class Cache:
             self._fetch_blobs(mirror, commits, paths, display)
         self._settle(mirror, commits)
 
+    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+        """``git fetch`` into *mirror*, under its lock: stale leftovers of killed fetches removed first, its own temp packs after a failure.
+
+        git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full
+        disk, a dropped connection, a kill); zmr removes those this fetch made.
+        """
+        self._clear_stale(mirror)
+        packs = mirror.path / "objects" / "pack"
+        before = set(packs.glob("tmp_*"))
+        try:
+            return mirror.repo.fetch(source, refspecs, **kwargs)
+        except git.GitError:
+            for leftover in set(packs.glob("tmp_*")) - before:
+                leftover.unlink(missing_ok=True)
+            raise
+
+    def _clear_stale(self, mirror: Mirror) -> None:
+        """Remove what killed git processes left in *mirror*; called under its lock.
+
+        Fetches and config changes happen only under the lock, so their lock
+        files are stale (a ``shallow.lock`` would make every depth-1 fetch
+        fail). zmr also writes objects and a few refs into a mirror outside
+        the lock (replaying a series), so temporary objects and other ref
+        locks are removed only when nobody touched them for ``_STALE_AFTER`` seconds.
+        """
+        root = mirror.path
+        always = [root / "shallow.lock", root / "config.lock", root / "HEAD.lock", *root.glob("objects/info/commit-graph*.lock"), *root.glob("objects/info/commit-graphs/*.lock")]
+        for space in _FETCHED_REFS:
+            always += (root / space).rglob("*.lock")
+        aged = [root / "packed-refs.lock", *(root / "refs").rglob("*.lock"), *root.glob("objects/pack/tmp_*"), *root.glob("objects/??/tmp_obj_*")]
+        now = time.time()
+        for path in always + [p for p in aged if _older(p, now - _STALE_AFTER)]:
+            path.unlink(missing_ok=True)
+        for incoming in root.glob("objects/incoming-*"):  # a quarantine of receive-pack: nothing pushes into a mirror
+            shutil.rmtree(incoming, ignore_errors=True)
+
     def _promisor_config(self, mirror: Mirror) -> list[str]:
         # Makes this one fetch a partial-clone fetch without git writing the remote into the mirror's config.
         return [f"remote.{_PROMISOR}.url={mirror.url}", f"remote.{_PROMISOR}.promisor=true", f"remote.{_PROMISOR}.partialclonefilter=blob:none"]
@@ -416,14 +467,7 @@ class Cache:
         if not self._is_partial(mirror):
             repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
         try:
-            proc = repo.fetch(
-                _PROMISOR,
-                [f"+{c}:{PARTIAL_PINS}{c}" for c in commits],
-                depth=1,
-                extra=["--filter=blob:none"],
-                config=self._promisor_config(mirror),
-                progress=self._reporter(display),
-            )
+            proc = self._fetch(mirror, _PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
         except git.DamagedRepoError:
             raise
         except git.GitError:
@@ -440,8 +484,7 @@ class Cache:
             return
         try:
             # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
-            config = [*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"]
-            mirror.repo.fetch(_PROMISOR, needed, extra=["--filter=blob:none"], config=config, progress=self._reporter(display))
+            self._fetch(mirror, _PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"], progress=self._reporter(display))
         except git.DamagedRepoError:
             raise
         except git.GitError:
@@ -493,25 +536,25 @@ class Cache:
         errors: list[str] = []
         for depth, specs in attempts:
             try:
-                repo.fetch(mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
-                return
+                self._fetch(mirror, mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
             except git.DamagedRepoError:
                 raise
             except git.GitError as err:
-                errors.append(err.stderr_text.strip())
+                errors.append(_last_line(err))
+                continue
+            if errors:
+                # Never a silent full fetch where depth 1 was meant: it can be many times the size.
+                self._note(f"{display}: a depth-1 fetch failed ({errors[0]}); fetched {_commits(commits)} with full history")
+            return
         # The server refuses unadvertised commits: fetch everything it advertises.
         try:
-            repo.fetch(
-                mirror.url,
-                ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"],
-                extra=[*self._unshallow_args(mirror), *self._haves(mirror)],
-                progress=self._reporter(display),
-            )
+            self._fetch(mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
         except git.GitError as err:
             raise CacheError(
                 f"{display}: cannot fetch from {mirror.url}",
                 details=[err.message, *err.details],
             ) from None
+        self._note(f"{display}: the server would not send {_commits(commits)} by id ({errors[-1]}); fetched every branch and tag with full history")
         for commit in commits:
             if not repo.has_object(commit, "commit"):
                 raise CacheError(

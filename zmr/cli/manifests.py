@@ -104,6 +104,8 @@ def fetch(models: Models = None, all_models: All = False, components: Components
             progress(f"{comp.label}: {comp.upstream} {comp.commit[:12]}")
             mirror = cache.ensure(resolve_upstream(comp.upstream, project.root), [comp.commit], display=f"{comp.label} ({comp.upstream})")
             results.append({"model": comp.model, "component": comp.key, "commit": comp.commit, "mirror": str(mirror.path)})
+    for note in cache.notes:
+        warn(note)
     if json_out:
         print_json({"fetched": results})
     else:
