@@ -10,6 +10,7 @@ machines, ratios do.
     python scripts/bench.py --tiny               # seconds; what the tests run
     python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA [--onto SHA2]
     python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA --only verify-cold   # CI's cold verify
+    python scripts/bench.py --only export-5000 [--export-patches N]   # a no-op export of a 5,000-patch series vs its build
 
 The synthetic upstream is generated deterministically with git fast-import:
 ~5,000 files in nested folders (~60 MB of text), a few hundred commits, a
@@ -285,7 +286,7 @@ done
 """
 
 
-SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase", "update")
+SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase", "update", "export-5000")
 
 
 def compile_bytecode() -> str:
@@ -307,6 +308,7 @@ def main(argv=None) -> int:
     parser.add_argument("--file-lines", type=int, default=150, help="lines per file (~80 bytes each)")
     parser.add_argument("--commits", type=int, default=400)
     parser.add_argument("--patches", type=int, default=30)
+    parser.add_argument("--export-patches", type=int, default=5000, help="length of the series of the export-5000 measurement")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--upstream", type=Path, help="a real repository instead of the synthetic one")
     parser.add_argument("--commit", help="the pin in --upstream")
@@ -320,6 +322,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.tiny:
         args.files, args.file_lines, args.commits, args.patches, args.reps, args.components = 60, 40, 30, 5, 2, [1, 2]
+        args.export_patches = 40
     zmr = args.zmr.split() if args.zmr else [sys.executable, "-m", "zmr"]
     args.only = set(args.only or SECTIONS)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="zmr-bench-"))
@@ -386,6 +389,8 @@ def _run(args, zmr, work: Path, results: dict) -> int:
     if "startup" in args.only:
         _startup(args, zmr, work / f"template-{n}", zenv, results)
     _extra_workflows(args, zmr, work, up, patches, zenv, results)
+    if "export-5000" in args.only:
+        _export_many(args, zmr, work, up, zenv, results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "results.md").write_text(render_markdown(results))
@@ -665,6 +670,34 @@ def make_conflicting_upstream(work: Path, up: Upstream) -> tuple[Path, list[str]
     return path, line, line[planted - 1]
 
 
+def _export_many(args, zmr, work: Path, up: Upstream, zenv: dict, results: dict) -> None:
+    """A no-op ``zmr export`` of a long series (5,000 generated patches by default) against ``zmr build`` of the same series.
+
+    Exporting a checkout that equals its series writes nothing; it should cost
+    about what a build of the series costs, not a git process or two per patch.
+    """
+    count = args.export_patches
+    patches = make_series(up, count)
+    project = work / "export-many"
+    shutil.rmtree(project, ignore_errors=True)
+    make_template(project, up, patches, 1)
+    (project / ".gitignore").write_text("/work/\n/.zmr/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "ignore checkouts", cwd=project)
+    for command in (["checkout", "bench"], ["export", "bench"], ["build", "bench"]):  # untimed: the checkout, then a first export and build
+        subprocess.run([*zmr, *command], cwd=project, env=env(zenv), check=True, capture_output=True)
+    if git("status", "--porcelain", "--", "patches", cwd=project):
+        raise SystemExit("export-5000: the first export of an unchanged checkout changed the series")
+    series = {"export": Series(f"zmr export, {count} patches, nothing changed"), "build": Series(f"zmr build, {count} patches")}
+    for rep in range(args.reps):
+        for key, command in (("export", "export"), ("build", "build")):
+            series[key].samples.append(measure_mem([*zmr, command, "bench"], project, zenv))
+        print(f"export-5000 rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
+    results["params"]["export_patches"] = count
+    results["measurements"]["export_noop"] = {k: v.as_json() for k, v in series.items()}
+    results["ratios"]["export_noop_over_build"] = round(series["export"].median / series["build"].median, 2)
+
+
 def forget_chains(mirror: Path) -> None:
     """Drop what zmr keeps about series in a mirror (their commits and patch ids), not the upstream's objects."""
     refs = git("for-each-ref", "--format=%(refname)", "refs/zmr/chains", "refs/zmr/patch-ids", cwd=mirror).split()
@@ -740,6 +773,8 @@ NOTES = [
         " loop of `git rebase --onto C` for each first-parent commit C, newest first, until one goes through (`rebases`). Both find"
         " the same commit; the mirror and the git clone hold the history before timing."
     ),
+    "- `export_noop`: `zmr export` of a checkout that equals its series (`--export-patches`, 5,000 by default; nothing to write)"
+    " against `zmr build` of that series; `export_noop_over_build` is their ratio.",
     "- zmr's bytecode is compiled before timing, as a wheel install does.",
 ]
 

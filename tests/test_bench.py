@@ -14,7 +14,7 @@ def test_bench_tiny_writes_json_and_markdown(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--out", str(out), "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
@@ -43,7 +43,7 @@ def test_bench_only_measures_what_it_is_asked_for(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "rebase", "--out", str(out), "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
@@ -54,7 +54,7 @@ def test_bench_cold_verify_compares_partial_with_depth_one_fetches(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "verify-cold", "--out", str(out), "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
@@ -63,3 +63,15 @@ def test_bench_cold_verify_compares_partial_with_depth_one_fetches(tmp_path):
     assert set(cold) == {"partial", "depth1"} and 0 < cold["partial"]["bytes"] < cold["depth1"]["bytes"]
     assert data["ratios"]["verify_cold_n2_bytes_depth1_over_partial"] > 1
     assert data["ratios"]["verify_cold_n2_time_depth1_over_partial"] > 0
+
+
+def test_bench_times_a_no_op_export_of_a_long_series_against_its_build(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "export-5000", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["measurements"]) == {"export_noop"} and set(data["measurements"]["export_noop"]) == {"export", "build"}
+    assert data["params"]["export_patches"] == 40 and data["ratios"]["export_noop_over_build"] > 0

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import git, make_project, simple_model, zmr
+from conftest import git, make_patch, make_project, simple_model, zmr
 
 QUILT = (
     "Description: Extend the guide, quilt style\n"
@@ -497,3 +497,38 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     assert zmr("export", "toy", cwd=project.root).returncode == 0
     assert (series / "0003-add-notes.patch").read_bytes() == b"mine\n"
     assert (series / "0003-add-notes-2.patch").read_bytes() == after["0003-add-notes.patch"]
+
+
+def test_export_checks_a_whole_run_of_patches_at_once_with_the_same_answers(tmp_path, upstream):
+    """The bulk check (one git apply for patches on disjoint files) answers as a patch-by-patch replay would: offsets, extra changes, the rest kept."""
+    import re
+
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = upstream.commits[1]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    shifted = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 20\n", "line 20 fixed\n")}, "Fix line 20")
+    shifted = re.sub(rb"@@ -(\d+),(\d+) \+(\d+),(\d+) @@", lambda m: b"@@ -%d,%s +%d,%s @@" % (int(m[1]) + 2, m[2], int(m[3]) + 2, m[4]), shifted, count=1)
+    patches = [
+        ("0001-fix-line-20.patch", shifted),  # applies 2 lines off
+        ("0002-contiguous.patch", make_patch(upstream, pin, {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "Make matmul output contiguous")),
+        ("0003-readme.patch", make_patch(upstream, pin, {"README.md": "toy upstream, patched\n"}, "Say it is patched")),
+        ("0004-guide.patch", make_patch(upstream, pin, {"docs/guide.md": "guide, patched\n"}, "Patch the guide")),
+    ]
+    project.series("toy", "rollout", patches)
+    project.manifest("toy", f"model: toy\ntitle: Toy\ncomponents:\n  rollout:\n    upstream: {upstream.path}\n    commit: {pin}\n    track: main\n")
+    project.commit_all("add model")
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    work = project.root / "work/toy/rollout"
+    # The README commit gains a change its patch does not have; its metadata stays.
+    git("rebase", "-q", "--exec", "test \"$(git log -1 --format=%s)\" != 'Say it is patched' || { echo extra > extra.txt; git add extra.txt; git commit -q --amend --no-edit; }", "zmr/base", cwd=work)
+    series = project.root / "patches/toy/rollout"
+    before = {name: (series / name).read_bytes() for name, _ in patches}
+    result = zmr("export", "toy", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "refreshed 0001-fix-line-20.patch" in result.stdout and "modified  0003-readme.patch" in result.stdout, result.stdout
+    after = {name: (series / name).read_bytes() for name, _ in patches}
+    assert after["0002-contiguous.patch"] == before["0002-contiguous.patch"] and after["0004-guide.patch"] == before["0004-guide.patch"]
+    assert after["0001-fix-line-20.patch"] != before["0001-fix-line-20.patch"] and b"extra.txt" in after["0003-readme.patch"]
+    again = zmr("export", "toy", cwd=project.root)
+    assert again.returncode == 0 and "unchanged" in again.stdout and "refreshed" not in again.stdout, again.stdout

@@ -34,6 +34,7 @@ docs/reference.md §3.3; the refs kept in the mirror: §8.4.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -127,6 +128,15 @@ class TempIndex:
         listing = self.repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *paths]).stdout if paths else b""
         self.repo.run(["read-tree", "--empty"], env=self.env)
         if listing:
+            self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
+
+    def hold(self, entries: dict[bytes, tuple[str, str]], oid_bytes: int = 20) -> None:
+        """Hold exactly *entries* (path → (mode, object id)): what ``read_paths`` reads, from entries the caller already knows."""
+        self._oid_bytes = oid_bytes
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.env["GIT_INDEX_FILE"])  # no index file reads as an empty index
+        if entries:
+            listing = b"".join(f"{mode} {'commit' if mode == '160000' else 'blob'} {oid}\t".encode() + path + b"\0" for path, (mode, oid) in entries.items())
             self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
 
     def write_tree(self, missing_ok: bool = False) -> str:
