@@ -144,7 +144,8 @@ def test_four_concurrent_builds_on_one_project_and_cache_all_succeed(project, up
         if round_ == 1:
             for ref in expected or {}:
                 git("update-ref", "-d", ref, cwd=project.root)
-        procs = [subprocess.Popen([sys.executable, "-m", "zmr", "build", "--all"], cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        argv = [sys.executable, "-m", "zmr", "build", "--all"]
+        procs = [subprocess.Popen(argv, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
         outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
         assert [code for code, _ in outcomes] == [0, 0, 0, 0], [err for _, err in outcomes]
         branches = {ref: oid for ref, oid in project.refs().items() if ref.startswith("refs/heads/rollout/")}
@@ -240,7 +241,8 @@ def test_leftovers_of_a_killed_fetch_are_removed_and_the_next_fetch_stays_shallo
     assert zmr("fetch", cwd=project.root).returncode == 0
     mirror = _mirror(upstream)
     long_ago = 1_600_000_000
-    leftovers = [mirror / "shallow.lock", mirror / "refs/zmr/pins" / f"{upstream.commits[2]}.lock", mirror / "packed-refs.lock", mirror / "objects/pack/tmp_pack_Ab12Cd"]
+    pin_lock = mirror / "refs/zmr/pins" / f"{upstream.commits[2]}.lock"
+    leftovers = [mirror / "shallow.lock", pin_lock, mirror / "packed-refs.lock", mirror / "objects/pack/tmp_pack_Ab12Cd"]
     for path in leftovers:
         path.write_bytes(b"left by a killed git\n")
         os.utime(path, (long_ago, long_ago))

@@ -281,9 +281,8 @@ def test_export_stopped_by_a_full_disk_converges(tmp_path, upstream):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write instead of a signal, inherited by exec
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "zmr", "export", "toy"], check=False, cwd=project.root, env={**os.environ, **env}, capture_output=True, text=True, preexec_fn=limited, timeout=120
-    )
+    argv = [sys.executable, "-m", "zmr", "export", "toy"]
+    proc = subprocess.run(argv, check=False, cwd=project.root, env={**os.environ, **env}, capture_output=True, text=True, preexec_fn=limited, timeout=120)
     assert proc.returncode != 0
     now = _tree_bytes(series)
     assert now != after

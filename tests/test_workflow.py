@@ -511,7 +511,7 @@ def test_export_checks_a_whole_run_of_patches_at_once_with_the_same_answers(tmp_
     shifted = re.sub(rb"@@ -(\d+),(\d+) \+(\d+),(\d+) @@", lambda m: b"@@ -%d,%s +%d,%s @@" % (int(m[1]) + 2, m[2], int(m[3]) + 2, m[4]), shifted, count=1)
     patches = [
         ("0001-fix-line-20.patch", shifted),  # applies 2 lines off
-        ("0002-contiguous.patch", make_patch(upstream, pin, {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "Make matmul output contiguous")),
+        ("0002-contiguous.patch", make_patch(upstream, pin, {"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "Contiguous")),
         ("0003-readme.patch", make_patch(upstream, pin, {"README.md": "toy upstream, patched\n"}, "Say it is patched")),
         ("0004-guide.patch", make_patch(upstream, pin, {"docs/guide.md": "guide, patched\n"}, "Patch the guide")),
     ]
@@ -521,7 +521,8 @@ def test_export_checks_a_whole_run_of_patches_at_once_with_the_same_answers(tmp_
     assert zmr("checkout", "toy", cwd=project.root).returncode == 0
     work = project.root / "work/toy/rollout"
     # The README commit gains a change its patch does not have; its metadata stays.
-    git("rebase", "-q", "--exec", "test \"$(git log -1 --format=%s)\" != 'Say it is patched' || { echo extra > extra.txt; git add extra.txt; git commit -q --amend --no-edit; }", "zmr/base", cwd=work)
+    amend = "test \"$(git log -1 --format=%s)\" != 'Say it is patched' || { echo extra > extra.txt; git add extra.txt; git commit -q --amend --no-edit; }"
+    git("rebase", "-q", "--exec", amend, "zmr/base", cwd=work)
     series = project.root / "patches/toy/rollout"
     before = {name: (series / name).read_bytes() for name, _ in patches}
     result = zmr("export", "toy", cwd=project.root)

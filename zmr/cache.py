@@ -67,6 +67,7 @@ PARTIAL_KEY = "zmr.partial"
 _COMPLETE_REFS = (PINS, "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
 _PROMISOR = "zmr-upstream"  # the remote name filtered fetches use, defined with -c for that fetch only
 _FILTER_IGNORED = "filtering not recognized by server"
+_ALL_REFS = ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"]  # every branch and tag, for history
 # Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
 _FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
@@ -185,7 +186,10 @@ class Cache:
                 try:
                     self._ensure_locked(mirror, commits, display, paths, fresh=True)
                 except git.DamagedRepoError as again:
-                    raise CacheError(f"{display}: damaged objects in a mirror fetched anew: {again.evidence}", details=["the upstream itself may be damaged; run `git fsck` on it"]) from None
+                    raise CacheError(
+                        f"{display}: damaged objects in a mirror fetched anew: {again.evidence}",
+                        details=["the upstream itself may be damaged; run `git fsck` on it"],
+                    ) from None
         return mirror
 
     def recover(self, mirror: Mirror, err: git.DamagedRepoError, display: str = "") -> bool:
@@ -297,7 +301,7 @@ class Cache:
             if not mirror.path.is_dir():
                 self._create(mirror)
             try:
-                self._fetch(mirror, url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
+                self._fetch(mirror, url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 mirror.repo.write_commit_graph()
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
@@ -447,7 +451,8 @@ class Cache:
         locks are removed only when nobody touched them for ``_STALE_AFTER`` seconds.
         """
         root = mirror.path
-        always = [root / "shallow.lock", root / "config.lock", root / "HEAD.lock", *root.glob("objects/info/commit-graph*.lock"), *root.glob("objects/info/commit-graphs/*.lock")]
+        always = [root / "shallow.lock", root / "config.lock", root / "HEAD.lock"]
+        always += [*root.glob("objects/info/commit-graph*.lock"), *root.glob("objects/info/commit-graphs/*.lock")]
         for space in _FETCHED_REFS:
             always += (root / space).rglob("*.lock")
         aged = [root / "packed-refs.lock", *(root / "refs").rglob("*.lock"), *root.glob("objects/pack/tmp_*"), *root.glob("objects/??/tmp_obj_*")]
@@ -467,7 +472,8 @@ class Cache:
         if not self._is_partial(mirror):
             repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
         try:
-            proc = self._fetch(mirror, _PROMISOR, [f"+{c}:{PARTIAL_PINS}{c}" for c in commits], depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
+            refspecs = [f"+{c}:{PARTIAL_PINS}{c}" for c in commits]
+            proc = self._fetch(mirror, _PROMISOR, refspecs, depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
         except git.DamagedRepoError:
             raise
         except git.GitError:
@@ -548,7 +554,7 @@ class Cache:
             return
         # The server refuses unadvertised commits: fetch everything it advertises.
         try:
-            self._fetch(mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
+            self._fetch(mirror, mirror.url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
         except git.GitError as err:
             raise CacheError(
                 f"{display}: cannot fetch from {mirror.url}",

@@ -295,7 +295,8 @@ def _replays_in_bulk(
     keys = {n: {path.encode("utf-8", "surrogateescape") for path in files[n]} for n in positions}
     touched = set().union(*keys.values())
     state: dict[bytes, tuple[str, str]] = {}
-    listing = repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", parent_trees[0], "--", *sorted(p.decode("utf-8", "surrogateescape") for p in touched)]).stdout
+    pathspecs = sorted(p.decode("utf-8", "surrogateescape") for p in touched)
+    listing = repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", parent_trees[0], "--", *pathspecs]).stdout
     for item in listing.split(b"\0"):
         meta, _, path = item.partition(b"\t")
         if path in touched:

@@ -213,7 +213,8 @@ class DamagedRepoError(GitError):
     def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, where: str, evidence: str):
         self.where = where
         self.evidence = evidence
-        super().__init__(argv, returncode, stdout, stderr, hint="the repository's objects are damaged; a cache mirror can be deleted, a repository checked with `git fsck`")
+        hint = "the repository's objects are damaged; a cache mirror can be deleted, a repository checked with `git fsck`"
+        super().__init__(argv, returncode, stdout, stderr, hint=hint)
         self.stored = re.findall(r"\(stored in ([^)]*)\)", self.stderr_text)  # the damaged files, where git names them
         self.message = f"damaged objects: {evidence}" if any(os.path.isabs(p) for p in self.stored) else f"{where}: damaged objects: {evidence}"
 
