@@ -183,7 +183,7 @@ from zmr.errors import CheckFailed, ZmrError
 from zmr.files import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
+    pass
 
 FORMAT_VERSION = 1
 """``zmr_locate`` in a dump's metadata; this zmr reads 1 and refuses newer ones."""
