@@ -402,7 +402,7 @@ def parse_case(path: Path, root: Path) -> tuple[Case | None, list]:
     model = path.parent.name
     if not MODEL_RE.match(model):
         problems.add(None, f"folder name {model!r} is not a valid model name", "name the folder cases/<model> with [a-z0-9][a-z0-9._-]*")
-    case = read_file(path, display, CASE, problems, _Context(root, model, path))
+    case = read_file(path, display, CASE, problems, _Context(root, model, path), root=root, what="case file")
     if problems:
         return None, problems.items
     return case, []
@@ -429,7 +429,7 @@ def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case],
             p = Problems(display_path(wrong, root))
             p.add(None, "case files use the .yaml extension", "rename it to case.yaml")
             problems.extend(p.items)
-        if not path.is_file():
+        if not path.is_symlink() and not path.exists():  # a FIFO or a link out is read, and refused
             continue
         case, found = parse_case(path, root)
         problems.extend(found)

@@ -33,7 +33,6 @@ and note comes from the case data; the code adds only headers and layout.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -44,7 +43,7 @@ from urllib.parse import quote
 
 from zmr.cases import Case, check_project, model_order, model_titles, short_titles
 from zmr.errors import CheckFailed, DocsError, ZmrError
-from zmr.files import atomic_write
+from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.yamlnodes import Problems
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,8 +138,11 @@ def read_evidence(folder: Path, warnings: list[str], root: Path | None = None) -
     for path in sorted(folder.glob(EVIDENCE_GLOB)):
         shown = path.relative_to(root).as_posix() if root is not None and path.is_relative_to(root) else str(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            data = parse_json(read_repo_file(root, path, limit=MAX_JSON_BYTES, what="smoke record", display=shown).decode("utf-8"))
+        except FileRefused as refused:
+            warnings.append(f"{shown}: {refused.reason}; left out of the evidence table")
+            continue
+        except (UnicodeDecodeError, ValueError) as exc:
             warnings.append(f"{shown}: not readable as JSON ({exc.__class__.__name__}); left out of the evidence table")
             continue
         if not isinstance(data, dict):

@@ -85,6 +85,25 @@ _FIXED_CONFIG = (
 _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand", "core.gitproxy")
 
 
+# What git prints when the disk, not the command, failed (strerror texts and git's own words).
+_STORAGE_FAILURES = (
+    ("Read-only file system", "the file system is mounted read-only"),
+    ("No space left on device", "the disk is full"),
+    ("Disk quota exceeded", "the disk quota is used up"),
+    ("insufficient permission for adding an object", "permission denied"),
+    ("Permission denied", "permission denied"),
+    ("Operation not permitted", "the file system refuses writes (an immutable file?)"),
+)
+
+
+def storage_problem(stderr: str) -> str:
+    """Why git could not write its files, from its stderr ('' when the failure was something else)."""
+    for text, reason in _STORAGE_FAILURES:
+        if text in stderr:
+            return reason
+    return ""
+
+
 class GitError(ZmrError):
     """A git command failed; carries the command, exit code and output.
 
@@ -231,6 +250,18 @@ class DamagedRepoError(GitError):
         return Path(self.where) == git_dir
 
 
+class StorageError(GitError):
+    """git could not write into a repository (the cache's mirror, a checkout): the disk failed, not the input."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes, where: str | os.PathLike[str], reason: str):
+        super().__init__(argv, returncode, stdout, stderr)
+        lines = [line.removeprefix("error: ").removeprefix("fatal: ").strip() for line in self.stderr_text.splitlines() if line.strip()]
+        self.message = f"{os.fspath(where)}: git cannot write there ({reason})"
+        self.details = [*[f"git: {line}" for line in lines[-4:]],
+                        "make that folder writable or free space there (for the cache: or set ZMR_CACHE to a writable folder), and run again"]
+        self.args = (self.message,)
+
+
 @dataclass(frozen=True)
 class Identity:
     """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
@@ -358,6 +389,9 @@ def run(
         if damage is not None:
             raise DamagedRepoError(args, proc.returncode, proc.stdout, proc.stderr, os.fspath(git_dir if git_dir is not None else cwd or os.getcwd()), damage)
         if check:
+            reason = storage_problem(proc.stderr.decode("utf-8", "replace"))
+            if reason and not transport:  # a remote's "Permission denied" is about access, not this disk
+                raise StorageError(args, proc.returncode, proc.stdout, proc.stderr, git_dir or cwd or os.getcwd(), reason)
             raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
     return proc
 

@@ -180,13 +180,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable
 
 from zmr.errors import CheckFailed, ZmrError
-from zmr.files import atomic_write
+from zmr.files import atomic_write, open_regular, parse_json, read_repo_file
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
 
 FORMAT_VERSION = 1
 """``zmr_locate`` in a dump's metadata; this zmr reads 1 and refuses newer ones."""
+MAX_NAME_MAP_BYTES = 1 << 20
 
 SCHEMA_VERSION = 1
 """``schema_version`` of `LocateReport.to_json`."""
@@ -926,8 +927,8 @@ def read_side(path: str | os.PathLike[str], label: str) -> SideDump:
             files = sorted(p.glob("*.safetensors"))
         if not files:
             raise ZmrError(f"{p}: no step files ({STEP_GLOB}) in this folder", details=[f"is it the folder a zmr.locate.Recorder wrote the {label} dump to?"])
-    elif p.is_file():
-        files = [p]
+    elif p.exists() or p.is_symlink():
+        files = [p]  # a FIFO or a device is refused by _read_step, unread
     else:
         raise ZmrError(f"{p}: no such file or folder ({label} dump)")
     steps = [_read_step(f) for f in files]
@@ -945,7 +946,7 @@ def read_side(path: str | os.PathLike[str], label: str) -> SideDump:
 def _read_step(path: Path) -> StepFile:
     bad = f"{path}: not a zmr locate dump"
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, limit=None, what="locate dump") as handle:
             if os.fstat(handle.fileno()).st_size < 8:
                 raise ZmrError(f"{bad} (too short for safetensors)")
             # Mapped, not read: tensors are paged in only when compared.
@@ -956,7 +957,7 @@ def _read_step(path: Path) -> StepFile:
     if 8 + hlen > len(data):
         raise ZmrError(f"{bad} (safetensors header length {hlen} past the end)")
     try:
-        header = json.loads(bytes(data[8 : 8 + hlen]).decode("utf-8"))
+        header = parse_json(bytes(data[8 : 8 + hlen]).decode("utf-8"))
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
     except ValueError as err:
@@ -971,7 +972,7 @@ def _read_step(path: Path) -> StepFile:
     if version > FORMAT_VERSION:
         raise ZmrError(f"{path}: dump format {version} is newer than this zmr reads ({FORMAT_VERSION})", details=["update zmr"])
     try:
-        index = json.loads(meta["index"])
+        index = parse_json(meta["index"])
         step = StepFile(
             path=path,
             side=str(index["side"]),
@@ -985,6 +986,8 @@ def _read_step(path: Path) -> StepFile:
             code = info["dtype"]
             shape = tuple(int(s) for s in info["shape"])
             begin, end = (int(x) for x in info["data_offsets"])
+            if any(s < 0 for s in shape):
+                raise ValueError(f"tensor {key!r} has a negative dimension")
             if code not in _CODES:
                 raise ValueError(f"tensor {key!r} has dtype {code}")
             if end - begin != math.prod(shape) * _DTYPES[_CODES[code]][1] or not 0 <= begin <= end <= len(data) - body_start:
@@ -1000,6 +1003,8 @@ def _read_step(path: Path) -> StepFile:
             tensors = {}
             for t in r["tensors"]:
                 info = TensorInfo(str(t["slot"]), tuple(int(s) for s in t["shape"]), str(t["dtype"]), t.get("aligned"), t.get("key"), t.get("sha256"))
+                if any(s < 0 for s in info.shape):
+                    raise ValueError(f"record {r['name']!r}: tensor {info.slot!r} has a negative dimension")
                 if info.dtype not in _DTYPES or info.aligned not in (None, "lead", "flat"):
                     raise ValueError(f"record {r['name']!r}: tensor {info.slot!r} has dtype {info.dtype!r}, alignment {info.aligned!r}")
                 if info.key is not None and info.key not in step._entries:
@@ -1012,7 +1017,7 @@ def _read_step(path: Path) -> StepFile:
                 raise ValueError(f"record {r['name']!r}: row set {rowset} does not exist")
             name = str(r["name"])
             step.records.append(Record(int(r["index"]), name, name, str(r.get("kind", "")), r.get("site"), rowset, tensors, step))
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
         raise ZmrError(f"{bad} (malformed index: {err})") from None
     return step
 
@@ -1062,19 +1067,19 @@ def load_name_map(path: str | os.PathLike[str]) -> NameMap:
     """Read a name map (YAML or JSON; see the module doc)."""
     p = Path(path)
     display = str(p)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise ZmrError(f"{display}: no such name map file")
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as err:
+            data = parse_json(read_repo_file(None, p, limit=MAX_NAME_MAP_BYTES, what="name map").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
             raise ZmrError(f"{display}: not valid JSON ({err})") from None
         return _name_map_from(data, display)
     from zmr.yamlnodes import Problems, read_yaml, scalar
     from yaml.nodes import MappingNode, ScalarNode
 
     problems = Problems(display)
-    node = read_yaml(p, display, problems)
+    node = read_yaml(p, display, problems, what="name map")
     if node is None:
         raise ZmrError(f"{display}: not a valid name map", details=[str(x) for x in problems.items])
 

@@ -378,7 +378,7 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
     model = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.stem
     if not MODEL_RE.match(model):
         problems.add(None, f"file name {path.name!r} is not a valid model name", "name it <model>.yaml with [a-z0-9][a-z0-9._-]*")
-    manifest = read_file(path, display, MANIFEST, problems, _Context(root=root, model=model, policy=policy, path=path))
+    manifest = read_file(path, display, MANIFEST, problems, _Context(root=root, model=model, policy=policy, path=path), root=root, what="manifest")
     if problems:
         return None, problems.items
     return manifest, []

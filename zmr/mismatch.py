@@ -140,10 +140,10 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from zmr.errors import ZmrError
-from zmr.files import atomic_write
+from zmr.files import atomic_write, open_regular, parse_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -759,65 +759,70 @@ def read_dump(path: str | os.PathLike) -> Dump:
     """Read a dump (.jsonl/.ndjson, .npz, .safetensors); raises ZmrError naming file and line."""
     p = Path(path)
     fmt = _format_of(p)
-    if not p.is_file():
+    if not p.is_symlink() and not p.exists():
         raise ZmrError(
             f"{p}: no such file",
             details=["give the path of a log-prob dump (.jsonl, .npz or .safetensors)"],
         )
-    if fmt == "jsonl":
-        dump = _read_jsonl(p)
-    elif fmt == "npz":
-        dump = _read_npz(p)
-    else:
-        dump = _read_safetensors(p)
+    # A regular file only (a FIFO or /dev/zero is refused unread); dumps can be large, so no size limit.
+    with open_regular(p, limit=None, what="log-prob dump") as handle:
+        if fmt == "jsonl":
+            dump = _read_jsonl(p, handle)
+        elif fmt == "npz":
+            dump = _read_npz(p, handle)
+        else:
+            dump = _read_safetensors(p, handle)
     if not dump.records:
         raise ZmrError(f"{p}: no records", details=["a dump holds one record per sequence; is this the right file?"])
     return dump
 
 
-def _read_jsonl(p: Path) -> Dump:
+def _read_jsonl(p: Path, fh: BinaryIO) -> Dump:
     errors: list[str] = []
     records: list[DumpRecord] = []
     provenance = None
     default_dtype = None
     first = True
-    with open(p, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if len(errors) >= _MAX_ERRORS:
-                errors.append("(stopped after this many errors)")
-                break
-            if not raw.strip():
-                continue
-            where = f"{p}:{lineno}: "
-            try:
-                obj = json.loads(raw)
-            except UnicodeDecodeError:
-                errors.append(f"{where}not UTF-8 text; a dump is JSON Lines in UTF-8")
-                first = False
-                continue
-            except json.JSONDecodeError as err:
-                errors.append(f"{where}not valid JSON at column {err.colno} ({err.msg}); each line must be one JSON object")
-                first = False
-                continue
-            if not isinstance(obj, dict):
-                errors.append(f"{where}a {type(obj).__name__}, not a JSON object; each line must be one record")
-                first = False
-                continue
-            if "zmr_dump" in obj:
-                if not first:
-                    errors.append(f"{where}the metadata line (zmr_dump) must be the first line of the file")
-                    continue
-                first = False
-                try:
-                    provenance, default_dtype = _check_header(obj, where)
-                except _BadValue as err:
-                    errors.append(str(err))
+    for lineno, raw in enumerate(fh, start=1):
+        if len(errors) >= _MAX_ERRORS:
+            errors.append("(stopped after this many errors)")
+            break
+        if not raw.strip():
+            continue
+        where = f"{p}:{lineno}: "
+        try:
+            obj = parse_json(raw)
+        except UnicodeDecodeError:
+            errors.append(f"{where}not UTF-8 text; a dump is JSON Lines in UTF-8")
+            first = False
+            continue
+        except json.JSONDecodeError as err:
+            errors.append(f"{where}not valid JSON at column {err.colno} ({err.msg}); each line must be one JSON object")
+            first = False
+            continue
+        except ValueError as err:  # nested too deeply
+            errors.append(f"{where}not a dump record ({err})")
+            first = False
+            continue
+        if not isinstance(obj, dict):
+            errors.append(f"{where}a {type(obj).__name__}, not a JSON object; each line must be one record")
+            first = False
+            continue
+        if "zmr_dump" in obj:
+            if not first:
+                errors.append(f"{where}the metadata line (zmr_dump) must be the first line of the file")
                 continue
             first = False
             try:
-                records.append(make_record(obj, source=f"{p}:{lineno}", default_dtype=default_dtype))
-            except ZmrError as err:
-                errors.append(err.message)
+                provenance, default_dtype = _check_header(obj, where)
+            except _BadValue as err:
+                errors.append(str(err))
+            continue
+        first = False
+        try:
+            records.append(make_record(obj, source=f"{p}:{lineno}", default_dtype=default_dtype))
+        except ZmrError as err:
+            errors.append(err.message)
     if errors:
         raise ZmrError(
             f"{p}: {len(errors)} bad line{'s' if len(errors) != 1 else ''} in the dump",
@@ -897,10 +902,48 @@ def _columnar_records(
     return Dump(records=records, provenance=provenance, path=str(p), format=fmt)
 
 
-def _read_npz(p: Path) -> Dump:
+# A deflated member holds at most ~1032 times its compressed size; a dump's arrays far less.
+_NPZ_MAX_RATIO = 256
+_NPZ_SMALL = 1 << 30
+
+
+def _check_npz_sizes(p: Path, fh: BinaryIO) -> None:
+    """Refuse an .npz whose headers claim more data than the file can hold, before numpy allocates it."""
+    np = _np()
+    size = os.fstat(fh.fileno()).st_size
+    total = 0
+    with zipfile.ZipFile(fh) as zf:
+        for info in zf.infolist():
+            stored = info.compress_type == zipfile.ZIP_STORED
+            if info.compress_size > size or (stored and info.file_size != info.compress_size):
+                raise ZmrError(f"{p}: {info.filename}: its zip header claims {info.file_size} bytes, which the {size}-byte file cannot hold")
+            with zf.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                except ValueError as err:
+                    raise ZmrError(f"{p}: {info.filename}: not a .npy array ({err})") from None
+                header = member.tell()
+            if dtype.hasobject:
+                raise ZmrError(f"{p}: {info.filename}: an object array", details=["object arrays are not read; store ids as id_utf8 + id_offsets"])
+            nbytes = math.prod(shape) * dtype.itemsize
+            total += nbytes
+            if any(d < 0 for d in shape) or header + nbytes != info.file_size or total > max(_NPZ_SMALL, _NPZ_MAX_RATIO * size):
+                raise ZmrError(
+                    f"{p}: {info.filename}: claims an array of shape {list(shape)} ({nbytes} bytes), which the {size}-byte file does not hold",
+                    details=["the file is damaged or not a dump; write it again"],
+                )
+    fh.seek(0)
+
+
+def _read_npz(p: Path, fh: BinaryIO) -> Dump:
     np = _np()
     try:
-        with np.load(p, allow_pickle=False) as z:
+        _check_npz_sizes(p, fh)
+        with np.load(fh, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except ValueError as err:
         raise ZmrError(f"{p}: cannot read the .npz ({err})", details=["object arrays are not read; store ids as id_utf8 + id_offsets"]) from None
@@ -911,7 +954,7 @@ def _read_npz(p: Path) -> Dump:
     if "__zmr_dump__" in arrays:
         meta = arrays.pop("__zmr_dump__")
         try:
-            obj = json.loads(meta.tobytes().decode("utf-8"))
+            obj = parse_json(meta.tobytes().decode("utf-8"))
             if not isinstance(obj, dict) or "zmr_dump" not in obj:
                 raise ValueError("not a metadata object")
             provenance, declared = _check_header(obj, "")
@@ -945,21 +988,22 @@ _ST_DTYPES = {
 }
 
 
-def _read_safetensors(p: Path) -> Dump:
+def _read_safetensors(p: Path, fh: BinaryIO) -> Dump:
     np = _np()
-    data = p.read_bytes()
-    if len(data) < 8:
+    size = os.fstat(fh.fileno()).st_size
+    if size < 8:
         raise ZmrError(f"{p}: not a .safetensors file (too short)")
-    (hlen,) = struct.unpack("<Q", data[:8])
-    if 8 + hlen > len(data):
+    (hlen,) = struct.unpack("<Q", fh.read(8))
+    if 8 + hlen > size:
         raise ZmrError(f"{p}: not a .safetensors file (header length {hlen} past the end)")
+    data = fh.read()
     try:
-        header = json.loads(data[8:8 + hlen].decode("utf-8"))
+        header = parse_json(data[:hlen].decode("utf-8"))
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
     except ValueError as err:
         raise ZmrError(f"{p}: not a .safetensors file (bad header: {err})") from None
-    body = memoryview(data)[8 + hlen:]
+    body = memoryview(data)[hlen:]
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
         raise ZmrError(f"{p}: not a .safetensors file (__metadata__ is not an object)")
@@ -970,7 +1014,9 @@ def _read_safetensors(p: Path) -> Dump:
             code = info["dtype"]
             shape = [int(s) for s in info["shape"]]
             begin, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+            if any(s < 0 for s in shape):
+                raise ValueError("negative dimension")
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise ZmrError(f"{p}: tensor {name!r} has a malformed header entry") from None
         if code not in _ST_DTYPES:
             raise ZmrError(f"{p}: tensor {name!r} has dtype {code}, which a dump does not use")
@@ -997,7 +1043,7 @@ def _read_safetensors(p: Path) -> Dump:
         obj: dict[str, Any] = {"zmr_dump": version}
         if meta.get("provenance"):
             try:
-                obj["provenance"] = json.loads(meta["provenance"])
+                obj["provenance"] = parse_json(meta["provenance"])
             except ValueError as err:
                 raise ZmrError(f"{p}: __metadata__ provenance is not JSON ({err})") from None
         try:

@@ -193,10 +193,10 @@ SETTINGS = Record(
 def load_settings(root: Path) -> Settings:
     """``zmr.yaml``'s settings, the defaults where it is absent; SettingsError lists every problem."""
     path = root / SETTINGS_FILE
-    if not path.is_file():
+    if not path.is_symlink() and not path.exists():  # anything else there (a FIFO, a link out) is read, and refused
         return Settings()
     problems = Problems(SETTINGS_FILE)
-    settings = read_file(path, SETTINGS_FILE, SETTINGS, problems)
+    settings = read_file(path, SETTINGS_FILE, SETTINGS, problems, root=root, what="settings file")
     if problems:
         raise SettingsError(problems.items)
     return settings

@@ -66,8 +66,15 @@ def apply_args(strip: int) -> list[str]:
 _FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
 
 
-def apply_error(component: Component, patch: Patch, stderr: str) -> ApplyError:
-    """The error for *patch* not applying to *component*'s pin: the file and hunk git stopped at, and what to do."""
+def apply_error(component: Component, patch: Patch, stderr: str, store: Path | None = None) -> ZmrError:
+    """The error for *patch* not applying to *component*'s pin: the file and hunk git stopped at, and what to do.
+
+    When git could not write its objects (into *store*: a read-only or full
+    cache), the error says that, not that the patch does not apply.
+    """
+    reason = git.storage_problem(stderr)
+    if reason:
+        return git.StorageError(apply_args(patch.strip), 1, b"", stderr.encode(), store or "the repository's object store", reason)
     lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
     where = ""
     for line in lines:
@@ -218,7 +225,7 @@ def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: 
         for patch in patches:
             proc = index.apply(patch)
             if proc.returncode != 0:
-                raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"))
+                raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"), repo.git_dir)
         # A partial mirror (verify) lacks the blobs no patch touches.
         return index.write_tree(missing_ok=True)
 

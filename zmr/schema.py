@@ -346,9 +346,9 @@ def one_of(choices: tuple[str, ...], what: str, suggest: bool = False) -> Check:
     return check
 
 
-def read_file(path: Path, display: str, schema: Record, problems: Problems, ctx: Any = None) -> Any:
-    """Parse *path* and read it with *schema*; None when it cannot be read or its top level is invalid."""
-    node = read_yaml(path, display, problems)
+def read_file(path: Path, display: str, schema: Record, problems: Problems, ctx: Any = None, *, root: Path | None = None, what: str = "YAML file") -> Any:
+    """Parse *path* (inside *root*, if given) and read it with *schema*; None when it cannot be read or its top level is invalid."""
+    node = read_yaml(path, display, problems, root=root, what=what)
     if node is None:
         return None
     return schema.read(node, At(node, "", problems, ctx))

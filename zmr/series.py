@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from zmr.errors import SeriesError
+from zmr.files import FileRefused, read_repo_file
 from zmr.yamlnodes import Problem
 
 MAX_PATCH_BYTES = 64 << 20
+MAX_SERIES_BYTES = 1 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
 _DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
@@ -146,7 +148,7 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     """
     series = Series(folder)
     series_file = folder / "series"
-    if not series_file.is_file():
+    if not series_file.is_symlink() and not series_file.exists():
         where = f"{origin}: " if origin else ""
         empty = f"a component without patches has an empty series file: create {display}/series"
         if not folder.is_dir():
@@ -154,12 +156,12 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
         if _patch_files(folder):
             raise SeriesError(f"{display}/series: file not found", details=["list the patches in apply order, one per line, in a file named series"])
         raise SeriesError(f"{where}{display}/series: file not found", details=[empty])
+    root = folder.resolve()
     try:
-        text = series_file.read_bytes().decode("utf-8")
+        text = _read(root, series_file, MAX_SERIES_BYTES, "series file", f"{display}/series").decode("utf-8")
     except UnicodeDecodeError:
         raise SeriesError(f"{display}/series: not valid UTF-8", details=["save it as UTF-8"]) from None
     entries, problems = parse_series_file(text, f"{display}/series")
-    root = folder.resolve()
     for entry in entries:
         path = folder / entry.name
         resolved = path.resolve()
@@ -168,11 +170,11 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
         except ValueError:
             problems.append(Problem(f"{display}/series", entry.line, f"{entry.name} resolves outside the series folder", "do not use symbolic links that leave the folder"))
             continue
-        if not path.is_file():
+        if not path.is_symlink() and not path.exists():
             problems.append(Problem(f"{display}/series", entry.line, f"{entry.name}: patch file not found", f"add {display}/{entry.name} or remove the line"))
             continue
         try:
-            series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}"))
+            series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}", root=root))
         except SeriesError as err:
             problems.append(Problem(f"{display}/series", entry.line, str(err), ""))
     if problems:
@@ -193,10 +195,16 @@ def _patch_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in PATCH_SUFFIXES)
 
 
-def load_patch(path: Path, name: str, strip: int, display: str) -> Patch:
-    data = path.read_bytes()
-    if len(data) > MAX_PATCH_BYTES:
-        raise SeriesError(f"{display}: {len(data)} bytes is over the patch size limit")
+def _read(root: Path | None, path: Path, limit: int, what: str, display: str) -> bytes:
+    try:
+        return read_repo_file(root, path, limit=limit, what=what, display=display)
+    except FileRefused as refused:
+        raise SeriesError(refused.message, details=refused.details) from None
+
+
+def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | None = None) -> Patch:
+    """The patch file *path* (a regular file inside *root*, when given), checked by the patch guards."""
+    data = _read(root, path, MAX_PATCH_BYTES, "patch", display)
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
     problem = unsafe_path_problem(data, strip)

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.errors import CheckFailed, ZmrError
-from zmr.files import atomic_write
+from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -493,11 +493,13 @@ def scan_mismatch(folder: Path) -> dict[str, tuple[int, int, int]]:
     return result
 
 
-def read_mismatch(path: Path, rel: str) -> tuple[dict | None, str]:
-    """The metrics of a ``zmr mismatch --json`` report, or (None, why not)."""
+def read_mismatch(path: Path, rel: str, root: Path | None = None) -> tuple[dict | None, str]:
+    """The metrics of a ``zmr mismatch --json`` report (a regular file inside *root*, if given), or (None, why not)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = parse_json(read_repo_file(root, path, limit=MAX_JSON_BYTES, what="mismatch report", display=rel).decode("utf-8"))
+    except FileRefused as refused:
+        return None, f"{rel}: {refused.reason}"
+    except (UnicodeDecodeError, ValueError) as exc:
         return None, f"{rel}: not readable as JSON ({exc.__class__.__name__})"
     if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("overall"), dict):
         return None, f"{rel}: not a `zmr mismatch --json` report (no schema_version and overall)"
@@ -522,7 +524,7 @@ def claimant(rel: str, ids: Iterable[str]) -> str | None:
 def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict], list[str]]:
     found, notes = [], []
     for rel in sorted(rels):
-        metrics, why = read_mismatch(folder / rel, rel)
+        metrics, why = read_mismatch(folder / rel, rel, folder)
         if metrics is None:
             notes.append(why)
         else:

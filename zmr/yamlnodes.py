@@ -4,7 +4,8 @@ Files are parsed into PyYAML's node graph (never constructed into Python
 objects first) so that every value keeps the line it came from. Anything a
 hand-written manifest never needs and an attacker might use is refused:
 anchors and aliases (YAML bombs), tags, duplicate keys, non-UTF-8 bytes and
-oversized files. `zmr.schema` walks the node trees read here.
+oversized files; the file is read with `zmr.files.read_repo_file`
+(a regular file, inside the repository where a root is given). `zmr.schema` walks the node trees read here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from zmr.files import FileRefused, read_repo_file
 
 MAX_FILE_BYTES = 1 << 20
 
@@ -81,15 +84,12 @@ class _StrictLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def read_yaml(path: Path, display: str, problems: Problems) -> Node | None:
-    """Parse *path* into a node tree; on failure, record why and return None."""
+def read_yaml(path: Path, display: str, problems: Problems, *, root: Path | None = None, what: str = "YAML file") -> Node | None:
+    """Parse *path* (a regular file inside *root*, if given) into a node tree; on failure, record why and return None."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        problems.add(None, f"cannot read file: {exc.strerror}", "check the path and permissions")
-        return None
-    if len(data) > MAX_FILE_BYTES:
-        problems.add(None, f"file is {len(data)} bytes, over the limit of {MAX_FILE_BYTES}", "manifests are small; split or trim it")
+        data = read_repo_file(root, path, limit=MAX_FILE_BYTES, what=what, display=display)
+    except FileRefused as refused:
+        problems.add(None, refused.reason, refused.fix)
         return None
     try:
         text = data.decode("utf-8")

@@ -144,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit as err:  # typer.Exit and friends
         return int(err.code or 0)
+    except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
+        from zmr.files import os_error
+
+        _print_error(os_error(err))
+        return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence
         return _usage_or_bug(err)
     # Without standalone mode, click turns Ctrl-C into a returned 130.
