@@ -438,3 +438,66 @@ def test_unwritable_report_under_rebase_is_named(tmp_path):
     with pytest.raises(OSError) as info:
         atomic_write(blocker / "r.md", b"x")
     assert info.value.filename is not None and str(blocker) in str(info.value.filename)
+
+
+# -- names git refuses, and names that hide characters ----------------------------------------------
+
+_REF_CORPUS = [
+    "a./b", "a/.b", "a.lock/b", "a/b.lock", ".a", "a..b", "a.", "a@{b", "a@b", "a/@/b", "a//b", "/a", "a/", "a b", "a~b", "a^b", "a:b",
+    "a?b", "a*b", "a[b", "a\\b", "a\x7fb", "a\tb", "ä", "a/.lock", "lock.a", "a.lock.b", "a/b./c", "x.loc", "a/..", "..", ".", "a.b.", "a/HEAD", "{",
+]
+
+
+@pytest.mark.parametrize("name", _REF_CORPUS)
+def test_ref_format_problem_agrees_with_git(name):
+    from zmr.manifest import ref_format_problem
+
+    git_accepts = subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"], capture_output=True, check=False).returncode == 0
+    assert (ref_format_problem(name) == "") == git_accepts, ref_format_problem(name)
+
+
+@pytest.mark.parametrize("model, reason", [("x.lock", "a part ending with '.lock'"), ("a..b", "'..'"), ("trailing.", "ends with '.'")])
+def test_model_names_git_refuses_fail_in_validate(upstream, project, model, reason):
+    simple_model(project, upstream, model=model)
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"manifests/{model}.yaml: model name {model!r} cannot be part of a branch name ({reason})" in result.stderr
+    assert not list(Path(os.environ["ZMR_CACHE"]).glob("mirrors/*.git"))
+
+
+@pytest.mark.parametrize(
+    "branch, reason",
+    [
+        ("rel/x.lock", "a part ending with '.lock'"),
+        ("rel/a..b", "'..'"),
+        ("rel/a.", "ends with '.'"),
+        ("rel/@{u}", "'@{'"),
+        ("rel/.hidden", "a part starting with '.'"),
+        ("rel/a\u200bb", "invisible or bidirectional character U+200B"),
+        ("rel/\u202eevil", "invisible or bidirectional character U+202E"),
+        ("rel/\u2066x\u2069", "invisible or bidirectional character U+2066"),
+        ("\ufeffrel/x", "invisible or bidirectional character U+FEFF"),
+        ("rel/a\u00a0b", "invisible or bidirectional character U+00A0"),
+        ("rel/t\u043ey", "non-ASCII character 'о' (U+043E), which can look like another branch's letter"),
+    ],
+)
+def test_branch_names_git_refuses_or_that_hide_characters(upstream, project, branch, reason):
+    pin = simple_model(project, upstream)
+    text = (project.root / "manifests/toy.yaml").read_text(encoding="utf-8")
+    (project.root / "manifests/toy.yaml").write_text(text.replace("    track: main\n", f'    track: main\n    branch: "{branch}"\n'), encoding="utf-8")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"components.rollout.branch: {branch!r} is not a valid branch name ({reason})" in result.stderr
+    assert pin
+
+
+def test_track_may_be_non_ascii_but_not_invisible(upstream, project):
+    simple_model(project, upstream)
+    path = project.root / "manifests/toy.yaml"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("track: main", "track: release/größe"), encoding="utf-8")
+    assert zmr("validate", cwd=project.root).returncode == 0
+    path.write_text(text.replace("track: main", 'track: "main\u200d"'), encoding="utf-8")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2
+    assert "components.rollout.track: 'main\\u200d' is not a valid ref name (invisible or bidirectional character U+200D)" in result.stderr

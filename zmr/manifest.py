@@ -15,6 +15,7 @@ together with docs/reference.md §2 and `zmr new`'s templates.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -178,17 +179,33 @@ def _check_commit(value: str, at: At) -> str | None:
     return None
 
 
-def _ref_name(what: str) -> Check:
+def _ref_name(what: str, *, ascii_only: bool = False) -> Check:
     def check(value: str, at: At) -> str | None:
         if _option_like(value, at):
             return None
         reason = ref_format_problem(value)
+        if not reason and ascii_only and not value.isascii():
+            first = next(c for c in value if not c.isascii())
+            reason = f"non-ASCII character {first!r} (U+{ord(first):04X}), which can look like another branch's letter"
         if reason:
-            at.add(f"{value!r} is not a valid {what} name ({reason})", "use letters, digits, '-', '_', '.' and '/'")
+            at.add(f"{value!r} is not a valid {what} name ({reason})", "use ASCII letters, digits, '-', '_', '.' and '/'")
             return None
         return value
 
     return check
+
+
+# Unicode categories of characters that show as nothing or reorder text: format (zero-width,
+# bidirectional controls, BOM), line and paragraph separators, spaces, private use, unassigned.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
+
+
+def invisible_character(name: str) -> str:
+    """The first character of *name* that is invisible or bidirectional, as ``U+XXXX``; ''."""
+    for ch in name:
+        if not ch.isascii() and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            return f"U+{ord(ch):04X}"
+    return ""
 
 
 def ref_format_problem(name: str) -> str:
@@ -210,6 +227,9 @@ def ref_format_problem(name: str) -> str:
     for ch in name:
         if ord(ch) < 32 or ord(ch) == 127 or ch in " ~^:?*[\\":
             return f"character {ch!r}"
+    invisible = invisible_character(name)
+    if invisible:
+        return f"invisible or bidirectional character {invisible}"
     for part in name.split("/"):
         if part.startswith("."):
             return "a part starting with '.'"
@@ -322,8 +342,8 @@ COMPONENT = Record(
     (
         Field("upstream", Text(check=_check_upstream), required=True),
         Field("commit", Text(written=(int, float), check=_check_commit), required=True),  # an all-digit id read as a number: keep the text
-        Field("track", Text(check=_ref_name("ref"))),
-        Field("branch", Text(check=_ref_name("branch"))),
+        Field("track", Text(check=_ref_name("ref"))),  # the upstream's name: any git allows
+        Field("branch", Text(check=_ref_name("branch", ascii_only=True))),  # zmr's name: ASCII, so no look-alikes
         Field("release", Text(check=one_of(RELEASE_MODES, "release mode"))),
         Field("patches", Text(check=_check_patches)),
         Field("smoke", _smoke_tests(model_level=False), default=(), deferred=True),
@@ -378,6 +398,9 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
     model = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.stem
     if not MODEL_RE.match(model):
         problems.add(None, f"file name {path.name!r} is not a valid model name", "name it <model>.yaml with [a-z0-9][a-z0-9._-]*")
+    elif ref_format_problem(model):
+        problems.add(None, f"model name {model!r} cannot be part of a branch name ({ref_format_problem(model)})",
+                     "rename the file: no '..', no part ending in '.lock' or '.', as for git branch names")
     manifest = read_file(path, display, MANIFEST, problems, _Context(root=root, model=model, policy=policy, path=path), root=root, what="manifest")
     if problems:
         return None, problems.items
