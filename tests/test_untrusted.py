@@ -501,3 +501,65 @@ def test_track_may_be_non_ascii_but_not_invisible(upstream, project):
     result = zmr("validate", cwd=project.root)
     assert result.returncode == 2
     assert "components.rollout.track: 'main\\u200d' is not a valid ref name (invisible or bidirectional character U+200D)" in result.stderr
+
+
+# -- patch guards: every way a patch names a path ------------------------------------------------------
+
+
+def _git_binary(content: bytes) -> bytes:
+    """A ``GIT binary patch`` literal of *content*, as git writes it (zlib, base85 lines of 52 bytes)."""
+    import base64
+    import zlib
+
+    packed = zlib.compress(content)
+    out = [b"GIT binary patch", b"literal %d" % len(content)]
+    for i in range(0, len(packed), 52):
+        chunk = packed[i : i + 52]
+        code = ord("A") + len(chunk) - 1 if len(chunk) <= 26 else ord("a") + len(chunk) - 27
+        out.append(bytes([code]) + base64.b85encode(chunk + b"\0" * (-len(chunk) % 4)))
+    return b"\n".join(out) + b"\n\nliteral 0\nHcmV?d00001\n\n"
+
+
+def test_binary_symlink_inside_the_tree_is_checked_and_applies(tmp_path, upstream, project):
+    from conftest import git
+
+    pin = upstream.commits[-1]
+    oid = git("hash-object", "--stdin", input=b"../README.md")
+    patch = b"diff --git a/docs/readme-link b/docs/readme-link\nnew file mode 120000\nindex " + b"0" * 40 + b".." + oid.encode() + b"\n" + _git_binary(b"../README.md")
+    from zmr.series import unsafe_path_problem
+
+    assert unsafe_path_problem(patch) == ""
+    project.series("m", "c", [("0001-link.patch", patch)])
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {pin}\n")
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert git("ls-tree", "c/m", "docs/readme-link", cwd=project.root).startswith("120000 blob " + oid)
+
+
+def test_quoted_non_ascii_paths_apply_and_name_their_hunks(upstream, project):
+    from conftest import make_patch
+
+    pin = upstream.commits[-1]
+    patch = make_patch(upstream, pin, {"docs/größe.md": "ä\n"}, "Add a file with a non-ASCII name")
+    assert b'"b/docs/gr\\303\\266\\303\\237e.md"' in patch  # git quotes it
+    from zmr.series import list_hunks
+
+    assert [h.file for h in list_hunks(patch)] == ["docs/größe.md"]
+    project.series("m", "c", [("0001-umlaut.patch", patch)])
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {pin}\n")
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("part", [".git", ".GIT", ".Git", ".git.", ".git ", ".g\u200cit", "\ufeff.git", ".gi\u206at", "git~1", "GIT~1", ".git::$INDEX_ALLOCATION"])
+def test_every_spelling_of_dotgit(part):
+    from zmr.series import is_dotgit
+
+    assert is_dotgit(part)
+
+
+@pytest.mark.parametrize("part", [".github", ".gitignore", "git", ".gi", "x.git", "git~2"])
+def test_names_that_only_look_like_dotgit(part):
+    from zmr.series import is_dotgit
+
+    assert not is_dotgit(part)

@@ -365,13 +365,13 @@ def list_hunks(data: bytes, strip: int = 1) -> list[Hunk]:
     index = 0
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.startswith(b"+++ "):
-            target = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            target = _header_name(line[4:])
             if target == "/dev/null":
                 continue
             current_file = _strip_path(target, strip)
             index = 0
         elif line.startswith(b"--- ") and not current_file:
-            source = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            source = _header_name(line[4:])
             if source != "/dev/null":
                 current_file = _strip_path(source, strip)
         elif line.startswith(b"diff --git "):
@@ -393,36 +393,105 @@ def _strip_path(path: str, strip: int) -> str:
 
 
 _GIT_HEADER_PATHS = (b"rename from ", b"rename to ", b"copy from ", b"copy to ")
+_SYMLINK_MODE_LINES = (b"new file mode 120000", b"new mode 120000")
+# Code points HFS+ ignores in names (git's is_hfs_dotgit): ".g\u200cit" is ".git" on a Mac.
+_HFS_IGNORED = frozenset([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13, ord('"'): 34, ord("\\"): 92}
+
+
+def unquote_c(data: bytes) -> tuple[bytes, bytes] | None:
+    """A C-quoted name at the start of *data* (``"a/\\303\\244.txt"``, as git writes it): (name, rest); None if not quoted."""
+    if not data.startswith(b'"'):
+        return None
+    out = bytearray()
+    i = 1
+    while i < len(data):
+        c = data[i]
+        if c == ord('"'):
+            return bytes(out), data[i + 1 :]
+        if c == ord("\\") and i + 1 < len(data):
+            nxt = data[i + 1]
+            if nxt in _C_ESCAPES:
+                out.append(_C_ESCAPES[nxt])
+                i += 2
+                continue
+            digits = data[i + 1 : i + 4]
+            if len(digits) == 3 and all(ord("0") <= d <= ord("7") for d in digits):
+                out.append(int(digits, 8) & 0xFF)
+                i += 4
+                continue
+        out.append(c)
+        i += 1
+    return None  # no closing quote: git refuses it too, as written it names nothing
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _header_name(raw: bytes) -> str:
+    """A ``---``/``+++``/``rename to`` name: unquoted, up to a tab (git's date suffix)."""
+    quoted = unquote_c(raw)
+    return _name(quoted[0]) if quoted else _name(raw.split(b"\t")[0]).strip()
+
+
+def _git_line_names(rest: bytes) -> list[str]:
+    """The names of a ``diff --git`` line: quoted ones unquoted, unquoted ones split at ``a/``, ``b/``."""
+    names: list[str] = []
+    while rest.strip():
+        rest = rest.lstrip(b" ")
+        quoted = unquote_c(rest)
+        if quoted:
+            names.append(_strip_path(_name(quoted[0]), 1))
+            rest = quoted[1]
+            continue
+        word, _, rest = rest.partition(b' "') if b' "' in rest else (rest, b"", b"")
+        rest = (b'"' + rest) if rest else b""
+        names += [_strip_path(p, 1) for p in _name(word).split(" ") if p.startswith(("a/", "b/"))]
+    return names
 
 
 def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
-    """Why a patch would write outside the tree, into ``.git``, or plant an escaping symlink; '' if safe."""
+    """Why a patch would write outside the tree, into ``.git``, or plant an escaping symlink; '' if safe.
+
+    Every way a patch names a path counts: ``diff --git``, ``---``/``+++``,
+    ``rename``/``copy`` lines, C-quoted or not; a symlink's target is read
+    from a text hunk or decoded from a ``GIT binary patch``.
+    """
     lines = data.split(b"\n")
     for number, line in enumerate(lines, start=1):
         paths: list[str] = []
         if line.startswith((b"--- ", b"+++ ")):
-            raw = line[4:].split(b"\t")[0].decode("utf-8", "replace").strip()
+            raw = _header_name(line[4:])
             if raw != "/dev/null":
                 paths.append(_strip_path(raw, strip) if _has_components(raw, strip) else raw)
         elif line.startswith(b"diff --git "):
-            parts = line[len(b"diff --git ") :].decode("utf-8", "replace").split(" ")
-            paths += [_strip_path(p, 1) for p in parts if p.startswith(("a/", "b/"))]
+            paths += _git_line_names(line[len(b"diff --git ") :])
         elif line.startswith(_GIT_HEADER_PATHS):
-            paths.append(line.split(b" ", 2)[2].decode("utf-8", "replace"))
+            paths.append(_header_name(line.split(b" ", 2)[2]))
         for path in paths:
             reason = _tree_path_problem(path)
             if reason:
                 return f"line {number}: path {path!r} {reason}"
-        if line.startswith((b"new file mode 120000", b"new mode 120000")):
+        if line.startswith(_SYMLINK_MODE_LINES):
+            link = _link_path(lines, number)
             target = _symlink_target(lines, number)
-            link = _link_path(lines, number, strip)
-            if target is not None and _escapes(link, target):
+            if target is None:
+                return f"line {number}: makes {link!r} a symlink without a target zmr can read; write the link's target as a text hunk"
+            if _escapes(link, target):
                 return f"line {number}: creates symlink {link!r} pointing outside the tree ({target!r})"
     return ""
 
 
 def _has_components(path: str, strip: int) -> bool:
     return len(path.split("/")) > strip
+
+
+def is_dotgit(part: str) -> bool:
+    """*part* names ``.git`` on some file system: any case, trailing dots or spaces (NTFS), HFS+-ignored code points, ``git~1``."""
+    folded = "".join(c for c in part if ord(c) not in _HFS_IGNORED).lower()
+    folded = folded.split(":", 1)[0].rstrip(". ")  # NTFS: ".git::$INDEX_ALLOCATION", ".git. ." are .git
+    return folded in (".git", "git~1")
 
 
 def _tree_path_problem(path: str) -> str:
@@ -434,25 +503,71 @@ def _tree_path_problem(path: str) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
         return "leaves the tree ('..')"
-    if any(p.lower().rstrip(". ") == ".git" for p in parts):
+    if any(is_dotgit(p) for p in parts):
         return "writes into .git"
     return ""
 
 
 def _symlink_target(lines: list[bytes], start: int) -> str | None:
-    """The first added line of the hunk after a symlink's mode line: its target."""
+    """A new symlink's target: the first added line of its text hunk, or its literal ``GIT binary patch``; None if neither."""
     for line in lines[start : start + 12]:
+        if line.startswith(b"diff --git "):
+            return None
         if line.startswith(b"+") and not line.startswith(b"+++"):
-            return line[1:].decode("utf-8", "replace")
+            return _name(line[1:])
+        if line.startswith(b"GIT binary patch"):
+            content = _binary_content(lines, lines.index(line, start) + 1)
+            return None if content is None else _name(content)
     return None
 
 
-def _link_path(lines: list[bytes], start: int, strip: int) -> str:
+def _binary_content(lines: list[bytes], start: int) -> bytes | None:
+    """The new content of a ``GIT binary patch`` (``literal``, or a ``delta`` that only inserts); None when it cannot be told."""
+    import base64
+    import zlib
+
+    if start >= len(lines):
+        return None
+    kind, _, size = lines[start].partition(b" ")
+    data = bytearray()
+    for line in lines[start + 1 :]:
+        if not line:
+            break
+        length = line[0] - (ord("A") - 1) if line[:1].isupper() else line[0] - (ord("a") - 27)
+        try:
+            data += base64.b85decode(line[1:])[:length]
+        except ValueError:
+            return None
+    try:
+        raw = zlib.decompress(bytes(data))
+    except zlib.error:
+        return None
+    if kind == b"literal":
+        return raw
+    if kind != b"delta":
+        return None
+    # A delta: two varint sizes, then opcodes; only inserts (no copies from the old content) can be read.
+    pos = 0
+    for _ in range(2):
+        while pos < len(raw) and raw[pos] & 0x80:
+            pos += 1
+        pos += 1
+    out = bytearray()
+    while pos < len(raw):
+        op = raw[pos]
+        if op & 0x80 or op == 0:
+            return None
+        out += raw[pos + 1 : pos + 1 + op]
+        pos += 1 + op
+    return bytes(out)
+
+
+def _link_path(lines: list[bytes], start: int) -> str:
     for back in range(start - 1, max(start - 6, -1), -1):
         if lines[back].startswith(b"diff --git "):
-            parts = lines[back][len(b"diff --git ") :].decode("utf-8", "replace").split(" ")
-            if len(parts) >= 2:
-                return _strip_path(parts[-1], 1)
+            names = _git_line_names(lines[back][len(b"diff --git ") :])
+            if names:
+                return names[-1]
     return ""
 
 
