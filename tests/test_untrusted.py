@@ -563,3 +563,61 @@ def test_names_that_only_look_like_dotgit(part):
     from zmr.series import is_dotgit
 
     assert not is_dotgit(part)
+
+
+# -- NUL bytes in hunks, mboxes -----------------------------------------------------------------------
+
+
+def _nul_upstream(tmp_path):
+    from conftest import make_upstream
+
+    return make_upstream(tmp_path / "nul-up", [{"fuzz/crash-1": "a\0b\nline2\n", "README.md": "hi\n"}])
+
+
+def test_text_hunks_with_nul_bytes_apply_as_git_applies_them(tmp_path, project):
+    up = _nul_upstream(tmp_path)
+    pin = up.commits[-1]
+    patch = (
+        b"From: Fuzz Bot <fuzz@zmr.invalid>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: [PATCH] Update the crash reproducer\n\n---\n"
+        b"diff --git a/fuzz/crash-1 b/fuzz/crash-1\n--- a/fuzz/crash-1\n+++ b/fuzz/crash-1\n@@ -1,2 +1,2 @@\n-a\0b\n+a\0c\n line2\n"
+    )
+    project.series("m", "c", [("0001-nul.patch", patch)])
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {up.path}\n    commit: {pin}\n")
+    assert zmr("validate", cwd=project.root).returncode == 0
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    blob = subprocess.run(["git", "cat-file", "blob", "c/m:fuzz/crash-1"], cwd=project.root, capture_output=True, check=True).stdout
+    assert blob == b"a\0c\nline2\n"
+    from zmr.series import parse_patch
+
+    parsed = parse_patch(patch, "0001-nul.patch")
+    assert (parsed.author_name, parsed.subject) == ("Fuzz Bot", "Update the crash reproducer")
+
+
+def test_nul_in_the_message_is_refused(tmp_path, project):
+    up = _nul_upstream(tmp_path)
+    patch = b"From: A <a@zmr.invalid>\nSubject: [PATCH] Evil\0subject\n\n---\ndiff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hi\n+ho\n"
+    project.series("m", "c", [("0001-nul-subject.patch", patch)])
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {up.path}\n    commit: {up.commits[-1]}\n")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2
+    assert "0001-nul-subject.patch: NUL byte in the message (before the diff)" in result.stderr
+
+
+def test_an_mbox_of_several_mails_is_a_clear_error(tmp_path, upstream, project):
+    from conftest import make_patch
+
+    pin = upstream.commits[-1]
+    first = make_patch(upstream, pin, {"README.md": "one\n"}, "First change")
+    second = make_patch(upstream, pin, {"docs/guide.md": "two\n"}, "Second change")
+    project.series("m", "c", [("0001-both.patch", first + second)])
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {pin}\n")
+    for command in ("validate", "build"):
+        result = zmr(command, *(["m"] if command == "build" else []), cwd=project.root)
+        assert result.returncode == 2
+        assert "patches/m/c/0001-both.patch: holds 2 mails (an mbox)" in result.stderr
+        assert "git mailsplit" in result.stderr
+    # One mail whose body quotes an mbox line ("From " escaped, or in prose) is one patch.
+    prose = first.replace(b"\n---\n", b"\n\nFrom the discussion on the list: yes.\n---\n", 1)
+    project.series("m", "c", [("0001-both.patch", prose)])
+    assert zmr("validate", cwd=project.root).returncode == 0

@@ -29,6 +29,8 @@ MAX_SERIES_BYTES = 1 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
 _STRIP_RE = re.compile(r"-p(\d+)\Z")
 _DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
+# The line that starts each mail of an mbox (git format-patch: "From <id> Mon Sep 17 00:00:00 2001").
+_MBOX_FROM_RE = re.compile(rb"^From \S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}$", re.M)
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -207,6 +209,12 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     data = _read(root, path, MAX_PATCH_BYTES, "patch", display)
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
+    mails = _MBOX_FROM_RE.findall(data)
+    if len(mails) > 1:
+        raise SeriesError(
+            f"{display}: holds {len(mails)} mails (an mbox); each patch of a series is one file, so each keeps its author and subject",
+            details=[f"split it: git mailsplit -o<folder> {PurePosixPath(display).name}, or git format-patch without --stdout; then list each file in series"],
+        )
     problem = unsafe_path_problem(data, strip)
     if problem:
         raise SeriesError(f"{display}: {problem}; a patch may only change files inside the tree")
@@ -216,8 +224,10 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
 def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None, display: str = "") -> Patch:
     """Metadata of a format-patch mail or a plain diff with free-form headers."""
     display = display or name
-    if b"\0" in data and b"GIT binary patch" not in data:
-        raise SeriesError(f"{display}: contains NUL bytes; it is not a text patch")
+    # git apply takes NUL bytes in hunk lines (fuzzer reproducers carry them); a commit message cannot hold one.
+    diff_start = _DIFF_START_RE.search(data)
+    if b"\0" in data[: diff_start.start() if diff_start else len(data)]:
+        raise SeriesError(f"{display}: NUL byte in the message (before the diff)", details=["remove it from the subject or description"])
     text = data.decode("utf-8", "surrogateescape")
     header, body_text = _split_header(text)
     fields = _mail_headers(header) if header is not None else {}
@@ -528,7 +538,7 @@ def _binary_content(lines: list[bytes], start: int) -> bytes | None:
 
     if start >= len(lines):
         return None
-    kind, _, size = lines[start].partition(b" ")
+    kind = lines[start].partition(b" ")[0]
     data = bytearray()
     for line in lines[start + 1 :]:
         if not line:
