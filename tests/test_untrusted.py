@@ -621,3 +621,38 @@ def test_an_mbox_of_several_mails_is_a_clear_error(tmp_path, upstream, project):
     prose = first.replace(b"\n---\n", b"\n\nFrom the discussion on the list: yes.\n---\n", 1)
     project.series("m", "c", [("0001-both.patch", prose)])
     assert zmr("validate", cwd=project.root).returncode == 0
+
+
+# -- --untrusted: upstream paths that reach outside through links -----------------------------------
+
+
+def _bundle_model(project, upstream, spec: str) -> None:
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {spec}\n    commit: {upstream.commits[-1]}\n")
+
+
+def test_untrusted_upstream_linked_outside_is_refused(tmp_path, upstream, project):
+    (project.root / "upstreams").mkdir()
+    (project.root / "upstreams/up.git").symlink_to(upstream.path)
+    _bundle_model(project, upstream, "upstreams/up.git")
+    assert zmr("validate", cwd=project.root).returncode == 0  # trusted: a local link is the user's own
+    result = zmr("validate", "--untrusted", cwd=project.root)
+    assert result.returncode == 2
+    assert ("components.c.upstream: path 'upstreams/up.git' reaches outside the repository through the symbolic link 'upstreams/up.git', "
+            "refused for untrusted manifests") in result.stderr
+
+
+def test_untrusted_upstream_with_a_link_inside_it_is_refused(tmp_path, upstream, project):
+    from conftest import git
+
+    inside = project.root / "upstreams/up.git"
+    git("clone", "-q", "--bare", str(upstream.path), str(inside))
+    shutil.rmtree(inside / "refs/tags", ignore_errors=True)
+    (inside / "refs/tags").symlink_to(tmp_path / "outside-refs", target_is_directory=True)
+    (tmp_path / "outside-refs").mkdir()
+    _bundle_model(project, upstream, "upstreams/up.git")
+    result = zmr("validate", "--untrusted", cwd=project.root)
+    assert result.returncode == 2
+    assert "through the symbolic link 'upstreams/up.git/refs/tags'" in result.stderr
+    (inside / "refs/tags").unlink()
+    (inside / "refs/tags").mkdir()
+    assert zmr("validate", "--untrusted", cwd=project.root).returncode == 0, "a plain upstream inside the repository is fine"

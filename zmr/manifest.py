@@ -14,6 +14,7 @@ together with docs/reference.md §2 and `zmr new`'s templates.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -158,7 +159,26 @@ def _check_upstream(value: str, at: At) -> str | None:
     if not (ctx.root / value).exists():
         at.add(f"{value!r} does not exist (paths are relative to the repository root)", "fix the path, or generate the bundle")
         return None
+    if ctx.policy.untrusted:
+        outside = _link_out_of(ctx.root / value, ctx.root)
+        if outside is not None:
+            at.add(f"path {value!r} reaches outside the repository through the symbolic link {outside!r}, refused for untrusted manifests",
+                   "ship the upstream as a bundle inside the repository, without links")
+            return None
     return value
+
+
+def _link_out_of(path: Path, root: Path) -> str | None:
+    """The first symbolic link on or under *path* that resolves outside *root* (relative to *root*), or None."""
+    real_root = root.resolve()
+    candidates = [path]
+    if path.is_dir() and not path.is_symlink():
+        for folder, dirs, files in os.walk(path):  # links are not followed: each is checked, not entered
+            candidates += [p for p in (Path(folder, name) for name in (*dirs, *files)) if p.is_symlink()]
+    for candidate in candidates:
+        if not _inside(candidate.resolve(), real_root):
+            return candidate.relative_to(root).as_posix() if candidate.is_relative_to(root) else str(candidate)
+    return None
 
 
 def _check_commit(value: str, at: At) -> str | None:
