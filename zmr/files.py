@@ -27,7 +27,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from zmr.errors import ZmrError
 
@@ -216,7 +216,7 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 16 << 20  # smoke records and reports zmr reads back
 
 
-def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> object:
+def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``json.loads`` for untrusted text: ValueError (never RecursionError) for nesting past *max_depth*."""
     import json
 
