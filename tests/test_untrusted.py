@@ -331,7 +331,8 @@ def test_junit_to_stdout_goes_through_the_descriptor(tmp_path, upstream, project
     simple_model(project, upstream)
     out = tmp_path / "stdout.txt"
     with open(out, "wb") as handle:
-        proc = subprocess.run([sys.executable, "-m", "zmr", "smoke", "--all", "--junit", fd_path], cwd=project.root, stdout=handle, stderr=subprocess.PIPE, timeout=120, check=False)
+        argv = [sys.executable, "-m", "zmr", "smoke", "--all", "--junit", fd_path]
+        proc = subprocess.run(argv, cwd=project.root, stdout=handle, stderr=subprocess.PIPE, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "<testsuites" in text and f"JUnit report: {fd_path}" in text
@@ -390,7 +391,8 @@ def test_plot_to_a_fifo(tmp_path):
 def _read_only_run(cache: Path, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """Run zmr with *cache* bind-mounted read-only in a private mount namespace: a real EROFS, even for root."""
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
-    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(cache), sys.executable, "-m", "zmr", *argv], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    command = ["unshare", "-m", "sh", "-c", script, "sh", str(cache), sys.executable, "-m", "zmr", *argv]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
 def _can_mount_read_only(tmp_path: Path) -> bool:
@@ -398,7 +400,8 @@ def _can_mount_read_only(tmp_path: Path) -> bool:
     probe.mkdir()
     if shutil.which("unshare") is None:
         return False
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", f'mount --bind "{probe}" "{probe}" && mount -o remount,bind,ro "{probe}" && ! touch "{probe}/x"'], capture_output=True, check=False)
+    script = f'mount --bind "{probe}" "{probe}" && mount -o remount,bind,ro "{probe}" && ! touch "{probe}/x"'
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, check=False)
     return proc.returncode == 0
 
 
@@ -525,7 +528,8 @@ def test_binary_symlink_inside_the_tree_is_checked_and_applies(tmp_path, upstrea
 
     pin = upstream.commits[-1]
     oid = git("hash-object", "--stdin", input=b"../README.md")
-    patch = b"diff --git a/docs/readme-link b/docs/readme-link\nnew file mode 120000\nindex " + b"0" * 40 + b".." + oid.encode() + b"\n" + _git_binary(b"../README.md")
+    header = b"diff --git a/docs/readme-link b/docs/readme-link\nnew file mode 120000\nindex " + b"0" * 40 + b".." + oid.encode() + b"\n"
+    patch = header + _git_binary(b"../README.md")
     from zmr.series import unsafe_path_problem
 
     assert unsafe_path_problem(patch) == ""
@@ -551,7 +555,8 @@ def test_quoted_non_ascii_paths_apply_and_name_their_hunks(upstream, project):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("part", [".git", ".GIT", ".Git", ".git.", ".git ", ".g\u200cit", "\ufeff.git", ".gi\u206at", "git~1", "GIT~1", ".git::$INDEX_ALLOCATION"])
+@pytest.mark.parametrize("part", [".git", ".GIT", ".Git", ".git.", ".git ", ".g\u200cit", "\ufeff.git", ".gi\u206at", "git~1", "GIT~1",
+                                  ".git::$INDEX_ALLOCATION"])
 def test_every_spelling_of_dotgit(part):
     from zmr.series import is_dotgit
 
@@ -596,7 +601,8 @@ def test_text_hunks_with_nul_bytes_apply_as_git_applies_them(tmp_path, project):
 
 def test_nul_in_the_message_is_refused(tmp_path, project):
     up = _nul_upstream(tmp_path)
-    patch = b"From: A <a@zmr.invalid>\nSubject: [PATCH] Evil\0subject\n\n---\ndiff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hi\n+ho\n"
+    patch = (b"From: A <a@zmr.invalid>\nSubject: [PATCH] Evil\0subject\n\n---\n"
+             b"diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-hi\n+ho\n")
     project.series("m", "c", [("0001-nul-subject.patch", patch)])
     project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {up.path}\n    commit: {up.commits[-1]}\n")
     result = zmr("validate", cwd=project.root)

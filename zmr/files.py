@@ -61,6 +61,9 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+_TOO_BIG_FIX = "a {what} is smaller than that; is this the right file?"
+
+
 def open_regular(path: Path, *, limit: int | None, what: str, root: Path | None = None, display: str | None = None) -> BinaryIO:
     """*path* opened for reading once it is known to be a regular file of at most *limit* bytes.
 
@@ -83,7 +86,7 @@ def open_regular(path: Path, *, limit: int | None, what: str, root: Path | None 
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused(shown, f"is {_kind_of(info.st_mode)}, not a regular file; zmr reads a {what} only from a file", f"give the path of a {what} file")
         if limit is not None and info.st_size > limit:
-            raise FileRefused(shown, f"file is {info.st_size} bytes, over the limit of {limit} for a {what}", f"a {what} is smaller than that; is this the right file?")
+            raise FileRefused(shown, f"file is {info.st_size} bytes, over the limit of {limit} for a {what}", _TOO_BIG_FIX.format(what=what))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -103,7 +106,7 @@ def read_repo_file(root: Path | None, path: Path, *, limit: int, what: str, disp
         except OSError as err:
             raise FileRefused(display or str(path), f"cannot read the {what}: {err.strerror or err}", _advice(err.errno, write=False)) from None
     if len(data) > limit:
-        raise FileRefused(display or str(path), f"file is over the limit of {limit} bytes for a {what}", f"a {what} is smaller than that; is this the right file?")
+        raise FileRefused(display or str(path), f"file is over the limit of {limit} bytes for a {what}", _TOO_BIG_FIX.format(what=what))
     return data
 
 
