@@ -208,7 +208,7 @@ def _ref_name(what: str, *, ascii_only: bool = False) -> Check:
             first = next(c for c in value if not c.isascii())
             reason = f"non-ASCII character {first!r} (U+{ord(first):04X}), which can look like another branch's letter"
         if reason:
-            at.add(f"{value!r} is not a valid {what} name ({reason})", "use ASCII letters, digits, '-', '_', '.' and '/'")
+            at.add(f"{value!r} is not a valid {what} name ({reason})", "use letters, digits, '-', '_', '.' and '/'")
             return None
         return value
 
@@ -421,7 +421,10 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
     elif ref_format_problem(model):
         problems.add(None, f"model name {model!r} cannot be part of a branch name ({ref_format_problem(model)})",
                      "rename the file: no '..', no part ending in '.lock' or '.', as for git branch names")
-    manifest = read_file(path, display, MANIFEST, problems, _Context(root=root, model=model, policy=policy, path=path), root=root, what="manifest")
+    # A manifest of the repository must lie in it; one a caller names elsewhere (zmr import's probe) is the caller's.
+    inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+    ctx = _Context(root=root, model=model, policy=policy, path=path)
+    manifest = read_file(path, display, MANIFEST, problems, ctx, root=root if inside else None, what="manifest")
     if problems:
         return None, problems.items
     return manifest, []
