@@ -634,6 +634,7 @@ def test_an_mbox_of_several_mails_is_a_clear_error(tmp_path, upstream, project):
 
 def _bundle_model(project, upstream, spec: str) -> None:
     project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {spec}\n    commit: {upstream.commits[-1]}\n")
+    project.write("patches/m/c/series", "")  # no patches: an empty series (a missing folder is an error)
 
 
 def test_untrusted_upstream_linked_outside_is_refused(tmp_path, upstream, project):
