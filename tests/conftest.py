@@ -208,3 +208,21 @@ def simple_model(project: Project, upstream: Upstream, model: str = "toy", pin_i
     )
     project.commit_all("add model")
     return pin
+
+
+def two_models(project, upstream) -> None:
+    """toy/rollout (tracks main, two patches) and other/trainer (no track, one patch)."""
+    simple_model(project, upstream)
+    pin = upstream.commits[1]
+    project.series("other", "trainer", [("0001-guide.patch", make_patch(upstream, pin, {"docs/guide.md": "guide v2\n"}, "Update the guide"))])
+    project.manifest(
+        "other",
+        f"""
+        model: other
+        components:
+          trainer:
+            upstream: {upstream.path}
+            commit: {pin}
+        """,
+    )
+    project.commit_all("two models")

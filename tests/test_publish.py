@@ -6,7 +6,7 @@ import json
 import os
 import stat
 
-from conftest import Project, git, make_patch, simple_model, zmr
+from conftest import Project, git, make_patch, simple_model, two_models, zmr
 
 
 def _remote(tmp_path, project, name="origin"):
@@ -23,20 +23,7 @@ def _remote_heads(bare) -> dict[str, str]:
 
 def _two_models(project, upstream):
     """toy/rollout (two patches) and other/trainer (one patch), both built."""
-    simple_model(project, upstream)
-    pin = upstream.commits[1]
-    project.series("other", "trainer", [("0001-guide.patch", make_patch(upstream, pin, {"docs/guide.md": "guide v2\n"}, "Update the guide"))])
-    project.manifest(
-        "other",
-        f"""
-        model: other
-        components:
-          trainer:
-            upstream: {upstream.path}
-            commit: {pin}
-        """,
-    )
-    project.commit_all("two models")
+    two_models(project, upstream)
     result = zmr("build", "--all", cwd=project.root)
     assert result.returncode == 0, result.stderr
 

@@ -258,10 +258,14 @@ class Cache:
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
             target = f"refs/zmr/track/{safe}"
             try:
-                self._fetch(mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
+                self._fetch(
+                    mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url)
+                )
                 repo.write_commit_graph()
             except git.GitError as err:
-                raise CacheError(f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]) from None
+                raise CacheError(
+                    f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]
+                ) from None
             oid = repo.resolve(target)
         if oid is None:
             raise CacheError(f"{display or url}: {ref!r} is not a commit")
@@ -291,7 +295,9 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            self._fetch(mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
+            self._fetch(
+                mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url)
+            )
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
@@ -473,7 +479,9 @@ class Cache:
             repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
         try:
             refspecs = [f"+{c}:{PARTIAL_PINS}{c}" for c in commits]
-            proc = self._fetch(mirror, _PROMISOR, refspecs, depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display))
+            proc = self._fetch(
+                mirror, _PROMISOR, refspecs, depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display)
+            )
         except git.DamagedRepoError:
             raise
         except git.GitError:
@@ -490,7 +498,14 @@ class Cache:
             return
         try:
             # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
-            self._fetch(mirror, _PROMISOR, needed, extra=["--filter=blob:none"], config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"], progress=self._reporter(display))
+            self._fetch(
+                mirror,
+                _PROMISOR,
+                needed,
+                extra=["--filter=blob:none"],
+                config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"],
+                progress=self._reporter(display),
+            )
         except git.DamagedRepoError:
             raise
         except git.GitError:

@@ -422,7 +422,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
-    chain = build_chain(mirror.repo, component, component.commit, series.patches)
+    chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     tip = chain[-1] if chain else component.commit
     branch = branch_name(component)
     config = config_values(project, component, branch)
@@ -498,7 +498,19 @@ def _fetch(repo: git.Repo, source: Path, oids: Sequence[str], base: str) -> None
         repo.fetch(str(source), wanted, depth=depth, extra=["--update-shallow"])
 
 
-def refresh(co: Checkout, source: Path, branch: str, base: str, tip: str, config: dict[str, str], *, clean: bool, extra_updates: Sequence[git.RefUpdate] = (), extra_objects: Sequence[str] = (), exported: str | None = None) -> str:
+def refresh(
+    co: Checkout,
+    source: Path,
+    branch: str,
+    base: str,
+    tip: str,
+    config: dict[str, str],
+    *,
+    clean: bool,
+    extra_updates: Sequence[git.RefUpdate] = (),
+    extra_objects: Sequence[str] = (),
+    exported: str | None = None,
+) -> str:
     """Point the checkout's branch at *tip* on *base* and reset its working tree.
 
     A marker file makes an interrupted refresh resumable: the next checkout

@@ -46,6 +46,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -126,7 +127,7 @@ class ExportPlan:
             elif item.data is not None:
                 lines.append(f"{item.status:9} {item.name}")
         lines += [f"removed   {name}" for name in self.removed]
-        if self.series_text is not None and not any(l.startswith(("added", "removed", "reworded")) for l in lines):
+        if self.series_text is not None and not any(line.startswith(("added", "removed", "reworded")) for line in lines):
             lines.append("series: order or -p options changed")
         return lines
 
@@ -144,7 +145,13 @@ def list_commits(repo: git.Repo, base: str, tip: str, where: str) -> list[str]:
 
 
 def plan_export(
-    repo: git.Repo, base: str, commits: Sequence[str], folder: Path, display: str, journal: Path | None = None, replayed: dict[str, tuple[str, bool]] | None = None
+    repo: git.Repo,
+    base: str,
+    commits: Sequence[str],
+    folder: Path,
+    display: str,
+    journal: Path | None = None,
+    replayed: dict[str, tuple[str, bool]] | None = None,
 ) -> ExportPlan:
     """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write.
 
@@ -439,8 +446,8 @@ def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple
     old_by_name: dict[str, tuple[SeriesEntry, list[str], str]] = {}
     for kind, value in items:
         if kind == "entry":
-            entry, comments, raw = value  # type: ignore[misc]
-            old_by_name[entry.name] = (entry, comments, raw)
+            entry_value = cast(tuple[SeriesEntry, list[str], str], value)
+            old_by_name[entry_value[0].name] = entry_value
     surviving = [n for n in new if n[2] is not None and n[2] in old_by_name]
     surviving_old = {n[2] for n in surviving}
 

@@ -74,8 +74,9 @@ def open_regular(path: Path, *, limit: int | None, what: str, root: Path | None 
     shown = display or str(path)
     target = Path(os.path.realpath(path))
     if root is not None and not target.is_relative_to(os.path.realpath(root)):
-        raise FileRefused(shown, f"resolves outside the repository (a symbolic link?); zmr does not read a {what} from there",
-                          "replace the link with the file itself")
+        raise FileRefused(
+            shown, f"resolves outside the repository (a symbolic link?); zmr does not read a {what} from there", "replace the link with the file itself"
+        )
     try:
         # O_NOFOLLOW: the checked path is the one opened; O_NONBLOCK: opening a FIFO never waits.
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
@@ -178,7 +179,7 @@ def _write(path: Path, data: bytes) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 # -- what an OSError means -------------------------------------------------------------------

@@ -257,8 +257,10 @@ class StorageError(GitError):
         super().__init__(argv, returncode, stdout, stderr)
         lines = [line.removeprefix("error: ").removeprefix("fatal: ").strip() for line in self.stderr_text.splitlines() if line.strip()]
         self.message = f"{os.fspath(where)}: git cannot write there ({reason})"
-        self.details = [*[f"git: {line}" for line in lines[-4:]],
-                        "make that folder writable or free space there (for the cache: or set ZMR_CACHE to a writable folder), and run again"]
+        self.details = [
+            *[f"git: {line}" for line in lines[-4:]],
+            "make that folder writable or free space there (for the cache: or set ZMR_CACHE to a writable folder), and run again",
+        ]
         self.args = (self.message,)
 
 

@@ -198,10 +198,20 @@ _MAX_LISTED = 10
 
 # dtype name (torch/numpy spelling) -> (safetensors code, bytes per element)
 _DTYPES: dict[str, tuple[str, int]] = {
-    "float64": ("F64", 8), "float32": ("F32", 4), "float16": ("F16", 2), "bfloat16": ("BF16", 2),
-    "float8_e4m3fn": ("F8_E4M3", 1), "float8_e5m2": ("F8_E5M2", 1),
-    "int64": ("I64", 8), "int32": ("I32", 4), "int16": ("I16", 2), "int8": ("I8", 1),
-    "uint64": ("U64", 8), "uint32": ("U32", 4), "uint16": ("U16", 2), "uint8": ("U8", 1),
+    "float64": ("F64", 8),
+    "float32": ("F32", 4),
+    "float16": ("F16", 2),
+    "bfloat16": ("BF16", 2),
+    "float8_e4m3fn": ("F8_E4M3", 1),
+    "float8_e5m2": ("F8_E5M2", 1),
+    "int64": ("I64", 8),
+    "int32": ("I32", 4),
+    "int16": ("I16", 2),
+    "int8": ("I8", 1),
+    "uint64": ("U64", 8),
+    "uint32": ("U32", 4),
+    "uint16": ("U16", 2),
+    "uint8": ("U8", 1),
     "bool": ("BOOL", 1),
 }
 _CODES = {code: name for name, (code, _) in _DTYPES.items()}
@@ -724,7 +734,9 @@ def _named_args(signature: inspect.Signature | None, args: tuple, kwargs: dict) 
 
 
 @contextlib.contextmanager
-def hook_modules(model: Any, include: Sequence[str] | None = None, exclude: Sequence[str] = (), *, root: str = "model", params: bool = False) -> Iterator[list[str]]:
+def hook_modules(
+    model: Any, include: Sequence[str] | None = None, exclude: Sequence[str] = (), *, root: str = "model", params: bool = False
+) -> Iterator[list[str]]:
     """Record the tensor inputs and outputs of the submodules of *model* (a torch ``nn.Module``).
 
     Names come from ``named_modules()`` (the root module is named *root*);
@@ -1250,10 +1262,18 @@ class LocateReport:
 
         def op(o: OpResult) -> dict[str, Any]:
             return {
-                "name": o.name, "order": o.order, "rows": o.rows, "rows_differ": o.rows_differ,
-                "elements": o.elements, "elements_differ": o.elements_differ, "max_abs_diff": num(o.max_abs_diff),
-                "nonfinite_differ": o.nonfinite_differ, "introduced": o.introduced, "inputs_differ_rows": o.inputs_differ_rows,
-                "slots": list(o.slots), "rows_by_label": {k: {"rows": v[0], "differ": v[1]} for k, v in o.rows_by_label.items()},
+                "name": o.name,
+                "order": o.order,
+                "rows": o.rows,
+                "rows_differ": o.rows_differ,
+                "elements": o.elements,
+                "elements_differ": o.elements_differ,
+                "max_abs_diff": num(o.max_abs_diff),
+                "nonfinite_differ": o.nonfinite_differ,
+                "introduced": o.introduced,
+                "inputs_differ_rows": o.inputs_differ_rows,
+                "slots": list(o.slots),
+                "rows_by_label": {k: {"rows": v[0], "differ": v[1]} for k, v in o.rows_by_label.items()},
                 "notes": list(o.notes),
             }
 
@@ -1261,15 +1281,37 @@ class LocateReport:
         if self.first is not None:
             f = self.first
             first = {
-                "op": f.op, "order": f.order, "slot": f.slot,
+                "op": f.op,
+                "order": f.order,
+                "slot": f.slot,
                 "row": {"seq_id": f.seq_id, "position": f.position, "token": f.token},
-                "element": list(f.element), "row_shape": list(f.row_shape),
-                "rollout": {"value": f.rollout_value, "bits": f.rollout_bits, "name": f.rollout_name, "step": f.rollout_step, "file": f.rollout_file, "label": f.rollout_label, "site": f.rollout_site},
-                "train": {"value": f.train_value, "bits": f.train_bits, "name": f.train_name, "step": f.train_step, "file": f.train_file, "label": f.train_label, "site": f.train_site},
-                "abs_diff": num(f.abs_diff), "kind": f.kind,
+                "element": list(f.element),
+                "row_shape": list(f.row_shape),
+                "rollout": {
+                    "value": f.rollout_value,
+                    "bits": f.rollout_bits,
+                    "name": f.rollout_name,
+                    "step": f.rollout_step,
+                    "file": f.rollout_file,
+                    "label": f.rollout_label,
+                    "site": f.rollout_site,
+                },
+                "train": {
+                    "value": f.train_value,
+                    "bits": f.train_bits,
+                    "name": f.train_name,
+                    "step": f.train_step,
+                    "file": f.train_file,
+                    "label": f.train_label,
+                    "site": f.train_site,
+                },
+                "abs_diff": num(f.abs_diff),
+                "kind": f.kind,
                 "inputs": [{"slot": i.slot, "status": i.status, "how": i.how, "max_abs_diff": num(i.max_abs_diff)} for i in f.inputs],
                 "inputs_verdict": f.inputs_verdict,
-                "at_fault": {"equal": "this operation", "differ": "an earlier operation that was not recorded", "unknown": "unknown (no input was comparable)"}[f.inputs_verdict],
+                "at_fault": {"equal": "this operation", "differ": "an earlier operation that was not recorded", "unknown": "unknown (no input was comparable)"}[
+                    f.inputs_verdict
+                ],
             }
 
         def side(s: SideInfo) -> dict[str, Any]:
@@ -1289,7 +1331,9 @@ class LocateReport:
         }
 
 
-def locate(rollout: str | os.PathLike[str] | SideDump, train: str | os.PathLike[str] | SideDump, name_map: NameMap | str | os.PathLike[str] | None = None) -> LocateReport:
+def locate(
+    rollout: str | os.PathLike[str] | SideDump, train: str | os.PathLike[str] | SideDump, name_map: NameMap | str | os.PathLike[str] | None = None
+) -> LocateReport:
     """Compare two dumps and find the first operation whose output differs in any bit (see the module doc)."""
     r = rollout if isinstance(rollout, SideDump) else read_side(rollout, "rollout")
     t = train if isinstance(train, SideDump) else read_side(train, "train")
@@ -1384,13 +1428,18 @@ def _check_rows(r: SideDump, t: SideDump) -> int:
                 shown = ", ".join(f"({k[0]!r}, {k[1]}) in {where[k][1].path.name}" for k in keys[:_MAX_LISTED])
                 more = f", ... ({len(keys)} in all)" if len(keys) > _MAX_LISTED else ""
                 details.append(f"only in {label}: {shown}{more}")
-        details.append("both dumps must cover the same (sequence id, position) rows: label the same prompts and responses on both sides, and leave out rows one side never computes (e.g. the trainer's last position of each sequence)")
+        details.append(
+            "both dumps must cover the same (sequence id, position) rows: label the same prompts and responses on both sides,"
+            " and leave out rows one side never computes (e.g. the trainer's last position of each sequence)"
+        )
         raise ZmrError(f"{len(only_r) + len(only_t)} unpaired rows (sequence id, position)", details=details)
     bad = [(k, ru[k][0], tu[k][0]) for k in ru if ru[k][0] >= 0 and tu[k][0] >= 0 and ru[k][0] != tu[k][0]]
     if bad:
         bad.sort()
         listed = [f"({k[0]!r}, {k[1]}): rollout token {a}, train token {b}" for k, a, b in bad[:_MAX_LISTED]]
-        raise ZmrError(f"{len(bad)} rows have different token ids on the two sides", details=[*listed, "both sides must run the same tokens (the rollout's sampled ones)"])
+        raise ZmrError(
+            f"{len(bad)} rows have different token ids on the two sides", details=[*listed, "both sides must run the same tokens (the rollout's sampled ones)"]
+        )
     return len(ru)
 
 
@@ -1516,7 +1565,12 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
     t_index, t_dup = _row_index(t_recs)
     if r_dup or t_dup:
         result.notes.append(f"rows computed more than once (rollout {r_dup}, train {t_dup}): the first occurrence of each is compared")
-    unaligned = [(side, rec) for side, recs in (("rollout", r_recs), ("train", t_recs)) for rec in recs if any(ti.slot.startswith("out") and not ti.aligned for ti in rec.tensors.values())]
+    unaligned = [
+        (side, rec)
+        for side, recs in (("rollout", r_recs), ("train", t_recs))
+        for rec in recs
+        if any(ti.slot.startswith("out") and not ti.aligned for ti in rec.tensors.values())
+    ]
     if unaligned:
         side, rec = unaligned[0]
         info = next(ti for ti in rec.tensors.values() if ti.slot.startswith("out") and not ti.aligned)
@@ -1565,8 +1619,10 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
                 raise ZmrError(
                     f"operation {name!r}, output {slot!r}: per-row shape {list(r_shape)} on the rollout side but {list(t_shape)} on the train side",
                     details=[
-                        f"rollout: {rrec.step.path} (step {rrec.step.number}, {rrec.original!r}, tensor shape {list(ri_info.shape)}, rows {list(rrec.step.rowset_shapes[rrec.rowset])})",
-                        f"train: {trec.step.path} (step {trec.step.number}, {trec.original!r}, tensor shape {list(ti_info.shape)}, rows {list(trec.step.rowset_shapes[trec.rowset])})",
+                        f"rollout: {rrec.step.path} (step {rrec.step.number}, {rrec.original!r},"
+                        f" tensor shape {list(ri_info.shape)}, rows {list(rrec.step.rowset_shapes[rrec.rowset])})",
+                        f"train: {trec.step.path} (step {trec.step.number}, {trec.original!r},"
+                        f" tensor shape {list(ti_info.shape)}, rows {list(trec.step.rowset_shapes[trec.rowset])})",
                         "the two operations do not compute the same thing per row: check the name map, or the rows given to the step",
                     ],
                 )
@@ -1624,12 +1680,32 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
             verdict = "unknown" if not compared else ("equal" if all(i.status == "equal" for i in compared) else "differ")
             element = tuple(int(x) for x in np.unravel_index(elem, r_shape)) if r_shape else ()
             first = Divergence(
-                op=name, order=order, slot=slot, seq_id=seq_key[0], position=seq_key[1], token=tok if tok >= 0 else None,
-                element=element, row_shape=r_shape, rollout_value=rv, train_value=tv, rollout_bits=rb, train_bits=tb,
+                op=name,
+                order=order,
+                slot=slot,
+                seq_id=seq_key[0],
+                position=seq_key[1],
+                token=tok if tok >= 0 else None,
+                element=element,
+                row_shape=r_shape,
+                rollout_value=rv,
+                train_value=tv,
+                rollout_bits=rb,
+                train_bits=tb,
                 abs_diff=abs_diff,
-                rollout_step=rrec.step.number, rollout_file=str(rrec.step.path), rollout_label=rrec.step.label, rollout_site=rrec.site, rollout_name=rrec.original,
-                train_step=trec.step.number, train_file=str(trec.step.path), train_label=trec.step.label, train_site=trec.site, train_name=trec.original,
-                inputs=inputs, inputs_verdict=verdict, kind=_difference_kind(fa, fb),
+                rollout_step=rrec.step.number,
+                rollout_file=str(rrec.step.path),
+                rollout_label=rrec.step.label,
+                rollout_site=rrec.site,
+                rollout_name=rrec.original,
+                train_step=trec.step.number,
+                train_file=str(trec.step.path),
+                train_label=trec.step.label,
+                train_site=trec.site,
+                train_name=trec.original,
+                inputs=inputs,
+                inputs_verdict=verdict,
+                kind=_difference_kind(fa, fb),
             )
     result.max_abs_diff = max_abs
     result.slots = tuple(sorted(slots_seen))
@@ -1653,7 +1729,7 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
     if len(lone_r) == 1 and len(lone_t) == 1:
         pairs = [p for p in pairs if p not in (lone_r[0], lone_t[0])]
         pairs.append((lone_r[0][0], lone_r[0][1], lone_t[0][2], f"{lone_r[0][3]}~{lone_t[0][3]}"))
-    for slot, ri, ti, short in pairs:
+    for _slot, ri, ti, short in pairs:
         if ri is None or ti is None:
             side = "train" if ri is not None else "rollout"
             checks.append(_fixed(short, "not compared", f"not recorded on the {side} side"))
@@ -1706,5 +1782,9 @@ def check(report: LocateReport) -> None:
     f = report.first
     if f is None:
         return
-    fault = {"equal": "its inputs are equal: this operation is at fault", "differ": "an input already differs: an earlier, unrecorded operation is at fault", "unknown": "no input could be compared"}[f.inputs_verdict]
+    fault = {
+        "equal": "its inputs are equal: this operation is at fault",
+        "differ": "an input already differs: an earlier, unrecorded operation is at fault",
+        "unknown": "no input could be compared",
+    }[f.inputs_verdict]
     raise CheckFailed(f"first divergence at {f.op!r} (sequence {f.seq_id!r}, position {f.position}); {fault}")

@@ -132,7 +132,9 @@ def _check_upstream(value: str, at: At) -> str | None:
     if _option_like(value, at):
         return None
     if _COMMAND_TRANSPORT_RE.match(value):
-        at.add(f"transport {value.split('::')[0]!r}:: runs commands and is not allowed", "use an https://, ssh:// or git:// URL, or a path inside the repository")
+        at.add(
+            f"transport {value.split('::')[0]!r}:: runs commands and is not allowed", "use an https://, ssh:// or git:// URL, or a path inside the repository"
+        )
         return None
     if any(c.isspace() for c in value):
         at.add(f"whitespace in URL {value!r}", "remove it")
@@ -162,8 +164,10 @@ def _check_upstream(value: str, at: At) -> str | None:
     if ctx.policy.untrusted:
         outside = _link_out_of(ctx.root / value, ctx.root)
         if outside is not None:
-            at.add(f"path {value!r} reaches outside the repository through the symbolic link {outside!r}, refused for untrusted manifests",
-                   "ship the upstream as a bundle inside the repository, without links")
+            at.add(
+                f"path {value!r} reaches outside the repository through the symbolic link {outside!r}, refused for untrusted manifests",
+                "ship the upstream as a bundle inside the repository, without links",
+            )
             return None
     return value
 
@@ -300,22 +304,63 @@ def _needs_given(fields: Fields, at: At) -> bool:
 
 
 _SMOKE_FIELDS = (
-    Field("name", Text("{value!r} is not a valid test name", "use letters, digits, '.', '_' and '-'", empty=None, pattern=SMOKE_NAME_RE, control=None),
-          required=True, deferred=True, hint="add `name: <test-name>`", unique=("duplicate test name {value!r} (first at line {line})", "give each test its own name")),
-    Field("run", Text("expected a shell command string, got {kind}", "write the command as a string", empty=None, control=None),
-          required=True, deferred=True, hint="add `run: <shell command>`"),
-    Field("timeout", Number("expected a positive number of seconds, got {value!r}", "write e.g. `timeout: 600`", minimum=1, integer=True),
-          default=DEFAULT_SMOKE_TIMEOUT, deferred=True),
-    Field("needs", ListOf(Text("{value!r} is not a component key", "list component keys of this manifest", empty=None, pattern=COMPONENT_RE, control=None),
-                          "expected a non-empty list of component keys", "write e.g. `needs: [rollout, trainer]`", nonempty=True, indexed=False),
-          default=(), deferred=True),
-    Field("resources", MapOf(Number("expected a non-negative number, got {value!r}", "write e.g. `GPU: 8`"),
-                             "expected a mapping such as {{GPU: 8}}, got {kind}", "write `resources: {GPU: 1}`"),
-          default=(), deferred=True),
-    Field("env", MapOf(Scalar("expected a scalar value", "quote the value"), "expected a mapping of variables, got {kind}", "write `env: {NAME: value}`",
-                       key=Key(_ENV_NAME_RE.match, "{map}: {key!r} is not a variable name", "use letters, digits and '_'")),
-          default=(), deferred=True),
+    Field(
+        "name",
+        Text("{value!r} is not a valid test name", "use letters, digits, '.', '_' and '-'", empty=None, pattern=SMOKE_NAME_RE, control=None),
+        required=True,
+        deferred=True,
+        hint="add `name: <test-name>`",
+        unique=("duplicate test name {value!r} (first at line {line})", "give each test its own name"),
+    ),
+    Field(
+        "run",
+        Text("expected a shell command string, got {kind}", "write the command as a string", empty=None, control=None),
+        required=True,
+        deferred=True,
+        hint="add `run: <shell command>`",
+    ),
+    Field(
+        "timeout",
+        Number("expected a positive number of seconds, got {value!r}", "write e.g. `timeout: 600`", minimum=1, integer=True),
+        default=DEFAULT_SMOKE_TIMEOUT,
+        deferred=True,
+    ),
+    Field(
+        "needs",
+        ListOf(
+            Text("{value!r} is not a component key", "list component keys of this manifest", empty=None, pattern=COMPONENT_RE, control=None),
+            "expected a non-empty list of component keys",
+            "write e.g. `needs: [rollout, trainer]`",
+            nonempty=True,
+            indexed=False,
+        ),
+        default=(),
+        deferred=True,
+    ),
+    Field(
+        "resources",
+        MapOf(
+            Number("expected a non-negative number, got {value!r}", "write e.g. `GPU: 8`"),
+            "expected a mapping such as {{GPU: 8}}, got {kind}",
+            "write `resources: {GPU: 1}`",
+        ),
+        default=(),
+        deferred=True,
+    ),
+    Field(
+        "env",
+        MapOf(
+            Scalar("expected a scalar value", "quote the value"),
+            "expected a mapping of variables, got {kind}",
+            "write `env: {NAME: value}`",
+            key=Key(_ENV_NAME_RE.match, "{map}: {key!r} is not a variable name", "use letters, digits and '_'"),
+        ),
+        default=(),
+        deferred=True,
+    ),
 )
+
+
 def _smoke_tests(model_level: bool) -> ListOf:
     """Model-level tests run in several trees and say which (``needs``); a component's run in its own tree."""
     item = Record(
@@ -335,7 +380,11 @@ def _branch_not_reserved(fields: Fields, at: At) -> bool:
         return False
     branch = fields.get("branch", f"{at.key}/{at.ctx.model}")
     if branch in RESERVED_BRANCHES or branch.startswith(("refs/", "zmr/")):
-        at.problems.add(fields.nodes["branch"] if "branch" in fields else at.key_node, f"{at.path}.branch: {branch!r} is reserved", f"use the default {at.key}/{at.ctx.model}")
+        at.problems.add(
+            fields.nodes["branch"] if "branch" in fields else at.key_node,
+            f"{at.path}.branch: {branch!r} is reserved",
+            f"use the default {at.key}/{at.ctx.model}",
+        )
         return False
     return True
 
@@ -397,9 +446,18 @@ MANIFEST = Record(
     (
         Field("model", Text(check=_check_model), required=True),
         Field("title", Text()),
-        Field("components", MapOf(COMPONENT, "expected a mapping of component keys, got {kind}", "add e.g. `rollout:` with upstream and commit", nonempty=True,
-                                  key=Key(COMPONENT_RE.match, "{entry}: {key!r} is not a valid component key", "use [a-z0-9][a-z0-9-]* (lower case, digits, '-')", skip=False)),
-              required=True, deferred=True),
+        Field(
+            "components",
+            MapOf(
+                COMPONENT,
+                "expected a mapping of component keys, got {kind}",
+                "add e.g. `rollout:` with upstream and commit",
+                nonempty=True,
+                key=Key(COMPONENT_RE.match, "{entry}: {key!r} is not a valid component key", "use [a-z0-9][a-z0-9-]* (lower case, digits, '-')", skip=False),
+            ),
+            required=True,
+            deferred=True,
+        ),
         Field("smoke", _smoke_tests(model_level=True), default=(), deferred=True),
     ),
     fix="start with `model: <name>`",
@@ -419,8 +477,11 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
     if not MODEL_RE.match(model):
         problems.add(None, f"file name {path.name!r} is not a valid model name", "name it <model>.yaml with [a-z0-9][a-z0-9._-]*")
     elif ref_format_problem(model):
-        problems.add(None, f"model name {model!r} cannot be part of a branch name ({ref_format_problem(model)})",
-                     "rename the file: no '..', no part ending in '.lock' or '.', as for git branch names")
+        problems.add(
+            None,
+            f"model name {model!r} cannot be part of a branch name ({ref_format_problem(model)})",
+            "rename the file: no '..', no part ending in '.lock' or '.', as for git branch names",
+        )
     # A manifest of the repository must lie in it; one a caller names elsewhere (zmr import's probe) is the caller's.
     inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
     ctx = _Context(root=root, model=model, policy=policy, path=path)
@@ -435,7 +496,11 @@ def _check_branch_collisions(components: dict[str, Component], problems: Problem
     for comp in components.values():
         for other_branch, other in seen.items():
             if comp.branch == other_branch or comp.branch.startswith(other_branch + "/") or other_branch.startswith(comp.branch + "/"):
-                problems.add(comp.line, f"components.{comp.key}.branch: {comp.branch!r} collides with component {other!r} ({other_branch!r})", "give each component its own branch")
+                problems.add(
+                    comp.line,
+                    f"components.{comp.key}.branch: {comp.branch!r} collides with component {other!r} ({other_branch!r})",
+                    "give each component its own branch",
+                )
         seen[comp.branch] = comp.key
 
 
@@ -496,12 +561,20 @@ def _cross_model_problems(manifests: list[Manifest], root: Path, models: list[st
         for comp in manifest.components.values():
             owner = owners[comp.branch]
             if owner[0] is not manifest:
-                p.add(comp.line, f"components.{comp.key}.branch: {comp.branch!r} is already the branch of {owner[0].model}/{owner[1].key}", "give the branch a name of this model's")
+                p.add(
+                    comp.line,
+                    f"components.{comp.key}.branch: {comp.branch!r} is already the branch of {owner[0].model}/{owner[1].key}",
+                    "give the branch a name of this model's",
+                )
             for other in manifests:
                 if other is manifest:
                     continue
                 suffix = "/" + other.model
                 if comp.branch.endswith(suffix) and comp.branch != f"{comp.key}/{manifest.model}":
-                    p.add(comp.line, f"components.{comp.key}.branch: {comp.branch!r} is in model {other.model!r}'s namespace", f"use a name ending in /{manifest.model}")
+                    p.add(
+                        comp.line,
+                        f"components.{comp.key}.branch: {comp.branch!r} is in model {other.model!r}'s namespace",
+                        f"use a name ending in /{manifest.model}",
+                    )
         result.extend(p.items)
     return result

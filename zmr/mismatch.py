@@ -157,9 +157,15 @@ SCHEMA_VERSION = 1
 
 DTYPES = ("float32", "bfloat16", "float64")
 _DTYPE_NAMES = {
-    "float32": "float32", "fp32": "float32", "f32": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float64": "float64", "fp64": "float64", "f64": "float64", "double": "float64",
+    "float32": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+    "fp64": "float64",
+    "f64": "float64",
+    "double": "float64",
 }
 _HEX_DIGITS = {"bfloat16": 4, "float32": 8, "float64": 16}
 _CANONICAL_NAN = {"bfloat16": 0x7FC0, "float32": 0x7FC00000, "float64": 0x7FF8000000000000}
@@ -219,7 +225,7 @@ class Dump(Sequence):
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self.records[index]
 
     def __iter__(self) -> Iterator[DumpRecord]:
@@ -343,8 +349,13 @@ class MismatchReport:
 
         def info(d: DumpInfo) -> dict[str, Any]:
             return {
-                "path": d.path, "format": d.format, "records": d.records, "tokens": d.tokens,
-                "dtypes": list(d.dtypes), "trees": dict(d.trees), "provenance": d.provenance,
+                "path": d.path,
+                "format": d.format,
+                "records": d.records,
+                "tokens": d.tokens,
+                "dtypes": list(d.dtypes),
+                "trees": dict(d.trees),
+                "provenance": d.provenance,
             }
 
         def special(t: SpecialToken) -> dict[str, Any]:
@@ -364,9 +375,7 @@ class MismatchReport:
             "train": info(self.train),
             "overall": stats(self.overall),
             "steps": steps,
-            "sequences": [
-                {k: _json_num(v) for k, v in q.__dict__.items()} for q in self.sequences
-            ],
+            "sequences": [{k: _json_num(v) for k, v in q.__dict__.items()} for q in self.sequences],
             "signed_zero_tokens": {
                 "count": self.overall.signed_zero,
                 "listed": [special(t) for t in self.signed_zeros],
@@ -511,9 +520,7 @@ def _dtype_name(value: Any, where: str) -> str:
     if not isinstance(value, str) and value is not None:  # a numpy or torch dtype object
         value = str(getattr(value, "name", None) or value).replace("torch.", "")
     if not isinstance(value, str) or value.lower() not in _DTYPE_NAMES:
-        raise _BadValue(
-            f"{where}dtype {value!r} is not one of {', '.join(DTYPES)}"
-        )
+        raise _BadValue(f"{where}dtype {value!r} is not one of {', '.join(DTYPES)}")
     return _DTYPE_NAMES[value.lower()]
 
 
@@ -527,12 +534,9 @@ def _parse_special(text: str, dtype: str) -> int:
     if t in ("nan", "+nan", "-nan"):
         native = _CANONICAL_NAN[dtype] | (_SIGN_BIT[dtype] if t.startswith("-") else 0)
     elif t.startswith("nan:0x"):
-        digits = t[len("nan:0x"):]
+        digits = t[len("nan:0x") :]
         if len(digits) != _HEX_DIGITS[dtype] or not re.fullmatch(r"[0-9a-f]+", digits):
-            raise _BadValue(
-                f"{text!r}: a {dtype} NaN needs exactly {_HEX_DIGITS[dtype]} hex digits "
-                f"after 'nan:0x' (the bits in the record's dtype)"
-            )
+            raise _BadValue(f"{text!r}: a {dtype} NaN needs exactly {_HEX_DIGITS[dtype]} hex digits after 'nan:0x' (the bits in the record's dtype)")
         native = int(digits, 16)
         width = {"bfloat16": 16, "float32": 32, "float64": 64}[dtype]
         exp_bits = {"bfloat16": 8, "float32": 8, "float64": 11}[dtype]
@@ -540,9 +544,7 @@ def _parse_special(text: str, dtype: str) -> int:
         if (native >> man_bits) & ((1 << exp_bits) - 1) != (1 << exp_bits) - 1 or native & ((1 << man_bits) - 1) == 0:
             raise _BadValue(f"{text!r} is not a NaN bit pattern; write a number as a JSON number")
     else:
-        raise _BadValue(
-            f"{text!r} is not a log-prob: use a JSON number, or one of inf, -inf, nan, -nan, nan:0x<bits>"
-        )
+        raise _BadValue(f"{text!r} is not a log-prob: use a JSON number, or one of inf, -inf, nan, -nan, nan:0x<bits>")
     np = _np()
     widened = widen_bits(np.array([native], dtype=np.uint64), dtype)
     return int(widened[0])
@@ -700,9 +702,7 @@ def make_record(obj: Any, *, source: str | None = None, default_dtype: str | Non
         tokens = _tokens_from_obj(_field(obj, "tokens"))
         logprobs, dtype = _logprobs_from_obj(_field(obj, "logprobs"), declared)
         if len(tokens) != len(logprobs):
-            raise _BadValue(
-                f"{len(tokens)} tokens but {len(logprobs)} logprobs; logprobs[i] must be the log-prob of tokens[i]"
-            )
+            raise _BadValue(f"{len(tokens)} tokens but {len(logprobs)} logprobs; logprobs[i] must be the log-prob of tokens[i]")
     except _BadValue as err:
         raise ZmrError(f"{source}: {err}" if source else str(err)) from None
     return DumpRecord(id=str(rid), step=int(step), tokens=tokens, logprobs=logprobs, dtype=dtype, source=source)
@@ -731,25 +731,19 @@ def _check_provenance(prov: Any, where: str) -> dict[str, Any]:
             raise _BadValue(f"{where}provenance.trees must map component names to commit ids")
         for name, sha in trees.items():
             if not isinstance(sha, str) or not _COMMIT_RE.match(sha):
-                raise _BadValue(
-                    f"{where}provenance.trees.{name} = {sha!r} is not a full commit id (40 or 64 hex digits)"
-                )
+                raise _BadValue(f"{where}provenance.trees.{name} = {sha!r} is not a full commit id (40 or 64 hex digits)")
     return prov
 
 
 def _check_header(obj: dict, where: str) -> tuple[dict | None, str | None]:
     unknown = sorted(set(obj) - set(_HEADER_KEYS))
     if unknown:
-        raise _BadValue(
-            f"{where}unknown metadata key {unknown[0]!r}; the metadata line may hold {', '.join(_HEADER_KEYS)}"
-        )
+        raise _BadValue(f"{where}unknown metadata key {unknown[0]!r}; the metadata line may hold {', '.join(_HEADER_KEYS)}")
     version = obj["zmr_dump"]
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise _BadValue(f"{where}zmr_dump = {version!r} is not a format version (1)")
     if version > FORMAT_VERSION:
-        raise _BadValue(
-            f"{where}dump format {version} is newer than this zmr reads ({FORMAT_VERSION}); upgrade zmr"
-        )
+        raise _BadValue(f"{where}dump format {version} is newer than this zmr reads ({FORMAT_VERSION}); upgrade zmr")
     prov = _check_provenance(obj["provenance"], where) if obj.get("provenance") is not None else None
     dtype = _dtype_name(obj["dtype"], where) if obj.get("dtype") is not None else None
     return prov, dtype
@@ -831,9 +825,7 @@ def _read_jsonl(p: Path, fh: BinaryIO) -> Dump:
     return Dump(records=records, provenance=provenance, path=str(p), format="jsonl")
 
 
-def _columnar_records(
-    p: Path, arrays: dict[str, np.ndarray], logprob_dtype: str, provenance: dict | None, fmt: str
-) -> Dump:
+def _columnar_records(p: Path, arrays: dict[str, np.ndarray], logprob_dtype: str, provenance: dict | None, fmt: str) -> Dump:
     """Shared by the .npz and .safetensors readers: arrays are already decoded."""
     np = _np()
 
@@ -876,7 +868,7 @@ def _columnar_records(
         check_offsets("id_offsets", id_off, len(raw), "id bytes")
         blob = raw.tobytes()
         try:
-            ids = [blob[id_off[i]:id_off[i + 1]].decode("utf-8") for i in range(n)]
+            ids = [blob[id_off[i] : id_off[i + 1]].decode("utf-8") for i in range(n)]
         except UnicodeDecodeError:
             raise ZmrError(f"{p}: 'id_utf8' is not UTF-8") from None
     else:
@@ -892,10 +884,12 @@ def _columnar_records(
         values = widen_bits(np.ascontiguousarray(logprobs, dtype=np.uint16), "bfloat16").view(np.float64)
     records = [
         DumpRecord(
-            id=ids[i], step=int(step[i]),
-            tokens=tokens[offsets[i]:offsets[i + 1]],
-            logprobs=values[offsets[i]:offsets[i + 1]],
-            dtype=logprob_dtype, source=f"{p}: record {i}",
+            id=ids[i],
+            step=int(step[i]),
+            tokens=tokens[offsets[i] : offsets[i + 1]],
+            logprobs=values[offsets[i] : offsets[i + 1]],
+            dtype=logprob_dtype,
+            source=f"{p}: record {i}",
         )
         for i in range(n)
     ]
@@ -982,9 +976,17 @@ def _read_npz(p: Path, fh: BinaryIO) -> Dump:
 
 
 _ST_DTYPES = {
-    "F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "BF16": ("<u2", "bfloat16"),
-    "I64": ("<i8", None), "I32": ("<i4", None), "I16": ("<i2", None), "I8": ("i1", None),
-    "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
+    "F64": ("<f8", "float64"),
+    "F32": ("<f4", "float32"),
+    "BF16": ("<u2", "bfloat16"),
+    "I64": ("<i8", None),
+    "I32": ("<i4", None),
+    "I16": ("<i2", None),
+    "I8": ("i1", None),
+    "U64": ("<u8", None),
+    "U32": ("<u4", None),
+    "U16": ("<u2", None),
+    "U8": ("u1", None),
 }
 
 
@@ -1122,10 +1124,12 @@ def _jsonl_bytes(recs: list[DumpRecord], prov: dict | None) -> bytes:
             for i in bad.tolist():
                 values[i] = format_value(int(bits[i]), r.dtype)
         rid: Any = r.id
-        lines.append(json.dumps(
-            {"id": rid, "step": r.step, "dtype": r.dtype, "tokens": r.tokens.tolist(), "logprobs": values},
-            allow_nan=False,
-        ))
+        lines.append(
+            json.dumps(
+                {"id": rid, "step": r.step, "dtype": r.dtype, "tokens": r.tokens.tolist(), "logprobs": values},
+                allow_nan=False,
+            )
+        )
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -1213,7 +1217,9 @@ def _records_of(side: Any, name: str) -> tuple[list[DumpRecord], DumpInfo, str]:
         records = [make_record(r, source=f"{name} record {i}") for i, r in enumerate(side)]
         label, prov, path, fmt = name, None, None, None
     info = DumpInfo(
-        path=path, format=fmt, records=len(records),
+        path=path,
+        format=fmt,
+        records=len(records),
         tokens=sum(len(r.tokens) for r in records),
         dtypes=tuple(sorted({r.dtype for r in records})),
         provenance=prov,
@@ -1293,11 +1299,10 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
             )
     if bad_tokens:
         raise ZmrError(
-            f"token ids differ in {len(bad_tokens)} sequence{'s' if len(bad_tokens) != 1 else ''} "
-            f"of {r_label} and {t_label}",
-            details=_cap(bad_tokens) + [
-                "the trainer must score exactly the tokens the rollout sampled: "
-                "check both dumps come from the same batch (no re-tokenization, same truncation)"
+            f"token ids differ in {len(bad_tokens)} sequence{'s' if len(bad_tokens) != 1 else ''} of {r_label} and {t_label}",
+            details=_cap(bad_tokens)
+            + [
+                "the trainer must score exactly the tokens the rollout sampled: check both dumps come from the same batch (no re-tokenization, same truncation)"
             ],
         )
 
@@ -1327,7 +1332,10 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
 
     sequences = [
         SequenceResult(
-            step=r.step, id=r.id, tokens=int(lengths[i]), bitwise_equal=int(n_eq[i]),
+            step=r.step,
+            id=r.id,
+            tokens=int(lengths[i]),
+            bitwise_equal=int(n_eq[i]),
             first_diverging=None if first_div[i] < 0 else int(first_div[i]),
             max_abs_diff=float(max_abs[i]) if n_fin[i] else None,
             mean_abs_diff=float(seq_mean[i]) if n_fin[i] else None,
@@ -1353,17 +1361,28 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
             i = int(seg[idx])
             r, t = pairs[i]
             pos = idx - int(starts[i])
-            out.append(SpecialToken(
-                kind=kind, step=r.step, id=r.id, position=pos,
-                rollout=format_value(int(rb[idx]), r.dtype), train=format_value(int(tb[idx]), t.dtype),
-                rollout_bits=_native_hex(int(rb[idx]), r.dtype), train_bits=_native_hex(int(tb[idx]), t.dtype),
-            ))
+            out.append(
+                SpecialToken(
+                    kind=kind,
+                    step=r.step,
+                    id=r.id,
+                    position=pos,
+                    rollout=format_value(int(rb[idx]), r.dtype),
+                    train=format_value(int(tb[idx]), t.dtype),
+                    rollout_bits=_native_hex(int(rb[idx]), r.dtype),
+                    train_bits=_native_hex(int(tb[idx]), t.dtype),
+                )
+            )
         return out
 
     nan_any = tok["nan_r"] | tok["nan_t"]
     report_notes = _notes(r_info, t_info, overall, int(nan_any.sum()), int((nan_any & tok["eq"]).sum()))
     return MismatchReport(
-        rollout=r_info, train=t_info, overall=overall, steps=steps, sequences=sequences,
+        rollout=r_info,
+        train=t_info,
+        overall=overall,
+        steps=steps,
+        sequences=sequences,
         signed_zeros=listing(tok["signed_zero"], "signed_zero"),
         nans=listing(nan_any, "nan"),
         nan_tokens=int(nan_any.sum()),
@@ -1388,9 +1407,18 @@ def _token_arrays(lr: np.ndarray, lt: np.ndarray) -> dict[str, np.ndarray]:
     fin_cum = np.zeros(len(lr) + 1, dtype=np.int64)
     np.cumsum(finite, out=fin_cum[1:])
     return {
-        "eq": eq, "nan_r": nan_r, "nan_t": nan_t, "finite": finite, "signed_zero": signed_zero,
+        "eq": eq,
+        "nan_r": nan_r,
+        "nan_t": nan_t,
+        "finite": finite,
+        "signed_zero": signed_zero,
         "nan_mismatch": (nan_r | nan_t) & ~eq,
-        "d": d, "absd": absd, "ratio": ratio, "k3": k3, "pdiff": pdiff, "fin_cum": fin_cum,
+        "d": d,
+        "absd": absd,
+        "ratio": ratio,
+        "k3": k3,
+        "pdiff": pdiff,
+        "fin_cum": fin_cum,
     }
 
 
@@ -1420,25 +1448,43 @@ def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mea
         with np.errstate(divide="ignore", invalid="ignore"):
             over = rmax / med if med != 0 else math.inf
         figures = dict(  # "+ 0.0" turns a -0.0 figure into 0.0
-            max_abs_diff=float(absd.max()), mean_abs_diff=float(absd.mean()),
-            k1=float(-d.mean()) + 0.0, k3=float(k3.mean()) + 0.0,
-            ratio_max=rmax, ratio_median=med, ratio_max_over_median=float(over),
-            probs_diff_max=float(pdiff.max()), probs_diff_mean=float(pdiff.mean()),
+            max_abs_diff=float(absd.max()),
+            mean_abs_diff=float(absd.mean()),
+            k1=float(-d.mean()) + 0.0,
+            k3=float(k3.mean()) + 0.0,
+            ratio_max=rmax,
+            ratio_median=med,
+            ratio_max_over_median=float(over),
+            probs_diff_max=float(pdiff.max()),
+            probs_diff_mean=float(pdiff.mean()),
             probs_diff_std=float(pdiff.std(ddof=1)) if nf > 1 else None,
         )
     else:
         figures = dict.fromkeys(
-            ("max_abs_diff", "mean_abs_diff", "k1", "k3", "ratio_max", "ratio_median",
-             "ratio_max_over_median", "probs_diff_max", "probs_diff_mean", "probs_diff_std"),
+            (
+                "max_abs_diff",
+                "mean_abs_diff",
+                "k1",
+                "k3",
+                "ratio_max",
+                "ratio_median",
+                "ratio_max_over_median",
+                "probs_diff_max",
+                "probs_diff_mean",
+                "probs_diff_std",
+            ),
         )
     sm = seq_mean[~np.isnan(seq_mean)]
     return Stats(
-        tokens=n, bitwise_equal=eq,
+        tokens=n,
+        bitwise_equal=eq,
         fraction_bitwise_equal=(eq / n) if n else None,
-        sequences=len(first_div), sequences_diverged=int((first_div >= 0).sum()),
+        sequences=len(first_div),
+        sequences_diverged=int((first_div >= 0).sum()),
         signed_zero=int(tok["signed_zero"][sl].sum()),
         nan_mismatch=int(tok["nan_mismatch"][sl].sum()),
-        nonfinite=n - nf, finite_pairs=nf,
+        nonfinite=n - nf,
+        finite_pairs=nf,
         sample_mean_abs_diff=float(sm.mean()) if len(sm) else None,
         **figures,
     )
@@ -1447,16 +1493,10 @@ def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mea
 def _notes(r: DumpInfo, t: DumpInfo, overall: Stats, nan_tokens: int, nan_equal: int) -> list[str]:
     notes = []
     if r.dtypes != t.dtypes:
-        notes.append(
-            f"the rollout dump holds {'/'.join(r.dtypes)} and the train dump {'/'.join(t.dtypes)}: "
-            f"values are compared exactly as float64"
-        )
+        notes.append(f"the rollout dump holds {'/'.join(r.dtypes)} and the train dump {'/'.join(t.dtypes)}: values are compared exactly as float64")
     for comp in sorted(set(r.trees) & set(t.trees)):
         if r.trees[comp].lower() != t.trees[comp].lower():
-            notes.append(
-                f"the dumps name different commits for {comp}: {r.trees[comp]} (rollout) "
-                f"and {t.trees[comp]} (train)"
-            )
+            notes.append(f"the dumps name different commits for {comp}: {r.trees[comp]} (rollout) and {t.trees[comp]} (train)")
     if overall.signed_zero:
         notes.append(f"{overall.signed_zero} token(s) differ only in the sign of zero (+0.0 vs -0.0)")
     if nan_tokens:
@@ -1466,10 +1506,7 @@ def _notes(r: DumpInfo, t: DumpInfo, overall: Stats, nan_tokens: int, nan_equal:
         )
     elif overall.nonfinite:
         notes.append(f"{overall.nonfinite} token(s) are infinite on a side and left out of the numeric figures")
-    if (
-        not overall.all_bitwise_equal and overall.k1 is not None and overall.mean_abs_diff
-        and abs(overall.k1) <= 0.01 * overall.mean_abs_diff
-    ):
+    if not overall.all_bitwise_equal and overall.k1 is not None and overall.mean_abs_diff and abs(overall.k1) <= 0.01 * overall.mean_abs_diff:
         notes.append(
             f"k1 = {overall.k1:.3g} although {overall.tokens - overall.bitwise_equal} token(s) differ: "
             f"positive and negative differences cancel in k1; the verdict is bitwise"
@@ -1506,17 +1543,24 @@ def plot_report(report: MismatchReport, path: str | os.PathLike) -> Path:
         ax.axhline(0, color="0.4", linewidth=0.8, zorder=1)
         ax.plot(steps, ys, marker="o", markersize=4, linewidth=1.2, zorder=2, label=label)
         if equal_steps:
-            ax.plot(equal_steps, [0.0] * len(equal_steps), linestyle="none", marker="s", markersize=6,
-                    color="tab:green", zorder=3, clip_on=False, label="bitwise equal (0)")
+            ax.plot(
+                equal_steps,
+                [0.0] * len(equal_steps),
+                linestyle="none",
+                marker="s",
+                markersize=6,
+                color="tab:green",
+                zorder=3,
+                clip_on=False,
+                label="bitwise equal (0)",
+            )
         top = max(positive) if positive else linthresh
         ax.set_ylim(0, top * 10)
         ax.set_ylabel(f"{label}\n(symlog, linear below {linthresh:.1e})")
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
     axes[1].set_xlabel("step")
-    verdict = "bitwise equal" if report.bitwise_equal else (
-        f"{report.overall.tokens - report.overall.bitwise_equal} of {report.overall.tokens} tokens differ"
-    )
+    verdict = "bitwise equal" if report.bitwise_equal else (f"{report.overall.tokens - report.overall.bitwise_equal} of {report.overall.tokens} tokens differ")
     fig.suptitle(f"zmr mismatch: {verdict}")
     _atomic_write(p, lambda fh: fig.savefig(fh, format="png"))
     return p

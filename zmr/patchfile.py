@@ -59,14 +59,22 @@ UNKNOWN_TIMESTAMP = 0
 # Repository config that could still change a diff (a checkout's own .git/config is read):
 # forced here, on top of what zmr.git fixes for every call.
 DIFF_CONFIG = (
-    "-c", "diff.suppressBlankEmpty=false",
-    "-c", "diff.context=3",
-    "-c", "diff.interHunkContext=0",
-    "-c", "diff.algorithm=myers",
-    "-c", "diff.indentHeuristic=true",
-    "-c", "diff.relative=false",
-    "-c", "apply.ignoreWhitespace=no",
-    "-c", "apply.whitespace=nowarn",
+    "-c",
+    "diff.suppressBlankEmpty=false",
+    "-c",
+    "diff.context=3",
+    "-c",
+    "diff.interHunkContext=0",
+    "-c",
+    "diff.algorithm=myers",
+    "-c",
+    "diff.indentHeuristic=true",
+    "-c",
+    "diff.relative=false",
+    "-c",
+    "apply.ignoreWhitespace=no",
+    "-c",
+    "apply.whitespace=nowarn",
 )
 DIFF_OPTIONS = (
     "-p",
@@ -236,5 +244,3 @@ def format_date(timestamp: int, offset: str) -> str:
     tz = datetime.timezone(datetime.timedelta(minutes=minutes))
     dt = datetime.datetime.fromtimestamp(timestamp, tz)
     return f"{_DAYS[dt.weekday()]}, {dt.day} {_MONTHS[dt.month - 1]} {dt.year} {dt:%H:%M:%S} {offset}"
-
-

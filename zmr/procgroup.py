@@ -51,7 +51,7 @@ def kill_grace() -> float:
 def run_command(
     command: str,
     *,
-    cwd: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | None,
     env: Mapping[str, str],
     timeout: float,
     log_path: str | os.PathLike[str],
@@ -70,8 +70,14 @@ def run_command(
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", command], cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
+                ["/bin/sh", "-c", command],
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
             )
         except OSError as exc:
             log.write(f"zmr: cannot start /bin/sh: {exc}\n".encode())
@@ -107,7 +113,13 @@ def run_command(
             status = PASSED
         else:
             status = FAILED
-            text = f"exit status {returncode}" if returncode is not None and returncode >= 0 else f"killed by signal {_signal_name(-returncode)}" if returncode is not None else "exit status unknown"
+            text = (
+                f"exit status {returncode}"
+                if returncode is not None and returncode >= 0
+                else f"killed by signal {_signal_name(-returncode)}"
+                if returncode is not None
+                else "exit status unknown"
+            )
             message = f"{text}; {message}" if message else text
     if status != PASSED:
         with contextlib.suppress(OSError), open(log_path, "ab") as log:

@@ -141,7 +141,8 @@ def publish(
     if bad:
         raise CheckFailed(
             f"refusing to publish: {', '.join(r.branch for r in bad)} do{'es' if len(bad) == 1 else ''} not rebuild to the same commit ids",
-            details=[f"{r.status} {r.branch}: {'; '.join(r.reasons)}" for r in bad] + ["nothing was pushed; run `zmr build` (and look at what changed), then publish again"],
+            details=[f"{r.status} {r.branch}: {'; '.join(r.reasons)}" for r in bad]
+            + ["nothing was pushed; run `zmr build` (and look at what changed), then publish again"],
         )
     if progress:
         progress(f"reading {remote}")
@@ -205,8 +206,7 @@ def _check_foreign(repo: git.Repo, remote: str, plan: Sequence[BranchPush], repl
     if not replace_foreign:
         raise CheckFailed(
             f"refusing to publish: {len(foreign)} branch{'es' if len(foreign) != 1 else ''} on {remote} "
-            f"hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: "
-            + ", ".join(item.branch for item in foreign),
+            f"hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: " + ", ".join(item.branch for item in foreign),
             details=[f"{item.branch}: {remote} has {item.old[:12]}, which {item.foreign}" for item in foreign if item.old]
             + [
                 "publishing replaces them with the zmr release commits (their history is rewritten); nothing was pushed",

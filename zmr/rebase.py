@@ -194,7 +194,8 @@ class UpstreamedReport:
             "rev_commit": self.rev_commit,
             "patches": self.patches,
             "upstreamed": [
-                {"name": d.name, "subject": d.subject, "upstream_commit": d.upstream, "upstream_subject": d.upstream_subject, "method": d.method} for d in self.upstreamed
+                {"name": d.name, "subject": d.subject, "upstream_commit": d.upstream, "upstream_subject": d.upstream_subject, "method": d.method}
+                for d in self.upstreamed
             ],
             "conflicts": self.conflicts,
         }
@@ -321,7 +322,10 @@ class RebaseState:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            raise RebaseError(f"{path}: cannot be read ({err})", details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"]) from None
+            raise RebaseError(
+                f"{path}: cannot be read ({err})",
+                details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"],
+            ) from None
         if not isinstance(data, dict) or data.get("version") != cls.VERSION:
             raise RebaseError(f"{path}: written by another zmr version", details=["finish the rebase with that version, or delete the folder"])
         try:
@@ -350,7 +354,10 @@ class RebaseState:
                 report=data.get("report"),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise RebaseError(f"{path}: damaged ({err!r} is missing or wrong)", details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"]) from None
+            raise RebaseError(
+                f"{path}: damaged ({err!r} is missing or wrong)",
+                details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"],
+            ) from None
 
     def to_json(self) -> dict:
         data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -583,7 +590,7 @@ def start(
     files = patch_file_sets(repo, series.patches)
     if co is None and _files_stand(repo, series, old, new, files):
         return _pin_only(project, component, repo, series, old, new, rev)
-    old_chain = build_chain(repo, component, old, series.patches, files)
+    old_chain = build_chain(repo, component, old, series.patches, files, progress=progress)
     chain_files = file_sets(repo, old_chain)
     paths = sorted(set().union(*chain_files.values()))
     upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
@@ -811,7 +818,10 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
     if stopped and state.prepared:
         co = checkout.open_checkout(state.checkout_path)
         if co is None:
-            raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+            raise RebaseError(
+                f"{state.checkout_path}: the checkout of the rebase is gone",
+                details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"],
+            )
         commit = state.old_chain[stopped.index]
         where = checkout.show_path(project, co.path)
         if (co.git_dir / "CHERRY_PICK_HEAD").exists():
@@ -823,11 +833,16 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
                 )
             marked = [f for f in stopped.files if _has_markers(co.path / f)]
             if marked:
-                raise RebaseError(f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then run --continue again"])
+                raise RebaseError(
+                    f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then run --continue again"]
+                )
             unstaged = co.repo.run(["diff", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
             unstaged = [f for f in unstaged if f]
             if unstaged:
-                raise RebaseError(f"{where}: changes not staged in {', '.join(unstaged)}", details=["`git add` them (or `git checkout -- FILE` to drop them), then run --continue again"])
+                raise RebaseError(
+                    f"{where}: changes not staged in {', '.join(unstaged)}",
+                    details=["`git add` them (or `git checkout -- FILE` to drop them), then run --continue again"],
+                )
             if co.repo.ok(["diff", "--cached", "--quiet"]):
                 co.repo.run(["cherry-pick", "--skip"])
                 _drop_current(project, component, state, cache, "resolved-empty")
@@ -837,7 +852,10 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
                 state.stopped = None
                 _save(project, component, state)
         elif checkout.dirty(co, untracked_files=False):
-            raise RebaseError(f"{where}: the working tree is not clean", details=[*checkout.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"])
+            raise RebaseError(
+                f"{where}: the working tree is not clean",
+                details=[*checkout.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"],
+            )
         elif co.head() != stopped.head_before:
             state.remaining.pop(0)  # the engineer committed the resolution (git cherry-pick --continue / git commit)
             state.stopped = None
@@ -956,10 +974,16 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     else:
         co = checkout.open_checkout(state.checkout_path)
         if co is None:
-            raise RebaseError(f"{state.checkout_path}: the checkout of the rebase is gone", details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"])
+            raise RebaseError(
+                f"{state.checkout_path}: the checkout of the rebase is gone",
+                details=[f"undo the rebase with `zmr rebase {component.model} -c {component.key} --abort`"],
+            )
         problems = checkout.dirty(co, untracked_files=False)
         if problems:
-            raise RebaseError(f"{co.path}: the working tree is not clean", details=[*problems, f"commit or drop the changes, then `zmr rebase {component.model} -c {component.key} --continue`"])
+            raise RebaseError(
+                f"{co.path}: the working tree is not clean",
+                details=[*problems, f"commit or drop the changes, then `zmr rebase {component.model} -c {component.key} --continue`"],
+            )
         repo = co.repo
         tip = co.head() or new
         if not repo.ok(["merge-base", "--is-ancestor", new, tip]):

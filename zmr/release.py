@@ -122,7 +122,7 @@ def _compute(project: Project, component: Component, cache: Cache, progress: Pro
     identity = _identity(project, _commit_timestamp(upstream.committer))
     if component.release == "snapshot":
         message = _snapshot_only_message(component, series)
-        commits = (repo.commit_tree(tree, [], message, _dated(identity, series), _dated(identity, series)),)
+        commits: tuple[str, ...] = (repo.commit_tree(tree, [], message, _dated(identity, series), _dated(identity, series)),)
     else:
         snapshot = repo.commit_tree(upstream_tree, [], _snapshot_message(component), identity, identity)
         changes_identity = _dated(identity, series)
@@ -180,19 +180,14 @@ def _series_trailers(component: Component, series: Series, *, with_upstream: boo
 
 
 def _changes_message(component: Component, series: Series) -> str:
-    return (
-        f"{component.model}/{component.key}: zero-mismatch changes\n\n"
-        f"{_patch_list(series)}\n"
-        + _series_trailers(component, series, with_upstream=False)
-    )
+    return f"{component.model}/{component.key}: zero-mismatch changes\n\n{_patch_list(series)}\n" + _series_trailers(component, series, with_upstream=False)
 
 
 def _snapshot_only_message(component: Component, series: Series) -> str:
     return (
         f"{component.model}/{component.key}: upstream {component.commit[:12]} with zero-mismatch changes\n\n"
         f"The tree of {component.upstream} at {component.commit}\n"
-        f"with the series applied.\n\n{_patch_list(series)}\n"
-        + _series_trailers(component, series, with_upstream=True)
+        f"with the series applied.\n\n{_patch_list(series)}\n" + _series_trailers(component, series, with_upstream=True)
     )
 
 
@@ -275,7 +270,9 @@ def copy_objects(repo: git.Repo, mirror: Mirror, tips: Sequence[str], haves: Seq
 # -- verify --------------------------------------------------------------------------
 
 
-def verify(project: Project, components: Sequence[Component], remote: str | None = None, cache: Cache | None = None, progress: Progress | None = None) -> list[VerifyResult]:
+def verify(
+    project: Project, components: Sequence[Component], remote: str | None = None, cache: Cache | None = None, progress: Progress | None = None
+) -> list[VerifyResult]:
     """Rebuild in memory and compare with the local branches, or with *remote*'s."""
     cache = cache or Cache()
     repo = project.repo

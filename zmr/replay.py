@@ -95,7 +95,9 @@ def apply_error(component: Component, patch: Patch, stderr: str, store: Path | N
     details = [f"failed at: {where}" if where else "git apply failed", *[f"git: {line}" for line in lines[-6:]]]
     if b"\r\n" in patch.data:
         details.append("the patch has CRLF line endings; if the tree's files use LF, convert the patch to LF")
-    details.append(f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series")
+    details.append(
+        f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series"
+    )
     return ApplyError(message, details=details)
 
 
@@ -410,6 +412,7 @@ class Replayer:
         A failed step leaves the index as it was: the caller may look at it
         (``reverse_applies``) before asking for the next step, or stop.
         """
+
         def run_from(i: int) -> list[int]:
             """The patches from *i* on that can go in one git apply: no file shared, one -p level, none skipped."""
             return disjoint_run(files, i, lambda j: j not in skip and patches[j].strip == patches[i].strip) if files else []
@@ -528,7 +531,14 @@ class Replayer:
             # With an identity commit-tree would tidy, fast-import only builds the trees; commit-tree writes the commits.
             who = f"{meta.name} <{meta.email}> {meta.timestamp} {meta.offset}" if exact else "zmr <zmr@localhost> 0 +0000"
             message = meta.message.encode("utf-8") if exact else b""
-            stream += b"commit %s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n" % (self._BRANCH, n, who.encode("utf-8"), who.encode("utf-8"), len(message), message)
+            stream += b"commit %s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n" % (
+                self._BRANCH,
+                n,
+                who.encode("utf-8"),
+                who.encode("utf-8"),
+                len(message),
+                message,
+            )
             stream += f"from {self._tip}\n".encode() if n == 1 else b"from :%d\n" % (n - 1)
             for status, mode, oid, path in changes:
                 if status == "D":
@@ -617,7 +627,14 @@ def disjoint_run(files: Sequence[frozenset[str]], start: int, usable: Callable[[
     return run
 
 
-def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequence[Patch], files: list[frozenset[str]] | None = None) -> list[str]:
+def build_chain(
+    repo: git.Repo,
+    component: Component,
+    base: str,
+    patches: Sequence[Patch],
+    files: list[frozenset[str]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[str]:
     """One commit per patch on *base*; a patch that does not apply exactly is an error naming it.
 
     A chain is a pure function of the base and the patch bytes, so the mirror
@@ -635,6 +652,8 @@ def build_chain(repo: git.Repo, component: Component, base: str, patches: Sequen
         for step in replay.replay(patches, files, keep_empty=True):
             if step.status == "failed":
                 raise apply_error(dataclasses.replace(component, commit=base), step.patch, step.error)
+            if progress:
+                progress(f"{component.label}: patch {step.index + 1} of {len(patches)} ({step.patch.name})")
         repo.run(["update-ref", _chain_ref(base, patches), replay.tip])
         return list(replay.commits)
 

@@ -79,8 +79,7 @@ def _yaml_str(value: str) -> str:
 def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[str, str]:
     """Repository-relative path -> text of every file `zmr new` writes."""
     blocks = "".join(
-        _template("component.yaml.tmpl").substitute(component=c.key, model=model, upstream_yaml=_yaml_str(c.upstream), commit=c.commit)
-        for c in components
+        _template("component.yaml.tmpl").substitute(component=c.key, model=model, upstream_yaml=_yaml_str(c.upstream), commit=c.commit) for c in components
     ).rstrip("\n")
     files = {
         f"manifests/{model}.yaml": _template("manifest.yaml.tmpl").substitute(
@@ -139,7 +138,10 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
 
     root = project.root
     if not MODEL_RE.match(model):
-        raise ZmrError(f"{model!r} is not a valid model name", details=["use [a-z0-9][a-z0-9._-]* (lower case, digits, '.', '_', '-'): it names manifests/<model>.yaml and the branches"])
+        raise ZmrError(
+            f"{model!r} is not a valid model name",
+            details=["use [a-z0-9][a-z0-9._-]* (lower case, digits, '.', '_', '-'): it names manifests/<model>.yaml and the branches"],
+        )
     there = existing(root, model)
     if there:
         raise ZmrError(f"model {model!r} already exists: {', '.join(there)}", details=["zmr new never overwrites; pick another name, or edit the files"])
@@ -149,7 +151,10 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
     seen: set[str] = set()
     for c in specs:
         if not COMPONENT_RE.match(c.key):
-            raise ZmrError(f"--component {c.spec!r}: {c.key!r} is not a valid component name", details=["use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), e.g. rollout, trainer, vllm, megatron"])
+            raise ZmrError(
+                f"--component {c.spec!r}: {c.key!r} is not a valid component name",
+                details=["use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), e.g. rollout, trainer, vllm, megatron"],
+            )
         if c.key in seen:
             raise ZmrError(f"--component {c.spec!r}: component {c.key!r} is given twice")
         seen.add(c.key)

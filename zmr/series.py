@@ -111,7 +111,9 @@ def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[
             if match:
                 strip = int(match.group(1))
             else:
-                problems.append(Problem(display, number, f"unsupported option {option!r} for {name}", "only -pN is supported (quilt's -R reverse patches are not)"))
+                problems.append(
+                    Problem(display, number, f"unsupported option {option!r} for {name}", "only -pN is supported (quilt's -R reverse patches are not)")
+                )
                 bad = True
         reason = _name_problem(name)
         if reason:
@@ -170,7 +172,9 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
         try:
             resolved.relative_to(root)
         except ValueError:
-            problems.append(Problem(f"{display}/series", entry.line, f"{entry.name} resolves outside the series folder", "do not use symbolic links that leave the folder"))
+            problems.append(
+                Problem(f"{display}/series", entry.line, f"{entry.name} resolves outside the series folder", "do not use symbolic links that leave the folder")
+            )
             continue
         if not path.is_symlink() and not path.exists():
             problems.append(Problem(f"{display}/series", entry.line, f"{entry.name}: patch file not found", f"add {display}/{entry.name} or remove the line"))

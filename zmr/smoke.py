@@ -87,8 +87,16 @@ JUNIT_LOG_BYTES = 1 << 20
 TAIL_LINES = 50
 # Inherited variables that would point git inside a tree at another repository.
 _GIT_REDIRECTS = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
 )
 _RESERVED_PREFIXES = ("ZMR_TREE_", "ZMR_COMMIT_")
 _RESERVED = ("ZMR_MODEL", "ZMR_TEST", "ZMR_EXECUTOR", "ZMR_ARTIFACTS", "ZMR_COMPONENT", "ZMR_TREE", "ZMR_COMMIT")
@@ -312,7 +320,9 @@ def select(manifests: Sequence[Manifest], components: Sequence[str] | None = Non
 # -- building what the jobs need -----------------------------------------------------------
 
 
-def prepare(project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None) -> tuple[list[Job], list[str]]:
+def prepare(
+    project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None
+) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
     A branch is current when it points at what ``release.compute`` gives for
@@ -343,7 +353,10 @@ def prepare(project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job]
     built: list[str] = []
     if stale:
         if not build:
-            lines = [f"{comp.branch}: {'missing' if cur is None else f'at {cur[:12]}, the manifest and series give {tips[(comp.model, comp.key)][:12]}'}" for comp, cur in stale]
+            lines = [
+                f"{comp.branch}: {'missing' if cur is None else f'at {cur[:12]}, the manifest and series give {tips[(comp.model, comp.key)][:12]}'}"
+                for comp, cur in stale
+            ]
             models = sorted({comp.model for comp, _ in stale})
             raise ZmrError(
                 f"{len(stale)} release branch{'es are' if len(stale) != 1 else ' is'} not built or out of date, and --no-build was given",
@@ -376,7 +389,7 @@ def _worktree_remove(repo: git.Repo, path: Path) -> bool:
 
 def _worktree_paths(repo: git.Repo) -> list[Path]:
     text = repo.out(["worktree", "list", "--porcelain", "-z"])
-    return [Path(item[len("worktree "):]) for item in text.split("\0") if item.startswith("worktree ")]
+    return [Path(item[len("worktree ") :]) for item in text.split("\0") if item.startswith("worktree ")]
 
 
 class Worktrees:
@@ -482,7 +495,7 @@ def iso(epoch: float) -> str:
 
 def scan_mismatch(folder: Path) -> dict[str, tuple[int, int, int]]:
     """``*.mismatch.json`` under *folder*: relative path -> (mtime_ns, size, inode)."""
-    result = {}
+    result: dict[str, tuple[int, int, int]] = {}
     if not folder.is_dir():
         return result
     for path in folder.rglob(f"*{MISMATCH_SUFFIX}"):
@@ -597,8 +610,15 @@ class LocalExecutor:
             for tree in job.trees:
                 paths[tree.component] = trees.add(tree.commit, f"{index:03d}-{job.id}", tree.component)
             env = smoke_environment(
-                os.environ, model=job.model, test_id=job.id, executor=self.name, artifacts=str(folder),
-                trees={k: str(p) for k, p in paths.items()}, commits=job.commits, component=job.component, extra=job.test.env,
+                os.environ,
+                model=job.model,
+                test_id=job.id,
+                executor=self.name,
+                artifacts=str(folder),
+                trees={k: str(p) for k, p in paths.items()},
+                commits=job.commits,
+                component=job.component,
+                extra=job.test.env,
             )
             cwd = paths[job.component] if job.component else self.project.root
             before = scan_mismatch(folder)
@@ -739,8 +759,18 @@ def junit_xml(report: Report) -> ET.ElementTree:
         seconds = sum(r.duration for r in results)
         first = min(r.start for r in results)
         suite = ET.SubElement(
-            root, "testsuite", name=model, tests=str(len(results)), failures=str(failures), errors=str(errors), skipped="0",
-            time=f"{seconds:.3f}", timestamp=first.rstrip("Z")[:19], id=str(index), package=model, hostname="localhost",
+            root,
+            "testsuite",
+            name=model,
+            tests=str(len(results)),
+            failures=str(failures),
+            errors=str(errors),
+            skipped="0",
+            time=f"{seconds:.3f}",
+            timestamp=first.rstrip("Z")[:19],
+            id=str(index),
+            package=model,
+            hostname="localhost",
         )
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="zmr.executor", value=report.executor)
@@ -773,6 +803,7 @@ def junit_xml(report: Report) -> ET.ElementTree:
 
 def write_junit(report: Report, path: Path) -> None:
     root = junit_xml(report).getroot()
+    assert root is not None  # junit_xml always builds a <testsuites> root
     atomic_write(path, ET.tostring(root, encoding="UTF-8", xml_declaration=True))
 
 

@@ -84,7 +84,17 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, project: Project, *, address: str | None = None, num_cpus: int | None = None, shared_dir: Path | None = None, jobs: int | None = None, progress=None, grace: float | None = None):
+    def __init__(
+        self,
+        project: Project,
+        *,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        shared_dir: Path | None = None,
+        jobs: int | None = None,
+        progress=None,
+        grace: float | None = None,
+    ):
         if address is not None and num_cpus is not None:
             raise ZmrError("--ray-cpus sizes a local Ray instance; it cannot be used with --ray-address")
         self.project = project
@@ -163,7 +173,10 @@ class RayExecutor:
             if "size" in text.lower() and ("package" in text.lower() or "exceeds" in text.lower()):
                 raise ZmrError(
                     f"the trees are too large to ship with Ray's runtime environment ({staged_size(staging) >> 20} MiB, limit {package_limit() >> 20} MiB)",
-                    details=["put them on a filesystem every node mounts: --shared-dir DIR", f"ray: {text.splitlines()[0] if text else exc.__class__.__name__}"],
+                    details=[
+                        "put them on a filesystem every node mounts: --shared-dir DIR",
+                        f"ray: {text.splitlines()[0] if text else exc.__class__.__name__}",
+                    ],
                 ) from None
             raise ZmrError(
                 f"cannot {'connect to Ray at ' + where if where else 'start a local Ray instance'}: {text.splitlines()[0] if text else exc.__class__.__name__}",
@@ -245,7 +258,9 @@ class RayExecutor:
             target.write_bytes(data)
             written.append(rel)
         mismatch, more = collect_mismatch(folder, [rel for rel in written if rel.endswith(MISMATCH_SUFFIX)])
-        return Result(job, value["status"], value["exit_code"], iso(value["started"]), value["duration"], value["message"], self.name, log, mismatch, notes + more)
+        return Result(
+            job, value["status"], value["exit_code"], iso(value["started"]), value["duration"], value["message"], self.name, log, mismatch, notes + more
+        )
 
     def _error(self, job: Job, folder: Path, message: str, details: str, submitted: float | None = None) -> Result:
         log = folder / f"{job.id}.log"
@@ -372,8 +387,16 @@ def remote_entry(spec: dict) -> dict:
         artifacts = os.path.join(work, "artifacts")
         os.makedirs(artifacts)
         env = smoke_environment(
-            os.environ, model=spec["model"], test_id=spec["id"], executor="ray", artifacts=artifacts, trees=trees,
-            commits=spec["commits"], component=spec["component"], extra=spec["env"], python=sys.executable,
+            os.environ,
+            model=spec["model"],
+            test_id=spec["id"],
+            executor="ray",
+            artifacts=artifacts,
+            trees=trees,
+            commits=spec["commits"],
+            component=spec["component"],
+            extra=spec["env"],
+            python=sys.executable,
         )
         log = os.path.join(work, "output.log")
         outcome = run_command(spec["run"], cwd=cwd, env=env, timeout=spec["timeout"], log_path=log, grace=spec["grace"])

@@ -75,7 +75,7 @@ class _Refused(Exception):
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses aliases and anchors while composing (no YAML bombs)."""
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             raise _Refused(event.start_mark.line + 1, f"alias *{event.anchor} is not allowed", "write the value out in full")

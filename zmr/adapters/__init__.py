@@ -100,7 +100,7 @@ def smoke_trees(environ=None) -> dict[str, str]:
     trees = {}
     for name, value in environ.items():
         if name.startswith("ZMR_COMMIT_") and commit.fullmatch(value or ""):
-            trees[name[len("ZMR_COMMIT_"):].lower().replace("_", "-")] = value
+            trees[name[len("ZMR_COMMIT_") :].lower().replace("_", "-")] = value
     if not trees and environ.get("ZMR_COMPONENT") and commit.fullmatch(environ.get("ZMR_COMMIT", "")):
         trees[environ["ZMR_COMPONENT"]] = environ["ZMR_COMMIT"]
     return trees

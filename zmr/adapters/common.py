@@ -94,8 +94,8 @@ def pack(sequences: _Seq[Sequence], *, padding: str = "right", pad_id: int = 0, 
         tokens = torch.tensor(list(s.prompt) + list(s.response), dtype=torch.long)
         off = T - lengths[b] if padding == "left" else 0
         offsets.append(off)
-        input_ids[b, off:off + lengths[b]] = tokens
-        attention_mask[b, off:off + lengths[b]] = 1
+        input_ids[b, off : off + lengths[b]] = tokens
+        attention_mask[b, off : off + lengths[b]] = 1
         n = rlens[b]
         targets[b, :n] = torch.tensor(list(s.response), dtype=torch.long)
         target_mask[b, :n] = True
@@ -150,4 +150,4 @@ def chunks(items: _Seq[Any], size: int | None) -> Iterable[tuple[int, _Seq[Any]]
         yield 0, items
         return
     for start in range(0, len(items), size):
-        yield start, items[start:start + size]
+        yield start, items[start : start + size]

@@ -136,8 +136,7 @@ def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict]:
     return to_records(as_sequences(sequences), logprobs)
 
 
-def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, method: str = "auto",
-               extra: dict | None = None) -> dict:
+def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, method: str = "auto", extra: dict | None = None) -> dict:
     """Provenance for a Megatron trainer dump: megatron-core/torch/CUDA versions, TP size, dtype, env switches."""
     prov: dict[str, Any] = {"engine": "megatron-core", "side": "trainer"}
     try:
@@ -200,13 +199,30 @@ def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None
         torch.manual_seed(seed)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     config = TransformerConfig(
-        num_layers=2, hidden_size=128, num_attention_heads=4, num_query_groups=2, ffn_hidden_size=256,
-        params_dtype=torch_dtype, bf16=dtype == "bfloat16", init_method_std=0.08, normalization="RMSNorm",
-        gated_linear_unit=True, activation_func=torch.nn.functional.silu, add_bias_linear=False,
-        hidden_dropout=0.0, attention_dropout=0.0, use_cpu_initialization=device != "cuda",
+        num_layers=2,
+        hidden_size=128,
+        num_attention_heads=4,
+        num_query_groups=2,
+        ffn_hidden_size=256,
+        params_dtype=torch_dtype,
+        bf16=dtype == "bfloat16",
+        init_method_std=0.08,
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        use_cpu_initialization=device != "cuda",
     )
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"), vocab_size=512,
-                     max_sequence_length=256, position_embedding_type="rope", share_embeddings_and_output_weights=False)
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=512,
+        max_sequence_length=256,
+        position_embedding_type="rope",
+        share_embeddings_and_output_weights=False,
+    )
     model = model.to(device).eval()
     g = torch.Generator().manual_seed(seed)
     seqs = []
@@ -227,8 +243,7 @@ def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None
 
     def stats(a, b):
         a, b = torch.cat(a), torch.cat(b)
-        return {"tokens": int(a.numel()), "bitwise_equal": int((a.view(torch.int32) == b.view(torch.int32)).sum()),
-                "max_abs_diff": float((a - b).abs().max())}
+        return {"tokens": int(a.numel()), "bitwise_equal": int((a.view(torch.int32) == b.view(torch.int32)).sum()), "max_abs_diff": float((a - b).abs().max())}
 
     right = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8)
     left = teacher_forced_logprobs(model, seqs, padding="left", batch_size=8)
@@ -242,7 +257,9 @@ def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None
         bad_logits = _logits(model(packed.input_ids, packed.position_ids, causal_only))
     bad = unpack(logprobs_from_logits(response_logits(bad_logits, packed), packed.targets), packed)
     return {
-        "dtype": dtype, "megatron_core": provenance(model).get("megatron_core_version"), "torch": torch.__version__,
+        "dtype": dtype,
+        "megatron_core": provenance(model).get("megatron_core_version"),
+        "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "sequences": len(seqs),
         "right_padded_batch_vs_alone": stats(right, alone),

@@ -81,19 +81,20 @@ def row_ids(n: int, uids: Sequence[Any] | None = None) -> list[str]:
     return out
 
 
-def records_from_tensors(
-    responses: Any, response_mask: Any, logprobs: Any, *, ids: Sequence[Any], step: int = 0
-) -> list[dict]:
+def records_from_tensors(responses: Any, response_mask: Any, logprobs: Any, *, ids: Sequence[Any], step: int = 0) -> list[dict]:
     """One record per row: the response tokens where the mask is 1, and their log-probs (dtype from the tensor)."""
     mask = response_mask.bool()
     out = []
     for b in range(responses.shape[0]):
         keep = mask[b]
-        out.append({
-            "id": str(ids[b]), "step": int(step),
-            "tokens": responses[b][keep].detach().cpu(),
-            "logprobs": logprobs[b][keep].detach().cpu().contiguous(),
-        })
+        out.append(
+            {
+                "id": str(ids[b]),
+                "step": int(step),
+                "tokens": responses[b][keep].detach().cpu(),
+                "logprobs": logprobs[b][keep].detach().cpu().contiguous(),
+            }
+        )
     return out
 
 
@@ -120,7 +121,7 @@ def step_records(
         attention = _get(tensors, "attention_mask")
         if attention is None:
             raise ValueError("the batch has neither response_mask nor attention_mask")
-        mask = attention[:, -responses.shape[1]:]
+        mask = attention[:, -responses.shape[1] :]
     if ids is None:
         uids = _get(getattr(batch, "non_tensor_batch", None), "uid")
         ids = row_ids(responses.shape[0], None if uids is None else list(uids))

@@ -89,9 +89,7 @@ def response_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None
     return recs
 
 
-def prompt_records(
-    outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, start: int | Sequence[int] = 1
-) -> list[dict]:
+def prompt_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, start: int | Sequence[int] = 1) -> list[dict]:
     """One record per request: prompt tokens from position `start` on and their log-probs (``prompt_logprobs=0``).
 
     `start` (int, or one per output) must be >= 1: position 0 has no
@@ -244,10 +242,12 @@ def _positions_to_json(lps: Any) -> list | None:
         if not entry:
             out.append(None)
             continue
-        out.append([
-            {"token": int(tok), "logprob": float(lp.logprob), "rank": getattr(lp, "rank", None), "decoded_token": getattr(lp, "decoded_token", None)}
-            for tok, lp in entry.items()
-        ])
+        out.append(
+            [
+                {"token": int(tok), "logprob": float(lp.logprob), "rank": getattr(lp, "rank", None), "decoded_token": getattr(lp, "decoded_token", None)}
+                for tok, lp in entry.items()
+            ]
+        )
     return out
 
 
@@ -304,20 +304,26 @@ class RequestOutput:
 def _positions_from_json(data: list | None) -> list | None:
     if data is None:
         return None
-    return [
-        None if entry is None else {int(e["token"]): Logprob(e["logprob"], e.get("rank"), e.get("decoded_token")) for e in entry}
-        for entry in data
-    ]
+    return [None if entry is None else {int(e["token"]): Logprob(e["logprob"], e.get("rank"), e.get("decoded_token")) for e in entry} for entry in data]
 
 
 def outputs_from_json(data: Sequence[Mapping[str, Any]]) -> list[RequestOutput]:
     """Rebuild `RequestOutput` look-alikes from `output_to_json` dicts."""
     return [
         RequestOutput(
-            d["request_id"], d.get("prompt"), list(d["prompt_token_ids"]), _positions_from_json(d.get("prompt_logprobs")),
+            d["request_id"],
+            d.get("prompt"),
+            list(d["prompt_token_ids"]),
+            _positions_from_json(d.get("prompt_logprobs")),
             [
-                CompletionOutput(c["index"], c.get("text"), list(c["token_ids"]), c.get("cumulative_logprob"),
-                                 _positions_from_json(c.get("logprobs")), c.get("finish_reason"))
+                CompletionOutput(
+                    c["index"],
+                    c.get("text"),
+                    list(c["token_ids"]),
+                    c.get("cumulative_logprob"),
+                    _positions_from_json(c.get("logprobs")),
+                    c.get("finish_reason"),
+                )
                 for c in d["outputs"]
             ],
             d.get("finished", True),

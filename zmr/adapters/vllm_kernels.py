@@ -90,14 +90,16 @@ class _Model:
             bias = None
             if p + "self_attn.q_proj.bias" in sd:
                 bias = torch.cat([sd[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
-            self.layers.append({
-                "in_norm": sd[p + "input_layernorm.weight"],
-                "qkv": _Linear(torch.cat([q, k, v]), bias),
-                "o": _Linear(sd[p + "self_attn.o_proj.weight"]),
-                "post_norm": sd[p + "post_attention_layernorm.weight"],
-                "gate_up": _Linear(torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])),
-                "down": _Linear(sd[p + "mlp.down_proj.weight"]),
-            })
+            self.layers.append(
+                {
+                    "in_norm": sd[p + "input_layernorm.weight"],
+                    "qkv": _Linear(torch.cat([q, k, v]), bias),
+                    "o": _Linear(sd[p + "self_attn.o_proj.weight"]),
+                    "post_norm": sd[p + "post_attention_layernorm.weight"],
+                    "gate_up": _Linear(torch.cat([sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])),
+                    "down": _Linear(sd[p + "mlp.down_proj.weight"]),
+                }
+            )
         self.norm = sd["model.norm.weight"]
         head = sd.get("lm_head.weight", self.embed)
         self.vocab = head.shape[0]
@@ -113,7 +115,7 @@ class _Model:
         self.cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(self.dtype)
         self.block_size = 128
         self.isa = _get_attn_isa(self.dtype, self.block_size, self.D, "auto")
-        self.scale = float(self.D ** -0.5)
+        self.scale = float(self.D**-0.5)
 
     def rms(self, x, w, residual=None):
         from vllm import ir
@@ -138,7 +140,7 @@ class _Model:
             ids = torch.arange(nxt, nxt + nb, dtype=torch.int32)
             table[r, :nb] = ids
             pos = torch.arange(n)
-            slots[start:start + n] = ids[pos // bs].to(torch.int64) * bs + pos % bs
+            slots[start : start + n] = ids[pos // bs].to(torch.int64) * bs + pos % bs
             nxt, start = nxt + nb, start + n
         cache = torch.zeros((nxt, self.KV, bs, 2 * self.D), dtype=self.dtype)
         kv = cache.view((nxt, self.KV, bs * 2, -1))
@@ -148,14 +150,34 @@ class _Model:
         qsl[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), 0)
         seq_lens = torch.tensor(lengths, dtype=torch.int32)
         meta = ops.cpu_attn_get_scheduler_metadata(
-            num_reqs=len(lengths), num_heads=self.H, num_kv_heads=self.KV, head_dim=self.D, seq_lens=seq_lens, dtype=self.dtype,
-            query_start_loc=qsl, causal=True, sliding_window_size=-1, isa=self.isa, enable_kv_split=envs.VLLM_CPU_ATTN_SPLIT_KV,
+            num_reqs=len(lengths),
+            num_heads=self.H,
+            num_kv_heads=self.KV,
+            head_dim=self.D,
+            seq_lens=seq_lens,
+            dtype=self.dtype,
+            query_start_loc=qsl,
+            causal=True,
+            sliding_window_size=-1,
+            isa=self.isa,
+            enable_kv_split=envs.VLLM_CPU_ATTN_SPLIT_KV,
         )
         out = torch.empty((T, self.H, self.D), dtype=self.dtype)
         ops.cpu_attention_with_kv_cache(
-            query=q.view(T, self.H, self.D), key_cache=key_cache, value_cache=value_cache, output=out, query_start_loc=qsl,
-            seq_lens=seq_lens, scale=self.scale, causal=True, alibi_slopes=None, sliding_window=-1, block_table=table,
-            softcap=0, scheduler_metadata=meta, s_aux=None,
+            query=q.view(T, self.H, self.D),
+            key_cache=key_cache,
+            value_cache=value_cache,
+            output=out,
+            query_start_loc=qsl,
+            seq_lens=seq_lens,
+            scale=self.scale,
+            causal=True,
+            alibi_slopes=None,
+            sliding_window=-1,
+            block_table=table,
+            softcap=0,
+            scheduler_metadata=meta,
+            s_aux=None,
         )
         return out.view(T, self.H * self.D)
 
@@ -221,13 +243,13 @@ def teacher_forced_logprobs(hf_model: Any, sequences: _Seq[Any], *, batch_size: 
                 rows.extend(range(first, first + len(s.response)))
                 labels.extend(s.response)
                 start += n
-            logits = m.lm_head(h[torch.tensor(rows)])[..., :m.vocab]
+            logits = m.lm_head(h[torch.tensor(rows)])[..., : m.vocab]
             z = logits.to(torch.float32)
             if temperature != 1.0:
                 z = z / temperature
             lp = torch.log_softmax(z, dim=-1).gather(-1, torch.tensor(labels)[:, None])[:, 0]
             at = 0
             for s in chunk:
-                out.append(lp[at:at + len(s.response)].clone())
+                out.append(lp[at : at + len(s.response)].clone())
                 at += len(s.response)
     return out

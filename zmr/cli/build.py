@@ -28,7 +28,7 @@ def build(models: Models = None, all_models: All = False, components: Components
         return
     width = max((len(u.branch) for u in updates), default=0)
     for u in updates:
-        change = f"{u.old[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
+        change = f"{(u.old or '')[:12]} -> {u.new[:12]}" if u.status == "updated" else u.new[:12]
         print(f"{u.status:9} {u.branch.ljust(width)}  {change}")
         if u.kept:
             print(f"          zmr did not build the old tip: kept it as {u.kept}")
@@ -60,7 +60,15 @@ def verify(
                 "ok": not bad,
                 "remote": remote,
                 "branches": [
-                    {"model": r.component.model, "component": r.component.key, "branch": r.branch, "status": r.status, "expected": r.expected, "actual": r.actual, "reasons": r.reasons}
+                    {
+                        "model": r.component.model,
+                        "component": r.component.key,
+                        "branch": r.branch,
+                        "status": r.status,
+                        "expected": r.expected,
+                        "actual": r.actual,
+                        "reasons": r.reasons,
+                    }
                     for r in results
                 ],
             }

@@ -100,7 +100,10 @@ def export(
                         "component": r.component.key,
                         "series": r.component.patches,
                         "changed": r.plan.changed,
-                        "patches": [{"name": p.name, "status": p.status, "written": p.data is not None, "old_name": p.old_name, "subject": p.subject} for p in r.plan.patches],
+                        "patches": [
+                            {"name": p.name, "status": p.status, "written": p.data is not None, "old_name": p.old_name, "subject": p.subject}
+                            for p in r.plan.patches
+                        ],
                         "removed": r.plan.removed,
                         "series_rewritten": r.plan.series_text is not None,
                     }

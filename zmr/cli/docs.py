@@ -15,7 +15,9 @@ from zmr.cli.render import print_json, warn
 
 def docs(
     check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 with a diff when the README is out of date.")] = False,
-    readme: Annotated[Path | None, typer.Option("--readme", metavar="FILE", help="The README to update (default README.md at the repository root).", show_default=False)] = None,
+    readme: Annotated[
+        Path | None, typer.Option("--readme", metavar="FILE", help="The README to update (default README.md at the repository root).", show_default=False)
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
@@ -28,7 +30,16 @@ def docs(
     if not check:
         gen.write(outcome)
     if json_out:
-        print_json({"readme": outcome.display, "check": check, "up_to_date": not outcome.stale, "changed": outcome.changed, "written": outcome.stale and not check, "warnings": outcome.warnings})
+        print_json(
+            {
+                "readme": outcome.display,
+                "check": check,
+                "up_to_date": not outcome.stale,
+                "changed": outcome.changed,
+                "written": outcome.stale and not check,
+                "warnings": outcome.warnings,
+            }
+        )
     elif check and outcome.stale:
         sys.stdout.write(outcome.diff())
     elif not outcome.stale:

@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def import_(
     branches: Annotated[list[str], typer.Argument(help="Release branches to import (two-commit or snapshot layout).", show_default=False)],
     model: Annotated[str | None, typer.Option("--model", help="Model name (default: from the branch trailers or name).", show_default=False)] = None,
-    remote: Annotated[str | None, typer.Option("--remote", help="Read the branches from this remote (name or URL) instead of local branches.", show_default=False)] = None,
+    remote: Annotated[
+        str | None, typer.Option("--remote", help="Read the branches from this remote (name or URL) instead of local branches.", show_default=False)
+    ] = None,
     upstream: Annotated[
         list[str] | None,
         typer.Option("--upstream", help="Upstream URL, when the message does not name it; COMPONENT=URL for one component (repeatable).", show_default=False),
@@ -51,7 +53,8 @@ def import_text(result: "ImportResult") -> str:
         for item in items:
             count = len(item.patches)
             lines.append(
-                f"  {item.key}: {item.branch} ({item.layout}) = {item.upstream} at {item.commit[:12]} + {count} patch{'es' if count != 1 else ''} in {item.folder}"
+                f"  {item.key}: {item.branch} ({item.layout}) = {item.upstream} at {item.commit[:12]}"
+                f" + {count} patch{'es' if count != 1 else ''} in {item.folder}"
             )
             lines += [f"    {note}" for note in item.notes]
     models = " ".join(result.manifests)

@@ -21,9 +21,14 @@ _TABLE_LIMIT = 40
 
 
 def locate(
-    rollout: Annotated[Path, typer.Argument(metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file.")],
+    rollout: Annotated[
+        Path,
+        typer.Argument(metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file."),
+    ],
     train: Annotated[Path, typer.Argument(metavar="TRAIN_DUMP", help="The trainer side's tensor dump, on the same tokens.")],
-    name_map: Annotated[Path | None, typer.Option("--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently.")] = None,
+    name_map: Annotated[
+        Path | None, typer.Option("--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", metavar="N", help="Operations shown after the first divergence (0: all); --json lists all.")] = _TABLE_LIMIT,
     json_out: Json = False,
 ) -> None:
@@ -63,13 +68,26 @@ def _render(report: "LocateReport", limit: int) -> None:
         print()
         before = "the first one" if f.order == 0 else f"the {f.order} before it {'is' if f.order == 1 else 'are'} bitwise equal"
         print(f"first divergence: {f.op}  (operation {f.order + 1} of {len(report.ops)} in execution order; {before})")
-        print(f"  rollout: {f.rollout_name}" + (f" at {f.rollout_site}" if f.rollout_site else "") + f", step {f.rollout_step}" + (f" ({f.rollout_label})" if f.rollout_label else ""))
-        print(f"  train:   {f.train_name}" + (f" at {f.train_site}" if f.train_site else "") + f", step {f.train_step}" + (f" ({f.train_label})" if f.train_label else ""))
+        print(
+            f"  rollout: {f.rollout_name}"
+            + (f" at {f.rollout_site}" if f.rollout_site else "")
+            + f", step {f.rollout_step}"
+            + (f" ({f.rollout_label})" if f.rollout_label else "")
+        )
+        print(
+            f"  train:   {f.train_name}"
+            + (f" at {f.train_site}" if f.train_site else "")
+            + f", step {f.train_step}"
+            + (f" ({f.train_label})" if f.train_label else "")
+        )
         token = f", token {f.token}" if f.token is not None else ""
         print(f"  row:     sequence {f.seq_id!r}, position {f.position}{token}")
         where = f"[{', '.join(map(str, f.element))}] of {list(f.row_shape)}" if f.row_shape else "the scalar"
-        print(f"  element: {f.slot} {where}: rollout {f.rollout_value} ({f.rollout_bits}), train {f.train_value} ({f.train_bits})"
-              + (f", |Δ| {_num(f.abs_diff)}" if f.abs_diff is not None else "") + (f" [{f.kind}]" if f.kind != "value" else ""))
+        print(
+            f"  element: {f.slot} {where}: rollout {f.rollout_value} ({f.rollout_bits}), train {f.train_value} ({f.train_bits})"
+            + (f", |Δ| {_num(f.abs_diff)}" if f.abs_diff is not None else "")
+            + (f" [{f.kind}]" if f.kind != "value" else "")
+        )
         for check in f.inputs:
             extra = f", max |Δ| {_num(check.max_abs_diff)}" if check.max_abs_diff is not None else ""
             how = {"row": "this row", "whole": "whole tensor"}.get(check.how, check.how)
@@ -87,8 +105,12 @@ def _render(report: "LocateReport", limit: int) -> None:
         print()
         after = report.after_first()
         shown = after if limit <= 0 else after[:limit]
-        rows = [[o.order + 1, o.name, f"{o.rows_differ}/{o.rows}", _num(o.max_abs_diff), o.introduced or "-"] for o in shown]
-        table(["#", "operation", "rows differ", "max |Δ|", "introduced"], rows, title="from the first divergence on (introduced: rows that differ although every input is equal)")
+        op_rows = [[o.order + 1, o.name, f"{o.rows_differ}/{o.rows}", _num(o.max_abs_diff), o.introduced or "-"] for o in shown]
+        table(
+            ["#", "operation", "rows differ", "max |Δ|", "introduced"],
+            op_rows,
+            title="from the first divergence on (introduced: rows that differ although every input is equal)",
+        )
         if len(shown) < len(after):
             print(f"... {len(after) - len(shown)} more (--limit 0 shows all)")
     for label, names in (("rollout", report.only_rollout), ("train", report.only_train)):

@@ -18,7 +18,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from zmr.mismatch import MismatchReport, Stats
 
 _COLUMNS = (
-    "step", "tokens", "bitwise", "max |Δ|", "mean |Δ|", "k1", "k3", "ratio max", "diverged",
+    "step",
+    "tokens",
+    "bitwise",
+    "max |Δ|",
+    "mean |Δ|",
+    "k1",
+    "k3",
+    "ratio max",
+    "diverged",
 )
 _LISTED = 10
 
@@ -80,8 +88,15 @@ def _fraction(s: "Stats") -> str:
 
 def _row(label: str, s: "Stats") -> list[str]:
     return [
-        label, f"{s.tokens:,}", _fraction(s), _num(s.max_abs_diff), _num(s.mean_abs_diff),
-        _num(s.k1), _num(s.k3), _num(s.ratio_max, 9), f"{s.sequences_diverged}/{s.sequences}",
+        label,
+        f"{s.tokens:,}",
+        _fraction(s),
+        _num(s.max_abs_diff),
+        _num(s.mean_abs_diff),
+        _num(s.k1),
+        _num(s.k3),
+        _num(s.ratio_max, 9),
+        f"{s.sequences_diverged}/{s.sequences}",
     ]
 
 
@@ -119,10 +134,7 @@ def _lines(report: "MismatchReport") -> list[str]:
         if total:
             out.append(f"{title}: {total}")
             for t in items[:_LISTED]:
-                out.append(
-                    f"  step {t.step} id {t.id} position {t.position}: "
-                    f"rollout {t.rollout} ({t.rollout_bits}), train {t.train} ({t.train_bits})"
-                )
+                out.append(f"  step {t.step} id {t.id} position {t.position}: rollout {t.rollout} ({t.rollout_bits}), train {t.train} ({t.train_bits})")
             if total > min(len(items), _LISTED):
                 out.append(f"  ... and {total - min(len(items), _LISTED)} more (--json lists up to {len(items)})")
     diverged = [q for q in report.sequences if q.first_diverging is not None]
@@ -145,10 +157,7 @@ def _verdict(report: "MismatchReport") -> str:
     o = report.overall
     if report.bitwise_equal:
         return f"verdict: bitwise equal, all {o.tokens:,} tokens in {len(report.steps)} step(s)"
-    return (
-        f"verdict: NOT bitwise equal, {o.tokens - o.bitwise_equal:,} of {o.tokens:,} tokens differ "
-        f"in {o.sequences_diverged} of {o.sequences} sequences"
-    )
+    return f"verdict: NOT bitwise equal, {o.tokens - o.bitwise_equal:,} of {o.tokens:,} tokens differ in {o.sequences_diverged} of {o.sequences} sequences"
 
 
 def _render_plain(report: "MismatchReport") -> None:
@@ -170,8 +179,11 @@ def _render_rich(report: "MismatchReport") -> None:
 
     console = Console()
     table = Table(
-        title="zmr mismatch: rollout vs train log-probs", box=box.SIMPLE_HEAD,
-        padding=0, pad_edge=False, show_edge=False,  # one blank between columns: fits 80
+        title="zmr mismatch: rollout vs train log-probs",
+        box=box.SIMPLE_HEAD,
+        padding=0,
+        pad_edge=False,
+        show_edge=False,  # one blank between columns: fits 80
     )
     for i, name in enumerate(_COLUMNS):
         table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
@@ -183,5 +195,4 @@ def _render_rich(report: "MismatchReport") -> None:
     lines = _lines(report)
     for line in lines[:-1]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print(lines[-1], markup=False, highlight=False, soft_wrap=True,
-                  style="bold green" if report.bitwise_equal else "bold red")
+    console.print(lines[-1], markup=False, highlight=False, soft_wrap=True, style="bold green" if report.bitwise_equal else "bold red")

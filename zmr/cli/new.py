@@ -13,7 +13,16 @@ from zmr.cli.render import print_json
 
 def new(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Name of the new model ([a-z0-9][a-z0-9._-]*).")],
-    components: Annotated[list[str] | None, typer.Option("--component", "-c", metavar="NAME=URL@SHA", help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).", show_default=False)] = None,
+    components: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--component",
+            "-c",
+            metavar="NAME=URL@SHA",
+            help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", metavar="T", help="Display name (default: MODEL).", show_default=False)] = None,
     json_out: Json = False,
 ) -> None:

@@ -157,8 +157,7 @@ def outcome_markdown(o: "Outcome") -> str:
         f"- old pin: `{o.old}`",
         f"- new pin: `{o.new}`" + ("" if o.new.startswith(o.rev) else f" ({o.rev})"),
         f"- upstream commits in between: {o.upstream_count}",
-        f"- series: {c.patches}: {len(o.kept)} kept, {len(o.changed)} changed, {len(o.dropped)} dropped"
-        + (f", {len(o.added)} added" if o.added else ""),
+        f"- series: {c.patches}: {len(o.kept)} kept, {len(o.changed)} changed, {len(o.dropped)} dropped" + (f", {len(o.added)} added" if o.added else ""),
         f"- replayed: {_REPLAYED[o.path]}",
         "",
         f"## Kept ({len(o.kept)})",

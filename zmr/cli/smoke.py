@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 import typer
 
@@ -32,17 +32,50 @@ def smoke(
     models: Models = None,
     all_models: All = False,
     components: Components = None,
-    only: Annotated[list[str] | None, typer.Option("--only", metavar="NAME", help="Only these tests: a name, or <component>.<name> (repeatable).", show_default=False)] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, metavar="N", help="Run up to N tests at once (local default 1; Ray default: as many as the cluster schedules).", show_default=False)] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", metavar="NAME", help="Only these tests: a name, or <component>.<name> (repeatable).", show_default=False)
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Run up to N tests at once (local default 1; Ray default: as many as the cluster schedules).",
+            show_default=False,
+        ),
+    ] = None,
     no_build: Annotated[bool, typer.Option("--no-build", help="Refuse (exit 2) instead of building release branches that are missing or stale.")] = False,
-    artifacts: Annotated[Path | None, typer.Option("--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False)] = None,
+    artifacts: Annotated[
+        Path | None,
+        typer.Option(
+            "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False
+        ),
+    ] = None,
     json_out: Json = False,
-    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML report (GitHub Actions, GitLab).", show_default=False)] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML report (GitHub Actions, GitLab).", show_default=False)
+    ] = None,
     record: Annotated[bool, typer.Option("--record", help="Write each result to cases/<model>/evidence/smoke-<test>.json.")] = False,
-    executor: Annotated[str, typer.Option("--executor", metavar="local|ray", help="Run tests as local processes, or as Ray tasks (pip install 'zmr[ray]').")] = "local",
-    ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDR", help="Ray cluster to use (host:port or auto; default: $RAY_ADDRESS, else a local instance).", show_default=False)] = None,
-    ray_cpus: Annotated[int | None, typer.Option("--ray-cpus", min=1, metavar="N", help="CPUs of the local Ray instance (default: all).", show_default=False)] = None,
-    shared_dir: Annotated[Path | None, typer.Option("--shared-dir", metavar="DIR", help="Stage trees in DIR, mounted at the same path on every Ray node, instead of uploading them.", show_default=False)] = None,
+    executor: Annotated[
+        str, typer.Option("--executor", metavar="local|ray", help="Run tests as local processes, or as Ray tasks (pip install 'zmr[ray]').")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", metavar="ADDR", help="Ray cluster to use (host:port or auto; default: $RAY_ADDRESS, else a local instance).", show_default=False
+        ),
+    ] = None,
+    ray_cpus: Annotated[
+        int | None, typer.Option("--ray-cpus", min=1, metavar="N", help="CPUs of the local Ray instance (default: all).", show_default=False)
+    ] = None,
+    shared_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--shared-dir", metavar="DIR", help="Stage trees in DIR, mounted at the same path on every Ray node, instead of uploading them.", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
     from zmr import smoke as sm
@@ -70,7 +103,12 @@ def smoke(
         with _View() as view:
             if executor == "ray":
                 runner: sm.Executor = smoke_ray.RayExecutor(
-                    project, address=ray_address, num_cpus=ray_cpus, shared_dir=shared_dir.resolve() if shared_dir is not None else None, jobs=jobs, progress=view.progress
+                    project,
+                    address=ray_address,
+                    num_cpus=ray_cpus,
+                    shared_dir=shared_dir.resolve() if shared_dir is not None else None,
+                    jobs=jobs,
+                    progress=view.progress,
                 )
             else:
                 runner = sm.LocalExecutor(project, jobs or 1)
@@ -125,7 +163,7 @@ class _View:
         self._lock = threading.Lock()
         self._rows: dict[str, dict] = {}
         self._status = "preparing"
-        self._live = None
+        self._live: Any = None  # a rich Live while drawing on a terminal
 
     def __enter__(self) -> Self:
         if self.live_enabled:
