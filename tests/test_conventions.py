@@ -19,27 +19,11 @@ import sys
 import termios
 from pathlib import Path
 
-from conftest import git, make_patch, simple_model, zmr
+from conftest import git, simple_model, two_models, zmr
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def two_models(project, upstream) -> None:
-    """toy/rollout (tracks main, two patches) and other/trainer (no track, one patch)."""
-    simple_model(project, upstream)
-    pin = upstream.commits[1]
-    project.series("other", "trainer", [("0001-guide.patch", make_patch(upstream, pin, {"docs/guide.md": "guide v2\n"}, "Update the guide"))])
-    project.manifest(
-        "other",
-        f"""
-        model: other
-        components:
-          trainer:
-            upstream: {upstream.path}
-            commit: {pin}
-        """,
-    )
-    project.commit_all("two models")
 
 
 def on_terminal(args: list[str], cwd: Path, columns: int = 40) -> tuple[int, str, str]:
@@ -352,3 +336,6 @@ def test_checkout_progress_counts_components_and_objects(project, upstream):
     assert re.search(r"^\[1/2\] toy/rollout: fetching", result.stderr, re.MULTILINE), result.stderr
     assert re.search(r"^\[2/2\] toy/trainer: ", result.stderr, re.MULTILINE), result.stderr
     assert re.search(r"objects: 100% \(\d+/\d+\)", result.stderr), result.stderr
+    # Applying shows where it is in the series: patch N of M.
+    assert re.search(r"^\[1/2\] toy/rollout: patch 1 of 2 \(0001-fixed-split\.patch\)$", result.stderr, re.MULTILINE), result.stderr
+    assert re.search(r"^\[1/2\] toy/rollout: patch 2 of 2 ", result.stderr, re.MULTILINE), result.stderr
