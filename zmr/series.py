@@ -503,7 +503,12 @@ def _has_components(path: str, strip: int) -> bool:
 
 def is_dotgit(part: str) -> bool:
     """*part* names ``.git`` on some file system: any case, trailing dots or spaces (NTFS), HFS+-ignored code points, ``git~1``."""
-    folded = "".join(c for c in part if ord(c) not in _HFS_IGNORED).lower()
+    if part.isascii():  # no HFS+-ignored code point is ASCII: the common case needs no per-character fold
+        folded = part.lower()
+        if "git" not in folded:
+            return False
+    else:
+        folded = "".join(c for c in part if ord(c) not in _HFS_IGNORED).lower()
     folded = folded.split(":", 1)[0].rstrip(". ")  # NTFS: ".git::$INDEX_ALLOCATION", ".git. ." are .git
     return folded in (".git", "git~1")
 
