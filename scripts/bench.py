@@ -575,7 +575,7 @@ def _extra_workflows(args, zmr, work, up, patches, zenv, results) -> None:
                 shutil.rmtree(tree_dir, ignore_errors=True)
                 git("clone", "-q", str(source), str(tree_dir))
                 git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
-                git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
+                git("am", "-q", "--keep-cr", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
                 series["git"].samples.append(measure_mem(["git", "rebase", "-q", "--onto", onto, up.pin, "work"], tree_dir))
                 print(f"{key} rep {rep + 1}/{args.reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.2f}s" for k, v in series.items()), flush=True)
             # Both must arrive at the same tree.
@@ -619,7 +619,7 @@ def _update(args, zmr, work: Path, up: Upstream, template: Path, fresh_project, 
     shutil.rmtree(tree_dir, ignore_errors=True)
     git("clone", "-q", str(source), str(tree_dir))
     git("checkout", "-q", "-b", "work", up.pin, cwd=tree_dir)
-    git("am", "-q", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
+    git("am", "-q", "--keep-cr", *sorted(str(p) for p in (template / "patches/bench/c0").glob("*.patch")), cwd=tree_dir)
     loop = subprocess.run(["bash", "-c", REBASE_LOOP, "loop", up.pin, tip], cwd=tree_dir, env=env(), check=True, capture_output=True, text=True)
     loop_target, tries = loop.stdout.split()
     assert loop_target == target, (loop_target, target)
