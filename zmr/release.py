@@ -118,7 +118,7 @@ def _compute(project: Project, component: Component, cache: Cache, progress: Pro
     upstream_tree = upstream.tree
     if progress:
         progress(f"{component.label}: applying {len(series.patches)} patches")
-    tree = apply_series(repo, component, upstream_tree, series.patches) if series.patches else upstream_tree
+    tree = apply_series(repo, component, upstream_tree, series.patches, missing_ok=partial) if series.patches else upstream_tree
     identity = _identity(project, _commit_timestamp(upstream.committer))
     if component.release == "snapshot":
         message = _snapshot_only_message(component, series)

@@ -214,22 +214,25 @@ def _paths_fit(repo: git.Repo, commit: str, paths: tuple[str, ...]) -> bool:
 # -- trees: the whole series at once ---------------------------------------------------------------
 
 
-def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: Sequence[Patch]) -> str:
-    """Tree of *base_tree* with *patches* applied in order; the first patch that does not apply is an ``ApplyError``."""
+def apply_series(repo: git.Repo, component: Component, base_tree: str, patches: Sequence[Patch], *, missing_ok: bool = False) -> str:
+    """Tree of *base_tree* with *patches* applied in order; the first patch that does not apply is an ``ApplyError``.
+
+    *missing_ok*: the repository is a partial mirror (verify), which lacks the blobs no patch touches;
+    a tree id does not depend on them being present. Elsewhere a missing blob stays an error.
+    """
     with TempIndex(repo) as index:
         index.read_tree(base_tree)
         # Fast path: one `git apply` for the whole series (it applies the
         # patches in order, each on the result of the previous ones).
         if len({p.strip for p in patches}) == 1:
             if index.apply_all(patches, verbose=False).returncode == 0:
-                return index.write_tree(missing_ok=True)
+                return index.write_tree(missing_ok=missing_ok)
             index.read_tree(base_tree)
         for patch in patches:
             proc = index.apply(patch)
             if proc.returncode != 0:
                 raise apply_error(component, patch, proc.stderr.decode("utf-8", "replace"), repo.git_dir)
-        # A partial mirror (verify) lacks the blobs no patch touches.
-        return index.write_tree(missing_ok=True)
+        return index.write_tree(missing_ok=missing_ok)
 
 
 def series_applies(repo: git.Repo, base: str, patches: Sequence[Patch], paths: Sequence[str] | None, in_place: bool = False) -> bool:
