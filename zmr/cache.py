@@ -284,7 +284,9 @@ class Cache:
             if not self._complete(mirror, commit):
                 for depth in (1, None):
                     try:
-                        mirror.repo.fetch(url, [f"+{commit}:refs/zmr/pins/{commit}"], depth=depth)
+                        # Through _fetch, as every fetch into a mirror: stale leftovers of killed fetches go first,
+                        # its own temp packs after a failure, and a partial mirror offers only complete refs.
+                        self._fetch(mirror, url, [f"+{commit}:{PINS}{commit}"], depth=depth, extra=self._haves(mirror))
                         break
                     except git.GitError:
                         continue
