@@ -23,12 +23,12 @@ from __future__ import annotations
 import re
 import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from string import Template
 
 from zmr import git
 from zmr.errors import ZmrError
+from zmr.scaffold import template_text
 
 IGNORED = ("work/", ".zmr/")
 WORKFLOW = ".github/workflows/zmr.yml"
@@ -116,12 +116,12 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         from zmr import docs
         from zmr.project import Project
 
-        _create(root, README, Template(_template("project-README.md.tmpl")).substitute(title=root.name), result)
+        _create(root, README, Template(template_text("project-README.md.tmpl")).substitute(title=root.name), result)
         docs.write(docs.generate(Project(root, load_settings(root))))  # filled, so `zmr docs --check` passes at once
     if not (root / WORKFLOW).exists():
         from zmr import __version__
 
-        _create(root, WORKFLOW, _template("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
+        _create(root, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
     return result
 
 
@@ -140,10 +140,6 @@ def settings_text(settings) -> str:
     else:
         lines.append("  # url: https://github.com/OWNER/REPO   # links in the generated README")
     return "\n".join(lines) + "\n"
-
-
-def _template(name: str) -> str:
-    return resources.files("zmr.templates").joinpath(name).read_text(encoding="utf-8")
 
 
 def _create(root: Path, rel: str, text: str, result: InitResult) -> None:
@@ -174,7 +170,7 @@ def _ignore(root: Path, result: InitResult) -> None:
 def _append_sections(readme: Path, missing: list[str]) -> None:
     from zmr.docs import SECTIONS
 
-    template = _template("project-README.md.tmpl")
+    template = template_text("project-README.md.tmpl")
     if len(missing) == len(SECTIONS):
         block = template[template.index("## Models") :]
     else:

@@ -62,8 +62,13 @@ def parse_component(spec: str) -> ComponentSpec:
     return ComponentSpec(name.strip(), upstream.strip(), commit.strip(), spec)
 
 
+def template_text(name: str) -> str:
+    """A file of ``zmr/templates`` (package data), as text."""
+    return resources.files("zmr.templates").joinpath(name).read_text(encoding="utf-8")
+
+
 def _template(name: str) -> Template:
-    return Template(resources.files("zmr.templates").joinpath(name).read_text(encoding="utf-8"))
+    return Template(template_text(name))
 
 
 def _yaml_str(value: str) -> str:
