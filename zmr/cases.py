@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from zmr.errors import CaseError, ManifestError, ZmrError
-from zmr.manifest import MODEL_RE, RELEASE_MODES, RESERVED_BRANCHES, manifest_paths, ref_format_problem
+from zmr.manifest import MODEL_RE, RELEASE_MODES, RESERVED_BRANCHES, length_problem, manifest_paths, name_fold, ref_format_problem
 from zmr.schema import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Text, one_of, read_file
 from zmr.yamlnodes import Problems, display_path, line_of
 
@@ -206,12 +206,51 @@ def _branch_name(value: str, at: At) -> str | None:
     if value in RESERVED_BRANCHES or value.startswith(("refs/", "zmr/")):
         at.add(f"{value!r} is reserved", "name the branch <framework>/<model>")
         return None
+    if length_problem("branch", value):
+        at.add(f"branch name {value[:40]!r}... is too long ({length_problem('branch', value)})", "use a shorter name (docs/reference.md §2.4)")
+        return None
+    return value
+
+
+# Markdown a text value may not carry into the README: raw HTML (a tag, a comment, a processing
+# instruction), an autolink, and link destinations other than http(s), repository paths and anchors.
+_HTML_RE = re.compile(r"<[A-Za-z/!?]")
+_DESTINATION_RE = re.compile(r"\]\(\s*<?([^)\s>]*)")
+_REFERENCE_DEFINITION_RE = re.compile(r"^\s{0,3}\[[^\]]*\]:")
+
+
+def markdown_problem(value: str) -> str:
+    """Why the Markdown snippet *value* could put a script, a tag or a foreign link into the README, or ''."""
+    if _HTML_RE.search(value):
+        return "raw HTML or an autolink (<...>) is not allowed"
+    if _REFERENCE_DEFINITION_RE.match(value):
+        return "a link reference definition ([name]: ...) is not allowed"
+    for match in _DESTINATION_RE.finditer(value):
+        target = match.group(1)
+        if _SCHEME_RE.match(target) and not _URL_RE.match(target):
+            return f"link to {target[:40]!r}: only http(s) URLs, paths in the repository and #anchors are linked"
+    return ""
+
+
+def _safe_markdown(value: str, at: At) -> str | None:
+    problem = markdown_problem(value)
+    if problem:
+        at.add(problem, "write plain text, or a link [text](https://...)")
+        return None
     return value
 
 
 def _text(check: Check | None = None) -> Text:
     """Text taken as written (``yes`` stays "yes"), non-empty, no control characters, stripped."""
-    return Text("expected text, got {kind}", written=(int, float, bool), null_is_empty=True, control=CONTROL | {"\x7f"}, strip=True, check=check)
+    return Text(
+        "expected text, got {kind}",
+        written=(int, float, bool),
+        null_is_empty=True,
+        control=CONTROL | {"\x7f"},
+        strip=True,
+        visible=True,
+        check=check or _safe_markdown,
+    )
 
 
 def _nonblank(name: str) -> bool:
@@ -307,13 +346,16 @@ def _unique_branches(fields: Fields, at: At) -> bool:
     """No two frameworks of a case share a branch (reported at the second one)."""
     node = fields.nodes.get("branches")
     key_nodes = {k.value: k for k, _ in node.value} if isinstance(node, MappingNode) else {}
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}
     for key, branch in fields.get("branches", ()):
-        if branch.name in seen:
+        folded = name_fold(branch.name)
+        if folded in seen:
+            first_name, framework = seen[folded]
+            how = "" if first_name == branch.name else f" as {first_name!r} (names that differ only in case collide)"
             at.problems.add(
-                key_nodes.get(key, node), f"branches.{key}: {branch.name!r} is already the branch of {seen[branch.name]}", "give each framework its own branch"
+                key_nodes.get(key, node), f"branches.{key}: {branch.name!r} is already the branch of {framework}{how}", "give each framework its own branch"
             )
-        seen.setdefault(branch.name, branch.framework)
+        seen.setdefault(folded, (branch.name, branch.framework))
     return True
 
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,7 +164,8 @@ def cell(text: Any) -> str:
     value = " ".join(str(text).split())
     if not value:
         return NONE
-    return re.sub(r"(?<!\\)\|", r"\\|", value)
+    # A pipe after an even run of backslashes (none, or escaped backslashes) would end the cell: escape it.
+    return re.sub(r"(?<!\\)((?:\\\\)*)\|", r"\1\\|", value)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -173,11 +176,34 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def _code(text: str) -> str:
-    return f"`{text}`" if "`" not in text else f"`` {text} ``"
+    """A code span that holds *text* whatever backticks it has: fenced by a longer run than any inside."""
+    text = " ".join(text.split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    padded = f" {text} " if text.startswith("`") or text.endswith("`") else text
+    return f"{fence}{padded}{fence}"
+
+
+# Characters that would make plain text (a title, a table key) open a link, an emphasis, a code span or a tag.
+_PLAIN_SPECIALS = re.compile(r"([\\`*_\[\]<>])")
+
+
+def plain(text: str) -> str:
+    """*text* shown as written: Markdown's special characters escaped."""
+    return _PLAIN_SPECIALS.sub(r"\\\1", text)
+
+
+# A link destination keeps only characters that cannot end it early or leave its table cell.
+_URL_UNSAFE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'*+,;=%]")
+
+
+def safe_url(url: str) -> str:
+    """*url* for a Markdown link: characters outside RFC 3986's set (spaces, parentheses, '<', '|') percent-encoded."""
+    return _URL_UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode("utf-8")), url)
 
 
 def _link(text: str, url: str | None) -> str:
-    return f"[{text}]({url})" if url else text
+    return f"[{text}]({safe_url(url)})" if url else text
 
 
 def _footnote_label(kind: str, model: str) -> str:
@@ -185,13 +211,13 @@ def _footnote_label(kind: str, model: str) -> str:
 
 
 def _model_cell(inputs: Inputs, model: str) -> str:
-    title = inputs.titles.get(model, model)
+    title = plain(inputs.titles.get(model, model))
     readme = inputs.root / "cases" / model / "README.md"
     return _link(title, f"cases/{model}/README.md" if readme.is_file() else None)
 
 
 def _links(links: Iterable[Any]) -> str:
-    return ", ".join(_link(link.title, link.url) for link in links)
+    return ", ".join(_link(plain(link.title), link.url) for link in links)
 
 
 def _evidence_cell(case: Case) -> str | None:
@@ -208,7 +234,7 @@ def _evidence_cell(case: Case) -> str | None:
 
 def _notes_below(inputs: Inputs, notes: Iterable[tuple[str, str]]) -> str:
     """Notes under a table: one item per (model, note), the model's short name first."""
-    lines = [f"- **{cell(inputs.short.get(model, model))}**: {' '.join(note.split())}" for model, note in notes]
+    lines = [f"- **{cell(plain(inputs.short.get(model, model)))}**: {' '.join(note.split())}" for model, note in notes]
     return "\n\n" + "\n".join(lines) if lines else ""
 
 
@@ -220,7 +246,7 @@ def render_support_matrix(inputs: Inputs) -> str:
     for model in inputs.models:
         case = cases.get(model)
         if case is None:
-            rows.append([_model_cell(inputs, model), None, f"no case yet (`cases/{model}/case.yaml`)", None, None, None, None])
+            rows.append([_model_cell(inputs, model), None, f"no case yet ({_code(f'cases/{model}/case.yaml')})", None, None, None, None])
             continue
         overhead = None
         if case.overhead is not None:
@@ -254,8 +280,8 @@ def render_key_features(inputs: Inputs) -> str:
             return None
         return f"{FEATURE_MARKS[feature.status]} {feature.text}" if feature.status else feature.text
 
-    rows = [[name, *[shown(c.model, name) for c in cases]] for name in dimensions]
-    text = table(["Dimension", *[cell(inputs.short.get(c.model, c.model)) for c in cases]], rows)
+    rows = [[plain(name), *[shown(c.model, name) for c in cases]] for name in dimensions]
+    text = table(["Dimension", *[cell(plain(inputs.short.get(c.model, c.model))) for c in cases]], rows)
     return text + _notes_below(inputs, ((c.model, note) for c in inputs.ordered_cases() for note in c.feature_notes))
 
 
@@ -274,21 +300,21 @@ def render_hardware(inputs: Inputs) -> str:
     values = {c.model: {hw.name: hw for hw in c.hardware} for c in cases}
     rows = []
     for name in names:
-        row: list[Any] = [name]
+        row: list[Any] = [plain(name)]
         for case in cases:
             entry = values[case.model].get(name)
             row.append(None if entry is None else HARDWARE_MARKS.get(entry.status, entry.status))
         rows.append(row)
-    text = table(["Hardware", *[cell(inputs.short.get(c.model, c.model)) for c in cases]], rows)
+    text = table(["Hardware", *[cell(plain(inputs.short.get(c.model, c.model))) for c in cases]], rows)
     notes = []
     for name in names:
         runs = [
-            f"_{cell(inputs.short.get(c.model, c.model))}_ {' '.join(values[c.model][name].note.split())}"
+            f"_{cell(plain(inputs.short.get(c.model, c.model)))}_ {' '.join(values[c.model][name].note.split())}"
             for c in cases
             if name in values[c.model] and values[c.model][name].note
         ]
         if runs:
-            notes.append(f"- **{cell(name)}**: " + "; ".join(runs))
+            notes.append(f"- **{cell(plain(name))}**: " + "; ".join(runs))
     return text + ("\n\n" + "\n".join(notes) if notes else "")
 
 
@@ -317,7 +343,7 @@ def render_code_branches(inputs: Inputs) -> str:
     url = inputs.url
     rows: list[list[str | None]] = []
     for model in inputs.models:
-        name = inputs.short.get(model, model)
+        name = plain(inputs.short.get(model, model))
         manifest = manifests.get(model)
         if manifest is not None:
             for comp in manifest.components.values():
@@ -325,7 +351,7 @@ def render_code_branches(inputs: Inputs) -> str:
             continue
         branches = cases[model].branches
         for branch in branches:
-            rows.append([name, branch.framework, _branch_cell(url, branch.name, branch.layout), branch.layout, "no manifest yet"])
+            rows.append([name, plain(branch.framework), _branch_cell(url, branch.name, branch.layout), branch.layout, "no manifest yet"])
         if not branches:
             rows.append([name, None, None, None, "no manifest yet"])
     text = table(["Model", "Framework", "Branch", "Layout", "Pinned upstream"], rows)
@@ -412,7 +438,7 @@ def render_evidence(inputs: Inputs) -> str:
     for model in model_order(set(inputs.evidence), inputs.cases):
         for name, record in inputs.evidence[model]:
             test = record.get("id") or record.get("test") or name[len("smoke-") : -len(".json")]
-            status = record.get("status") if isinstance(record.get("status"), str) else None
+            status = plain(record["status"]) if isinstance(record.get("status"), str) else None
             reports = record.get("mismatch")
             if isinstance(reports, dict):
                 reports = [reports]
@@ -424,7 +450,7 @@ def render_evidence(inputs: Inputs) -> str:
                 metrics = report.get("overall") if isinstance(report.get("overall"), dict) else report
                 label = _code(str(test))
                 if len(reports) > 1:
-                    label += f" ({_report_label(report, str(test))})"
+                    label += f" ({plain(_report_label(report, str(test)))})"
                 rows.append(
                     [
                         _code(model),
@@ -447,7 +473,7 @@ def render_notes(inputs: Inputs) -> str:
     lines = []
     for case in inputs.ordered_cases():
         for note in case.notes:
-            lines.append(f"- **{cell(inputs.titles.get(case.model, case.model))}**: {' '.join(note.split())}")
+            lines.append(f"- **{cell(plain(inputs.titles.get(case.model, case.model)))}**: {' '.join(note.split())}")
     return "\n".join(lines) if lines else "_No notes._"
 
 
@@ -575,6 +601,7 @@ def readme_path(project: Project, readme: Path | None) -> tuple[Path, str]:
 def generate(project: Project, readme: Path | None = None) -> Outcome:
     """Render every section and splice it into the README (nothing written)."""
     path, display = readme_path(project, readme)
+    _refuse_unless_regular(path, display)
     try:
         old = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -587,10 +614,23 @@ def generate(project: Project, readme: Path | None = None) -> Outcome:
     return Outcome(path, display, old, new, changed, inputs.warnings)
 
 
+def _refuse_unless_regular(path: Path, display: str) -> None:
+    """The README is replaced by a rename: a link (its target would be rewritten) or a device is refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise ZmrError(f"{display}: is a symbolic link; zmr docs only rewrites a regular file", details=["replace the link with the file itself"])
+    if not stat.S_ISREG(mode):
+        raise ZmrError(f"{display}: not a regular file", details=["point --readme at the README file"])
+
+
 def write(outcome: Outcome) -> None:
-    """Replace the README (temp file then rename, mode kept) when it changed."""
+    """Replace the README (temp file then rename, mode kept) when it changed; a link or device there is refused."""
     if not outcome.stale:
         return
+    _refuse_unless_regular(outcome.path, outcome.display)
     atomic_write(outcome.path, outcome.new.encode("utf-8"))
 
 

@@ -24,7 +24,7 @@ from yaml.nodes import MappingNode, ScalarNode
 
 from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
-from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, one_of, read_file
+from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, invisible_character, one_of, read_file
 from zmr.yamlnodes import Problems, display_path, line_of, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
@@ -41,6 +41,12 @@ _COMMAND_TRANSPORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
 ALLOWED_SCHEMES = {"https", "http", "ssh", "git", "file", "git+ssh", "ssh+git"}
+# The longest names zmr accepts, in bytes (all are ASCII). zmr builds file names from them, such as
+# ``<model>-<component>.json`` and ``.<name>.<random>.zmr-tmp`` for a staged write, and these must stay
+# under NAME_MAX (255 bytes) on every file system with room to spare (docs/reference.md §2.4).
+MAX_NAME_BYTES = {"model": 64, "component": 64, "smoke test": 64}
+MAX_BRANCH_BYTES = 200  # a whole branch name; each part between '/' is also a file name in ref storage
+MAX_BRANCH_PART_BYTES = 100
 
 
 @dataclass(frozen=True)
@@ -214,22 +220,11 @@ def _ref_name(what: str, *, ascii_only: bool = False) -> Check:
         if reason:
             at.add(f"{value!r} is not a valid {what} name ({reason})", "use letters, digits, '-', '_', '.' and '/'")
             return None
+        if what == "branch":
+            return _short_enough("branch")(value, at)
         return value
 
     return check
-
-
-# Unicode categories of characters that show as nothing or reorder text: format (zero-width,
-# bidirectional controls, BOM), line and paragraph separators, spaces, private use, unassigned.
-_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
-
-
-def invisible_character(name: str) -> str:
-    """The first character of *name* that is invisible or bidirectional, as ``U+XXXX``; ''."""
-    for ch in name:
-        if not ch.isascii() and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
-            return f"U+{ord(ch):04X}"
-    return ""
 
 
 def ref_format_problem(name: str) -> str:
@@ -260,6 +255,42 @@ def ref_format_problem(name: str) -> str:
         if part.endswith(".lock"):
             return "a part ending with '.lock'"
     return ""
+
+
+def name_fold(name: str) -> str:
+    """*name* as a case-insensitive file system or ref store sees it (NFC, then Unicode case folding)."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def length_problem(kind: str, name: str) -> str:
+    """Why *name* (a model, component or smoke test name, or a branch) is too long for zmr to use, or ''."""
+    size = len(name.encode("utf-8"))
+    if kind == "branch":
+        if size > MAX_BRANCH_BYTES:
+            return f"{size} bytes long; the limit is {MAX_BRANCH_BYTES}"
+        longest = max(name.split("/"), key=lambda part: len(part.encode("utf-8")))
+        if len(longest.encode("utf-8")) > MAX_BRANCH_PART_BYTES:
+            return f"its part {longest[:20]!r}... is {len(longest.encode('utf-8'))} bytes long; the limit is {MAX_BRANCH_PART_BYTES} per part"
+        return ""
+    limit = MAX_NAME_BYTES[kind]
+    return f"{size} bytes long; the limit is {limit}" if size > limit else ""
+
+
+def branches_clash(a: str, b: str) -> bool:
+    """Whether two branch names collide in ref storage: the same after case folding, or one a folder of the other."""
+    fa, fb = name_fold(a), name_fold(b)
+    return fa == fb or fa.startswith(fb + "/") or fb.startswith(fa + "/")
+
+
+def _short_enough(kind: str) -> Check:
+    def check(value: str, at: At) -> str | None:
+        reason = length_problem(kind, value)
+        if reason:
+            at.add(f"{kind} name {value[:40]!r}... is too long ({reason})", "use a shorter name (docs/reference.md §2.4)")
+            return None
+        return value
+
+    return check
 
 
 def _check_patches(value: str, at: At) -> str | None:
@@ -306,7 +337,14 @@ def _needs_given(fields: Fields, at: At) -> bool:
 _SMOKE_FIELDS = (
     Field(
         "name",
-        Text("{value!r} is not a valid test name", "use letters, digits, '.', '_' and '-'", empty=None, pattern=SMOKE_NAME_RE, control=None),
+        Text(
+            "{value!r} is not a valid test name",
+            "use letters, digits, '.', '_' and '-'",
+            empty=None,
+            pattern=SMOKE_NAME_RE,
+            control=None,
+            check=_short_enough("smoke test"),
+        ),
         required=True,
         deferred=True,
         hint="add `name: <test-name>`",
@@ -434,7 +472,23 @@ def _model_checks(fields: Fields, at: At) -> bool:
             if need not in components and need not in declared:
                 at.problems.add(test.line, f"smoke.{test.name}: needs unknown component {need!r}", f"use one of: {', '.join(components) or 'none'}")
     _check_branch_collisions(components, at.problems)
+    _check_smoke_id_collisions(fields.get("smoke", ()), components, at.problems)
     return True
+
+
+def _check_smoke_id_collisions(model_tests: tuple[SmokeTest, ...], components: dict[str, Component], problems: Problems) -> None:
+    """Smoke test ids (``<component>.<name>``, or ``<name>`` for a model test) name files: unique after case folding."""
+    seen: dict[str, tuple[str, int]] = {}
+    tests = [(t.name, t) for t in model_tests] + [(f"{c.key}.{t.name}", t) for c in components.values() for t in c.smoke]
+    for test_id, test in tests:
+        first = seen.get(name_fold(test_id))
+        if first is not None and first[0] != test_id:  # equal ids are reported by the list's own uniqueness check
+            problems.add(
+                test.line,
+                f"smoke test id {test_id!r} differs from {first[0]!r} (line {first[1]}) only in case",
+                "give the tests names that differ in more than case: their logs and evidence files would collide",
+            )
+        seen.setdefault(name_fold(test_id), (test_id, test.line))
 
 
 def _manifest(fields: Fields, at: At) -> Manifest:
@@ -445,7 +499,7 @@ def _manifest(fields: Fields, at: At) -> Manifest:
 MANIFEST = Record(
     (
         Field("model", Text(check=_check_model), required=True),
-        Field("title", Text()),
+        Field("title", Text(visible=True)),
         Field(
             "components",
             MapOf(
@@ -453,7 +507,12 @@ MANIFEST = Record(
                 "expected a mapping of component keys, got {kind}",
                 "add e.g. `rollout:` with upstream and commit",
                 nonempty=True,
-                key=Key(COMPONENT_RE.match, "{entry}: {key!r} is not a valid component key", "use [a-z0-9][a-z0-9-]* (lower case, digits, '-')", skip=False),
+                key=Key(
+                    lambda key: bool(COMPONENT_RE.match(key)) and not length_problem("component", key),
+                    "{entry}: {key!r} is not a valid component key",
+                    f"use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), at most {MAX_NAME_BYTES['component']} characters",
+                    skip=False,
+                ),
             ),
             required=True,
             deferred=True,
@@ -482,6 +541,8 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
             f"model name {model!r} cannot be part of a branch name ({ref_format_problem(model)})",
             "rename the file: no '..', no part ending in '.lock' or '.', as for git branch names",
         )
+    elif length_problem("model", model):
+        problems.add(None, f"model name {model[:40]!r}... is too long ({length_problem('model', model)})", "rename the file (docs/reference.md §2.4)")
     # A manifest of the repository must lie in it; one a caller names elsewhere (zmr import's probe) is the caller's.
     inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
     ctx = _Context(root=root, model=model, policy=policy, path=path)
@@ -495,7 +556,7 @@ def _check_branch_collisions(components: dict[str, Component], problems: Problem
     seen: dict[str, str] = {}
     for comp in components.values():
         for other_branch, other in seen.items():
-            if comp.branch == other_branch or comp.branch.startswith(other_branch + "/") or other_branch.startswith(comp.branch + "/"):
+            if branches_clash(comp.branch, other_branch):
                 problems.add(
                     comp.line,
                     f"components.{comp.key}.branch: {comp.branch!r} collides with component {other!r} ({other_branch!r})",
@@ -548,27 +609,36 @@ def load_manifests(root: Path, models: list[str] | None = None, policy: Policy =
 
 
 def _cross_model_problems(manifests: list[Manifest], root: Path, models: list[str] | None) -> list:
-    """A branch must not take another model's branch name (a default one included)."""
+    """A branch must not take another model's branch name (a default one included), in any case, nor be a folder of one."""
     owners: dict[str, tuple[Manifest, Component]] = {}
     result = []
     for manifest in manifests:
         for comp in manifest.components.values():
-            owners.setdefault(comp.branch, (manifest, comp))
+            owners.setdefault(name_fold(comp.branch), (manifest, comp))
     for manifest in manifests:
         if models and manifest.model not in models:
             continue
         p = Problems(display_path(manifest.path, root))
         for comp in manifest.components.values():
-            owner = owners[comp.branch]
-            if owner[0] is not manifest:
+            owner, owner_comp = owners[name_fold(comp.branch)]
+            if owner is not manifest:
+                how = "" if owner_comp.branch == comp.branch else f" as {owner_comp.branch!r}, the same name after case folding"
                 p.add(
                     comp.line,
-                    f"components.{comp.key}.branch: {comp.branch!r} is already the branch of {owner[0].model}/{owner[1].key}",
+                    f"components.{comp.key}.branch: {comp.branch!r} is already the branch of {owner.model}/{owner_comp.key}{how}",
                     "give the branch a name of this model's",
                 )
             for other in manifests:
                 if other is manifest:
                     continue
+                for other_comp in other.components.values():
+                    if name_fold(comp.branch) != name_fold(other_comp.branch) and branches_clash(comp.branch, other_comp.branch):
+                        p.add(
+                            comp.line,
+                            f"components.{comp.key}.branch: {comp.branch!r} and {other.model}/{other_comp.key}'s {other_comp.branch!r}"
+                            " cannot both exist (one is a folder of the other in ref storage)",
+                            "rename one of the branches",
+                        )
                 suffix = "/" + other.model
                 if comp.branch.endswith(suffix) and comp.branch != f"{comp.key}/{manifest.model}":
                     p.add(

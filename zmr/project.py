@@ -19,6 +19,7 @@ folder ``work/<model>/<component>`` (docs/reference.md §8.3).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +164,14 @@ def _no_angle_brackets(value: str, at: At) -> str | None:
     return value
 
 
+def _web_url(value: str, at: At) -> str | None:
+    """The repository's web address: links in the README start with it, so only http(s) is taken."""
+    if not re.fullmatch(r"https?://[^\s<>()\[\]`|\\\"']+", value):
+        at.add(f"{value!r} is not an http(s) URL", "write the repository's web address, e.g. https://github.com/OWNER/REPO")
+        return None
+    return value
+
+
 def _setting(check: Check | None = None) -> Text:
     return Text("expected a non-empty string", empty=None, control=None, check=check)
 
@@ -175,7 +184,7 @@ SETTINGS = Record(
                 (
                     Field("name", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_NAME),
                     Field("email", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_EMAIL),
-                    Field("url", _setting()),
+                    Field("url", _setting(_web_url)),
                 ),
                 fix="give it name, email and url",
                 suggest=False,

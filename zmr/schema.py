@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,7 @@ class Text:
     pattern: re.Pattern[str] | None = None  # text that does not match is *wrong*
     control: frozenset[str] | None = CONTROL  # characters refused with "control characters are not allowed"
     strip: bool = False
+    visible: bool = False  # refuse invisible and bidirectional characters (text shown to readers)
     check: Check | None = None
 
     def read(self, node: Node, at: At) -> Any:
@@ -110,9 +112,25 @@ class Text:
         if self.control is not None and any(c in self.control for c in value):
             at.add("control characters are not allowed", "remove them")
             return None
+        if self.visible and invisible_character(value):
+            at.add(f"invisible or bidirectional character {invisible_character(value)} is not allowed", "remove it: readers would not see it")
+            return None
         if self.strip:
             value = value.strip()
         return self.check(value, at) if self.check else value
+
+
+# Unicode categories of characters that show as nothing or reorder text: format (zero-width,
+# bidirectional controls, BOM), line and paragraph separators, spaces, private use, unassigned.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
+
+
+def invisible_character(text: str) -> str:
+    """The first character of *text* that is invisible or bidirectional, as ``U+XXXX``; ''."""
+    for ch in text:
+        if not ch.isascii() and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            return f"U+{ord(ch):04X}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from zmr.errors import SeriesError
 from zmr.files import FileRefused, read_repo_file
+from zmr.schema import invisible_character
 from zmr.yamlnodes import Problem
 
 MAX_PATCH_BYTES = 64 << 20
@@ -98,6 +99,10 @@ def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[
     entries: list[SeriesEntry] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
+    if text.startswith("\ufeff"):
+        # quilt would read the mark as part of the first patch's name; an editor added it, the user cannot see it.
+        problems.append(Problem(display, 1, "starts with a UTF-8 byte order mark (U+FEFF)", "save the file as UTF-8 without a byte order mark"))
+        text = text[1:]
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
@@ -131,6 +136,8 @@ def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[
 def _name_problem(name: str) -> str:
     if "\0" in name:
         return "contains a NUL byte"
+    if invisible_character(name):
+        return f"contains the invisible character {invisible_character(name)}"
     if name.startswith("-"):
         return "starts with '-'"
     pure = PurePosixPath(name)
