@@ -577,3 +577,17 @@ def test_mismatch_help_lists_the_options():
 def test_struct_check_of_the_test_helpers():
     # f32() must build the value from its bits, or the bit tests above prove nothing.
     assert struct.pack("<f", float(f32(0xBF000000)[0])) == struct.pack("<I", 0xBF000000)
+
+
+@pytest.mark.parametrize("shape", [[2**63, 0], [2**40, 0], [1] * 70, [2, 3]])
+def test_a_safetensors_dump_with_a_shape_numpy_cannot_make_is_a_clear_error(tmp_path, shape):
+    """A declared shape is checked before numpy sees it: never a numpy ValueError, never exit 3."""
+    import struct
+
+    header = json.dumps({"tokens": {"dtype": "I64", "shape": shape, "data_offsets": [0, 0]}, "logprobs": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})
+    path = tmp_path / "hostile.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode())
+    result = zmr(path, path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"zmr: error: {path}: tensor 'tokens' ")
+    assert "Traceback" not in result.stderr

@@ -839,6 +839,9 @@ def _write_step(path: Path, side: str, step: _Step) -> None:
     atomic_write(path, payload)
 
 
+_MAX_DIMENSION = 2**62
+
+
 def _safetensors_bytes(tensors: list[tuple[str, str, tuple[int, ...], bytes]], meta: dict[str, str]) -> bytes:
     header: dict[str, Any] = {"__metadata__": meta}
     chunks = []
@@ -1000,6 +1003,9 @@ def _read_step(path: Path) -> StepFile:
             begin, end = (int(x) for x in info["data_offsets"])
             if any(s < 0 for s in shape):
                 raise ValueError(f"tensor {key!r} has a negative dimension")
+            # numpy makes at most 32 dimensions of at most 2**63 - 1 each (empty or not): refuse what it cannot hold.
+            if len(shape) > 32 or any(s > _MAX_DIMENSION for s in shape):
+                raise ValueError(f"tensor {key!r} has a shape numpy cannot hold ({len(shape)} dimensions, largest {max(shape, default=0)})")
             if code not in _CODES:
                 raise ValueError(f"tensor {key!r} has dtype {code}")
             if end - begin != math.prod(shape) * _DTYPES[_CODES[code]][1] or not 0 <= begin <= end <= len(data) - body_start:

@@ -1020,6 +1020,9 @@ def _read_safetensors(p: Path, fh: BinaryIO) -> Dump:
                 raise ValueError("negative dimension")
         except (KeyError, TypeError, ValueError, OverflowError):
             raise ZmrError(f"{p}: tensor {name!r} has a malformed header entry") from None
+        # Every array of a dump is 1-D; a shape numpy cannot even make (2**63 rows of nothing) is refused here.
+        if len(shape) != 1:
+            raise ZmrError(f"{p}: tensor {name!r} has shape {shape[:8]}{'...' if len(shape) > 8 else ''}; a dump holds 1-D arrays only")
         if code not in _ST_DTYPES:
             raise ZmrError(f"{p}: tensor {name!r} has dtype {code}, which a dump does not use")
         np_dtype, float_name = _ST_DTYPES[code]
