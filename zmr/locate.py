@@ -161,883 +161,53 @@ says where), 2 bad input (unpaired rows, shapes, unreadable dumps).
 
 from __future__ import annotations
 
-import contextlib
-import fnmatch
-import hashlib
-import inspect
-import json
 import math
-import mmap
 import os
 import re
-import struct
-import sys
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+# What runs inside the engines, handed on: adapters, templates and scripts import these from zmr.locate.
+from zmr.dumps.bits import numpy, show_value, tensor_values
+from zmr.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
+from zmr.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
 from zmr.errors import CheckFailed, ZmrError
-from zmr.files import atomic_write, open_regular, parse_json, read_repo_file
+from zmr.files import parse_json, read_repo_file
 
-if TYPE_CHECKING:  # pragma: no cover
-    pass
+__all__ = [
+    "FORMAT_VERSION",
+    "SCHEMA_VERSION",
+    "STEP_GLOB",
+    "Divergence",
+    "InputCheck",
+    "LocateReport",
+    "NameMap",
+    "OpResult",
+    "Record",
+    "Recorder",
+    "Rows",
+    "SideDump",
+    "SideInfo",
+    "StepFile",
+    "TensorInfo",
+    "active",
+    "check",
+    "dump",
+    "hook_modules",
+    "load_name_map",
+    "locate",
+    "padded_rows",
+    "read_side",
+    "trace_functions",
+]
 
-FORMAT_VERSION = 1
-"""``zmr_locate`` in a dump's metadata; this zmr reads 1 and refuses newer ones."""
 MAX_NAME_MAP_BYTES = 1 << 20
 
 SCHEMA_VERSION = 1
 """``schema_version`` of `LocateReport.to_json`."""
-
-STEP_GLOB = "step-*.safetensors"
-_STEP_NAME = "step-{:06d}.safetensors"
 _MAX_LISTED = 10
-
-# dtype name (torch/numpy spelling) -> (safetensors code, bytes per element)
-_DTYPES: dict[str, tuple[str, int]] = {
-    "float64": ("F64", 8),
-    "float32": ("F32", 4),
-    "float16": ("F16", 2),
-    "bfloat16": ("BF16", 2),
-    "float8_e4m3fn": ("F8_E4M3", 1),
-    "float8_e5m2": ("F8_E5M2", 1),
-    "int64": ("I64", 8),
-    "int32": ("I32", 4),
-    "int16": ("I16", 2),
-    "int8": ("I8", 1),
-    "uint64": ("U64", 8),
-    "uint32": ("U32", 4),
-    "uint16": ("U16", 2),
-    "uint8": ("U8", 1),
-    "bool": ("BOOL", 1),
-}
-_CODES = {code: name for name, (code, _) in _DTYPES.items()}
-_FLOATS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
-
-
-def _np():
-    try:
-        import numpy
-    except ImportError as err:  # pragma: no cover - numpy is a dependency
-        raise ZmrError("zmr locate needs numpy, which is not installed", details=["install it: pip install numpy"]) from err
-    return numpy
-
-
-# ==========================================================================
-# Rows
-
-
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """Row labels of the tensors of a step: sequence id, position and token per row.
-
-    Invariant: `seq` (object array of str or None), `pos` and `tok` (int64,
-    -1 for unknown tokens) have the same shape, the rows' shape.
-    """
-
-    seq: Any
-    pos: Any
-    tok: Any
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.pos.shape)
-
-    @property
-    def size(self) -> int:
-        return int(self.pos.size)
-
-    @classmethod
-    def make(cls, seq_ids: Any, positions: Any, tokens: Any = None) -> "Rows":
-        """Rows from sequence ids (one per row, or one for all), positions and token ids.
-
-        Any of them may be a list, a numpy array or a torch tensor; a sequence
-        id of None marks a padding row.
-        """
-        np = _np()
-        pos = _int_array(positions, "positions")
-        if pos.ndim == 0:
-            raise ZmrError("rows: positions must be a list (one per row), not a single number")
-        if isinstance(seq_ids, (str, int)) and not isinstance(seq_ids, bool):
-            seq = np.empty(pos.shape, dtype=object)
-            seq.fill(str(seq_ids))
-        else:
-            raw = _to_list(seq_ids)
-            seq = np.empty(pos.shape, dtype=object)
-            try:
-                flat = list(_flatten(raw))
-            except TypeError:
-                raise ZmrError("rows: seq_ids must be a string, or a list of them shaped like positions") from None
-            if len(flat) != pos.size:
-                raise ZmrError(f"rows: {len(flat)} sequence ids for {pos.size} positions; give one per row (shape {list(pos.shape)})")
-            seq.reshape(-1)[:] = [None if s is None else str(s) for s in flat]
-        if tokens is None:
-            tok = np.full(pos.shape, -1, dtype=np.int64)
-        else:
-            tok = _int_array(tokens, "tokens")
-            if tok.shape != pos.shape:
-                raise ZmrError(f"rows: tokens have shape {list(tok.shape)}, positions {list(pos.shape)}; give one token per row")
-        return cls(seq, pos, tok)
-
-    def narrow(self, index: Any) -> "Rows":
-        """The rows at *index* (numpy indexing), e.g. ``rows.narrow(slice(-1, None))``."""
-        return Rows(self.seq[index], self.pos[index], self.tok[index])
-
-
-def padded_rows(seq_ids: Sequence[Any], lengths: Sequence[int], width: int, tokens: Any = None, layout: str = "bt") -> Rows:
-    """Rows of a right-padded batch: sequence b has positions 0..lengths[b]-1, the rest is padding.
-
-    *tokens*: the ``[B, width]`` ids (``[width, B]`` for layout ``tb``);
-    *layout*: ``bt`` (batch first: HF, verl, the demo trainer) or ``tb``
-    (sequence first: Megatron's ``[s, b, h]``).
-    """
-    np = _np()
-    lengths = [int(x) for x in _to_list(lengths)]
-    if len(lengths) != len(seq_ids):
-        raise ZmrError(f"padded_rows: {len(seq_ids)} sequence ids but {len(lengths)} lengths")
-    seq = np.empty((len(lengths), width), dtype=object)
-    pos = np.tile(np.arange(width, dtype=np.int64), (len(lengths), 1))
-    for b, (sid, n) in enumerate(zip(seq_ids, lengths)):
-        if n > width:
-            raise ZmrError(f"padded_rows: sequence {sid!r} has length {n}, more than the width {width}")
-        seq[b, :n] = str(sid)
-    tok = None
-    if tokens is not None:
-        tok = _int_array(tokens, "tokens")
-        if layout == "tb":
-            tok = tok.T
-        if tok.shape != pos.shape:
-            raise ZmrError(f"padded_rows: tokens have shape {list(tok.shape)}, expected {[len(lengths), width]} for layout {layout!r}")
-    if layout == "tb":
-        seq, pos = seq.T.copy(), pos.T.copy()
-        tok = tok.T.copy() if tok is not None else None
-    elif layout != "bt":
-        raise ZmrError(f"padded_rows: layout {layout!r} is not 'bt' or 'tb'")
-    return Rows.make(seq.tolist(), pos, tok)
-
-
-def _to_list(obj: Any) -> Any:
-    if hasattr(obj, "detach"):  # torch
-        return obj.detach().cpu().tolist()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, range):
-        return list(obj)
-    return obj
-
-
-def _flatten(obj: Any) -> Iterator[Any]:
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _flatten(item)
-    elif obj is None or isinstance(obj, (str, int)):
-        yield obj
-    else:
-        raise TypeError(type(obj).__name__)
-
-
-def _int_array(obj: Any, what: str):
-    np = _np()
-    try:
-        arr = np.asarray(_to_list(obj))
-    except (TypeError, ValueError):
-        raise ZmrError(f"rows: {what} must be integers") from None
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise ZmrError(f"rows: {what} must be integers, got {arr.dtype.name}")
-    return arr.astype(np.int64)
-
-
-# ==========================================================================
-# Recording
-
-
-_LOCK = threading.RLock()
-_ACTIVE: list["Recorder"] = []
-
-
-def active() -> "Recorder | None":
-    """The innermost active recorder (``with Recorder(...)``), or None."""
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-def dump(name: str, output: Any = None, *, inputs: Mapping[str, Any] | None = None, rows: Rows | None = None) -> None:
-    """Record *output* (a tensor, array, or a tuple/dict of them) as operation *name*.
-
-    Goes to the active recorder's open step; does nothing when no step is
-    open, so dump calls can stay in functional code. *inputs* (name ->
-    tensor) are recorded as the operation's inputs; *rows* overrides the
-    step's rows for this record.
-    """
-    rec = active()
-    if rec is not None:
-        rec.dump(name, output, inputs=inputs, rows=rows)
-
-
-@dataclass
-class _Captured:
-    slot: str
-    shape: tuple[int, ...]
-    dtype: str
-    aligned: str | None
-    data: bytes | None
-    digest: str | None
-
-
-@dataclass
-class _PendingRecord:
-    index: int
-    name: str
-    kind: str
-    site: str | None
-    rowset: int
-    tensors: list[_Captured]
-
-
-class _Step:
-    def __init__(self, number: int, rows: Rows, label: str | None):
-        self.number = number
-        self.label = label
-        self.rowsets: list[Rows] = [rows]
-        self.rows_stack: list[int] = [0]
-        self.records: list[_PendingRecord] = []
-        self.calls: dict[str, int] = {}
-        self.next_index = 0
-
-    def call_name(self, base: str) -> str:
-        k = self.calls.get(base, 0)
-        self.calls[base] = k + 1
-        return base if k == 0 else f"{base}#{k}"
-
-
-class Recorder:
-    """Writes one safetensors file per step into *folder* (see the module doc).
-
-    ``with Recorder(folder, side) as rec:`` makes it the active recorder (the
-    one `dump`, `trace_functions` and `hook_modules` record into); inside,
-    ``with rec.step(seq_ids, positions, tokens, label=...):`` is one forward
-    pass. *inputs*: record operations' tensor inputs (True), only the
-    row-aligned ones ("aligned"), or none (False). A folder that already holds
-    step files is refused unless *overwrite* (they are removed first): steps
-    of two runs must not mix.
-    """
-
-    def __init__(self, folder: str | os.PathLike[str], side: str = "rollout", *, inputs: bool | str = True, overwrite: bool = False):
-        if inputs not in (True, False, "aligned"):
-            raise ZmrError(f"Recorder: inputs={inputs!r}; use True, False or 'aligned'")
-        self.folder = Path(folder)
-        self.side = side
-        self.inputs = inputs
-        self.folder.mkdir(parents=True, exist_ok=True)
-        old = sorted(self.folder.glob(STEP_GLOB))
-        if old and not overwrite:
-            raise ZmrError(f"{self.folder}: already holds {len(old)} step files", details=["use an empty folder, or Recorder(..., overwrite=True)"])
-        for path in old:
-            path.unlink()
-        self._steps = 0
-        self._step: _Step | None = None
-        self.files: list[Path] = []
-
-    # -- activation ---------------------------------------------------------
-    def __enter__(self) -> "Recorder":
-        with _LOCK:
-            _ACTIVE.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with _LOCK:
-            if self._step is not None:
-                self._finish(write=exc[0] is None)
-            if self in _ACTIVE:
-                _ACTIVE.remove(self)
-
-    # -- steps and rows -------------------------------------------------------
-    @contextlib.contextmanager
-    def step(self, seq_ids: Any, positions: Any = None, tokens: Any = None, *, label: str | None = None) -> Iterator["Recorder"]:
-        """One forward pass: its rows, given as `Rows` or as (seq_ids, positions, tokens)."""
-        rows = seq_ids if isinstance(seq_ids, Rows) else Rows.make(seq_ids, positions, tokens)
-        with _LOCK:
-            if self._step is not None:
-                raise ZmrError("Recorder.step: a step is already open; steps do not nest (use rows() to narrow)")
-            self._step = _Step(self._steps, rows, label)
-            self._steps += 1
-        ok = False
-        try:
-            yield self
-            ok = True
-        finally:
-            with _LOCK:
-                if self._step is not None:
-                    self._finish(write=ok)
-
-    @contextlib.contextmanager
-    def rows(self, seq_ids: Any, positions: Any = None, tokens: Any = None) -> Iterator["Recorder"]:
-        """Other rows for the calls inside (e.g. the last row of a prefill, for its logits)."""
-        rows = seq_ids if isinstance(seq_ids, Rows) else Rows.make(seq_ids, positions, tokens)
-        with _LOCK:
-            step = self._require_step("rows")
-            step.rowsets.append(rows)
-            step.rows_stack.append(len(step.rowsets) - 1)
-        try:
-            yield self
-        finally:
-            with _LOCK:
-                if self._step is step:
-                    step.rows_stack.pop()
-
-    def _require_step(self, what: str) -> _Step:
-        if self._step is None:
-            raise ZmrError(f"Recorder.{what}: no step is open; wrap the forward pass in `with recorder.step(...)`")
-        return self._step
-
-    # -- records --------------------------------------------------------------
-    def dump(self, name: str, output: Any = None, *, inputs: Mapping[str, Any] | None = None, rows: Rows | None = None) -> None:
-        """Record an operation explicitly (see the module-level `dump`)."""
-        with _LOCK:
-            step = self._step
-            if step is None:
-                return
-            if rows is not None:
-                step.rowsets.append(rows)
-                rowset = len(step.rowsets) - 1
-            else:
-                rowset = step.rows_stack[-1]
-            captured = self._capture_inputs(dict(inputs or {}), step.rowsets[rowset])
-            captured += _capture_outputs(output, step.rowsets[rowset])
-            self._add(step, step.call_name(name), "dump", _site(), rowset, captured)
-
-    def _capture_inputs(self, named: Mapping[str, Any], rows: Rows) -> list[_Captured]:
-        if self.inputs is False:
-            return []
-        out = []
-        for key, value in named.items():
-            if _is_tensor(value):
-                cap = _capture(f"in.{key}", value, rows)
-                if cap is not None and (self.inputs is True or cap.aligned):
-                    out.append(cap)
-        return out
-
-    def _add(self, step: _Step, name: str, kind: str, site: str | None, rowset: int, tensors: list[_Captured]) -> None:
-        step.records.append(_PendingRecord(step.next_index, name, kind, site, rowset, tensors))
-        step.next_index += 1
-
-    def _finish(self, write: bool) -> None:
-        step, self._step = self._step, None
-        if step is None or not write:
-            return
-        path = self.folder / _STEP_NAME.format(step.number)
-        _write_step(path, self.side, step)
-        self.files.append(path)
-
-
-def _is_tensor(obj: Any) -> bool:
-    mod = type(obj).__module__.split(".")[0]
-    if mod == "torch":
-        return hasattr(obj, "dtype") and hasattr(obj, "shape") and hasattr(obj, "detach")
-    return mod == "numpy" and hasattr(obj, "dtype") and hasattr(obj, "shape") and not isinstance(obj, type)
-
-
-def _capture(slot: str, value: Any, rows: Rows) -> _Captured | None:
-    """A copy of a tensor's bytes (row-aligned) or its digest (not aligned)."""
-    converted = _tensor_bytes(value)
-    if converted is None:
-        return None
-    raw, shape, dtype = converted
-    # A parameter (a weight) is never per row, whatever its shape.
-    aligned = None if type(value).__name__ == "Parameter" else _alignment(shape, rows)
-    if aligned is None:
-        digest = hashlib.sha256(raw).hexdigest()
-        return _Captured(slot, shape, dtype, None, None, digest)
-    return _Captured(slot, shape, dtype, aligned, raw, None)
-
-
-def _alignment(shape: tuple[int, ...], rows: Rows) -> str | None:
-    lead = rows.shape
-    if len(shape) >= len(lead) and tuple(shape[: len(lead)]) == lead:
-        return "lead"
-    if len(lead) > 1 and len(shape) >= 2 and shape[0] == rows.size:
-        return "flat"
-    return None
-
-
-def _tensor_bytes(value: Any) -> tuple[bytes, tuple[int, ...], str] | None:
-    """(raw little-endian bytes, shape, dtype name) of a torch tensor or numpy array; None for other dtypes."""
-    if type(value).__module__.split(".")[0] == "torch":
-        import torch  # already imported: value is a torch tensor
-
-        t = value.detach()
-        dtype = str(t.dtype).replace("torch.", "")
-        if dtype not in _DTYPES:
-            return None
-        if t.device.type != "cpu":
-            t = t.to("cpu")
-        t = t.resolve_conj().resolve_neg().contiguous()
-        shape = tuple(int(s) for s in t.shape)
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return raw, shape, dtype
-    np = _np()
-    arr = np.asarray(value)
-    dtype = arr.dtype.name
-    if dtype not in _DTYPES:
-        return None
-    if arr.dtype.byteorder == ">":
-        arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr).tobytes(), tuple(int(s) for s in arr.shape), dtype
-
-
-def _capture_outputs(output: Any, rows: Rows) -> list[_Captured]:
-    result: list[_Captured] = []
-    for slot, value in _output_slots(output):
-        cap = _capture(slot, value, rows)
-        if cap is not None:
-            result.append(cap)
-    return result
-
-
-def _output_slots(output: Any, prefix: str = "out", depth: int = 0) -> Iterator[tuple[str, Any]]:
-    if _is_tensor(output):
-        yield prefix, output
-    elif depth < 3 and isinstance(output, (tuple, list)):
-        for i, item in enumerate(output):
-            yield from _output_slots(item, f"{prefix}.{i}", depth + 1)
-    elif depth < 3 and isinstance(output, Mapping):
-        for key, item in output.items():
-            yield from _output_slots(item, f"{prefix}.{key}", depth + 1)
-
-
-_HERE = os.path.abspath(__file__)
-
-
-def _site() -> str | None:
-    """``pkg/file.py:LINE in func`` of the nearest caller outside this module."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename) == _HERE:
-        frame = frame.f_back
-    if frame is None:
-        return None
-    parts = Path(frame.f_code.co_filename).parts
-    return f"{'/'.join(parts[-2:])}:{frame.f_lineno} in {frame.f_code.co_name}"
-
-
-# -- tracing functions ----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def trace_functions(target: Any, names: Iterable[str] | Mapping[str, str], *, everywhere: bool = False) -> Iterator[None]:
-    """Record every call of the named functions of *target* (a module or a class) inside a step.
-
-    *names*: function names, or a mapping function name -> record name. For
-    a module, the function is also replaced in every module of the same
-    top-level package that bound it under any name (``from .ops import
-    linear as _linear``); *everywhere* widens that to every loaded module.
-    Everything is restored on exit. Calls outside an open step run untouched.
-    """
-    mapping = dict(names) if isinstance(names, Mapping) else {n: n for n in names}
-    patches: list[tuple[Any, str, Any]] = []
-    try:
-        for fname, record_name in mapping.items():
-            original = getattr(target, fname, None) if not inspect.isclass(target) else target.__dict__.get(fname)
-            if original is None:
-                raise ZmrError(f"trace_functions: {getattr(target, '__name__', target)!r} has no function {fname!r}")
-            func = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-            if not callable(func):
-                raise ZmrError(f"trace_functions: {getattr(target, '__name__', target)}.{fname} is not a function")
-            wrapper: Any = _wrap(func, record_name)
-            if isinstance(original, staticmethod):
-                wrapper = staticmethod(wrapper)
-            elif isinstance(original, classmethod):
-                wrapper = classmethod(wrapper)
-            if inspect.isclass(target):
-                patches.append((target, fname, original))
-                setattr(target, fname, wrapper)
-                continue
-            for module in _binding_modules(target, everywhere):
-                for attr, value in list(vars(module).items()):
-                    if value is original:
-                        patches.append((module, attr, original))
-                        setattr(module, attr, wrapper)
-        yield
-    finally:
-        for obj, attr, original in reversed(patches):
-            setattr(obj, attr, original)
-
-
-def _binding_modules(target: Any, everywhere: bool) -> list[Any]:
-    top = getattr(target, "__name__", "").split(".")[0]
-    result = [target]
-    for name, module in list(sys.modules.items()):
-        if module is None or module is target:
-            continue
-        if everywhere or name == top or name.startswith(top + "."):
-            result.append(module)
-    return result
-
-
-def _wrap(func: Callable, record_name: str) -> Callable:
-    try:
-        signature = inspect.signature(func)
-    except (TypeError, ValueError):
-        signature = None
-
-    def wrapper(*args, **kwargs):
-        rec = active()
-        if rec is None or rec._step is None:
-            return func(*args, **kwargs)
-        with _LOCK:
-            step = rec._step
-            if step is None:
-                return func(*args, **kwargs)
-            name = step.call_name(record_name)
-            rowset = step.rows_stack[-1]
-            site = _site()
-            captured = rec._capture_inputs(_named_args(signature, args, kwargs), step.rowsets[rowset])
-        result = func(*args, **kwargs)
-        with _LOCK:
-            if rec._step is step:
-                captured += _capture_outputs(result, step.rowsets[rowset])
-                rec._add(step, name, "function", site, rowset, captured)
-        return result
-
-    wrapper.__wrapped__ = func  # type: ignore[attr-defined]
-    wrapper.__name__ = getattr(func, "__name__", record_name)
-    wrapper.__doc__ = getattr(func, "__doc__", None)
-    return wrapper
-
-
-def _named_args(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict[str, Any]:
-    if signature is not None:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            bound = None
-        if bound is not None:
-            named: dict[str, Any] = {}
-            for key, value in bound.arguments.items():
-                kind = signature.parameters[key].kind
-                if kind is inspect.Parameter.VAR_POSITIONAL:
-                    named.update({f"{key}.{i}": v for i, v in enumerate(value)})
-                elif kind is inspect.Parameter.VAR_KEYWORD:
-                    named.update({f"{key}.{k}": v for k, v in value.items()})
-                else:
-                    named[key] = value
-            return named
-    named = {str(i): v for i, v in enumerate(args)}
-    named.update(kwargs)
-    return named
-
-
-# -- hooking nn.Modules -----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def hook_modules(
-    model: Any, include: Sequence[str] | None = None, exclude: Sequence[str] = (), *, root: str = "model", params: bool = False
-) -> Iterator[list[str]]:
-    """Record the tensor inputs and outputs of the submodules of *model* (a torch ``nn.Module``).
-
-    Names come from ``named_modules()`` (the root module is named *root*);
-    *include*/*exclude* are fnmatch patterns over them (default: every
-    module). Inputs are named after ``forward``'s parameters. *params*: also
-    record each module's own parameters as inputs (by digest: hashing them
-    costs time on every call). Yields the names hooked; the hooks are
-    removed on exit.
-    """
-    handles = []
-    hooked: list[str] = []
-    pending: dict[int, list[tuple[Any, str, int, dict]]] = {}
-    signatures: dict[int, inspect.Signature | None] = {}
-
-    def pre_hook(module, args, kwargs, *, _name):
-        rec = active()
-        if rec is None or rec._step is None:
-            return None
-        with _LOCK:
-            step = rec._step
-            if step is None:
-                return None
-            rowset = step.rows_stack[-1]
-            if id(module) not in signatures:
-                try:
-                    signatures[id(module)] = inspect.signature(module.forward)
-                except (TypeError, ValueError):
-                    signatures[id(module)] = None
-            named = _named_args(signatures[id(module)], tuple(args), dict(kwargs or {}))
-            if params:
-                named.update({k: v for k, v in module.named_parameters(recurse=False) if k not in named})
-            captured = rec._capture_inputs(named, step.rowsets[rowset])
-            pending.setdefault(id(module), []).append((step, step.call_name(_name), rowset, {"captured": captured, "rec": rec}))
-        return None
-
-    def post_hook(module, args, kwargs, output, *, _name):
-        stack = pending.get(id(module))
-        if not stack:
-            return None
-        step, name, rowset, extra = stack.pop()
-        rec = extra["rec"]
-        with _LOCK:
-            if rec._step is step:
-                captured = extra["captured"] + _capture_outputs(output, step.rowsets[rowset])
-                rec._add(step, name, "module", f"{type(module).__module__}.{type(module).__qualname__}", rowset, captured)
-        return None
-
-    try:
-        for name, module in model.named_modules():
-            shown = name or root
-            if include is not None and not any(fnmatch.fnmatchcase(shown, p) for p in include):
-                continue
-            if any(fnmatch.fnmatchcase(shown, p) for p in exclude):
-                continue
-            handles.append(module.register_forward_pre_hook(_bind(pre_hook, shown), with_kwargs=True))
-            handles.append(module.register_forward_hook(_bind(post_hook, shown), with_kwargs=True))
-            hooked.append(shown)
-        yield hooked
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _bind(hook: Callable, name: str) -> Callable:
-    def bound(*args):
-        return hook(*args, _name=name)
-
-    return bound
-
-
-# -- writing a step file --------------------------------------------------------------
-
-
-def _write_step(path: Path, side: str, step: _Step) -> None:
-    np = _np()
-    seq_index: dict[str, int] = {}
-    tensors: list[tuple[str, str, tuple[int, ...], bytes]] = []  # key, code, shape, bytes
-    rowsets_meta = []
-    for k, rows in enumerate(step.rowsets):
-        seq = np.array([-1 if s is None else seq_index.setdefault(s, len(seq_index)) for s in rows.seq.reshape(-1)], dtype="<i8").reshape(rows.shape)
-        for part, arr in (("seq", seq), ("pos", rows.pos), ("tok", rows.tok)):
-            tensors.append((f"rows.{k}.{part}", "I64", rows.shape, np.ascontiguousarray(arr, dtype="<i8").tobytes()))
-        rowsets_meta.append({"shape": list(rows.shape)})
-    records_meta = []
-    for rec in step.records:
-        entries = []
-        for cap in rec.tensors:
-            entry: dict[str, Any] = {"slot": cap.slot, "shape": list(cap.shape), "dtype": cap.dtype, "aligned": cap.aligned}
-            if cap.data is not None:
-                key = f"op.{rec.index:06d}.{cap.slot}"
-                entry["key"] = key
-                tensors.append((key, _DTYPES[cap.dtype][0], cap.shape, cap.data))
-            else:
-                entry["sha256"] = cap.digest
-            entries.append(entry)
-        records_meta.append({"index": rec.index, "name": rec.name, "kind": rec.kind, "site": rec.site, "rows": rec.rowset, "tensors": entries})
-    index = {"side": side, "step": step.number, "label": step.label, "seq_ids": list(seq_index), "rowsets": rowsets_meta, "records": records_meta}
-    meta = {"zmr_locate": str(FORMAT_VERSION), "index": json.dumps(index, separators=(",", ":"))}
-    payload = _safetensors_bytes(tensors, meta)
-    atomic_write(path, payload)
-
-
-_MAX_DIMENSION = 2**62
-
-
-def _safetensors_bytes(tensors: list[tuple[str, str, tuple[int, ...], bytes]], meta: dict[str, str]) -> bytes:
-    header: dict[str, Any] = {"__metadata__": meta}
-    chunks = []
-    offset = 0
-    for key, code, shape, data in sorted(tensors, key=lambda t: t[0]):
-        header[key] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    head += b" " * (-len(head) % 8)
-    return struct.pack("<Q", len(head)) + head + b"".join(chunks)
-
-
-# ==========================================================================
-# Reading dumps
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor of a record: stored (``key``) when row-aligned, else only its digest."""
-
-    slot: str
-    shape: tuple[int, ...]
-    dtype: str
-    aligned: str | None
-    key: str | None
-    digest: str | None
-
-
-@dataclass(eq=False)
-class Record:
-    """One recorded operation of a step; ``name`` is after the name map."""
-
-    index: int
-    name: str
-    original: str
-    kind: str
-    site: str | None
-    rowset: int
-    tensors: dict[str, TensorInfo]
-    step: "StepFile"
-
-
-@dataclass(eq=False)
-class StepFile:
-    """One step file: its rows and records, tensors read on demand."""
-
-    path: Path
-    side: str
-    number: int
-    label: str | None
-    seq_ids: list[str]
-    rowset_shapes: list[tuple[int, ...]]
-    records: list[Record] = field(default_factory=list)
-    _data: Any = None  # the file's bytes (an mmap)
-    _entries: dict[str, tuple[str, tuple[int, ...], int, int]] = field(default_factory=dict)
-    _keys: dict[int, list[tuple[str, int] | None]] = field(default_factory=dict)
-
-    def array(self, key: str):
-        """The stored tensor *key* as an array of its bits (unsigned ints of the element's width)."""
-        np = _np()
-        code, shape, begin, end = self._entries[key]
-        dtype = _CODES[code]
-        width = _DTYPES[dtype][1]
-        assert self._data is not None
-        bits = np.frombuffer(self._data, dtype=f"<u{width}", count=(end - begin) // width, offset=begin)
-        return bits.reshape(shape)
-
-    def row_keys(self, rowset: int) -> list[tuple[str, int] | None]:
-        """(sequence id, position) per row of *rowset* (flattened), None for padding."""
-        cached = self._keys.get(rowset)
-        if cached is None:
-            seq = self.array(f"rows.{rowset}.seq").reshape(-1).view("<i8")
-            pos = self.array(f"rows.{rowset}.pos").reshape(-1).view("<i8")
-            cached = [None if s < 0 else (self.seq_ids[s], int(p)) for s, p in zip(seq.tolist(), pos.tolist())]
-            self._keys[rowset] = cached
-        return cached
-
-    def row_tokens(self, rowset: int):
-        return self.array(f"rows.{rowset}.tok").reshape(-1).view("<i8")
-
-
-@dataclass(eq=False)
-class SideDump:
-    """All step files of one side, in step order."""
-
-    path: Path
-    side: str
-    steps: list[StepFile]
-
-
-def read_side(path: str | os.PathLike[str], label: str) -> SideDump:
-    """The dump at *path*: a folder of step files, or one step file."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(p.glob(STEP_GLOB))
-        if not files:
-            files = sorted(p.glob("*.safetensors"))
-        if not files:
-            raise ZmrError(f"{p}: no step files ({STEP_GLOB}) in this folder", details=[f"is it the folder a zmr.locate.Recorder wrote the {label} dump to?"])
-    elif p.exists() or p.is_symlink():
-        files = [p]  # a FIFO or a device is refused by _read_step, unread
-    else:
-        raise ZmrError(f"{p}: no such file or folder ({label} dump)")
-    steps = [_read_step(f) for f in files]
-    sides = sorted({s.side for s in steps})
-    steps.sort(key=lambda s: (s.number, str(s.path)))
-    numbers = [s.number for s in steps]
-    if len(set(numbers)) != len(numbers):
-        dup = next(n for n in numbers if numbers.count(n) > 1)
-        raise ZmrError(f"{p}: two files are step {dup} (of different runs?)", details=["record each run into its own folder"])
-    if len(sides) > 1:
-        raise ZmrError(f"{p}: the files come from different sides ({', '.join(sides)})", details=["keep each side's dump in its own folder"])
-    return SideDump(p, sides[0], steps)
-
-
-def _read_step(path: Path) -> StepFile:
-    bad = f"{path}: not a zmr locate dump"
-    try:
-        with open_regular(path, limit=None, what="locate dump") as handle:
-            if os.fstat(handle.fileno()).st_size < 8:
-                raise ZmrError(f"{bad} (too short for safetensors)")
-            # Mapped, not read: tensors are paged in only when compared.
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as err:
-        raise ZmrError(f"{path}: cannot read it ({err.strerror or err})") from None
-    (hlen,) = struct.unpack("<Q", data[:8])
-    if 8 + hlen > len(data):
-        raise ZmrError(f"{bad} (safetensors header length {hlen} past the end)")
-    try:
-        header = parse_json(bytes(data[8 : 8 + hlen]).decode("utf-8"))
-        if not isinstance(header, dict):
-            raise ValueError("header is not an object")
-    except ValueError as err:
-        raise ZmrError(f"{bad} (bad safetensors header: {err})") from None
-    meta = header.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict) or "zmr_locate" not in meta:
-        raise ZmrError(f"{bad} (no zmr_locate metadata)", details=["write dumps with zmr.locate.Recorder"])
-    try:
-        version = int(meta["zmr_locate"])
-    except (TypeError, ValueError):
-        raise ZmrError(f"{path}: zmr_locate = {meta['zmr_locate']!r} is not a format version") from None
-    if version > FORMAT_VERSION:
-        raise ZmrError(f"{path}: dump format {version} is newer than this zmr reads ({FORMAT_VERSION})", details=["update zmr"])
-    try:
-        index = parse_json(meta["index"])
-        step = StepFile(
-            path=path,
-            side=str(index["side"]),
-            number=int(index["step"]),
-            label=index.get("label"),
-            seq_ids=[str(s) for s in index["seq_ids"]],
-            rowset_shapes=[tuple(int(x) for x in r["shape"]) for r in index["rowsets"]],
-        )
-        body_start = 8 + hlen
-        for key, info in header.items():
-            code = info["dtype"]
-            shape = tuple(int(s) for s in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
-            if any(s < 0 for s in shape):
-                raise ValueError(f"tensor {key!r} has a negative dimension")
-            # numpy makes at most 32 dimensions of at most 2**63 - 1 each (empty or not): refuse what it cannot hold.
-            if len(shape) > 32 or any(s > _MAX_DIMENSION for s in shape):
-                raise ValueError(f"tensor {key!r} has a shape numpy cannot hold ({len(shape)} dimensions, largest {max(shape, default=0)})")
-            if code not in _CODES:
-                raise ValueError(f"tensor {key!r} has dtype {code}")
-            if end - begin != math.prod(shape) * _DTYPES[_CODES[code]][1] or not 0 <= begin <= end <= len(data) - body_start:
-                raise ValueError(f"tensor {key!r} has offsets that do not match its shape")
-            step._entries[key] = (code, shape, body_start + begin, body_start + end)
-        step._data = data
-        for k, shape in enumerate(step.rowset_shapes):
-            for part in ("seq", "pos", "tok"):
-                entry = step._entries.get(f"rows.{k}.{part}")
-                if entry is None or entry[1] != shape or entry[0] != "I64":
-                    raise ValueError(f"row set {k}: rows.{k}.{part} is missing or not I64 of shape {list(shape)}")
-        for r in index["records"]:
-            tensors = {}
-            for t in r["tensors"]:
-                info = TensorInfo(str(t["slot"]), tuple(int(s) for s in t["shape"]), str(t["dtype"]), t.get("aligned"), t.get("key"), t.get("sha256"))
-                if any(s < 0 for s in info.shape):
-                    raise ValueError(f"record {r['name']!r}: tensor {info.slot!r} has a negative dimension")
-                if info.dtype not in _DTYPES or info.aligned not in (None, "lead", "flat"):
-                    raise ValueError(f"record {r['name']!r}: tensor {info.slot!r} has dtype {info.dtype!r}, alignment {info.aligned!r}")
-                if info.key is not None and info.key not in step._entries:
-                    raise ValueError(f"record {r['name']!r}: tensor {info.key!r} is missing")
-                if (info.key is None) == (info.digest is None):
-                    raise ValueError(f"record {r['name']!r}: tensor {info.slot!r} needs a key or a sha256")
-                tensors[info.slot] = info
-            rowset = int(r["rows"])
-            if not 0 <= rowset < len(step.rowset_shapes):
-                raise ValueError(f"record {r['name']!r}: row set {rowset} does not exist")
-            name = str(r["name"])
-            step.records.append(Record(int(r["index"]), name, name, str(r.get("kind", "")), r.get("site"), rowset, tensors, step))
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-        raise ZmrError(f"{bad} (malformed index: {err})") from None
-    return step
 
 
 # ==========================================================================
@@ -1490,65 +660,6 @@ def _row_shape(info: TensorInfo, rowset_shape: tuple[int, ...]) -> tuple[int, ..
     return tuple(info.shape[lead:])
 
 
-_F8_TABLES: dict[str, Any] = {}
-
-
-def _values(bits, dtype: str):
-    """float64 values of bits of *dtype* (exact for every float type; integers converted)."""
-    np = _np()
-    if dtype == "float64":
-        return bits.view("<f8")
-    if dtype == "float32":
-        return bits.view("<f4").astype(np.float64)
-    if dtype == "float16":
-        return bits.view("<f2").astype(np.float64)
-    if dtype == "bfloat16":
-        return (bits.astype(np.uint32) << 16).view("<f4").astype(np.float64)
-    if dtype in ("float8_e4m3fn", "float8_e5m2"):
-        table = _F8_TABLES.get(dtype)
-        if table is None:
-            table = _F8_TABLES[dtype] = _f8_table(dtype)
-        return table[bits]
-    if dtype == "bool":
-        return bits.astype(np.float64)
-    signed = {"int64": "<i8", "int32": "<i4", "int16": "<i2", "int8": "i1"}
-    if dtype in signed:
-        return bits.view(signed[dtype]).astype(np.float64)
-    return bits.astype(np.float64)
-
-
-def _f8_table(dtype: str):
-    np = _np()
-    exp_bits, man_bits, bias = (4, 3, 7) if dtype == "float8_e4m3fn" else (5, 2, 15)
-    out = np.empty(256, dtype=np.float64)
-    for b in range(256):
-        sign = -1.0 if b >> 7 else 1.0
-        e = (b >> man_bits) & ((1 << exp_bits) - 1)
-        m = b & ((1 << man_bits) - 1)
-        if dtype == "float8_e4m3fn" and e == 15 and m == 7:
-            out[b] = math.nan
-        elif dtype == "float8_e5m2" and e == 31:
-            out[b] = sign * math.inf if m == 0 else math.nan
-        elif e == 0:
-            out[b] = sign * m * 2.0 ** (1 - bias - man_bits)
-        else:
-            out[b] = sign * (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
-    return out
-
-
-def _format(bits_value: int, dtype: str) -> tuple[str, str]:
-    """(value text, hex bits) of one element."""
-    np = _np()
-    width = _DTYPES[dtype][1]
-    hex_bits = f"0x{bits_value:0{2 * width}x}"
-    value = float(_values(np.array([bits_value], dtype=f"<u{width}"), dtype)[0])
-    if dtype not in _FLOATS:
-        return str(int(value)) if dtype != "bool" else str(bool(value)), hex_bits
-    if math.isnan(value):
-        return ("-nan" if bits_value >> (8 * width - 1) else "nan"), hex_bits
-    return repr(value), hex_bits
-
-
 def _difference_kind(a: float, b: float) -> str:
     if math.isnan(a) and math.isnan(b):
         return "nan payload"
@@ -1565,7 +676,7 @@ def _difference_kind(a: float, b: float) -> str:
 
 
 def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record], want_first: bool) -> tuple[OpResult, Divergence | None]:
-    np = _np()
+    np = numpy()
     result = OpResult(name, order)
     r_index, r_dup = _row_index(r_recs)
     t_index, t_dup = _row_index(t_recs)
@@ -1634,7 +745,7 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
                 )
             a = _rows_view(rrec.step, ri_info, rrec.step.rowset_shapes[rrec.rowset])[r_rows].reshape(n, -1)
             b = _rows_view(trec.step, ti_info, trec.step.rowset_shapes[trec.rowset])[t_rows].reshape(n, -1)
-            av, bv = _values(a, ri_info.dtype), _values(b, ti_info.dtype)
+            av, bv = tensor_values(a, ri_info.dtype), tensor_values(b, ti_info.dtype)
             if ri_info.dtype == ti_info.dtype:
                 neq = a != b
             else:
@@ -1673,10 +784,10 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
             row = int(np.flatnonzero(row_differs)[0])
             slot, elem, a, b, ri_info, ti_info, r_shape = first_slot_elem[row]
             av_bits, bv_bits = int(a[row, elem]), int(b[row, elem])
-            rv, rb = _format(av_bits, ri_info.dtype)
-            tv, tb = _format(bv_bits, ti_info.dtype)
-            fa = float(_values(a[row : row + 1, elem], ri_info.dtype)[0])
-            fb = float(_values(b[row : row + 1, elem], ti_info.dtype)[0])
+            rv, rb = show_value(av_bits, ri_info.dtype)
+            tv, tb = show_value(bv_bits, ti_info.dtype)
+            fa = float(tensor_values(a[row : row + 1, elem], ri_info.dtype)[0])
+            fb = float(tensor_values(b[row : row + 1, elem], ti_info.dtype)[0])
             abs_diff = abs(fa - fb) if math.isfinite(fa) and math.isfinite(fb) else None
             seq_key = rrec.step.row_keys(rrec.rowset)[int(r_rows[row])]
             assert seq_key is not None  # a differing row is a real row, never padding
@@ -1722,7 +833,7 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
 
 def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
     """Per paired row: all comparable inputs equal; any input comparable; and per-input checkers."""
-    np = _np()
+    np = numpy()
     n = len(r_rows)
     equal = np.ones(n, dtype=bool)
     comparable = np.zeros(n, dtype=bool)
@@ -1753,7 +864,7 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
             row_eq = ~neq.any(axis=1)
             equal &= row_eq
             comparable[:] = True
-            av, bv = _values(a, ri.dtype), _values(b, ti.dtype)
+            av, bv = tensor_values(a, ri.dtype), tensor_values(b, ti.dtype)
             with np.errstate(invalid="ignore", over="ignore"):
                 d = np.abs(av - bv)
 
