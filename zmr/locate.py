@@ -675,6 +675,19 @@ def _difference_kind(a: float, b: float) -> str:
 # -- one operation -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _FirstElement:
+    """The first differing element of a row: which output, where, and the two sides' bits of the whole rows."""
+
+    slot: str
+    element: int  # flat index within the row
+    rollout_rows: Any  # the compared rows' bits, [n, elements per row]
+    train_rows: Any
+    rollout_info: TensorInfo
+    train_info: TensorInfo
+    row_shape: tuple[int, ...]
+
+
 def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record], want_first: bool) -> tuple[OpResult, Divergence | None]:
     np = numpy()
     result = OpResult(name, order)
@@ -682,6 +695,47 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
     t_index, t_dup = _row_index(t_recs)
     if r_dup or t_dup:
         result.notes.append(f"rows computed more than once (rollout {r_dup}, train {t_dup}): the first occurrence of each is compared")
+    _note_unaligned(result, r_recs, t_recs)
+    groups = _paired_groups(r_index, t_index)
+    if not groups:
+        result.notes.append("no row was computed by this operation on both sides")
+        return result, None
+    slots_seen: set[str] = set()
+    max_abs = None
+    first: Divergence | None = None
+    for (ri, ti), pairs in sorted(groups.items(), key=lambda g: (r_recs[g[0][0]].step.number, r_recs[g[0][0]].index, g[0][1])):
+        pairs.sort()
+        rrec, trec = r_recs[ri], t_recs[ti]
+        r_rows = np.array([p[0] for p in pairs], dtype=np.int64)
+        t_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+        n = len(pairs)
+        result.rows += n
+        by_label = result.rows_by_label.setdefault(rrec.step.label or "-", [0, 0])
+        by_label[0] += n
+        row_differs, firsts, group_max = _compare_outputs(name, rrec, trec, r_rows, t_rows, result, slots_seen)
+        if group_max is not None:
+            max_abs = group_max if max_abs is None else max(max_abs, group_max)
+        if not row_differs.any():
+            continue
+        # inputs of the differing rows
+        in_equal, comparable, checks = _inputs_equal(rrec, trec, r_rows, t_rows)
+        differing = int(row_differs.sum())
+        result.rows_differ += differing
+        by_label[1] += differing
+        result.introduced += int((row_differs & in_equal & comparable).sum())
+        result.inputs_differ_rows += int((row_differs & comparable & ~in_equal).sum())
+        if want_first and first is None:
+            row = int(np.flatnonzero(row_differs)[0])
+            first = _divergence(name, order, rrec, trec, int(r_rows[row]), row, firsts[row], tuple(c(row) for c in checks))
+    result.max_abs_diff = max_abs
+    result.slots = tuple(sorted(slots_seen))
+    if not slots_seen:
+        result.notes.append("no output slot was row-aligned on both sides; nothing compared")
+    return result, first
+
+
+def _note_unaligned(result: OpResult, r_recs: list[Record], t_recs: list[Record]) -> None:
+    """Outputs that are not row-aligned cannot be compared row by row: say how many, with one example."""
     unaligned = [
         (side, rec)
         for side, recs in (("rollout", r_recs), ("train", t_recs))
@@ -696,139 +750,128 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
             f"(e.g. {side} {rec.step.path.name}: {info.slot} of shape {list(info.shape)}, rows {list(rec.step.rowset_shapes[rec.rowset])}); "
             "narrow the rows around that call with Recorder.rows()"
         )
-    # group paired rows by (rollout record, train record)
+
+
+def _paired_groups(
+    r_index: dict[tuple[str, int], tuple[int, int]], t_index: dict[tuple[str, int], tuple[int, int]]
+) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """The rows both sides computed, grouped by (rollout record, train record): [(rollout row, train row), ...]."""
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for key, (ri, rrow) in r_index.items():
         hit = t_index.get(key)
-        if hit is None:
-            continue
-        groups.setdefault((ri, hit[0]), []).append((rrow, hit[1]))
-    if not groups:
-        result.notes.append("no row was computed by this operation on both sides")
-        return result, None
-    slots_seen: set[str] = set()
+        if hit is not None:
+            groups.setdefault((ri, hit[0]), []).append((rrow, hit[1]))
+    return groups
+
+
+def _compare_outputs(name: str, rrec: Record, trec: Record, r_rows, t_rows, result: OpResult, slots_seen: set[str]):
+    """Compare every output both records hold row-aligned: (rows that differ, each row's first difference, max |diff|)."""
+    np = numpy()
+    n = len(r_rows)
+    out_slots = sorted(s for s in rrec.tensors if s.startswith("out") and s in trec.tensors and rrec.tensors[s].aligned and trec.tensors[s].aligned)
+    missing = sorted(s for s in set(rrec.tensors) ^ set(trec.tensors) if s.startswith("out"))
+    if missing:
+        _note_once(result, f"output slots on one side only: {', '.join(missing)}")
+    row_differs = np.zeros(n, dtype=bool)
+    firsts: list[_FirstElement | None] = [None] * n
     max_abs = None
-    first: Divergence | None = None
-    for (ri, ti), pairs in sorted(groups.items(), key=lambda g: (r_recs[g[0][0]].step.number, r_recs[g[0][0]].index, g[0][1])):
-        pairs.sort()
-        rrec, trec = r_recs[ri], t_recs[ti]
-        r_rows = np.array([p[0] for p in pairs], dtype=np.int64)
-        t_rows = np.array([p[1] for p in pairs], dtype=np.int64)
-        n = len(pairs)
-        result.rows += n
-        label = rrec.step.label or "-"
-        by_label = result.rows_by_label.setdefault(label, [0, 0])
-        by_label[0] += n
-        out_slots = sorted(s for s in rrec.tensors if s.startswith("out") and s in trec.tensors and rrec.tensors[s].aligned and trec.tensors[s].aligned)
-        missing = sorted(s for s in set(rrec.tensors) ^ set(trec.tensors) if s.startswith("out"))
-        if missing:
-            note = f"output slots on one side only: {', '.join(missing)}"
-            if note not in result.notes:
-                result.notes.append(note)
-        row_differs = np.zeros(n, dtype=bool)
-        first_slot_elem: list[Any] = [None] * n
-        for slot in out_slots:
-            slots_seen.add(slot)
-            ri_info, ti_info = rrec.tensors[slot], trec.tensors[slot]
-            r_shape = _row_shape(ri_info, rrec.step.rowset_shapes[rrec.rowset])
-            t_shape = _row_shape(ti_info, trec.step.rowset_shapes[trec.rowset])
-            if r_shape != t_shape:
-                raise ZmrError(
-                    f"operation {name!r}, output {slot!r}: per-row shape {list(r_shape)} on the rollout side but {list(t_shape)} on the train side",
-                    details=[
-                        f"rollout: {rrec.step.path} (step {rrec.step.number}, {rrec.original!r},"
-                        f" tensor shape {list(ri_info.shape)}, rows {list(rrec.step.rowset_shapes[rrec.rowset])})",
-                        f"train: {trec.step.path} (step {trec.step.number}, {trec.original!r},"
-                        f" tensor shape {list(ti_info.shape)}, rows {list(trec.step.rowset_shapes[trec.rowset])})",
-                        "the two operations do not compute the same thing per row: check the name map, or the rows given to the step",
-                    ],
-                )
-            a = _rows_view(rrec.step, ri_info, rrec.step.rowset_shapes[rrec.rowset])[r_rows].reshape(n, -1)
-            b = _rows_view(trec.step, ti_info, trec.step.rowset_shapes[trec.rowset])[t_rows].reshape(n, -1)
-            av, bv = tensor_values(a, ri_info.dtype), tensor_values(b, ti_info.dtype)
-            if ri_info.dtype == ti_info.dtype:
-                neq = a != b
-            else:
-                note = f"{slot}: dtype {ri_info.dtype} on the rollout side, {ti_info.dtype} on the train side (compared as values)"
-                if note not in result.notes:
-                    result.notes.append(note)
-                neq = av.view(np.uint64) != bv.view(np.uint64)
-            result.elements += neq.size
-            ndiff = int(neq.sum())
-            if not ndiff:
-                continue
-            result.elements_differ += ndiff
-            with np.errstate(invalid="ignore", over="ignore"):
-                d = np.abs(av - bv)
-            finite = np.isfinite(av) & np.isfinite(bv)
-            result.nonfinite_differ += int((neq & ~finite).sum())
-            dd = d[neq & finite]
-            if dd.size:
-                m = float(dd.max())
-                max_abs = m if max_abs is None else max(max_abs, m)
-            rows_hit = neq.any(axis=1)
-            for row in np.flatnonzero(rows_hit & ~row_differs).tolist():
-                first_slot_elem[row] = (slot, int(np.flatnonzero(neq[row])[0]), a, b, ri_info, ti_info, r_shape)
-            row_differs |= rows_hit
-        if not row_differs.any():
+    for slot in out_slots:
+        slots_seen.add(slot)
+        ri_info, ti_info = rrec.tensors[slot], trec.tensors[slot]
+        r_shape = _row_shape(ri_info, rrec.step.rowset_shapes[rrec.rowset])
+        t_shape = _row_shape(ti_info, trec.step.rowset_shapes[trec.rowset])
+        if r_shape != t_shape:
+            raise _shape_error(name, slot, rrec, trec, r_shape, t_shape)
+        a = _rows_view(rrec.step, ri_info, rrec.step.rowset_shapes[rrec.rowset])[r_rows].reshape(n, -1)
+        b = _rows_view(trec.step, ti_info, trec.step.rowset_shapes[trec.rowset])[t_rows].reshape(n, -1)
+        av, bv = tensor_values(a, ri_info.dtype), tensor_values(b, ti_info.dtype)
+        if ri_info.dtype == ti_info.dtype:
+            neq = a != b
+        else:
+            _note_once(result, f"{slot}: dtype {ri_info.dtype} on the rollout side, {ti_info.dtype} on the train side (compared as values)")
+            neq = av.view(np.uint64) != bv.view(np.uint64)
+        result.elements += neq.size
+        ndiff = int(neq.sum())
+        if not ndiff:
             continue
-        # inputs of the differing rows
-        in_equal, comparable, checks = _inputs_equal(rrec, trec, r_rows, t_rows)
-        differing = int(row_differs.sum())
-        result.rows_differ += differing
-        by_label[1] += differing
-        introduced = row_differs & in_equal & comparable
-        result.introduced += int(introduced.sum())
-        result.inputs_differ_rows += int((row_differs & comparable & ~in_equal).sum())
-        if want_first and first is None:
-            row = int(np.flatnonzero(row_differs)[0])
-            slot, elem, a, b, ri_info, ti_info, r_shape = first_slot_elem[row]
-            av_bits, bv_bits = int(a[row, elem]), int(b[row, elem])
-            rv, rb = show_value(av_bits, ri_info.dtype)
-            tv, tb = show_value(bv_bits, ti_info.dtype)
-            fa = float(tensor_values(a[row : row + 1, elem], ri_info.dtype)[0])
-            fb = float(tensor_values(b[row : row + 1, elem], ti_info.dtype)[0])
-            abs_diff = abs(fa - fb) if math.isfinite(fa) and math.isfinite(fb) else None
-            seq_key = rrec.step.row_keys(rrec.rowset)[int(r_rows[row])]
-            assert seq_key is not None  # a differing row is a real row, never padding
-            tok = int(rrec.step.row_tokens(rrec.rowset)[int(r_rows[row])])
-            inputs = tuple(c(row) for c in checks)
-            compared = [i for i in inputs if i.status != "not compared"]
-            verdict = "unknown" if not compared else ("equal" if all(i.status == "equal" for i in compared) else "differ")
-            element = tuple(int(x) for x in np.unravel_index(elem, r_shape)) if r_shape else ()
-            first = Divergence(
-                op=name,
-                order=order,
-                slot=slot,
-                seq_id=seq_key[0],
-                position=seq_key[1],
-                token=tok if tok >= 0 else None,
-                element=element,
-                row_shape=r_shape,
-                rollout_value=rv,
-                train_value=tv,
-                rollout_bits=rb,
-                train_bits=tb,
-                abs_diff=abs_diff,
-                rollout_step=rrec.step.number,
-                rollout_file=str(rrec.step.path),
-                rollout_label=rrec.step.label,
-                rollout_site=rrec.site,
-                rollout_name=rrec.original,
-                train_step=trec.step.number,
-                train_file=str(trec.step.path),
-                train_label=trec.step.label,
-                train_site=trec.site,
-                train_name=trec.original,
-                inputs=inputs,
-                inputs_verdict=verdict,
-                kind=_difference_kind(fa, fb),
-            )
-    result.max_abs_diff = max_abs
-    result.slots = tuple(sorted(slots_seen))
-    if not slots_seen:
-        result.notes.append("no output slot was row-aligned on both sides; nothing compared")
-    return result, first
+        result.elements_differ += ndiff
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(av - bv)
+        finite = np.isfinite(av) & np.isfinite(bv)
+        result.nonfinite_differ += int((neq & ~finite).sum())
+        dd = d[neq & finite]
+        if dd.size:
+            max_abs = float(dd.max()) if max_abs is None else max(max_abs, float(dd.max()))
+        rows_hit = neq.any(axis=1)
+        for row in np.flatnonzero(rows_hit & ~row_differs).tolist():
+            firsts[row] = _FirstElement(slot, int(np.flatnonzero(neq[row])[0]), a, b, ri_info, ti_info, r_shape)
+        row_differs |= rows_hit
+    return row_differs, firsts, max_abs
+
+
+def _note_once(result: OpResult, note: str) -> None:
+    if note not in result.notes:
+        result.notes.append(note)
+
+
+def _shape_error(name: str, slot: str, rrec: Record, trec: Record, r_shape: tuple[int, ...], t_shape: tuple[int, ...]) -> ZmrError:
+    ri_info, ti_info = rrec.tensors[slot], trec.tensors[slot]
+    return ZmrError(
+        f"operation {name!r}, output {slot!r}: per-row shape {list(r_shape)} on the rollout side but {list(t_shape)} on the train side",
+        details=[
+            f"rollout: {rrec.step.path} (step {rrec.step.number}, {rrec.original!r},"
+            f" tensor shape {list(ri_info.shape)}, rows {list(rrec.step.rowset_shapes[rrec.rowset])})",
+            f"train: {trec.step.path} (step {trec.step.number}, {trec.original!r},"
+            f" tensor shape {list(ti_info.shape)}, rows {list(trec.step.rowset_shapes[trec.rowset])})",
+            "the two operations do not compute the same thing per row: check the name map, or the rows given to the step",
+        ],
+    )
+
+
+def _divergence(
+    name: str, order: int, rrec: Record, trec: Record, r_row: int, row: int, found: _FirstElement | None, inputs: tuple[InputCheck, ...]
+) -> Divergence:
+    """The divergence at paired row *row* (rollout row *r_row*): its first differing element, both values, and the inputs' verdict."""
+    np = numpy()
+    assert found is not None  # a differing row has a first differing element
+    a, b, elem = found.rollout_rows, found.train_rows, found.element
+    rv, rb = show_value(int(a[row, elem]), found.rollout_info.dtype)
+    tv, tb = show_value(int(b[row, elem]), found.train_info.dtype)
+    fa = float(tensor_values(a[row : row + 1, elem], found.rollout_info.dtype)[0])
+    fb = float(tensor_values(b[row : row + 1, elem], found.train_info.dtype)[0])
+    seq_key = rrec.step.row_keys(rrec.rowset)[r_row]
+    assert seq_key is not None  # a differing row is a real row, never padding
+    tok = int(rrec.step.row_tokens(rrec.rowset)[r_row])
+    compared = [i for i in inputs if i.status != "not compared"]
+    verdict = "unknown" if not compared else ("equal" if all(i.status == "equal" for i in compared) else "differ")
+    return Divergence(
+        op=name,
+        order=order,
+        slot=found.slot,
+        seq_id=seq_key[0],
+        position=seq_key[1],
+        token=tok if tok >= 0 else None,
+        element=tuple(int(x) for x in np.unravel_index(elem, found.row_shape)) if found.row_shape else (),
+        row_shape=found.row_shape,
+        rollout_value=rv,
+        train_value=tv,
+        rollout_bits=rb,
+        train_bits=tb,
+        abs_diff=abs(fa - fb) if math.isfinite(fa) and math.isfinite(fb) else None,
+        rollout_step=rrec.step.number,
+        rollout_file=str(rrec.step.path),
+        rollout_label=rrec.step.label,
+        rollout_site=rrec.site,
+        rollout_name=rrec.original,
+        train_step=trec.step.number,
+        train_file=str(trec.step.path),
+        train_label=trec.step.label,
+        train_site=trec.site,
+        train_name=trec.original,
+        inputs=inputs,
+        inputs_verdict=verdict,
+        kind=_difference_kind(fa, fb),
+    )
 
 
 def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):

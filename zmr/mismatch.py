@@ -346,14 +346,32 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
     (`DumpRecord`, dicts or objects, as for `write_dump`). Raises ZmrError
     when a record has no partner, a (step, id) repeats, or token ids differ.
     """
-    np = numpy()
     r_recs, r_info, r_label = _records_of(rollout_records, "rollout")
     t_recs, t_info, t_label = _records_of(train_records, "train")
     if not r_recs or not t_recs:
         raise ZmrError(f"{r_label if not r_recs else t_label}: no records to compare")
-    r_index = _index(r_recs, r_label)
-    t_index = _index(t_recs, t_label)
+    pairs = _pairs(_index(r_recs, r_label), _index(t_recs, t_label), r_label, t_label)
+    _check_tokens(pairs, r_label, t_label)
+    flat = _Flat.of(pairs)
+    tok = _token_arrays(flat.rollout, flat.train)
+    sequences, first_div, seq_mean = _sequence_results(flat, tok)
+    overall = _stats(tok, slice(0, flat.tokens), first_div, seq_mean)
+    nan_any = tok["nan_r"] | tok["nan_t"]
+    return MismatchReport(
+        rollout=r_info,
+        train=t_info,
+        overall=overall,
+        steps=_step_stats(flat, tok, first_div, seq_mean),
+        sequences=sequences,
+        signed_zeros=_listing(flat, tok["signed_zero"], "signed_zero", max_listed),
+        nans=_listing(flat, nan_any, "nan", max_listed),
+        nan_tokens=int(nan_any.sum()),
+        notes=_notes(r_info, t_info, overall, int(nan_any.sum()), int((nan_any & tok["eq"]).sum())),
+    )
 
+
+def _pairs(r_index: dict, t_index: dict, r_label: str, t_label: str) -> list[tuple[DumpRecord, DumpRecord]]:
+    """The records paired by (step, id), by step and then in the rollout dump's order; every record needs a partner."""
     only_r = [k for k in r_index if k not in t_index]
     only_t = [k for k in t_index if k not in r_index]
     if only_r or only_t:
@@ -364,11 +382,12 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
             f"without a partner: both dumps must hold the same (step, id) pairs",
             details=_cap(details) + ["dump the same steps and sequences on both sides (or cut both to the same ones)"],
         )
+    return [(r_index[k], t_index[k]) for k in sorted(r_index, key=lambda k: k[0])]
 
-    # Pair order: by step, then in the rollout dump's order.
-    keys = sorted(r_index, key=lambda k: k[0])
-    pairs = [(r_index[k], t_index[k]) for k in keys]
 
+def _check_tokens(pairs: list[tuple[DumpRecord, DumpRecord]], r_label: str, t_label: str) -> None:
+    """Both sides must score the same token ids, sequence by sequence."""
+    np = numpy()
     bad_tokens = []
     for r, t in pairs:
         if len(r.tokens) != len(t.tokens):
@@ -390,88 +409,102 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
             ],
         )
 
-    lengths = np.array([len(r.tokens) for r, _ in pairs], dtype=np.int64)
-    starts = np.zeros(len(pairs) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=starts[1:])
-    n_tok = int(starts[-1])
-    lr = np.concatenate([r.logprobs for r, _ in pairs]) if n_tok else np.zeros(0)
-    lt = np.concatenate([t.logprobs for _, t in pairs]) if n_tok else np.zeros(0)
-    seg = np.repeat(np.arange(len(pairs)), lengths)
 
-    tok = _token_arrays(lr, lt)
+@dataclass(frozen=True)
+class _Flat:
+    """The paired sequences' tokens one after another: sequence i is ``[starts[i], starts[i + 1])``, ``seg`` its index per token."""
+
+    pairs: list[tuple[DumpRecord, DumpRecord]]
+    lengths: Any
+    starts: Any
+    rollout: Any  # float64 log-probs
+    train: Any
+    seg: Any
+
+    @property
+    def tokens(self) -> int:
+        return int(self.starts[-1])
+
+    @classmethod
+    def of(cls, pairs: list[tuple[DumpRecord, DumpRecord]]) -> _Flat:
+        np = numpy()
+        lengths = np.array([len(r.tokens) for r, _ in pairs], dtype=np.int64)
+        starts = np.zeros(len(pairs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        n_tok = int(starts[-1])
+        lr = np.concatenate([r.logprobs for r, _ in pairs]) if n_tok else np.zeros(0)
+        lt = np.concatenate([t.logprobs for _, t in pairs]) if n_tok else np.zeros(0)
+        return cls(pairs, lengths, starts, lr, lt, np.repeat(np.arange(len(pairs)), lengths))
+
+
+def _sequence_results(flat: _Flat, tok: dict[str, ndarray]) -> tuple[list[SequenceResult], ndarray, ndarray]:
+    """Per sequence: its figures, the first diverging position (-1: none) and its mean |d| (NaN: no finite pair)."""
+    np = numpy()
+    n, seg, starts = len(flat.pairs), flat.seg, flat.starts
     neq_idx = np.flatnonzero(~tok["eq"])
-    first_div = np.full(len(pairs), -1, dtype=np.int64)
+    first_div = np.full(n, -1, dtype=np.int64)
     if len(neq_idx):
         segs, first = np.unique(seg[neq_idx], return_index=True)
         first_div[segs] = neq_idx[first] - starts[segs]
-    n_eq = np.bincount(seg, weights=tok["eq"], minlength=len(pairs)).astype(np.int64)
+    n_eq = np.bincount(seg, weights=tok["eq"], minlength=n).astype(np.int64)
     fin = tok["finite"]
-    n_fin = np.bincount(seg[fin], minlength=len(pairs))
-    sum_abs = np.bincount(seg[fin], weights=tok["absd"], minlength=len(pairs))
-    max_abs = np.zeros(len(pairs))
+    n_fin = np.bincount(seg[fin], minlength=n)
+    sum_abs = np.bincount(seg[fin], weights=tok["absd"], minlength=n)
+    max_abs = np.zeros(n)
     if fin.any():
         np.maximum.at(max_abs, seg[fin], tok["absd"])
     with np.errstate(invalid="ignore", divide="ignore"):
         seq_mean = np.where(n_fin > 0, sum_abs / np.maximum(n_fin, 1), np.nan)
-
     sequences = [
         SequenceResult(
             step=r.step,
             id=r.id,
-            tokens=int(lengths[i]),
+            tokens=int(flat.lengths[i]),
             bitwise_equal=int(n_eq[i]),
             first_diverging=None if first_div[i] < 0 else int(first_div[i]),
             max_abs_diff=float(max_abs[i]) if n_fin[i] else None,
             mean_abs_diff=float(seq_mean[i]) if n_fin[i] else None,
         )
-        for i, (r, _) in enumerate(pairs)
+        for i, (r, _) in enumerate(flat.pairs)
     ]
+    return sequences, first_div, seq_mean
 
+
+def _step_stats(flat: _Flat, tok: dict[str, ndarray], first_div: ndarray, seq_mean: ndarray) -> list[StepStats]:
+    """The figures per step, ascending (pairs are sorted by step)."""
+    np = numpy()
     steps: list[StepStats] = []
-    step_of = np.array([r.step for r, _ in pairs], dtype=np.int64)
+    step_of = np.array([r.step for r, _ in flat.pairs], dtype=np.int64)
     bounds = np.flatnonzero(np.diff(step_of)) + 1
     seq_lo = np.concatenate([[0], bounds])
-    seq_hi = np.concatenate([bounds, [len(pairs)]])
+    seq_hi = np.concatenate([bounds, [len(flat.pairs)]])
     for a, b in zip(seq_lo.tolist(), seq_hi.tolist()):
-        s = _stats(tok, slice(int(starts[a]), int(starts[b])), first_div[a:b], seq_mean[a:b])
+        s = _stats(tok, slice(int(flat.starts[a]), int(flat.starts[b])), first_div[a:b], seq_mean[a:b])
         steps.append(StepStats(**s.__dict__, step=int(step_of[a])))
-    overall = _stats(tok, slice(0, n_tok), first_div, seq_mean)
+    return steps
 
-    # Tokens listed on their own.
-    def listing(mask: ndarray, kind: str) -> list[SpecialToken]:
-        out = []
-        rb, tb = lr.view(np.uint64), lt.view(np.uint64)
-        for idx in np.flatnonzero(mask)[:max_listed].tolist():
-            i = int(seg[idx])
-            r, t = pairs[i]
-            pos = idx - int(starts[i])
-            out.append(
-                SpecialToken(
-                    kind=kind,
-                    step=r.step,
-                    id=r.id,
-                    position=pos,
-                    rollout=format_value(int(rb[idx]), r.dtype),
-                    train=format_value(int(tb[idx]), t.dtype),
-                    rollout_bits=native_hex(int(rb[idx]), r.dtype),
-                    train_bits=native_hex(int(tb[idx]), t.dtype),
-                )
+
+def _listing(flat: _Flat, mask: ndarray, kind: str, max_listed: int) -> list[SpecialToken]:
+    """The first *max_listed* tokens of *mask*, listed on their own with both values and bits."""
+    np = numpy()
+    out = []
+    rb, tb = flat.rollout.view(np.uint64), flat.train.view(np.uint64)
+    for idx in np.flatnonzero(mask)[:max_listed].tolist():
+        i = int(flat.seg[idx])
+        r, t = flat.pairs[i]
+        out.append(
+            SpecialToken(
+                kind=kind,
+                step=r.step,
+                id=r.id,
+                position=idx - int(flat.starts[i]),
+                rollout=format_value(int(rb[idx]), r.dtype),
+                train=format_value(int(tb[idx]), t.dtype),
+                rollout_bits=native_hex(int(rb[idx]), r.dtype),
+                train_bits=native_hex(int(tb[idx]), t.dtype),
             )
-        return out
-
-    nan_any = tok["nan_r"] | tok["nan_t"]
-    report_notes = _notes(r_info, t_info, overall, int(nan_any.sum()), int((nan_any & tok["eq"]).sum()))
-    return MismatchReport(
-        rollout=r_info,
-        train=t_info,
-        overall=overall,
-        steps=steps,
-        sequences=sequences,
-        signed_zeros=listing(tok["signed_zero"], "signed_zero"),
-        nans=listing(nan_any, "nan"),
-        nan_tokens=int(nan_any.sum()),
-        notes=report_notes,
-    )
+        )
+    return out
 
 
 def _token_arrays(lr: np.ndarray, lt: np.ndarray) -> dict[str, np.ndarray]:

@@ -85,16 +85,11 @@ def logprobs_from_logits(logits: Any, labels: Any, *, temperature: float = 1.0, 
     return -tensor_parallel.vocab_parallel_cross_entropy(z.contiguous(), labels)
 
 
-def _logits(out: Any) -> Any:
+def model_logits(out: Any) -> Any:
+    """The logits of a forward's output: a tensor, a tuple that starts with it, or an object with ``.logits``."""
     if isinstance(out, tuple):
         out = out[0]
     return getattr(out, "logits", out)
-
-
-def _only(result: list[Any] | None) -> Any:
-    """The one sequence's log-probs (the self-test runs on a single stage, never None)."""
-    assert result is not None
-    return result[0]
 
 
 def teacher_forced_logprobs(
@@ -121,7 +116,7 @@ def teacher_forced_logprobs(
     with torch.inference_mode():
         for _, chunk in chunks(seqs, batch_size):
             packed, mask = build_inputs(chunk, padding=padding, pad_id=pad_id, device=device)
-            logits = _logits(model(packed.input_ids, packed.position_ids, mask))
+            logits = model_logits(model(packed.input_ids, packed.position_ids, mask))
             if logits is None:  # not the last pipeline stage
                 return None
             if logits.shape[:2] != packed.input_ids.shape:  # [s, b, v] layout
@@ -160,119 +155,3 @@ def provenance(model: Any = None, *, batch_size: int | None = None, padding: str
         except (AttributeError, StopIteration, TypeError):
             pass
     return finish_provenance(prov, batch_size=batch_size, padding=padding, extra=extra)
-
-
-# -- a self-test on a real Megatron-core GPTModel (needs CUDA and megatron-core) ---------------------
-
-
-def selftest(dtype: str = "float32", *, seed: int = 0, device: str | None = None) -> dict[str, Any]:
-    """A tiny ``GPTModel`` (local layer spec, RoPE, TP = PP = 1): the adapter against plain forwards.
-
-    Compares, per response token: batched right padding vs one sequence at a
-    time, left vs right padding, both against a manual forward of the unpadded
-    sequence with ``log_softmax`` (so masks and positions are right when the
-    numbers agree up to the GEMM's batch-shape rounding), and the two log-prob
-    methods. Returns figures (max |delta|, fraction bitwise equal).
-    """
-    import os
-
-    import torch
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run of the plumbing
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
-    if device == "cuda":
-        torch.cuda.set_device(0)
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
-    if device == "cuda":
-        model_parallel_cuda_manual_seed(seed)
-    else:
-        torch.manual_seed(seed)
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    config = TransformerConfig(
-        num_layers=2,
-        hidden_size=128,
-        num_attention_heads=4,
-        num_query_groups=2,
-        ffn_hidden_size=256,
-        params_dtype=torch_dtype,
-        bf16=dtype == "bfloat16",
-        init_method_std=0.08,
-        normalization="RMSNorm",
-        gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu,
-        add_bias_linear=False,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        use_cpu_initialization=device != "cuda",
-    )
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-        vocab_size=512,
-        max_sequence_length=256,
-        position_embedding_type="rope",
-        share_embeddings_and_output_weights=False,
-    )
-    model = model.to(device).eval()
-    g = torch.Generator().manual_seed(seed)
-    seqs = []
-    for i in range(8):
-        p = torch.randint(4, 512, (int(torch.randint(3, 60, (1,), generator=g)),), generator=g).tolist()
-        r = torch.randint(4, 512, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
-        seqs.append(Sequence(p, r, id=f"s{i}"))
-
-    def manual(s: Sequence):
-        ids = torch.tensor([list(s.prompt) + list(s.response)], device=device)
-        T = ids.shape[1]
-        mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)[None, None]
-        with torch.inference_mode():
-            logits = _logits(model(ids, torch.arange(T, device=device)[None], mask))
-        lp = torch.log_softmax(logits[0].float(), -1)
-        P = len(s.prompt)
-        return torch.stack([lp[P - 1 + j, t] for j, t in enumerate(s.response)]).cpu()
-
-    def stats(a, b):
-        a, b = torch.cat(a), torch.cat(b)
-        return {"tokens": int(a.numel()), "bitwise_equal": int((a.view(torch.int32) == b.view(torch.int32)).sum()), "max_abs_diff": float((a - b).abs().max())}
-
-    right = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8)
-    left = teacher_forced_logprobs(model, seqs, padding="left", batch_size=8)
-    alone = [_only(teacher_forced_logprobs(model, [s])) for s in seqs]
-    man = [manual(s) for s in seqs]
-    vp = teacher_forced_logprobs(model, seqs, padding="right", batch_size=8, method="vocab_parallel")
-    # a control: positions/mask deliberately wrong (left padding without the padding mask) must differ
-    packed, mask = build_inputs(seqs, padding="left", device=device)
-    causal_only = causal_padding_mask(torch.ones_like(packed.attention_mask))
-    with torch.inference_mode():
-        bad_logits = _logits(model(packed.input_ids, packed.position_ids, causal_only))
-    bad = unpack(logprobs_from_logits(response_logits(bad_logits, packed), packed.targets), packed)
-    return {
-        "dtype": dtype,
-        "megatron_core": provenance(model).get("megatron_core_version"),
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "sequences": len(seqs),
-        "right_padded_batch_vs_alone": stats(right, alone),
-        "left_vs_right_padding": stats(left, right),
-        "alone_vs_manual": stats(alone, man),
-        "right_padded_batch_vs_manual": stats(right, man),
-        "vocab_parallel_vs_log_softmax": stats(vp, right),
-        "control_left_padding_without_padding_mask_vs_manual": stats(bad, man),
-    }
-
-
-if __name__ == "__main__":  # python -m zmr.adapters.megatron [float32|bfloat16 ...]: the self-test, as JSON
-    import json
-
-    out = {d: selftest(d) for d in (sys.argv[1:] or ["float32", "bfloat16"])}
-    print(json.dumps(out, indent=1))
