@@ -29,12 +29,17 @@ Untrusted = Annotated[bool, typer.Option("--untrusted", help="Treat manifests as
 Dir = Annotated[Path | None, typer.Option("--dir", help="The checkout folder (default work/<model>/<component>).", show_default=False)]
 
 
+FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` prints their notices at the end
+
+
 def find_project(untrusted: bool = False) -> Project:
     """The zmr repository the command acts on (``Project.find``: also from inside a checkout)."""
     from zmr.manifest import Policy
     from zmr.project import Project
 
-    return Project.find(policy=Policy(untrusted=untrusted))
+    project = Project.find(policy=Policy(untrusted=untrusted))
+    FOUND.append(project)
+    return project
 
 
 def acts_on_all(models: list[str] | None, all_models: bool, *, writes: bool) -> bool:
