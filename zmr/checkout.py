@@ -254,6 +254,12 @@ def _standing_in(project: Project, component: Component) -> Path | None:
     return co.path
 
 
+def checkout_of(path: Path, component: Component) -> Checkout | None:
+    """The zmr checkout of *component* at *path*, a real folder; None for anything else (``zmr.legacy`` checks what an older zmr wrote)."""
+    co = _try_open(path)
+    return co if co is not None and (co.model, co.component) == (component.model, component.key) else None
+
+
 def _same_folder(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
