@@ -33,14 +33,31 @@ MIGRATED_MARKER = "legacy-migrated"
 MAX_LEGACY_POINTER = 1 << 16
 
 
-def migrate(project: Project, legacy: Path, state: Path) -> list[str]:
-    """Move what passes the checks from *legacy* (``.zmr/``) into *state*; the notices for the user (none when there is nothing to say)."""
-    if not os.path.lexists(legacy) or (state / MIGRATED_MARKER).exists():
+def migrate(project: Project) -> list[str]:
+    """Move what passes the checks from ``.zmr/`` into ``Project.state_dir``; the notices for the user (none when there is nothing to say).
+
+    Cheap when there is no ``.zmr``: one ``lstat``, no git.
+    """
+    from zmr.project import LEGACY_STATE_DIR
+
+    legacy = project.root / LEGACY_STATE_DIR
+    if not os.path.lexists(legacy):
         return []
-    state.mkdir(parents=True, exist_ok=True)
-    (state / MIGRATED_MARKER).write_bytes(b"")
+    try:
+        state = project.state_dir
+    except ZmrError:
+        return []  # no git repository: no command that needs state can run here anyway
+    if (state / MIGRATED_MARKER).exists():
+        return []
     shown = f"{legacy.name}/"
     head = f"{shown} in the work tree is not read: zmr keeps its working state in {state} now"
+    if project.policy.untrusted:
+        return [f"{head} (--untrusted: nothing migrated)"]
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        (state / MIGRATED_MARKER).write_bytes(b"")
+    except OSError:
+        return [f"{head} (the git directory is not writable: nothing migrated)"]
     if legacy.is_symlink() or not legacy.is_dir():
         return [f"{head} ({shown} is not a real folder: nothing migrated); delete it"]
     tracked = git.run(["ls-files", "-z", "--", legacy.name], cwd=project.root, check=False)

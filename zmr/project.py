@@ -17,7 +17,8 @@ there, as none can put one in git's own ``rebase-merge/``) and the default
 checkout folder ``work/<model>/<component>`` in the work tree
 (docs/reference.md §8.3, "What zmr trusts"). A ``.zmr/`` folder in the work
 tree, where zmr kept its state before, is never read: what it holds is
-migrated once when it passes the checks fresh state gets (`zmr.legacy`).
+migrated once when it passes the checks fresh state gets (``zmr.legacy``,
+run by the CLI when it finds the project).
 """
 
 from __future__ import annotations
@@ -101,14 +102,10 @@ class Project:
 
         The git directory of the work tree the project is in (``git rev-parse
         --git-dir``): a linked worktree has its own manifests, series and
-        ``work/``, so it has its own state too. Created on first use; a
-        ``.zmr/`` left in the work tree by an earlier zmr is migrated then.
+        ``work/``, so it has its own state too. Created on first use.
         """
         if self._state_dir is None:
             self._state_dir = _state_dir_of(self.root)
-            from zmr import legacy
-
-            self.notices.extend(legacy.migrate(self, self.root / LEGACY_STATE_DIR, self._state_dir))
         return self._state_dir
 
     def rebase_dir(self, component: Component) -> Path:

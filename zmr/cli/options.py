@@ -37,8 +37,11 @@ def find_project(untrusted: bool = False) -> Project:
     from zmr.manifest import Policy
     from zmr.project import Project
 
+    from zmr import legacy
+
     project = Project.find(policy=Policy(untrusted=untrusted))
     FOUND.append(project)
+    project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks
     return project
 
 
