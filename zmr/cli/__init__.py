@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         for project in options.FOUND:
             for notice in project.notices:
                 render.warn(notice)
+        options.FOUND.clear()
 
 
 def _main(argv: list[str] | None) -> int:
