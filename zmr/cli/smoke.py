@@ -50,7 +50,7 @@ def smoke(
     artifacts: Annotated[
         Path | None,
         typer.Option(
-            "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default zmr/smoke/<model>/ in the git directory, e.g. .git/zmr/smoke/).", show_default=False
+            "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .git/zmr/smoke/<model>/).", show_default=False
         ),
     ] = None,
     json_out: Json = False,
