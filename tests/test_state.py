@@ -238,3 +238,18 @@ def test_a_rebase_started_by_an_older_zmr_is_migrated_once_and_aborts(tmp_path, 
     assert "migrated: the rebase of toy/rollout" in aborted.stderr
     assert not co.exists() and not legacy.exists()
     assert ((project.root / "manifests/toy.yaml").read_bytes(), {p.name: p.read_bytes() for p in (project.root / "patches/toy/rollout").iterdir()}) == before
+
+
+def test_smoke_record_refuses_an_evidence_folder_that_is_a_link_before_running(tmp_path, upstream):
+    project, pin = _toy(tmp_path / "project", upstream)
+    text = (project.root / "manifests/toy.yaml").read_text()
+    project.write("manifests/toy.yaml", text + "    smoke:\n      - name: ok\n        run: touch \"$ZMR_ARTIFACTS/ran\"\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project.root / "cases/toy").mkdir(parents=True)
+    (project.root / "cases/toy/evidence").symlink_to(outside)
+    project.commit_all("evidence behind a link")
+    result = zmr("smoke", "toy", "--record", cwd=project.root)
+    assert result.returncode == 2 and "cases/toy/evidence: is a symbolic link" in result.stderr, result.stderr
+    assert list(outside.iterdir()) == []
+    assert not (state_dir(project.root) / "smoke/toy/ran").exists()  # refused before anything ran
