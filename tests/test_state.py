@@ -253,3 +253,13 @@ def test_smoke_record_refuses_an_evidence_folder_that_is_a_link_before_running(t
     assert result.returncode == 2 and "cases/toy/evidence: is a symbolic link" in result.stderr, result.stderr
     assert list(outside.iterdir()) == []
     assert not (state_dir(project.root) / "smoke/toy/ran").exists()  # refused before anything ran
+
+
+def test_a_state_folder_that_is_a_link_is_refused(tmp_path, upstream):
+    project, _ = _toy(tmp_path / "project", upstream)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state_dir(project.root).symlink_to(outside)
+    result = zmr("checkout", "toy", cwd=project.root)
+    assert result.returncode == 2 and f"{state_dir(project.root)}: is not a folder (a symbolic link?)" in result.stderr, result.stderr
+    assert list(outside.iterdir()) == []

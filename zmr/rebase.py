@@ -20,7 +20,7 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
 The fast path is ``zmr.replay``'s driver (``Replayer.replay``); this module
 adds only the policy: drop a patch upstream has, stop at the first conflict.
 
-State of a rebase under way lives in ``Project.rebase_dir`` (git-ignored):
+State of a rebase under way lives in ``Project.rebase_dir`` (in the git directory):
 ``state.json`` (a ``RebaseState``: pins, the old commits, what was dropped,
 what is left, the phase) and copies of everything the rebase may change
 (the manifest, every file of the series folder, and what
