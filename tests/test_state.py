@@ -100,6 +100,7 @@ def test_rebase_abort_never_deletes_or_resets_a_checkout_the_state_does_not_own(
         (legacy / item.name).write_bytes(item.read_bytes())
     aborted = zmr("rebase", "toy", "--abort", cwd=project.root)
     assert aborted.returncode == (2 if existed else 0), aborted.stderr
+    assert ("is not the one this rebase saved" in aborted.stderr) == existed
     assert _seen(victim) == before
     assert (victim / "unexported.txt").read_text() == "precious\n"
 

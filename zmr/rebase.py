@@ -955,7 +955,10 @@ def abort(project: Project, component: Component) -> None:
     if manifest.read_bytes() != original:
         atomic_write(manifest, original)
     if not checkout.restore(saved.checkout, folder):
-        raise RebaseError(f"{saved.checkout.path}: the checkout is gone; nothing to restore there", details=[f"delete {folder} to forget the rebase"])
+        raise RebaseError(
+            f"{saved.checkout.path}: the checkout is gone, or is not the one this rebase saved (its zmr.token differs); nothing restored there",
+            details=["the manifest and the series are back as they were", f"delete {folder} to forget the rebase"],
+        )
     shutil.rmtree(folder)
 
 
