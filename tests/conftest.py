@@ -149,6 +149,11 @@ class Project:
         return {name: oid for oid, name in (line.split(" ", 1) for line in text.splitlines())}
 
 
+def state_dir(root: Path) -> Path:
+    """Where zmr keeps its working state for the project at *root*: ``zmr/`` in its git directory."""
+    return Path(git("rev-parse", "--path-format=absolute", "--git-dir", cwd=root)) / "zmr"
+
+
 def make_project(path: Path) -> Project:
     path.mkdir(parents=True, exist_ok=True)
     git("init", "-q", "-b", "main", cwd=path)

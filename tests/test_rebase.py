@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_patch, make_project, simple_model, zmr
+from conftest import git, make_patch, make_project, simple_model, state_dir, zmr
 
 MANIFEST = """\
 # Toy model: zero-mismatch pins.
@@ -68,7 +68,7 @@ def test_rebase_in_memory_keeps_manifest_layout_and_untouched_patch_bytes(proj, 
     assert "- upstream commits in between: 3" in text
     assert "## Kept (2)" in text and "`0001-fixed-split.patch` Use a fixed split size in matmul (refreshed" in text
     assert "## Changed (0)" in text and "## Dropped: already upstream (0)" in text
-    assert not (proj.root / ".zmr/rebase").exists() or not any((proj.root / ".zmr/rebase").iterdir())
+    assert not (state_dir(proj.root) / "rebase").exists() or not any((state_dir(proj.root) / "rebase").iterdir())
     build = zmr("build", "toy", cwd=proj.root)
     assert build.returncode == 0, build.stderr
     built = git("show", "rollout/toy:src/model.py", cwd=proj.root)
@@ -189,7 +189,7 @@ def test_rebase_abort_restores_manifest_series_refs_and_checkout(proj, upstream)
     assert (tree_files(co), git("for-each-ref", cwd=co), git("symbolic-ref", "HEAD", cwd=co), (co / ".git/config").read_bytes()) == checkout_before
     assert git("status", "--porcelain", cwd=co) == ""
     assert not (co / ".git/CHERRY_PICK_HEAD").exists()
-    assert not (proj.root / ".zmr/rebase/toy-rollout").exists()
+    assert not (state_dir(proj.root) / "rebase/toy-rollout").exists()
     again = zmr("rebase", "toy", "--abort", cwd=proj.root)
     assert again.returncode == 2 and "no rebase in progress" in again.stderr
     # The checkout is usable as before: export changes nothing.
@@ -328,6 +328,7 @@ def test_rebase_state_reads_what_earlier_zmr_wrote_and_writes_the_same_format(tm
     assert (state.stopped.files, state.dropped[0].upstream, state.saved.checkout.head_symbolic, state.remaining) == (["src/model.py"], oid(5), True, [0])
     state.save(path)
     again = json.loads(path.read_text())
+    assert again["saved"]["checkout"].pop("token") == ""  # added since; an older zmr reads past it, and a state without one names no checkout zmr may touch
     assert {key: again[key] for key in legacy} == legacy
     assert RebaseState.load(path) == state
     for damage in ("{", json.dumps({**legacy, "version": 2}), json.dumps({k: v for k, v in legacy.items() if k != "old_chain"})):
@@ -339,7 +340,7 @@ def test_rebase_state_reads_what_earlier_zmr_wrote_and_writes_the_same_format(tm
 
 def test_a_damaged_rebase_state_is_an_error_that_names_the_file(proj, upstream):
     toy(proj, upstream)
-    state = proj.root / ".zmr/rebase/toy-rollout/state.json"
+    state = state_dir(proj.root) / "rebase/toy-rollout/state.json"
     state.parent.mkdir(parents=True)
     state.write_text("{")
     result = zmr("rebase", "toy", "--continue", cwd=proj.root)
@@ -366,7 +367,7 @@ def test_cherry_pick_abort_then_continue_keeps_the_patch_and_says_how_to_resume(
     assert "the cherry-pick of 0001-fixed-split.patch is no longer in progress and nothing was committed" in refused.stderr
     assert "zmr rebase toy -c rollout --skip" in refused.stderr and "--abort" in refused.stderr
     assert tree_files(folder) == series_before
-    assert (proj.root / ".zmr/rebase/toy-rollout/state.json").is_file()
+    assert (state_dir(proj.root) / "rebase/toy-rollout/state.json").is_file()
     # Redo it as the message says: the conflict is back; resolve, continue.
     old_commit = re.search(r"`git cherry-pick ([0-9a-f]{40})`", refused.stderr).group(1)
     git("cherry-pick", old_commit, cwd=co, check=False)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Project, git, make_patch, make_project, make_upstream, zmr
+from conftest import Project, git, make_patch, make_project, make_upstream, state_dir, zmr
 
 TRAINER_V1 = "import math\n\n\ndef train(batch):\n    return sum(batch)\n"
 TRAINER_PATCHED = "import math\n\n\ndef train(batch):\n    return math.fsum(batch)  # order-independent\n"
@@ -325,7 +325,7 @@ def test_local_statuses_and_exit_code(local_run):
 
 
 def test_local_logs_go_to_the_artifacts_folder(local_run):
-    folder = local_run.project.root / ".zmr" / "smoke" / "toy"
+    folder = state_dir(local_run.project.root) / "smoke" / "toy"
     assert local_run.data["artifacts"] == {"toy": str(folder)}
     for ident, test in local_run.by_id.items():
         assert test["log"] == str(folder / f"{ident}.log")
@@ -339,7 +339,7 @@ def test_local_logs_go_to_the_artifacts_folder(local_run):
 
 
 def test_local_timeout_kills_the_whole_process_group(local_run):
-    pid = int((local_run.project.root / ".zmr/smoke/toy/local-hang.pid").read_text())
+    pid = int((state_dir(local_run.project.root) / "smoke/toy/local-hang.pid").read_text())
     assert wait_gone(pid), f"background child {pid} of the timed-out test survived"
 
 
@@ -414,7 +414,7 @@ def test_record_writes_evidence_keyed_by_commit(template, tmp_path):
     result = zmr("smoke", "toy", "--only", "cwd", "--only", "fail", "--only", "mismatch", "--record", "-j", "3", "--artifacts", "out", cwd=project.root, env=env)
     assert result.returncode == 1, result.stderr
     assert (project.root / "out/toy/rollout.fail.log").is_file() and (project.root / "out/toy/mismatch.mismatch.json").is_file()
-    assert not (project.root / ".zmr").exists()
+    assert not (state_dir(project.root) / "smoke").exists()
     folder = project.root / "cases" / "toy" / "evidence"
     assert sorted(p.name for p in folder.iterdir()) == ["smoke-mismatch.json", "smoke-rollout.cwd.json", "smoke-rollout.fail.json"]
     tip = branch_tip(project, "rollout/toy")
@@ -469,12 +469,12 @@ def test_interrupt_kills_tests_and_removes_trees(template, tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "zmr", "smoke", "slow", "--only", "wait"], cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The test writes its pid once it runs (the readiness marker); on a loaded machine that can take long.
     # The limits below only keep a hang from blocking the suite: nothing is asserted about speed.
-    pid_file = project.root / ".zmr/smoke/slow/wait.pid"
+    pid_file = state_dir(project.root) / "smoke/slow/wait.pid"
     until = time.monotonic() + 240
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < until and proc.poll() is None:
         time.sleep(0.05)
     assert pid_file.exists() and pid_file.read_text().strip(), proc.communicate()
-    tree = Path((project.root / ".zmr/smoke/slow/wait.tree").read_text().strip())
+    tree = Path((state_dir(project.root) / "smoke/slow/wait.tree").read_text().strip())
     assert tree.is_dir() and len(leftover_worktrees(project.root)) == 1
     proc.send_signal(sig)
     try:
@@ -500,7 +500,7 @@ def test_term_ignoring_group_is_killed_and_leftovers_are_ended(template, tmp_pat
     assert tests["rollout.leaker"]["status"] == "passed"
     assert tests["rollout.leaker"]["message"] == "left processes running; they were ended"
     for name in ("stubborn", "leaker"):
-        assert wait_gone(int((project.root / f".zmr/smoke/slow/{name}.pid").read_text())), name
+        assert wait_gone(int((state_dir(project.root) / f"smoke/slow/{name}.pid").read_text())), name
 
 
 def test_selection_errors_are_usage_errors(template, tmp_path):
@@ -586,12 +586,12 @@ def test_ray_test_no_node_can_run_is_an_error_not_a_hang(ray_run):
 
 
 def test_ray_timeout_is_enforced_by_the_task(ray_run):
-    pid = int((ray_run.project.root / ".zmr/smoke/toy/ray-hang.pid").read_text())  # an artifact brought back
+    pid = int((state_dir(ray_run.project.root) / "smoke/toy/ray-hang.pid").read_text())  # an artifact brought back
     assert wait_gone(pid), f"background child {pid} of the timed-out Ray test survived"
 
 
 def test_ray_reports_match_the_local_ones(ray_run):
-    folder = ray_run.project.root / ".zmr" / "smoke"
+    folder = state_dir(ray_run.project.root) / "smoke"
     assert "boom" in (folder / "toy" / "rollout.fail.log").read_text()
     assert "rollout-tree" in (folder / "toy" / "two-trees.log").read_text()
     [report] = ray_run.by_id["mismatch"]["mismatch"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import git, simple_model, zmr
+from conftest import git, simple_model, state_dir, zmr
 
 CONTIGUOUS = "def matmul(a, b):\n    return (a @ b).contiguous()\n"
 
@@ -153,7 +153,7 @@ def test_apply_leaves_alone_a_component_with_unexported_work_or_a_rebase_in_prog
     git("reset", "-q", "--hard", "HEAD~1", cwd=co)
     stopped = zmr("rebase", "toy", "--onto", made[4], cwd=project.root)
     assert stopped.returncode == 1, stopped.stderr
-    state = project.root / ".zmr/rebase/toy-rollout/state.json"
+    state = state_dir(project.root) / "rebase/toy-rollout/state.json"
     before = state.read_bytes()
     _, data, _ = update_json(project, "--apply")
     assert data["applied"] is False and data["refused"].startswith("a rebase is in progress")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import git, make_patch, make_project, simple_model, zmr
+from conftest import git, make_patch, make_project, simple_model, state_dir, zmr
 
 QUILT = (
     "Description: Extend the guide, quilt style\n"
@@ -481,7 +481,7 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     # The state of an export killed after two writes: the new patch whole, a file it wrote for a commit since dropped, series still old.
     (series / "0003-add-notes.patch").write_bytes(after["0003-add-notes.patch"])
     (series / "0004-dropped-since.patch").write_bytes(b"From: x\n")
-    journal = project.root / ".zmr/pending-removals/toy-rollout.json"
+    journal = state_dir(project.root) / "pending-removals/toy-rollout.json"
     journal.parent.mkdir(parents=True, exist_ok=True)
     journal.write_text(json.dumps(["0001-fixed-split.patch", "0002-contiguous.patch", "0003-add-notes.patch", "0004-dropped-since.patch"]))
     (journal.parent / "toy-rollout.staging").mkdir()

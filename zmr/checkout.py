@@ -15,6 +15,10 @@ Where state is kept, inside the checkout's ``.git``:
 
 - config ``zmr.model``, ``zmr.component``, ``zmr.pin``, ``zmr.branch``,
   ``zmr.project``, ``zmr.upstream``: what the checkout is of;
+- config ``zmr.token``: a random marker written by the zmr that made (or
+  first saved) the checkout; state that names a checkout (the remembered
+  ``--dir``, a rebase's saved checkout) names its token too, and zmr changes
+  or deletes a folder named by state only when it carries that token;
 - ``refs/zmr/base``: the pinned upstream commit (``git log zmr/base..``
   shows exactly the series);
 - ``refs/zmr/exported``: the last tip known to equal the series (set by
@@ -26,15 +30,18 @@ Where state is kept, inside the checkout's ``.git``:
   is finished by the next ``zmr checkout`` instead of being taken for work
   (``Checkout.half_refreshed``).
 
-A checkout made with ``--dir`` is remembered in the zmr repository
-(``Project.checkout_pointer``). ``zmr rebase`` changes a checkout only
-through ``place``, ``mark_exported``, ``snapshot`` and ``restore``.
+A checkout made with ``--dir`` is remembered in the git directory
+(``Project.checkout_pointer``). Which checkout a command uses is
+``checkout_path`` (the checkout-selection rule, docs/reference.md §8.1).
+``zmr rebase`` changes a checkout only through ``place``,
+``mark_exported``, ``snapshot`` and ``restore``.
 State and commands: docs/reference.md §8.1, §7.6, §7.7.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import tempfile
@@ -46,7 +53,7 @@ from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
-from zmr.files import atomic_write, current_umask
+from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
@@ -57,6 +64,8 @@ BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
 BACKUP_PREFIX = "refs/zmr/backup/"
 REFRESH_MARKER = "zmr-refresh"
+TOKEN_KEY = "zmr.token"
+MAX_POINTER_BYTES = 1 << 16
 _IN_PROGRESS = {
     "MERGE_HEAD": "a merge",
     "CHERRY_PICK_HEAD": "a cherry-pick",
@@ -119,6 +128,16 @@ class Checkout:
         """An interrupted refresh left its marker: the tree may be half reset (the next ``zmr checkout`` finishes it)."""
         return (self.git_dir / REFRESH_MARKER).exists()
 
+    @property
+    def token(self) -> str:
+        return self.config.get(TOKEN_KEY, "")
+
+    def ensure_token(self) -> str:
+        """The checkout's marker (``zmr.token``), written first when it has none (made by an older zmr)."""
+        if not self.token:
+            self.set_config({TOKEN_KEY: new_token()})
+        return self.token
+
     def set_config(self, values: dict[str, str]) -> None:
         for key, value in values.items():
             if self.config.get(key) != value:
@@ -130,16 +149,129 @@ def branch_name(component: Component) -> str:
     return f"{component.model}/{component.key}"
 
 
+def new_token() -> str:
+    return os.urandom(16).hex()
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """The remembered ``--dir`` of a component's checkout (``Project.checkout_pointer``): its folder and its ``zmr.token``."""
+
+    path: Path
+    token: str
+
+
+def read_pointer(project: Project, component: Component) -> Pointer | None:
+    """The remembered ``--dir``; None when there is none or it is not one zmr wrote (an older zmr's one-line file, damage)."""
+    file = project.checkout_pointer(component)
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(read_repo_file(None, file, limit=MAX_POINTER_BYTES, what="checkout pointer"))
+    except (FileRefused, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not isinstance(data.get("token"), str) or not data["token"]:
+        return None
+    path = Path(data["path"])
+    return Pointer(path, data["token"]) if path.is_absolute() else None
+
+
+def write_pointer(project: Project, component: Component, co: Checkout) -> None:
+    atomic_write(project.checkout_pointer(component), json.dumps({"path": str(co.path), "token": co.ensure_token()}).encode() + b"\n")
+
+
+def forget_pointer(project: Project, component: Component) -> None:
+    project.checkout_pointer(component).unlink(missing_ok=True)
+
+
+def remembered_checkout(project: Project, component: Component) -> Checkout | None:
+    """The checkout made with ``--dir``, when it is still there, of *component*, and carries the token zmr recorded for it."""
+    pointer = read_pointer(project, component)
+    if pointer is None:
+        return None
+    co = _try_open(pointer.path)
+    if co is None or co.token != pointer.token or (co.model, co.component) != (component.model, component.key):
+        return None
+    return co
+
+
+def default_path(project: Project, component: Component) -> Path:
+    """``work/<model>/<component>``, refused when ``work``, ``work/<model>`` or the checkout itself is a symbolic link."""
+    return project.no_links(project.default_checkout(component).relative_to(project.root), "checkouts")
+
+
 def checkout_path(project: Project, component: Component, explicit: Path | None = None) -> Path:
-    """--dir, else the folder remembered from an earlier --dir, else work/<model>/<component>."""
+    """The checkout a command uses (the checkout-selection rule, docs/reference.md §8.1).
+
+    ``--dir``; else the checkout of *component* the current folder is in;
+    else the one known checkout: ``work/<model>/<component>`` or the
+    remembered ``--dir`` (refused when both exist); else
+    ``work/<model>/<component>``, where ``zmr checkout`` makes one. A
+    remembered ``--dir`` that is gone, or whose checkout lacks its token, is
+    never used (and the pointer is forgotten when it is gone).
+    """
     if explicit is not None:
         return Path(os.path.abspath(explicit))
-    pointer = project.checkout_pointer(component)
-    if pointer.is_file():
-        text = pointer.read_text().strip()
-        if text:
-            return Path(text)
-    return project.default_checkout(component)
+    default = default_path(project, component)
+    remembered = remembered_checkout(project, component)
+    here = _standing_in(project, component)
+    if here is not None:
+        if _same_folder(here, default) or (remembered is not None and _same_folder(here, remembered.path)):
+            return here
+        raise CheckoutError(
+            f"{here}: is a checkout of {component.label} that this repository does not know (neither {show_path(project, default)} nor its remembered --dir)",
+            details=[
+                f"use it by naming it: `--dir {here}`",
+                f"or run the command outside it (the known checkout is {remembered.path if remembered else show_path(project, default)})",
+            ],
+        )
+    at_default = _try_open(default) is not None
+    if remembered is not None and not _same_folder(remembered.path, default):
+        if at_default:
+            raise CheckoutError(
+                f"{component.label}: two checkouts: {show_path(project, default)} and {remembered.path} (made with --dir)",
+                details=["run the command inside the one you mean, or name it with --dir"],
+            )
+        return remembered.path
+    pointer = read_pointer(project, component)
+    if pointer is not None and not pointer.path.exists():
+        forget_pointer(project, component)
+        project.notices.append(f"{component.label}: the checkout made with --dir {pointer.path} is gone; forgot it (zmr uses {show_path(project, default)})")
+    return default
+
+
+def _standing_in(project: Project, component: Component) -> Path | None:
+    """The top of the checkout of *component* that the current folder is in; None outside one."""
+    proc = git.run(["rev-parse", "--path-format=absolute", "--show-toplevel"], cwd=os.getcwd(), check=False)
+    if proc.returncode != 0:
+        return None
+    top = Path(proc.stdout.decode("utf-8", "surrogateescape").strip())
+    if _same_folder(top, project.root):
+        return None
+    co = _try_open(top)
+    if co is None or (co.model, co.component) != (component.model, component.key):
+        return None
+    return co.path
+
+
+def checkout_of(path: Path, component: Component) -> Checkout | None:
+    """The zmr checkout of *component* at *path*, a real folder; None for anything else (``zmr.legacy`` checks what an older zmr wrote)."""
+    co = _try_open(path)
+    return co if co is not None and (co.model, co.component) == (component.model, component.key) else None
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _try_open(path: Path) -> Checkout | None:
+    """The zmr checkout at *path*, a real folder (no symbolic link); None for anything else."""
+    if path.is_symlink():
+        return None
+    try:
+        return open_checkout(path)
+    except CheckoutError:
+        return None
 
 
 def open_checkout(path: Path) -> Checkout | None:
@@ -412,11 +544,10 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
                 # The branch already is the series (maybe as the engineer's own commits): leave it.
                 head = co.head() or ""
                 mark_exported(co, head, "zmr checkout")
-                if path is not None:
-                    atomic_write(project.checkout_pointer(component), (str(target) + "\n").encode())
+                _remember(project, component, co)
                 count = len(co.repo.commits_between(component.commit, head))
                 return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = read_series(project.series_folder(component), component.patches, origin=component.patches_origin)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]}")
     mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
@@ -427,14 +558,28 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     branch = branch_name(component)
     config = config_values(project, component, branch)
     if co is None:
-        create_checkout(target, mirror, branch, component.commit, tip, config)
+        _keep_out_of_status(project, target)
+        create_checkout(target, mirror, branch, component.commit, tip, {**config, TOKEN_KEY: new_token()})
         action, backups = "created", []
     else:
         backups = _backup(co) if force else []
         action = refresh(co, mirror.path, branch, component.commit, tip, config, clean=force, extra_updates=backups)
-    if path is not None:
-        atomic_write(project.checkout_pointer(component), (str(target) + "\n").encode())
+    made = open_checkout(target)
+    assert made is not None
+    _remember(project, component, made)
     return CheckoutResult(component, target, branch, component.commit, tip, len(series.patches), action, [u.ref for u in backups])
+
+
+def _remember(project: Project, component: Component, co: Checkout) -> None:
+    """A checkout outside ``work/<model>/<component>`` becomes the remembered ``--dir``, with its token."""
+    if not _same_folder(co.path, project.default_checkout(component)):
+        write_pointer(project, component, co)
+
+
+def _keep_out_of_status(project: Project, target: Path) -> None:
+    """Before zmr makes ``work/``: ``/work/`` in the repository's ``info/exclude``, so no checkout shows in ``git status``."""
+    if target.parent.parent == project.root / "work":
+        project.exclude_checkouts()
 
 
 def config_values(project: Project, component: Component, branch: str) -> dict[str, str]:
@@ -583,21 +728,31 @@ def mark_exported(co: Checkout, tip: str, reason: str) -> None:
         co.repo.update_refs([git.RefUpdate(EXPORTED_REF, tip, old)], reason)
 
 
-def place(project: Project, component: Component, path: Path, source: Path, base: str, tip: str, extra_objects: Sequence[str] = ()) -> Checkout:
-    """The checkout at *path* made the branch of *component* at *tip*, pinned at *base*.
+def place(project: Project, component: Component, saved: SavedCheckout, source: Path, base: str, tip: str, extra_objects: Sequence[str] = ()) -> Checkout:
+    """The checkout *saved* names made the branch of *component* at *tip*, pinned at *base*.
 
-    Created when nothing is there, else refreshed (its tree reset to *tip*,
-    untracked files kept). *source* is the mirror holding the commits;
-    *extra_objects* are more commits to copy in (for a later cherry-pick).
+    Created (with the saved token) when nothing is there, else refreshed (its
+    tree reset to *tip*, untracked files kept) when it carries the saved
+    token; anything else there is refused. *source* is the mirror holding
+    the commits; *extra_objects* are more commits to copy in (for a later cherry-pick).
     """
     branch = branch_name(component)
     config = config_values(project, component, branch)
     config["zmr.pin"] = base
-    co = open_checkout(path)
+    path = saved.path
+    co = None if path.is_symlink() else open_checkout(path)
     if co is None:
-        create_checkout(path, source, branch, base, tip, config, extra=extra_objects)
+        if path.is_symlink():
+            raise CheckoutError(f"{path}: is a symbolic link; zmr makes a checkout only in a real folder", details=["remove the link, then run again"])
+        _keep_out_of_status(project, path)
+        create_checkout(path, source, branch, base, tip, {**config, TOKEN_KEY: saved.token}, extra=extra_objects)
         co = open_checkout(path)
         assert co is not None
+    elif not saved.token or co.token != saved.token:
+        raise CheckoutError(
+            f"{path}: is not the checkout this rebase saved (its zmr.token differs); zmr leaves it alone",
+            details=["undo the rebase with --abort (nothing is done there either)"],
+        )
     else:
         refresh(co, source, branch, base, tip, config, clean=False, extra_objects=extra_objects)
     return co
@@ -613,7 +768,9 @@ class SavedCheckout:
     Invariant: when *existed*, *refs* are all its refs under ``refs/``, *head*
     is its HEAD (a ref name when *head_symbolic*, else a commit id), and the
     folder given to ``snapshot`` holds a byte copy of its ``.git/config``.
-    When not, nothing was at *path*: all that is there later is to be removed.
+    When not, nothing was at *path*: a checkout the rebase makes there gets
+    *token*. Either way zmr touches the folder only while it carries *token*
+    (``zmr.token``); state without one (an older zmr's) names no checkout zmr may touch.
     """
 
     path: Path
@@ -621,42 +778,62 @@ class SavedCheckout:
     head: str = ""
     head_symbolic: bool = False
     refs: dict[str, str] = field(default_factory=dict)
+    token: str = ""
 
     def to_json(self) -> dict:
-        data: dict = {"path": str(self.path), "existed": self.existed}
+        data: dict = {"path": str(self.path), "existed": self.existed, "token": self.token}
         if self.existed:
             data.update(head=self.head, head_symbolic=self.head_symbolic, refs=dict(self.refs))
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> SavedCheckout:
-        return cls(Path(data["path"]), bool(data["existed"]), data.get("head", ""), bool(data.get("head_symbolic")), dict(data.get("refs", {})))
+        return cls(
+            Path(data["path"]),
+            bool(data["existed"]),
+            data.get("head", ""),
+            bool(data.get("head_symbolic")),
+            dict(data.get("refs", {})),
+            str(data.get("token") or ""),
+        )
+
+    def open(self) -> Checkout | None:
+        """The checkout at *path* when it carries *token*; None when it is gone or is not the one saved (zmr then leaves it alone)."""
+        co = _try_open(self.path)
+        return co if co is not None and self.token and co.token == self.token else None
 
 
 def snapshot(co: Checkout | None, path: Path, into: Path) -> SavedCheckout:
     """Save what ``restore`` needs to undo anything done to the checkout *co* at *path* (None: nothing there); files go into *into*."""
     if co is None:
-        return SavedCheckout(path, False)
+        return SavedCheckout(path, False, token=new_token())
+    token = co.ensure_token()  # before the copy: --abort puts back a config that still carries it
     shutil.copyfile(co.git_dir / "config", into / _CONFIG_COPY)
     symref = co.repo.run(["symbolic-ref", "--quiet", "HEAD"], check=False)
     head = symref.stdout.decode().strip() if symref.returncode == 0 else (co.head() or "")
-    return SavedCheckout(path, True, head, symref.returncode == 0, co.repo.refs("refs/"))
+    return SavedCheckout(path, True, head, symref.returncode == 0, co.repo.refs("refs/"), token)
 
 
 def restore(saved: SavedCheckout, folder: Path) -> bool:
     """Put the checkout back as *saved* (files from *folder*): config, refs, HEAD and tree; False when it is gone.
 
-    A checkout that did not exist is removed, half made or not. One that did
+    A checkout that did not exist is removed, half made or not, when it
+    carries the saved token; anything else there is left alone. One that did
     gets its operations in progress quit, its config and refs back (refs the
-    snapshot did not have deleted), HEAD back and its tree reset to HEAD.
+    snapshot did not have deleted), HEAD back and its tree reset to HEAD;
+    without the saved token it is left alone and this says it is gone.
     """
     path = saved.path
     if not saved.existed:
-        if path.exists():
+        made = saved.open()
+        if made is not None:
             shutil.rmtree(path)
-        _remove_half_made(path)
+        for stale in path.parent.glob(_tmp_prefix(path) + "*") if saved.token else ():
+            half = _try_open(stale)
+            if half is not None and half.token == saved.token:
+                shutil.rmtree(stale)
         return True
-    co = open_checkout(path) if path.exists() else None
+    co = saved.open()
     if co is None:
         return False
     for args in (["cherry-pick", "--quit"], ["rebase", "--quit"], ["am", "--quit"]):
@@ -718,7 +895,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
     commits = list_commits(co.repo, base, head, component.label)
     journal = project.pending_removals(component)
-    plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, journal)
+    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal)
     if not dry_run:
         if plan.needs_writing:
             write_plan(plan, journal)

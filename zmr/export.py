@@ -505,6 +505,8 @@ def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
     written with ``atomic_write`` and an interruption may leave stray files.
     """
     removals = sorted(set(plan.removed + plan.pending))
+    for name in [*(item.name for item in plan.writes), *removals]:
+        _refuse_links(plan.folder, name, plan.display)  # all checked before the first write
     staging = None
     if journal is not None:
         owned = sorted({p.name for p in plan.patches} | set(removals))
@@ -525,6 +527,19 @@ def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
     if journal is not None and staging is not None:
         shutil.rmtree(staging, ignore_errors=True)
         journal.unlink()
+
+
+def _refuse_links(folder: Path, name: str, display: str) -> None:
+    """A name of the series must not reach through a symbolic link inside *folder*: writing or removing it would act elsewhere."""
+    path = folder
+    for part in Path(name).parent.parts:
+        path = path / part
+        if path.is_symlink():
+            shown = f"{display}/{path.relative_to(folder).as_posix()}"
+            raise ZmrError(
+                f"{shown}: is a symbolic link; zmr writes and removes series files only in real folders",
+                details=[f"replace {shown} with a real folder, then run again"],
+            )
 
 
 def staging_dir(journal: Path) -> Path:

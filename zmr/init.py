@@ -9,8 +9,9 @@ that exists is changed, except that missing lines are appended to
 - ``zmr.yaml`` with the release identity (``--name``, ``--email``, ``--url``;
   the URL defaults to the GitHub page of ``origin``), which is what a fresh
   clone finds, as ``manifests/`` stays empty until the first model;
-- ``.gitignore`` lines for ``work/`` (checkouts) and ``.zmr/`` (rebase and
-  smoke state), so they never show in ``git status``;
+- ``.gitignore`` lines for ``work/`` (checkouts) and ``.zmr/`` (where an
+  older zmr kept its state; it now lives in the git directory), so they
+  never show in ``git status``;
 - ``README.md`` with the marker sections ``zmr docs`` fills (an existing
   README is left alone; zmr says which markers it lacks);
 - ``.github/workflows/zmr.yml``, the CI workflow.

@@ -10,27 +10,35 @@
 The release identity is an input of every release commit id: change it and
 every branch changes.
 
-``Project`` is the one place that knows where zmr keeps its own files in
-the repository: the git-ignored ``.zmr/`` folder (rebase state, checkout
-pointers, the export journal, smoke artifacts) and the default checkout
-folder ``work/<model>/<component>`` (docs/reference.md §8.3).
+``Project`` is the one place that knows where zmr keeps its own files:
+``zmr/`` in the repository's git directory (rebase state, checkout
+pointers, the export journal, smoke artifacts; no commit can put a file
+there, as none can put one in git's own ``rebase-merge/``) and the default
+checkout folder ``work/<model>/<component>`` in the work tree
+(docs/reference.md §8.3, "What zmr trusts"). A ``.zmr/`` folder in the work
+tree, where zmr kept its state before, is never read: what it holds is
+migrated once when it passes the checks fresh state gets (``zmr.legacy``,
+run by the CLI when it finds the project).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from zmr import git
 from zmr.errors import SettingsError, ZmrError
+from zmr.files import atomic_write
 from zmr.manifest import Component, Manifest, Policy, load_manifests
 from zmr.schema import At, Check, Field, Record, Text, read_file
 from zmr.yamlnodes import Problems
 
 SETTINGS_FILE = "zmr.yaml"
-STATE_DIR = ".zmr"
+STATE_DIR = "zmr"  # in the git directory
+LEGACY_STATE_DIR = ".zmr"  # in the work tree: where zmr kept its state before; never read
+CHECKOUTS_DIR = "work"
 DEFAULT_RELEASE_NAME = "zmr release"
 DEFAULT_RELEASE_EMAIL = "release@zmr.invalid"
 
@@ -49,6 +57,8 @@ class Project:
     root: Path
     settings: Settings
     policy: Policy = Policy()
+    notices: list[str] = field(default_factory=list, compare=False, repr=False)  # for the user, once (the CLI prints them)
+    _state_dir: Path | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def find(cls, start: str | os.PathLike[str] | None = None, policy: Policy = Policy()) -> "Project":
@@ -89,11 +99,18 @@ class Project:
 
     @property
     def state_dir(self) -> Path:
-        """``.zmr/``: zmr's own files (git-ignored; none of them is an input of a release)."""
-        return self.root / STATE_DIR
+        """``<git dir>/zmr/``: zmr's own files, out of reach of any commit (none of them is an input of a release).
+
+        The git directory of the work tree the project is in (``git rev-parse
+        --git-dir``): a linked worktree has its own manifests, series and
+        ``work/``, so it has its own state too. Created on first use.
+        """
+        if self._state_dir is None:
+            self._state_dir = _state_dir_of(self.root)
+        return self._state_dir
 
     def rebase_dir(self, component: Component) -> Path:
-        """``.zmr/rebase/<model>-<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
+        """``zmr/rebase/<model>-<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
         return self.state_dir / "rebase" / f"{component.model}-{component.key}"
 
     def rebase_state(self, component: Component) -> Path:
@@ -101,20 +118,53 @@ class Project:
         return self.rebase_dir(component) / "state.json"
 
     def checkout_pointer(self, component: Component) -> Path:
-        """``.zmr/checkouts/<model>/<component>``: the folder of a checkout made with ``--dir``, one line."""
+        """``zmr/checkouts/<model>/<component>``: the checkout made with ``--dir``: JSON ``{"path", "token"}`` (zmr.checkout)."""
         return self.state_dir / "checkouts" / component.model / component.key
 
     def pending_removals(self, component: Component) -> Path:
-        """``.zmr/pending-removals/<model>-<component>.json``: files an interrupted export still has to remove."""
+        """``zmr/pending-removals/<model>-<component>.json``: files an interrupted export still has to remove."""
         return self.state_dir / "pending-removals" / f"{component.model}-{component.key}.json"
 
     def smoke_artifacts(self, model: str) -> Path:
-        """``.zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
+        """``zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
         return self.state_dir / "smoke" / model
 
     def default_checkout(self, component: Component) -> Path:
         """``work/<model>/<component>``: where a checkout goes without ``--dir``."""
-        return self.root / "work" / component.model / component.key
+        return self.root / CHECKOUTS_DIR / component.model / component.key
+
+    def exclude_checkouts(self) -> None:
+        """``/work/`` in the repository's ``info/exclude`` unless git ignores ``work/`` already: checkouts stay out of ``git status``.
+
+        Idempotent; a ``.gitignore`` (tracked or not) is never touched.
+        """
+        if git.run(["check-ignore", "-q", "--", "work/"], cwd=self.root, check=False).returncode == 0:
+            return
+        proc = git.run(["rev-parse", "--path-format=absolute", "--git-path", "info/exclude"], cwd=self.root, check=False)
+        if proc.returncode != 0:
+            return
+        path = Path(proc.stdout.decode("utf-8", "surrogateescape").strip())
+        old = path.read_bytes() if path.is_file() else b""
+        if b"/work/" in old.split(b"\n"):
+            return
+        atomic_write(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + b"# zmr: checkouts (zmr checkout)\n/work/\n")
+
+    def series_folder(self, component: Component) -> Path:
+        """The folder of *component*'s series, refused when it or a folder above it in the repository is a symbolic link."""
+        return self.no_links(component.patches, "a series folder")
+
+    def no_links(self, rel: str | os.PathLike[str], what: str) -> Path:
+        """``root/rel``, once no part of *rel* is a symbolic link: zmr writes and deletes there, and a link would send that elsewhere."""
+        path = self.root
+        for part in Path(rel).parts:
+            path = path / part
+            if path.is_symlink():
+                shown = path.relative_to(self.root).as_posix()
+                raise ZmrError(
+                    f"{shown}: is a symbolic link; zmr does not follow links for {what} (it writes and deletes files there)",
+                    details=[f"replace {shown} with a real folder (move what it points to there), then run again"],
+                )
+        return path
 
     @property
     def repo(self) -> git.Repo:
@@ -143,6 +193,20 @@ class Project:
         if components and not result:
             raise ZmrError(f"no component named {', '.join(components)} in the selected models")
         return result
+
+
+def _state_dir_of(root: Path) -> Path:
+    """``zmr/`` in the git directory of the work tree at *root*; an error when there is no git repository or it is not a real folder."""
+    proc = git.run(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=root, check=False) if root.is_dir() else None
+    if proc is None or proc.returncode != 0:
+        raise ZmrError(
+            f"{root}: not a git repository; zmr keeps its working state (checkouts, rebases, the export journal, smoke logs) in the git directory",
+            details=[f"run `git init` in {root} first"],
+        )
+    state = Path(proc.stdout.decode("utf-8", "surrogateescape").strip()) / STATE_DIR
+    if state.is_symlink() or (state.exists() and not state.is_dir()):
+        raise ZmrError(f"{state}: is not a folder (a symbolic link?); zmr keeps its working state there", details=[f"remove {state}, then run again"])
+    return state
 
 
 def _checkout_owner(path: Path) -> Path | None:

@@ -20,7 +20,7 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
 The fast path is ``zmr.replay``'s driver (``Replayer.replay``); this module
 adds only the policy: drop a patch upstream has, stop at the first conflict.
 
-State of a rebase under way lives in ``Project.rebase_dir`` (git-ignored):
+State of a rebase under way lives in ``Project.rebase_dir`` (in the git directory):
 ``state.json`` (a ``RebaseState``: pins, the old commits, what was dropped,
 what is left, the phase) and copies of everything the rebase may change
 (the manifest, every file of the series folder, and what
@@ -376,6 +376,11 @@ class RebaseState:
         assert self.saved is not None
         return self.saved.checkout.path
 
+    def open_checkout(self) -> Checkout | None:
+        """The rebase's checkout, when it is there and carries the token saved for it (``SavedCheckout.open``)."""
+        assert self.saved is not None
+        return self.saved.checkout.open()
+
 
 def _load(project: Project, component: Component) -> RebaseState:
     path = project.rebase_state(component)
@@ -398,11 +403,11 @@ def _snapshot(project: Project, component: Component, state: RebaseState, co: Ch
     try:
         manifest = _manifest_path(project, component)
         shutil.copyfile(manifest, tmp / "manifest.orig")
-        folder = project.root / component.patches
+        folder = project.series_folder(component)
         files = []
         if folder.is_dir():
             for path in sorted(folder.rglob("*")):
-                if path.is_file():
+                if path.is_file() and not path.is_symlink():
                     rel = path.relative_to(folder).as_posix()
                     target = tmp / "series" / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -717,14 +722,15 @@ def _prepare(project: Project, component: Component, state: RebaseState, cache: 
     assert state.partial is not None
     mirror = cache.mirror_for(state.url)
     extra = [state.old_chain[-1]] if state.old_chain else []
-    co = checkout.place(project, component, state.checkout_path, mirror.path, state.new, state.partial, extra_objects=extra)
+    assert state.saved is not None
+    co = checkout.place(project, component, state.saved.checkout, mirror.path, state.new, state.partial, extra_objects=extra)
     state.prepared = True
     _save(project, component, state)
     return co
 
 
 def _run(project: Project, component: Component, state: RebaseState, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
-    co = checkout.open_checkout(state.checkout_path) if state.prepared else None
+    co = state.open_checkout() if state.prepared else None
     if co is None or co.half_refreshed:
         if progress:
             progress(f"{component.label}: preparing the checkout for conflict resolution")
@@ -816,7 +822,7 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
         return _finalize(project, component, state, cache, progress)
     stopped = state.stopped
     if stopped and state.prepared:
-        co = checkout.open_checkout(state.checkout_path)
+        co = state.open_checkout()
         if co is None:
             raise RebaseError(
                 f"{state.checkout_path}: the checkout of the rebase is gone",
@@ -887,7 +893,7 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
             f"{component.label}: the rebase is not stopped on a patch; nothing to skip",
             details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`"],
         )
-    co = checkout.open_checkout(state.checkout_path)
+    co = state.open_checkout()
     if co is None:
         raise RebaseError(
             f"{state.checkout_path}: the checkout of the rebase is gone",
@@ -907,6 +913,11 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
     return _run(project, component, state, cache, progress)
 
 
+def _under_link(folder: Path, path: Path) -> bool:
+    """Whether a folder between *folder* and *path* is a symbolic link (rglob does not follow them, but stay careful)."""
+    return any(parent.is_symlink() for parent in path.parents if folder in parent.parents)
+
+
 def _has_markers(path: Path) -> bool:
     try:
         data = path.read_bytes()
@@ -922,16 +933,17 @@ def abort(project: Project, component: Component) -> None:
     saved = state.saved
     assert saved is not None
     # The series folder: saved files back, files the rebase added removed.
-    series_folder = project.root / component.patches
+    series_folder = project.series_folder(component)
     saved_files = set(saved.series_files)
     if series_folder.is_dir():
         for path in sorted(series_folder.rglob("*"), reverse=True):
             rel = path.relative_to(series_folder).as_posix()
-            if path.is_file() and rel not in saved_files and (path.suffix in (".patch", ".diff") or path.name == "series"):
+            is_ours = path.is_file() and not path.is_symlink() and not _under_link(series_folder, path)
+            if is_ours and rel not in saved_files and (path.suffix in (".patch", ".diff") or path.name == "series"):
                 path.unlink()
     for rel in saved_files:
         data = (folder / "series" / rel).read_bytes()
-        target = series_folder / rel
+        target = project.no_links(f"{component.patches}/{rel}", "a series folder")
         if not target.is_file() or target.read_bytes() != data:
             atomic_write(target, data)
     journal = project.pending_removals(component)
@@ -943,7 +955,10 @@ def abort(project: Project, component: Component) -> None:
     if manifest.read_bytes() != original:
         atomic_write(manifest, original)
     if not checkout.restore(saved.checkout, folder):
-        raise RebaseError(f"{saved.checkout.path}: the checkout is gone; nothing to restore there", details=[f"delete {folder} to forget the rebase"])
+        raise RebaseError(
+            f"{saved.checkout.path}: the checkout is gone, or is not the one this rebase saved (its zmr.token differs); nothing restored there",
+            details=["the manifest and the series are back as they were", f"delete {folder} to forget the rebase"],
+        )
     shutil.rmtree(folder)
 
 
@@ -957,7 +972,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
         _save(project, component, state)
     old, new = state.old, state.new
     mirror = cache.mirror_for(state.url)
-    folder = project.root / component.patches
+    folder = project.series_folder(component)
     journal = project.pending_removals(component)
     if progress:
         progress(f"{component.label}: writing the series")
@@ -972,7 +987,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
         replayed = {commit: (name, moved) for commit, name, moved in state.replayed if moved is not None}
         plan = plan_export(repo, new, commits, folder, component.patches, journal, replayed)
     else:
-        co = checkout.open_checkout(state.checkout_path)
+        co = state.open_checkout()
         if co is None:
             raise RebaseError(
                 f"{state.checkout_path}: the checkout of the rebase is gone",
@@ -999,10 +1014,11 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     set_pin(project, fresh, old, new)
     outcome = _outcome(component, state, repo, tip, plan)
     outcome.report = state.report
-    co = checkout.open_checkout(state.checkout_path)
+    co = state.open_checkout()
     if co is not None:
         if state.path == "fast":
-            checkout.place(project, component, co.path, mirror.path, new, tip)
+            assert state.saved is not None
+            checkout.place(project, component, state.saved.checkout, mirror.path, new, tip)
         else:
             co.set_config({"zmr.pin": new})
             checkout.mark_exported(co, tip, "zmr rebase")

@@ -671,6 +671,9 @@ def run(project: Project, options: Options, executor: Executor, *, events: Event
     clock = time.monotonic()
     if not jobs:
         return Report([], executor.name, iso(started), 0.0)
+    if options.record:
+        for model in sorted({job.model for job in jobs}):
+            _evidence_folder(project, model)  # refused before anything runs, not after
     jobs, built = prepare(project, manifests, jobs, build=options.build, progress=progress)
     folders = {}
     for job in jobs:
@@ -713,12 +716,17 @@ def record(project: Project, results: Sequence[Result]) -> list[Path]:
     """Write ``cases/<model>/evidence/smoke-<id>.json`` per result (temp file, then rename)."""
     written = []
     for result in results:
-        folder = project.root / "cases" / result.job.model / "evidence"
+        folder = _evidence_folder(project, result.job.model)
         folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{EVIDENCE_PREFIX}{result.job.id}.json"
+        target = project.no_links(folder.relative_to(project.root) / f"{EVIDENCE_PREFIX}{result.job.id}.json", "smoke evidence")
         atomic_write(target, (json.dumps(result.record(), indent=2, allow_nan=False) + "\n").encode("utf-8"))
         written.append(target)
     return written
+
+
+def _evidence_folder(project: Project, model: str) -> Path:
+    """``cases/<model>/evidence``, refused when it (or a folder above it) is a symbolic link: records are written there."""
+    return project.no_links(f"cases/{model}/evidence", "smoke evidence")
 
 
 def log_tail(path: Path | None, limit: int = JUNIT_LOG_BYTES, lines: int | None = None) -> str:

@@ -360,7 +360,10 @@ def why_not_touch(project: Project, component: Component) -> str | None:
     """Why ``--apply`` must leave *component* alone: a rebase in progress, work in its checkout not in the series."""
     if checkout.rebase_in_progress(project, component):
         return "a rebase is in progress (zmr rebase --continue or --abort first)"
-    co = checkout.open_checkout(checkout.checkout_path(project, component))
+    try:
+        co = checkout.open_checkout(checkout.checkout_path(project, component))
+    except ZmrError as err:  # two checkouts, a symbolic link at work/...: which one to keep in step is not clear
+        return err.message
     if co is None:
         return None
     problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]

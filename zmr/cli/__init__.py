@@ -41,7 +41,7 @@ import click
 import typer
 import typer.core
 
-from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, publish, rebase, render, smoke, update
+from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -127,6 +127,16 @@ for _name, _command in (
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: maps zmr errors to exit codes."""
+    try:
+        return _main(argv)
+    finally:
+        for project in options.FOUND:
+            for notice in project.notices:
+                render.warn(notice)
+        options.FOUND.clear()
+
+
+def _main(argv: list[str] | None) -> int:
     from zmr.errors import ZmrError
 
     try:

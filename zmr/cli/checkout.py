@@ -99,6 +99,7 @@ def export(
                         "model": r.component.model,
                         "component": r.component.key,
                         "series": r.component.patches,
+                        "checkout": str(r.path),
                         "changed": r.plan.changed,
                         "patches": [
                             {"name": p.name, "status": p.status, "written": p.data is not None, "old_name": p.old_name, "subject": p.subject}
@@ -114,9 +115,10 @@ def export(
         return
     for r in results:
         verb = "would change" if dry_run else "exported"
+        source = f"from {checkouts.show_path(project, r.path)}"  # which checkout was read: the selection rule's answer
         if not r.plan.changed:
-            print(f"unchanged {r.component.patches}: {len(r.plan.patches)} patches")
+            print(f"unchanged {r.component.patches}: {len(r.plan.patches)} patches, {source}")
             continue
-        print(f"{verb} {r.component.patches}: {len(r.plan.patches)} patches")
+        print(f"{verb} {r.component.patches}: {len(r.plan.patches)} patches, {source}")
         for line in r.plan.summary():
             print(f"  {line}")

@@ -29,12 +29,20 @@ Untrusted = Annotated[bool, typer.Option("--untrusted", help="Treat manifests as
 Dir = Annotated[Path | None, typer.Option("--dir", help="The checkout folder (default work/<model>/<component>).", show_default=False)]
 
 
+FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` prints their notices at the end
+
+
 def find_project(untrusted: bool = False) -> Project:
     """The zmr repository the command acts on (``Project.find``: also from inside a checkout)."""
     from zmr.manifest import Policy
     from zmr.project import Project
 
-    return Project.find(policy=Policy(untrusted=untrusted))
+    from zmr import legacy
+
+    project = Project.find(policy=Policy(untrusted=untrusted))
+    FOUND.append(project)
+    project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks
+    return project
 
 
 def acts_on_all(models: list[str] | None, all_models: bool, *, writes: bool) -> bool:

@@ -49,9 +49,7 @@ def smoke(
     no_build: Annotated[bool, typer.Option("--no-build", help="Refuse (exit 2) instead of building release branches that are missing or stale.")] = False,
     artifacts: Annotated[
         Path | None,
-        typer.Option(
-            "--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .zmr/smoke/<model>/ in the repository).", show_default=False
-        ),
+        typer.Option("--artifacts", metavar="DIR", help="Logs and test outputs go to DIR/<model>/ (default .git/zmr/smoke/<model>/).", show_default=False),
     ] = None,
     json_out: Json = False,
     junit: Annotated[

@@ -1,0 +1,266 @@
+"""Where zmr keeps its working state, and which paths it trusts (docs/reference.md §8, "What zmr trusts").
+
+Every test here is a hostile or confusing state on real repositories: a
+committed ``.zmr/``, state naming a folder zmr did not make, symbolic links
+where zmr writes, a remembered ``--dir`` next to ``work/``, an adopted
+repository's ``git status``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import git, make_project, simple_model, state_dir, zmr
+
+
+def _toy(path: Path, upstream) -> tuple[object, str]:
+    project = make_project(path)
+    project.write(".gitignore", "/work/\n")
+    pin = simple_model(project, upstream)
+    return project, pin
+
+
+def _victim_checkout(tmp_path: Path, upstream) -> tuple[Path, dict]:
+    """Another project's checkout with a commit not exported yet: what no command of this project may touch."""
+    other, _ = _toy(tmp_path / "other", upstream)
+    assert zmr("checkout", "toy", cwd=other.root).returncode == 0
+    co = other.root / "work/toy/rollout"
+    (co / "unexported.txt").write_text("precious\n")
+    git("add", "unexported.txt", cwd=co)
+    git("commit", "-q", "-m", "Precious unexported work", cwd=co)
+    return co, _seen(co)
+
+
+def _seen(co: Path) -> dict:
+    return {
+        "config": (co / ".git/config").read_bytes(),
+        "refs": git("for-each-ref", "--format=%(objectname) %(refname)", cwd=co),
+        "head": git("rev-parse", "HEAD", cwd=co),
+        "files": sorted(p.name for p in co.iterdir()),
+    }
+
+
+def _rebase_state(path: Path, checkout: dict) -> dict:
+    oid = "1" * 40
+    return {
+        "version": 1, "model": "toy", "component": "rollout", "old": oid, "new": oid, "rev": "main", "url": "/nowhere",
+        "old_chain": [], "names": [], "subjects": [], "upstream_count": 0, "phase": "picking", "path": "checkout",
+        "saved": {"series_files": [], "journal_existed": False, "checkout": {"path": str(path), **checkout}},
+    }  # fmt: skip
+
+
+def test_a_committed_zmr_folder_is_never_read_and_says_so_once(tmp_path, upstream):
+    """A pull request commits .zmr/ (git add -f): a rebase state that deletes a folder, a pointer outside, an export journal."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    project.write(".zmr/rebase/toy-rollout/state.json", json.dumps(_rebase_state(victim, {"existed": False})))
+    project.write(".zmr/checkouts/toy/rollout", f"{outside}\n")
+    project.write(".zmr/pending-removals/toy-rollout.json", json.dumps(["0002-contiguous.patch"]))
+    git("add", "-f", ".zmr", cwd=project.root)
+    project.commit_all("hostile state")
+
+    aborted = zmr("rebase", "toy", "--abort", cwd=project.root)
+    assert aborted.returncode == 2 and "no rebase in progress" in aborted.stderr
+    assert (victim / "keep.txt").read_text() == "mine\n"
+    assert aborted.stderr.count(".zmr/ in the work tree is not read") == 1
+    made = zmr("checkout", "toy", cwd=project.root)
+    assert made.returncode == 0, made.stderr
+    assert str(project.root / "work/toy/rollout") in made.stdout
+    assert list(outside.iterdir()) == []
+    assert ".zmr/" not in made.stderr  # one warning, not one per command
+    exported = zmr("export", "toy", cwd=project.root)
+    assert exported.returncode == 0 and exported.stdout.startswith("unchanged patches/toy/rollout: 2 patches"), exported.stdout
+    assert (project.root / "patches/toy/rollout/0002-contiguous.patch").is_file()
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_rebase_abort_never_deletes_or_resets_a_checkout_the_state_does_not_own(tmp_path, upstream, existed):
+    """Even state in the git directory names a checkout only with its zmr.token: another project's checkout is left alone."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    victim, before = _victim_checkout(tmp_path, upstream)
+    state = state_dir(project.root) / "rebase/toy-rollout/state.json"
+    state.parent.mkdir(parents=True)
+    saved = {"existed": existed, "token": "f" * 32}
+    if existed:
+        saved.update(head="refs/heads/toy/rollout", head_symbolic=True, refs={})
+        (state.parent / "checkout-config").write_bytes(b"[core]\n\tfsmonitor = touch /tmp/pwned\n")
+    state.write_text(json.dumps(_rebase_state(victim, saved)))
+    (state.parent / "manifest.orig").write_bytes((project.root / "manifests/toy.yaml").read_bytes())
+    # The same state where an older zmr kept it, not committed: not migrated, its checkout is not work/toy/rollout.
+    legacy = project.root / ".zmr/rebase/toy-rollout"
+    legacy.mkdir(parents=True)
+    for item in state.parent.iterdir():
+        (legacy / item.name).write_bytes(item.read_bytes())
+    aborted = zmr("rebase", "toy", "--abort", cwd=project.root)
+    assert aborted.returncode == (2 if existed else 0), aborted.stderr
+    assert ("is not the one this rebase saved" in aborted.stderr) == existed
+    assert _seen(victim) == before
+    assert (victim / "unexported.txt").read_text() == "precious\n"
+
+
+def test_a_remembered_dir_whose_checkout_lacks_its_token_is_not_used(tmp_path, upstream):
+    project, _ = _toy(tmp_path / "project", upstream)
+    victim, before = _victim_checkout(tmp_path, upstream)
+    pointer = state_dir(project.root) / "checkouts/toy/rollout"
+    pointer.parent.mkdir(parents=True)
+    pointer.write_text(json.dumps({"path": str(victim), "token": "0" * 32}))
+    project.write(".zmr/checkouts/toy/rollout", f"{victim}\n")  # an older zmr's pointer, not committed: its zmr.project is another repository
+    made = zmr("checkout", "toy", "--force", cwd=project.root)
+    assert made.returncode == 0, made.stderr
+    assert f"created   {project.root / 'work/toy/rollout'}" in made.stdout
+    assert _seen(victim) == before
+
+
+def test_symbolic_links_where_zmr_writes_are_refused(tmp_path, upstream):
+    project, _ = _toy(tmp_path / "project", upstream)
+    victim, before = _victim_checkout(tmp_path, upstream)
+    # work/toy/rollout is another project's checkout: --force would discard its work.
+    (project.root / "work/toy").mkdir(parents=True)
+    (project.root / "work/toy/rollout").symlink_to(victim)
+    forced = zmr("checkout", "toy", "--force", cwd=project.root)
+    assert forced.returncode == 2 and "work/toy/rollout: is a symbolic link" in forced.stderr
+    assert _seen(victim) == before
+    # work/ itself.
+    os.unlink(project.root / "work/toy/rollout")
+    (project.root / "work/toy").rmdir()
+    (project.root / "work").rmdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project.root / "work").symlink_to(outside)
+    linked = zmr("checkout", "toy", cwd=project.root)
+    assert linked.returncode == 2 and "work: is a symbolic link" in linked.stderr and "replace work with a real folder" in linked.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_export_never_writes_or_removes_through_a_link_in_the_series(tmp_path, upstream):
+    """A committed journal naming sub/x.patch and sub -> outside: export must not delete the outside file."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.patch").write_text("not zmr's\n")
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    (project.root / "patches/toy/rollout/sub").symlink_to(outside)
+    project.write(".zmr/pending-removals/toy-rollout.json", json.dumps(["sub/victim.patch"]))
+    git("add", "-f", ".zmr", cwd=project.root)
+    project.commit_all("hostile journal and link")
+    co = project.root / "work/toy/rollout"
+    assert zmr("export", "toy", cwd=co).returncode == 0
+    assert (outside / "victim.patch").read_text() == "not zmr's\n"
+    # The same journal where zmr keeps it (an interrupted export's): refused, nothing removed.
+    journal = state_dir(project.root) / "pending-removals/toy-rollout.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text(json.dumps(["sub/victim.patch"]))
+    refused = zmr("export", "toy", cwd=co)
+    assert refused.returncode == 2 and "patches/toy/rollout/sub: is a symbolic link" in refused.stderr
+    assert (outside / "victim.patch").read_text() == "not zmr's\n"
+
+
+def test_a_series_folder_that_is_a_link_is_refused(tmp_path, upstream):
+    project, _ = _toy(tmp_path / "project", upstream)
+    os.rename(project.root / "patches/toy", project.root / "vendored")
+    (project.root / "patches/toy").symlink_to("../vendored")
+    project.commit_all("series behind a link")
+    result = zmr("checkout", "toy", cwd=project.root)
+    assert result.returncode == 2 and "patches/toy: is a symbolic link" in result.stderr
+
+
+def test_the_checkout_a_command_stands_in_wins_over_a_remembered_dir(tmp_path, upstream):
+    """issue #25 item 2: after `checkout --dir /elsewhere`, export inside work/toy/rollout exports work/toy/rollout."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    made = zmr("checkout", "toy", "--dir", str(elsewhere), cwd=project.root)
+    assert made.returncode == 0 and str(elsewhere) in made.stdout
+    co = project.root / "work/toy/rollout"
+    (co / "NOTES.md").write_text("a note\n")
+    git("add", "NOTES.md", cwd=co)
+    git("commit", "-q", "-m", "Add a note", cwd=co)
+    exported = zmr("export", "toy", "-c", "rollout", cwd=co)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.startswith("exported patches/toy/rollout: 3 patches, from work/toy/rollout"), exported.stdout
+    assert (project.root / "patches/toy/rollout/0003-add-a-note.patch").is_file()
+    # Standing in neither: two checkouts are refused, both named.
+    both = zmr("export", "toy", cwd=project.root)
+    assert both.returncode == 2 and "two checkouts" in both.stderr and str(elsewhere) in both.stderr and "work/toy/rollout" in both.stderr
+    # Inside the remembered one: that one, named.
+    there = zmr("export", "toy", cwd=elsewhere)
+    assert there.returncode == 0 and f"from {elsewhere}" in there.stdout, there.stdout + there.stderr
+    # The remembered folder is deleted: never made again behind the engineer's back.
+    import shutil
+
+    shutil.rmtree(elsewhere)
+    shutil.rmtree(co)
+    again = zmr("checkout", "toy", cwd=project.root)
+    assert again.returncode == 0, again.stderr
+    assert str(co) in again.stdout and not elsewhere.exists()
+    assert f"--dir {elsewhere} is gone" in again.stderr
+
+
+def test_checkouts_stay_out_of_git_status_in_an_adopted_repository(tmp_path, upstream):
+    """issue #25 item 9: a repository not made by zmr init (no .gitignore line for work/)."""
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "*.pyc\n")
+    simple_model(project, upstream)
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    assert git("status", "--porcelain", cwd=project.root) == ""
+    assert (project.root / ".gitignore").read_text() == "*.pyc\n"
+    exclude = Path(git("rev-parse", "--path-format=absolute", "--git-path", "info/exclude", cwd=project.root))
+    assert zmr("checkout", "toy", "--force", cwd=project.root).returncode == 0
+    assert exclude.read_text().splitlines().count("/work/") == 1
+
+
+def test_a_rebase_started_by_an_older_zmr_is_migrated_once_and_aborts(tmp_path, upstream):
+    """State an older zmr wrote in .zmr/ (not committed, checkout work/toy/rollout) moves into the git directory."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    model_py = upstream.file_at(upstream.commits[1], "src/model.py") + "\n"
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")
+    before = (project.root / "manifests/toy.yaml").read_bytes(), {p.name: p.read_bytes() for p in (project.root / "patches/toy/rollout").iterdir()}
+    assert zmr("rebase", "toy", "--onto", "main", cwd=project.root).returncode == 1
+    co = project.root / "work/toy/rollout"
+    # Make it look like an older zmr's: in .zmr/, no tokens anywhere.
+    ours = state_dir(project.root)
+    legacy = project.root / ".zmr/rebase/toy-rollout"
+    legacy.parent.mkdir(parents=True)
+    os.rename(ours / "rebase/toy-rollout", legacy)
+    (ours / "legacy-migrated").unlink(missing_ok=True)
+    data = json.loads((legacy / "state.json").read_text())
+    del data["saved"]["checkout"]["token"]
+    (legacy / "state.json").write_text(json.dumps(data))
+    git("config", "--unset", "zmr.token", cwd=co)
+    aborted = zmr("rebase", "toy", "--abort", cwd=project.root)
+    assert aborted.returncode == 0, aborted.stderr
+    assert "migrated: the rebase of toy/rollout" in aborted.stderr
+    assert not co.exists() and not legacy.exists()
+    assert ((project.root / "manifests/toy.yaml").read_bytes(), {p.name: p.read_bytes() for p in (project.root / "patches/toy/rollout").iterdir()}) == before
+
+
+def test_smoke_record_refuses_an_evidence_folder_that_is_a_link_before_running(tmp_path, upstream):
+    project, pin = _toy(tmp_path / "project", upstream)
+    text = (project.root / "manifests/toy.yaml").read_text()
+    project.write("manifests/toy.yaml", text + "    smoke:\n      - name: ok\n        run: touch \"$ZMR_ARTIFACTS/ran\"\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project.root / "cases/toy").mkdir(parents=True)
+    (project.root / "cases/toy/evidence").symlink_to(outside)
+    project.commit_all("evidence behind a link")
+    result = zmr("smoke", "toy", "--record", cwd=project.root)
+    assert result.returncode == 2 and "cases/toy/evidence: is a symbolic link" in result.stderr, result.stderr
+    assert list(outside.iterdir()) == []
+    assert not (state_dir(project.root) / "smoke/toy/ran").exists()  # refused before anything ran
+
+
+def test_a_state_folder_that_is_a_link_is_refused(tmp_path, upstream):
+    project, _ = _toy(tmp_path / "project", upstream)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state_dir(project.root).symlink_to(outside)
+    result = zmr("checkout", "toy", cwd=project.root)
+    assert result.returncode == 2 and f"{state_dir(project.root)}: is not a folder (a symbolic link?)" in result.stderr, result.stderr
+    assert list(outside.iterdir()) == []
