@@ -38,6 +38,7 @@ from functools import cache as memoize
 from zmr import checkout, git
 from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
+from zmr.lock import hold
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree_args
 from zmr.project import Project
@@ -371,9 +372,14 @@ def why_not_touch(project: Project, component: Component) -> str | None:
 
 def apply(project: Project, found: Update, cache: Cache | None = None, progress: Progress | None = None) -> None:
     """Move the pin to *found*'s target as ``zmr rebase --onto TARGET`` does (series written, manifest edited in place)."""
-    component = found.component
     if not found.can_move:
         return
+    with hold(project, [found.component]):
+        _apply(project, found, cache, progress)
+
+
+def _apply(project: Project, found: Update, cache: Cache | None, progress: Progress | None) -> None:
+    component = found.component
     found.refused = why_not_touch(project, component)
     if found.refused:
         return
