@@ -16,8 +16,8 @@ working on m/c since ...". Locks are re-entrant within one process
 takes it too).
 
 `pause_point` is a test hook: with ``ZMR_TEST_PAUSE=NAME=FILE`` in the
-environment, a process reaching the point NAME creates FILE (holding its
-pid) and waits until FILE is removed, so that a test can signal or race it
+environment, a process reaching the point NAME (the first time) creates FILE
+(holding its pid) and waits until FILE is removed, so that a test can signal or race it
 at a known moment instead of sleeping and hoping.
 """
 
@@ -50,6 +50,7 @@ _MAX_HOLDER_BYTES = 4096
 
 # Re-entrancy: the locks this process holds, by path, with how many `hold`s hold each.
 _held: dict[Path, tuple[int, int]] = {}
+_paused: set[str] = set()
 
 
 class LockBusy(ZmrError):
@@ -91,9 +92,9 @@ def hold(project: Project, components: Iterable[Lockable], command: str | None =
 
 
 @contextlib.contextmanager
-def hold_file(path: Path, label: str, command: str | None = None) -> Iterator[None]:
-    """Hold the lock file *path* (what it guards named *label* in the message) for the duration of the block."""
-    with _hold_one(path, label, command or command_line()):
+def hold_file(path: Path, label: str, command: str | None = None, wait: float | None = None) -> Iterator[None]:
+    """Hold the lock file *path* (what it guards named *label* in the message) for the block; *wait* seconds at most (default `timeout`)."""
+    with _hold_one(path, label, command or command_line(), wait):
         yield
 
 
@@ -114,7 +115,7 @@ def locked(function: Callable[Concatenate[Project, C, P], T]) -> Callable[Concat
 
 
 @contextlib.contextmanager
-def _hold_one(path: Path, label: str, command: str) -> Iterator[None]:
+def _hold_one(path: Path, label: str, command: str, wait: float | None = None) -> Iterator[None]:
     path = Path(os.path.abspath(path))
     if path in _held:
         fd, count = _held[path]
@@ -127,7 +128,7 @@ def _hold_one(path: Path, label: str, command: str) -> Iterator[None]:
         return
     fd = _open(path, label)
     try:
-        _acquire(fd, label)
+        _acquire(fd, label, timeout() if wait is None else wait)
         _record(fd, command)
         _held[path] = (fd, 1)
         pause_point("locked")
@@ -135,6 +136,8 @@ def _hold_one(path: Path, label: str, command: str) -> Iterator[None]:
             yield
         finally:
             del _held[path]
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale holder for the next message
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would let a third process lock a new file)
 
@@ -154,8 +157,8 @@ def _open(path: Path, label: str) -> int:
     return fd
 
 
-def _acquire(fd: int, label: str) -> None:
-    deadline = time.monotonic() + timeout()
+def _acquire(fd: int, label: str, wait: float) -> None:
+    deadline = time.monotonic() + wait
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -203,8 +206,9 @@ def pause_point(name: str) -> None:
     if not spec or "=" not in spec:
         return
     point, marker = spec.split("=", 1)
-    if point != name:
+    if point != name or name in _paused:
         return
+    _paused.add(name)  # once per process: the test chose one moment
     Path(marker).write_text(f"{os.getpid()}\n")
     while os.path.exists(marker):
         time.sleep(_POLL)

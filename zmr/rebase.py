@@ -385,6 +385,14 @@ def _load(project: Project, component: Component) -> RebaseState:
     return RebaseState.load(path)
 
 
+def finishing_onto(project: Project, component: Component) -> str | None:
+    """The new pin of a rebase of *component* stopped while writing its result (phase ``finalize``: nothing left to the engineer); else None."""
+    if not project.rebase_state(component).is_file():
+        return None
+    state = _load(project, component)
+    return state.new if state.phase == "finalize" else None
+
+
 def _save(project: Project, component: Component, state: RebaseState) -> None:
     state.save(project.rebase_state(component))
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from zmr.errors import ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, read_repo_file
-from zmr.lock import hold_file, pause_point
+from zmr.lock import LockBusy, hold_file, pause_point
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
@@ -115,7 +115,7 @@ class Transaction:
             _roll_back(self.root, record)
             self.journal.unlink(missing_ok=True)
             raise
-        with _signals_deferred():
+        with signals_deferred():
             record["phase"] = COMMIT
             atomic_write(self.journal, json.dumps(record).encode())
             _roll_forward(self.root, record)
@@ -140,6 +140,27 @@ def finish_interrupted(project: Project, name: str) -> str | None:
         return recover(project.root, journal)
 
 
+def finish_all(project: Project) -> list[str]:
+    """Every interrupted transaction of *project* finished or undone (one whose lock a running zmr holds is left to it): what was done, as lines."""
+    folder = project.journal_path("x").parent
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    done = []
+    for journal in sorted(folder.rglob("*.json")):
+        name = journal.relative_to(folder).with_suffix("").as_posix()
+        try:
+            with hold_file(journal.with_suffix(".lock"), name, wait=0):
+                what = recover(project.root, journal)
+        except LockBusy:
+            continue  # a running zmr is writing it
+        except ZmrError as err:
+            done.append(f"{err.message}; left alone")
+            continue
+        if what:
+            done.append(f"an interrupted zmr left a half-written change ({name}): {what} now")
+    return done
+
+
 def recover(root: Path, journal: Path) -> str | None:
     """Finish (phase ``commit``) or undo (phase ``staging``) what an interrupted transaction left; which it did, None without a journal."""
     if not os.path.lexists(journal):
@@ -154,7 +175,7 @@ def recover(root: Path, journal: Path) -> str | None:
         raise JournalRefused(
             f"{display}: not a journal zmr wrote ({err})", details=[f"remove {display}; then check `git status` for files an interrupted zmr left"]
         ) from None
-    with _signals_deferred():
+    with signals_deferred():
         if record["phase"] == COMMIT:
             _roll_forward(root, record)
         else:
@@ -289,7 +310,7 @@ def _prune_empty_dirs(folder: Path, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM held back (delivered when the block ends): the renames of a committed transaction are not cut short."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -34,7 +34,14 @@ def find_project(untrusted: bool = False) -> Project:
     from zmr.manifest import Policy
     from zmr.project import Project
 
-    return Project.find(policy=Policy(untrusted=untrusted))
+    project = Project.find(policy=Policy(untrusted=untrusted))
+    if not untrusted:  # a multi-file write cut short by SIGKILL is finished (or undone) before any command reads the files
+        from zmr.cli.render import warn
+        from zmr.transaction import finish_all
+
+        for line in finish_all(project):
+            warn(line)
+    return project
 
 
 def acts_on_all(models: list[str] | None, all_models: bool, *, writes: bool) -> bool:
