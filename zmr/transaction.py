@@ -67,6 +67,8 @@ class Transaction:
     journal: Path
     writes: dict[Path, bytes] = field(default_factory=dict)
     removals: set[Path] = field(default_factory=set)
+    new: set[Path] = field(default_factory=set)  # written only where nothing is: never over a file
+    dirs: set[Path] = field(default_factory=set)
     committed: bool = False
 
     def write(self, path: Path, data: bytes) -> None:
@@ -74,6 +76,17 @@ class Transaction:
         target = self._target(path)
         self.removals.discard(target)
         self.writes[target] = data
+
+    def create(self, path: Path, data: bytes) -> None:
+        """Write *path* at commit, which must not exist then: the commit is refused (nothing written) when it does, and never overwrites it."""
+        self.write(path, data)
+        self.new.add(Path(os.path.abspath(path)))
+
+    def mkdir(self, path: Path) -> None:
+        """Create the folder *path* (and those above it) at commit, when it is not there."""
+        folder = Path(os.path.abspath(path))
+        check_target(self.root, folder / "x", display=_display(self.root, folder))
+        self.dirs.add(folder)
 
     def remove(self, path: Path) -> None:
         """Remove *path* at commit, when it is there."""
@@ -92,15 +105,15 @@ class Transaction:
             return
         self.committed = True
         removals = sorted(p for p in self.removals if os.path.lexists(p))
-        if not self.writes and not removals:
+        dirs = _missing_dirs(self.root, [*self.writes, *(d / "x" for d in self.dirs)])
+        if not self.writes and not removals and not dirs:
             return
         staged = {target: target.with_name(f".{target.name}.{secrets.token_hex(6)}{STAGED_SUFFIX}") for target in sorted(self.writes)}
-        dirs = _missing_dirs(self.root, staged)
         record = {
             "version": JOURNAL_VERSION,
             "phase": STAGING,
             "dirs": [_rel(self.root, d) for d in dirs],
-            "files": [[_rel(self.root, t), s.name] for t, s in staged.items()],
+            "files": [[_rel(self.root, t), s.name, *(["new"] if t in self.new else [])] for t, s in staged.items()],
             "remove": [_rel(self.root, p) for p in removals],
         }
         self.journal.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +124,10 @@ class Transaction:
             for target, copy in staged.items():
                 _stage(target, copy, self.writes[target])
             pause_point("transaction-staged")
+            there = [t for t in sorted(self.new) if os.path.lexists(t)]
+            if there:
+                shown = _display(self.root, there[0])
+                raise FileRefused(shown, "appeared while zmr was writing; nothing was overwritten", f"look at {shown}, then run again")
         except BaseException:
             _roll_back(self.root, record)
             self.journal.unlink(missing_ok=True)
@@ -233,8 +250,8 @@ def _checked(root: Path, record: object) -> dict:
             if not (rel in dirs and err.reason.startswith("is a folder")):
                 raise ValueError(str(err)) from None
     for item in files:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
-            raise ValueError("a file entry is not [target, staged name]")
+        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[1], str) and item[2:] in ([], ["new"])):
+            raise ValueError('a file entry is not [target, staged name] or [target, staged name, "new"]')
         target, copy = Path(item[0]), item[1]
         if "/" in copy or not (copy.startswith(f".{target.name}.") and copy.endswith(STAGED_SUFFIX)):
             raise ValueError(f"{copy!r} is not a name zmr stages {item[0]} under")
@@ -258,10 +275,14 @@ def _stage(target: Path, copy: Path, data: bytes) -> None:
 
 
 def _roll_forward(root: Path, record: dict) -> None:
-    for index, (rel, name) in enumerate(record["files"]):
+    for index, (rel, name, *new) in enumerate(record["files"]):
         target = root / rel
         copy = target.with_name(name)
-        if _is_regular(copy):
+        if _is_regular(copy) and new:
+            with contextlib.suppress(FileExistsError):  # linked by the run a kill stopped, or made by someone else: never overwritten
+                os.link(copy, target, follow_symlinks=False)
+            copy.unlink()
+        elif _is_regular(copy):
             os.replace(copy, target)
         if index == 0:
             pause_point("transaction-renaming")
@@ -273,7 +294,7 @@ def _roll_forward(root: Path, record: dict) -> None:
 
 
 def _roll_back(root: Path, record: dict) -> None:
-    for rel, name in record["files"]:
+    for rel, name, *_ in record["files"]:
         copy = (root / rel).with_name(name)
         if _is_regular(copy):
             copy.unlink()
@@ -289,10 +310,10 @@ def _is_regular(path: Path) -> bool:
         return False
 
 
-def _missing_dirs(root: Path, staged: dict[Path, Path]) -> list[Path]:
-    """The folders above the targets that do not exist yet, parents first."""
+def _missing_dirs(root: Path, targets: list[Path]) -> list[Path]:
+    """The folders above *targets* that do not exist yet, parents first."""
     missing: set[Path] = set()
-    for target in staged:
+    for target in targets:
         folder = target.parent
         while folder != root and not os.path.lexists(folder):
             missing.add(folder)
