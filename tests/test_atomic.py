@@ -290,3 +290,73 @@ def test_a_symlink_in_place_of_a_series_file_is_refused_not_written_through(tmp_
     assert result.returncode == 2, result.stderr
     assert "patches/toy/rollout/series: is a symbolic link; zmr replaces only regular files" in result.stderr
     assert outside.read_bytes() == before and pin in (project.root / "manifests/toy.yaml").read_text()
+
+
+# -- all or nothing: init and new ----------------------------------------------------------------------------
+
+
+def _work_tree(root: Path) -> dict[str, bytes]:
+    """Every file but git's and zmr's own state."""
+    return {k: v for k, v in _tree_bytes(root).items() if not k.startswith((".git/", ".zmr/")) and not k.endswith(".zmr-stage")}
+
+
+def test_init_interrupted_writes_nothing_or_everything(tmp_path):
+    """SIGTERM before the commit: exit 143, no file (a half-made project would make the rerun skip what is missing); SIGKILL mid-rename: the rerun finishes."""
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    git("init", "-q", "-b", "main", cwd=reference)
+    assert zmr("init", cwd=reference).returncode == 0
+    expected = _work_tree(reference)
+    assert {"zmr.yaml", ".gitignore", "README.md", ".github/workflows/zmr.yml"} <= set(expected)
+    for sig, point in ((signal.SIGTERM, "transaction-staged"), (signal.SIGKILL, "transaction-renaming")):
+        repo = tmp_path / f"repo-{sig.name}"
+        repo.mkdir()
+        git("init", "-q", "-b", "main", cwd=repo)
+        marker = tmp_path / f"paused-{sig.name}"
+        proc = _paused(["init"], repo, point, marker)
+        proc.send_signal(sig)
+        code, err = _finish(proc)
+        now = _work_tree(repo)
+        if sig == signal.SIGTERM:
+            assert code == 143, err
+            assert now == {} and not (repo / "manifests").exists(), now
+        else:
+            assert 0 < len(now) < len(expected), now  # what a kill leaves: the rerun must finish it
+        result = zmr("init", cwd=repo)
+        assert result.returncode == 0, result.stderr
+        assert _work_tree(repo).keys() == expected.keys() and (repo / "manifests").is_dir()
+        assert {k: v for k, v in _work_tree(repo).items() if k != "README.md"} == {k: v for k, v in expected.items() if k != "README.md"}  # titled by folder
+        assert not _leftovers_in(repo)
+        assert zmr("docs", "--check", cwd=repo).returncode == 0
+
+
+def _leftovers_in(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob("*zmr-stage") if ".git" not in p.parts)
+
+
+def test_new_killed_between_its_renames_converges_and_never_overwrites(tmp_path, upstream):
+    args = ["new", "qwen3", "-c", f"rollout={upstream.path}@{upstream.commits[1]}", "-c", f"trainer={upstream.path}@{upstream.commits[2]}"]
+    reference = make_project(tmp_path / "reference")
+    assert zmr(*args, cwd=reference.root).returncode == 0
+    expected = _work_tree(reference.root)
+    assert len(expected) == 6
+    project = make_project(tmp_path / "project")
+    marker = tmp_path / "paused"
+    proc = _paused(args, project.root, "transaction-renaming", marker)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert 0 < len(_work_tree(project.root)) < len(expected)
+    result = zmr("validate", cwd=project.root)
+    assert "(new): finished now" in result.stderr, result.stderr
+    assert _work_tree(project.root) == expected and not _leftovers_in(project.root)
+    # A file that appears while `new` stages its own is never overwritten: the whole write is refused.
+    other = make_project(tmp_path / "other")
+    marker = tmp_path / "paused-2"
+    proc = _paused(args, other.root, "transaction-staged", marker)
+    (other.root / "cases/qwen3").mkdir(parents=True, exist_ok=True)
+    (other.root / "cases/qwen3/recipe.md").write_text("mine\n")
+    marker.unlink()
+    code, err = _finish(proc)
+    assert code == 2, err
+    assert "cases/qwen3/recipe.md: appeared while zmr was writing; nothing was overwritten" in err
+    assert _work_tree(other.root) == {"cases/qwen3/recipe.md": b"mine\n"} and not _leftovers_in(other.root)
