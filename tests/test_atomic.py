@@ -269,10 +269,15 @@ def test_a_journal_zmr_did_not_write_is_not_followed(tmp_path, upstream):
     journals.mkdir(parents=True)
     (journals / "evil.json").write_text(f'{{"version": 1, "phase": "commit", "dirs": [], "files": [], "remove": ["../{outside.name}"]}}')
     (journals / "odd.json").write_text('{"version": 1, "phase": "commit", "dirs": [], "files": [["manifests/toy.yaml", "../x"]], "remove": []}')
+    # A file in a checkout (a nested git repository): an engineer's unexported work.
+    mine = project.write("work/toy/rollout/src/mine.py", "work in progress\n")
+    git("init", "-q", cwd=mine.parents[1])
+    (journals / "work.json").write_text('{"version": 1, "phase": "commit", "dirs": [], "files": [], "remove": ["work/toy/rollout/src/mine.py"]}')
     result = zmr("list", cwd=project.root)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("not a journal zmr wrote") == 2, result.stderr
-    assert outside.read_text() == "keep me\n" and (project.root / "manifests/toy.yaml").is_file()
+    assert result.stderr.count("not a journal zmr wrote") == 3, result.stderr
+    assert "lies inside the git repository work/toy/rollout" in result.stderr
+    assert outside.read_text() == "keep me\n" and (project.root / "manifests/toy.yaml").is_file() and mine.is_file()
 
 
 def test_a_symlink_in_place_of_a_series_file_is_refused_not_written_through(tmp_path, upstream):

@@ -1,12 +1,13 @@
 """All-or-nothing writes of several files in the repository.
 
 A command that writes more than one file (``update --apply`` and rebase's
-finish: series and manifest; ``import``; ``docs``; ``init``; ``new``)
+finish: series and manifest; ``import``; ``init``; ``new``)
 collects them in a `Transaction` and commits it once:
 
 1. the journal (``Project.journal_path(name)``) is written in phase
    ``staging``: every target, the name of its staged copy, the folders to
-   create, the files to remove;
+   create, the files to remove (one transaction of a name at a time: a lock
+   next to the journal);
 2. each file is staged next to its target (``.<name>.<token>.zmr-stage``,
    flushed to disk), so the rename that follows never crosses a file system;
 3. the journal is rewritten in phase ``commit``: from here on the
@@ -25,8 +26,10 @@ repository, outside ``.git``, and reach no symbolic link; a staged name must
 be one zmr makes, next to its target.
 
 Targets are regular files or absent: a symbolic link, a folder or anything
-else in the place of a target (or of a folder above it) is refused before
-anything is written.
+else in the place of a target (or of a folder above it), and a target inside
+a nested git repository (a checkout under ``work/``), are refused before
+anything is written. `Transaction.create` adds a file that must not exist:
+it is linked into place, never over a file that appeared meanwhile.
 """
 
 from __future__ import annotations
@@ -224,6 +227,10 @@ def check_target(root: Path, target: Path, *, display: str) -> None:
             what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
             raise FileRefused(
                 _display(root, here), f"is {what}; zmr writes {display} only through real folders", f"replace {_display(root, here)} with a folder"
+            )
+        if os.path.lexists(here / ".git"):  # a checkout (work/...) or another repository: its files are someone's work
+            raise FileRefused(
+                display, f"lies inside the git repository {_display(root, here)}; zmr writes there only files of the project itself", "use a path outside it"
             )
     try:
         mode = os.lstat(target).st_mode
