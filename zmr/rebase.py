@@ -432,15 +432,8 @@ def _manifest_path(project: Project, component: Component) -> Path:
     return project.root / "manifests" / f"{component.model}.yaml"
 
 
-def set_pin(project: Project, component: Component, old: str, new: str) -> None:
-    """Edit just the text of the ``commit:`` value (its line from the manifest), atomically."""
-    data = pinned_manifest(project, component, old, new)
-    if data is not None:
-        atomic_write(_manifest_path(project, component), data)
-
-
 def pinned_manifest(project: Project, component: Component, old: str, new: str) -> bytes | None:
-    """The manifest's bytes with the ``commit:`` value of *component* moved from *old* to *new* (checked by parsing); None: it is there already."""
+    """The manifest's bytes with just the text of *component*'s ``commit:`` value moved from *old* to *new* (checked by parsing); None: done already."""
     path = _manifest_path(project, component)
     display = f"manifests/{component.model}.yaml"
     data = path.read_bytes()

@@ -218,6 +218,8 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
             copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
     updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip, _keep_ref(repo, rel, before.get(rel.ref))) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
+    if not moving and not any(u.kept for u in updates):
+        return updates  # nothing to move: no lock needed
     # Only the ref update is locked (every component's lock, in a fixed order): computing releases writes nothing of theirs.
     with hold(project, components):
         _refuse_checked_out(repo, [m.ref for m in moving])
