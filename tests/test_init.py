@@ -42,7 +42,7 @@ def test_init_a_new_repository(tmp_path):
     # Checkouts and state never show in git status.
     (repo / "work/m/vllm").mkdir(parents=True)
     (repo / "work/m/vllm/file").write_text("x\n")
-    (repo / ".zmr").mkdir()
+    (repo / ".zmr").mkdir(exist_ok=True)  # init made it: its transaction journal and lock live there
     (repo / ".zmr/state").write_text("x\n")
     assert sorted(git("status", "--porcelain", cwd=repo).split("\n")) == ["?? .github/", "?? .gitignore", "?? README.md", "?? zmr.yaml"]
     again = zmr("init", cwd=repo)

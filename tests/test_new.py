@@ -27,7 +27,12 @@ EXPECTED_FILES = [
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.relative_to(root).parts}
+    """The repository's files, not git's nor zmr's own state (.zmr/: the lock of the write)."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not {".git", ".zmr"} & set(p.relative_to(root).parts)
+    }
 
 
 def test_new_model_validates_renders_and_builds(tmp_path, upstream):

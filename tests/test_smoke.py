@@ -414,7 +414,7 @@ def test_record_writes_evidence_keyed_by_commit(template, tmp_path):
     result = zmr("smoke", "toy", "--only", "cwd", "--only", "fail", "--only", "mismatch", "--record", "-j", "3", "--artifacts", "out", cwd=project.root, env=env)
     assert result.returncode == 1, result.stderr
     assert (project.root / "out/toy/rollout.fail.log").is_file() and (project.root / "out/toy/mismatch.mismatch.json").is_file()
-    assert not (state_dir(project.root) / "smoke").exists()
+    assert not (state_dir(project.root) / "smoke").exists()  # artifacts went to --artifacts (the state folder holds the build's lock file)
     folder = project.root / "cases" / "toy" / "evidence"
     assert sorted(p.name for p in folder.iterdir()) == ["smoke-mismatch.json", "smoke-rollout.cwd.json", "smoke-rollout.fail.json"]
     tip = branch_tip(project, "rollout/toy")

@@ -54,6 +54,7 @@ from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
+from zmr.lock import locked
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
@@ -471,6 +472,7 @@ class CheckoutResult:
     history: bool = False  # upstream's history was added (--history)
 
 
+@locked
 def checkout(
     project: Project,
     component: Component,
@@ -864,6 +866,7 @@ class ExportResult:
     plan: ExportPlan
 
 
+@locked
 def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False) -> ExportResult:
     """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
     _refuse_during_rebase(project, component, "an export")

@@ -46,7 +46,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -60,6 +60,9 @@ from zmr.patchfile import (
 )
 from zmr.replay import TempIndex, _moved_by_patch, patch_file_sets
 from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.transaction import Transaction
 
 
 class ExportError(ZmrError):
@@ -540,6 +543,16 @@ def _refuse_links(folder: Path, name: str, display: str) -> None:
                 f"{shown}: is a symbolic link; zmr writes and removes series files only in real folders",
                 details=[f"replace {shown} with a real folder, then run again"],
             )
+
+
+def stage_plan(plan: ExportPlan, txn: Transaction) -> None:
+    """The writes and removals of *plan* added to *txn* (zmr.transaction), for a caller that writes more with them (rebase: the pin)."""
+    for item in plan.writes:
+        txn.write(plan.folder / item.name, item.data or b"")
+    if plan.series_text is not None:
+        txn.write(plan.folder / "series", plan.series_text)
+    for name in sorted(set(plan.removed + plan.pending)):
+        txn.remove(plan.folder / name)
 
 
 def staging_dir(journal: Path) -> Path:

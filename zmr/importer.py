@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +46,10 @@ from typing import Callable, Sequence
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from zmr import git
+from zmr import git, transaction
 from zmr.cache import Cache, CacheError, Mirror, resolve_upstream
 from zmr.errors import ZmrError
-from zmr.files import atomic_write, current_umask
+from zmr.lock import hold
 from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, parse_manifest
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
@@ -62,6 +61,7 @@ MAX_COMMITS = 1000
 # other series touch) probably carries upstream changes: its base is wrong.
 MANY_FILES = 100
 Progress = Callable[[str], None]
+IMPORT_TRANSACTION = "import"
 
 
 class ImportBranchError(ZmrError):
@@ -203,8 +203,10 @@ def import_branches(
     for item in items:
         result.manifests.setdefault(item.model, []).append(item)
     _warn_many_files(project, items, result.warnings)
-    _check_targets(project, result)
-    _write(project, result)
+    with hold(project, items):
+        transaction.finish_interrupted(project, IMPORT_TRANSACTION)  # an import cut short is finished before the checks see half of it
+        _check_targets(project, result)
+        _write(project, result)
     return result
 
 
@@ -530,7 +532,8 @@ def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_t
 
     with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
         folder = Path(tmp)
-        _write_series(folder, item)
+        for path, data in _series_files(folder, item).items():
+            path.write_bytes(data)
         try:
             series = read_series(folder, item.folder)
         except ZmrError as err:
@@ -549,10 +552,10 @@ def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_t
         )
 
 
-def _write_series(folder: Path, item: Imported) -> None:
-    for patch_file, data in item.patches:
-        (folder / patch_file).write_bytes(data)
-    (folder / "series").write_text(f"# imported by zmr import from {item.branch}\n" + "".join(f"{n}\n" for n, _ in item.patches))
+def _series_files(folder: Path, item: Imported) -> dict[Path, bytes]:
+    files = {folder / patch_file: data for patch_file, data in item.patches}
+    files[folder / "series"] = (f"# imported by zmr import from {item.branch}\n" + "".join(f"{n}\n" for n, _ in item.patches)).encode()
+    return files
 
 
 def _check_targets(project: Project, result: ImportResult) -> None:
@@ -675,35 +678,22 @@ def _write(project: Project, result: ImportResult) -> None:
                 f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems]
             )
         texts[model] = text
-    written: list[Path] = []
+    files: dict[Path, bytes] = {}
+    for model, items in result.manifests.items():
+        for item in items:
+            if item.patches:
+                files.update(_series_files(project.root / item.folder, item))
+        files[project.root / "manifests" / f"{model}.yaml"] = texts[model].encode()
+    with transaction.begin(project, IMPORT_TRANSACTION) as txn:  # every series and manifest, or none
+        for path, data in files.items():
+            txn.write(path, data)
     try:
-        for model, items in result.manifests.items():
-            for item in items:
-                if not item.patches:
-                    continue
-                folder = project.root / item.folder
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.zmr-tmp-", dir=folder.parent))
-                try:
-                    os.chmod(staging, 0o777 & ~current_umask())
-                    _write_series(staging, item)
-                    if folder.is_dir():
-                        folder.rmdir()  # empty: checked before
-                    os.rename(staging, folder)
-                    written.append(folder)
-                except BaseException:
-                    shutil.rmtree(staging, ignore_errors=True)
-                    raise
-            (project.root / "manifests").mkdir(exist_ok=True)
-            atomic_write(project.root / "manifests" / f"{model}.yaml", texts[model].encode())
         load_manifests(project.root, list(result.manifests), project.policy)  # branch names across models
-    except BaseException:
-        for folder in written:
-            shutil.rmtree(folder, ignore_errors=True)
-        for model, data in old.items():
-            path = project.root / "manifests" / f"{model}.yaml"
-            if data is None:
-                path.unlink(missing_ok=True)
-            else:
-                atomic_write(path, data)
+    except ZmrError:
+        with transaction.begin(project, IMPORT_TRANSACTION) as txn:  # undone as a whole, too
+            for path in files:
+                txn.remove(path)
+            for model, before in old.items():
+                if before is not None:
+                    txn.write(project.root / "manifests" / f"{model}.yaml", before)
         raise

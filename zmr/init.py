@@ -26,14 +26,19 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.scaffold import template_text
 
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.transaction import Transaction
+
 IGNORED = ("work/", ".zmr/")
 WORKFLOW = ".github/workflows/zmr.yml"
 README = "README.md"
+INIT_TRANSACTION = "init"
 _GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
@@ -75,10 +80,19 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
     *readme_sections*: append the marker sections an existing README lacks
     (at its end; move them where they belong).
     """
-    from zmr.project import DEFAULT_RELEASE_EMAIL, DEFAULT_RELEASE_NAME, SETTINGS_FILE, Settings, load_settings
+    from zmr import transaction
+    from zmr.project import Project, Settings
 
     root = repository_root(start)
     result = InitResult(root)
+    with transaction.begin(Project(root, Settings()), INIT_TRANSACTION) as txn:  # every file or none (zmr.transaction)
+        _init(root, txn, result, name, email, url, readme_sections)
+    return result
+
+
+def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, email: str | None, url: str | None, readme_sections: bool) -> None:
+    from zmr.project import DEFAULT_RELEASE_EMAIL, DEFAULT_RELEASE_NAME, SETTINGS_FILE, Settings, load_settings
+
     settings_path = root / SETTINGS_FILE
     if settings_path.exists():
         current = load_settings(root)
@@ -89,6 +103,7 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
                 f"{SETTINGS_FILE} exists with another release identity; zmr init does not change it",
                 details=[*differing, f"edit {SETTINGS_FILE} by hand (every release commit id changes with it)"],
             )
+        settings = current
     else:
         if url is None:
             origin = git.run(["config", "--get", "remote.origin.url"], cwd=root, check=False).stdout.decode("utf-8", "replace")
@@ -96,17 +111,17 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         text = settings_text(Settings(name or DEFAULT_RELEASE_NAME, email or DEFAULT_RELEASE_EMAIL, url))
         with tempfile.TemporaryDirectory(prefix="zmr-init-") as tmp:
             (Path(tmp) / SETTINGS_FILE).write_text(text, encoding="utf-8")
-            load_settings(Path(tmp))  # refuses a bad --name/--email/--url before anything is written
-        _create(root, SETTINGS_FILE, text, result)
+            settings = load_settings(Path(tmp))  # refuses a bad --name/--email/--url before anything is written
+        _create(txn, SETTINGS_FILE, text, result)
     if not (root / "manifests").is_dir():
-        (root / "manifests").mkdir()
+        txn.mkdir(root / "manifests")
         result.created.append("manifests/")
-    _ignore(root, result)
+    _ignore(root, txn, result)
     readme = root / README
     if readme.exists():
         missing = _missing_sections(readme)
         if missing and readme_sections:
-            _append_sections(readme, missing)
+            txn.write(readme, _with_sections(readme, missing))
             result.appended += [f"{README}: section {s}" for s in missing]
         elif missing:
             result.notes.append(
@@ -117,13 +132,13 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         from zmr import docs
         from zmr.project import Project
 
-        _create(root, README, Template(template_text("project-README.md.tmpl")).substitute(title=root.name), result)
-        docs.write(docs.generate(Project(root, load_settings(root))))  # filled, so `zmr docs --check` passes at once
+        template = Template(template_text("project-README.md.tmpl")).substitute(title=root.name)
+        filled, _ = docs.update(template, docs.render(docs.gather(Project(root, settings))), README)  # so `zmr docs --check` passes at once
+        _create(txn, README, filled, result)
     if not (root / WORKFLOW).exists():
         from zmr import __version__
 
-        _create(root, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
-    return result
+        _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
 
 
 def settings_text(settings) -> str:
@@ -143,16 +158,12 @@ def settings_text(settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _create(root: Path, rel: str, text: str, result: InitResult) -> None:
-    from zmr.scaffold import _write_new
-
-    target = root / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _write_new(target, text)
+def _create(txn: Transaction, rel: str, text: str, result: InitResult) -> None:
+    txn.create(txn.root / rel, text.encode("utf-8"))
     result.created.append(rel)
 
 
-def _ignore(root: Path, result: InitResult) -> None:
+def _ignore(root: Path, txn: Transaction, result: InitResult) -> None:
     """Append the ignore lines git does not already apply (asked with check-ignore, so any existing rule counts)."""
     missing = [entry for entry in IGNORED if not git.ok(["check-ignore", "--no-index", "-q", f"{entry}zmr-probe"], cwd=root)]
     if not missing:
@@ -161,14 +172,14 @@ def _ignore(root: Path, result: InitResult) -> None:
     old = path.read_bytes() if path.exists() else b""
     text = b"" if not old or old.endswith(b"\n") else b"\n"
     text += b"# zmr: checkouts (work/) and rebase/smoke state (.zmr/)\n" + "".join(f"/{entry}\n" for entry in missing).encode()
-    with open(path, "ab") as handle:
-        handle.write(text)
+    txn.write(path, old + text)
     if not old:
         result.created.append(".gitignore")
     result.appended += [f"/{entry}" for entry in missing]
 
 
-def _append_sections(readme: Path, missing: list[str]) -> None:
+def _with_sections(readme: Path, missing: list[str]) -> bytes:
+    """The README's bytes with the *missing* marker sections appended."""
     from zmr.docs import SECTIONS
 
     template = template_text("project-README.md.tmpl")
@@ -177,8 +188,7 @@ def _append_sections(readme: Path, missing: list[str]) -> None:
     else:
         block = "".join(f"<!-- zmr:begin {s} -->\n<!-- zmr:end {s} -->\n\n" for s in missing)
     old = readme.read_bytes()
-    with open(readme, "ab") as handle:
-        handle.write((b"" if old.endswith(b"\n\n") else b"\n" if old.endswith(b"\n") else b"\n\n") + block.rstrip("\n").encode() + b"\n")
+    return old + (b"" if old.endswith(b"\n\n") else b"\n" if old.endswith(b"\n") else b"\n\n") + block.rstrip("\n").encode() + b"\n"
 
 
 def _missing_sections(readme: Path) -> list[str]:

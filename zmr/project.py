@@ -125,6 +125,14 @@ class Project:
         """``zmr/pending-removals/<model>-<component>.json``: files an interrupted export still has to remove."""
         return self.state_dir / "pending-removals" / f"{component.model}-{component.key}.json"
 
+    def lock_path(self, model: str, key: str) -> Path:
+        """``zmr/locks/<model>/<component>.lock``: the lock of one component (zmr.lock), held while a command changes it."""
+        return self.state_dir / "locks" / model / f"{key}.lock"
+
+    def journal_path(self, name: str) -> Path:
+        """``zmr/transactions/<name>.json``: the journal of a multi-file write (zmr.transaction) under way or interrupted."""
+        return self.state_dir / "transactions" / f"{name}.json"
+
     def smoke_artifacts(self, model: str) -> Path:
         """``zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
         return self.state_dir / "smoke" / model

@@ -45,12 +45,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from zmr import checkout, git
+from zmr import checkout, git, transaction
 from zmr.cache import Cache, resolve_upstream
 from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
-from zmr.export import ExportPlan, list_commits, plan_export, staging_dir, write_plan
+from zmr.export import ExportPlan, list_commits, plan_export, stage_plan, staging_dir
 from zmr.files import atomic_write
+from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
@@ -389,6 +390,14 @@ def _load(project: Project, component: Component) -> RebaseState:
     return RebaseState.load(path)
 
 
+def finishing_onto(project: Project, component: Component) -> str | None:
+    """The new pin of a rebase of *component* stopped while writing its result (phase ``finalize``: nothing left to the engineer); else None."""
+    if not project.rebase_state(component).is_file():
+        return None
+    state = _load(project, component)
+    return state.new if state.phase == "finalize" else None
+
+
 def _save(project: Project, component: Component, state: RebaseState) -> None:
     state.save(project.rebase_state(component))
 
@@ -428,8 +437,8 @@ def _manifest_path(project: Project, component: Component) -> Path:
     return project.root / "manifests" / f"{component.model}.yaml"
 
 
-def set_pin(project: Project, component: Component, old: str, new: str) -> None:
-    """Edit just the text of the ``commit:`` value (its line from the manifest), atomically."""
+def pinned_manifest(project: Project, component: Component, old: str, new: str) -> bytes | None:
+    """The manifest's bytes with just the text of *component*'s ``commit:`` value moved from *old* to *new* (checked by parsing); None: done already."""
     path = _manifest_path(project, component)
     display = f"manifests/{component.model}.yaml"
     data = path.read_bytes()
@@ -437,7 +446,7 @@ def set_pin(project: Project, component: Component, old: str, new: str) -> None:
     index = component.commit_line - 1
     line = lines[index] if 0 <= index < len(lines) else b""
     if line.count(new.encode()) == 1 and old.encode() not in line:
-        return  # done already (an interrupted finish)
+        return None  # done already (an interrupted finish)
     if line.count(old.encode()) != 1:
         raise RebaseError(
             f"{display}:{component.commit_line}: expected the pin {old} on this line",
@@ -447,11 +456,32 @@ def set_pin(project: Project, component: Component, old: str, new: str) -> None:
             ],
         )
     lines[index] = line.replace(old.encode(), new.encode())
-    atomic_write(path, b"\n".join(lines))
-    manifest, problems = parse_manifest(path, project.root)
-    if problems or manifest is None or manifest.components[component.key].commit != new:
-        atomic_write(path, data)
-        raise RebaseError(f"{display}: could not update the pin", details=[str(p) for p in problems] or ["the edited file did not read back; it is unchanged"])
+    edited = b"\n".join(lines)
+    with tempfile.TemporaryDirectory(prefix="zmr-pin-") as tmp:
+        probe = Path(tmp) / path.name
+        probe.write_bytes(edited)
+        manifest, problems = parse_manifest(probe, project.root)
+    if problems or manifest is None or component.key not in manifest.components or manifest.components[component.key].commit != new:
+        details = [str(p).replace(str(probe), display) for p in problems] or ["the edited file did not read back; it is unchanged"]
+        raise RebaseError(f"{display}: could not update the pin", details=details)
+    return edited
+
+
+def _transaction_name(component: Component) -> str:
+    """The transaction that writes the series and the pin of *component* together (zmr.transaction)."""
+    return f"rebase/{component.model}/{component.key}"
+
+
+def _write_result(project: Project, component: Component, old: str, new: str, plan: ExportPlan | None, series_text: bytes | None) -> None:
+    """Series (*plan*, or just a new ``series`` text) and the moved pin, written all together or not at all."""
+    with transaction.begin(project, _transaction_name(component)) as txn:
+        if plan is not None:
+            stage_plan(plan, txn)
+        elif series_text is not None:
+            txn.write(project.root / component.patches / "series", series_text)
+        manifest = pinned_manifest(project, _reload(project, component), old, new)
+        if manifest is not None:
+            txn.write(_manifest_path(project, component), manifest)
 
 
 def pick_component(project: Project, model: str | None, keys: Sequence[str] | None, in_progress: bool = False) -> Component:
@@ -553,6 +583,7 @@ class Stopped:
 # -- rebase: start --------------------------------------------------------------------------------
 
 
+@locked
 def start(
     project: Project,
     component: Component,
@@ -708,10 +739,8 @@ def _files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list
 
 
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
-    header = _header_with_pin(_series_bytes(series.folder), old, new)
-    if header is not None:
-        atomic_write(series.folder / "series", header)
-    set_pin(project, _reload(project, component), old, new)
+    transaction.finish_interrupted(project, _transaction_name(component))
+    _write_result(project, component, old, new, None, _header_with_pin(_series_bytes(series.folder), old, new))
     count = int(repo.out(["rev-list", "--count", new, "--not", old]))
     kept = [(p.name, p.subject, "") for p in series.patches]
     return Outcome(component, old, new, rev, component.upstream, count, kept=kept, path="pin-only")
@@ -814,6 +843,7 @@ def _old_patch(project: Project, component: Component, state: RebaseState, index
 # -- rebase: continue and abort --------------------------------------------------------------------
 
 
+@locked
 def resume(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
     """``--continue``: take the engineer's resolution, replay the rest, finish."""
     cache = cache or Cache()
@@ -883,6 +913,7 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
     return _run(project, component, state, cache, progress)
 
 
+@locked
 def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
     """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on."""
     cache = cache or Cache()
@@ -926,12 +957,14 @@ def _has_markers(path: Path) -> bool:
     return any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in data.split(b"\n"))
 
 
+@locked
 def abort(project: Project, component: Component) -> None:
     """Put pin, series and checkout back exactly as they were before the rebase started."""
     state = _load(project, component)
     folder = project.rebase_dir(component)
     saved = state.saved
     assert saved is not None
+    transaction.finish_interrupted(project, _transaction_name(component))  # whole, then put back below
     # The series folder: saved files back, files the rebase added removed.
     series_folder = project.series_folder(component)
     saved_files = set(saved.series_files)
@@ -974,6 +1007,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     mirror = cache.mirror_for(state.url)
     folder = project.series_folder(component)
     journal = project.pending_removals(component)
+    transaction.finish_interrupted(project, _transaction_name(component))  # before planning: the plan reads the series folder
     if progress:
         progress(f"{component.label}: writing the series")
     if state.path == "fast":
@@ -1008,10 +1042,8 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     header = _header_with_pin(plan.series_text if plan.series_text is not None else _series_bytes(folder), old, new)
     if header is not None:
         plan.series_text = header
-    if plan.needs_writing:
-        write_plan(plan, journal)
-    fresh = _reload(project, component)
-    set_pin(project, fresh, old, new)
+    _write_result(project, component, old, new, plan if plan.needs_writing else None, None)
+    journal.unlink(missing_ok=True)  # the leftovers of an interrupted export it listed are gone with this write
     outcome = _outcome(component, state, repo, tip, plan)
     outcome.report = state.report
     co = state.open_checkout()

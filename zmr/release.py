@@ -30,6 +30,7 @@ from pathlib import Path
 from zmr import git
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
+from zmr.lock import hold
 from zmr.manifest import Component
 from zmr.project import Project
 
@@ -217,9 +218,13 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
             copy_objects(repo, rels[0].mirror, [r.tip for r in rels], [c for r in rels for c in r.commits[:1] if repo.has_object(c, "commit")])
     updates = [BranchUpdate(rel.component.branch, before.get(rel.ref), rel.tip, _keep_ref(repo, rel, before.get(rel.ref))) for rel in releases]
     moving = [git.RefUpdate(f"refs/heads/{u.branch}", u.new, u.old) for u in updates if u.status != "unchanged"]
-    _refuse_checked_out(repo, [m.ref for m in moving])
-    kept = [git.RefUpdate(u.kept, u.old, None) for u in updates if u.kept and repo.ref_value(u.kept) is None]
-    repo.update_refs(moving + kept, "zmr build")
+    if not moving and not any(u.kept for u in updates):
+        return updates  # nothing to move: no lock needed
+    # Only the ref update is locked (every component's lock, in a fixed order): computing releases writes nothing of theirs.
+    with hold(project, components):
+        _refuse_checked_out(repo, [m.ref for m in moving])
+        kept = [git.RefUpdate(u.kept, u.old, None) for u in updates if u.kept and repo.ref_value(u.kept) is None]
+        repo.update_refs(moving + kept, "zmr build")
     return updates
 
 

@@ -22,7 +22,6 @@ on the way, the files and folders written so far are removed again.
 from __future__ import annotations
 
 import json
-import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from zmr.errors import ZmrError
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
 
+NEW_TRANSACTION = "new"
 SPEC_HELP = "NAME=URL@SHA, e.g. rollout=https://github.com/vllm-project/vllm.git@<40-hex commit id>"
 # A YAML plain scalar that stays the same string (no quoting needed).
 _PLAIN_RE = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./:@+~=-]*\Z")
@@ -139,6 +139,7 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
 
 def create(project: "Project", model: str, components: Sequence[str], title: str | None = None) -> list[str]:
     """Scaffold *model*; returns the repository-relative paths written, in order."""
+    from zmr import transaction
     from zmr.manifest import COMPONENT_RE, MODEL_RE, load_manifests
 
     root = project.root
@@ -168,57 +169,15 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
         raise ZmrError("--title: control characters (line breaks, tabs) are not allowed")
     files = render(model, title, specs)
     validate(project, model, files, specs)
-    written: list[Path] = []
-    made_dirs: list[Path] = []
-    try:
+    with transaction.begin(project, NEW_TRANSACTION) as txn:  # every file or none, never over one that exists
         for rel, text in files.items():
-            target = root / rel
-            _mkdirs(target.parent, made_dirs)
-            _write_new(target, text)
-            written.append(target)
+            txn.create(root / rel, text.encode("utf-8"))
+    try:
         # Branch names must not collide with other models' (checked across every manifest).
         load_manifests(root, [model], project.policy)
-    except BaseException:
-        for path in reversed(written):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-        for folder in reversed(made_dirs):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+    except ZmrError:
+        with transaction.begin(project, NEW_TRANSACTION) as txn:  # undone as a whole, too
+            for rel in files:
+                txn.remove(root / rel)
         raise
     return list(files)
-
-
-def _mkdirs(folder: Path, made: list[Path]) -> None:
-    missing = []
-    current = folder
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        path.mkdir()
-        made.append(path)
-
-
-def _write_new(path: Path, text: str) -> None:
-    """Write *path* whole or not at all, never over an existing file (temp file, then link)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise ZmrError(f"{path}: appeared while zmr new was writing; nothing was overwritten") from None
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass

@@ -35,9 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cache as memoize
 
-from zmr import checkout, git
+from zmr import checkout, git, transaction
 from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
+from zmr.lock import hold
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree_args
 from zmr.project import Project
@@ -47,9 +48,11 @@ from zmr.rebase import (
     Stopped,
     abort,
     containing_commit,
+    finishing_onto,
     range_diff,
     replay_onto,
     resolve_rev,
+    resume,
     start,
     upstream_patch_ids,
 )
@@ -374,16 +377,38 @@ def why_not_touch(project: Project, component: Component) -> str | None:
 
 def apply(project: Project, found: Update, cache: Cache | None = None, progress: Progress | None = None) -> None:
     """Move the pin to *found*'s target as ``zmr rebase --onto TARGET`` does (series written, manifest edited in place)."""
+    with hold(project, [found.component]):
+        if finishing_onto(project, found.component) is not None:
+            # A move killed (SIGKILL) while writing its result: nothing is left to decide, finish it as --continue would.
+            outcome: Outcome | Stopped | None = resume(project, found.component, cache, progress)
+        elif found.can_move:
+            outcome = _move(project, found, cache, progress)
+        else:
+            return
+    _record(project, found, outcome)
+
+
+def _move(project: Project, found: Update, cache: Cache | None, progress: Progress | None) -> Outcome | Stopped | None:
     component = found.component
-    if not found.can_move:
-        return
     found.refused = why_not_touch(project, component)
     if found.refused:
-        return
+        return None
     try:
-        outcome = start(project, component, found.target, cache=cache, progress=progress)
+        return start(project, component, found.target, cache=cache, progress=progress)
     except ZmrError as err:
         found.refused = err.message  # start refuses before it changes anything
+        return None
+    except KeyboardInterrupt:
+        # All or nothing: a move cut short by Ctrl-C or SIGTERM is undone (after a SIGKILL the next --apply finishes it).
+        if checkout.rebase_in_progress(project, component):
+            with transaction.signals_deferred():
+                abort(project, component)
+        raise
+
+
+def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) -> None:
+    component = found.component
+    if outcome is None:
         return
     if isinstance(outcome, Stopped):
         # The 3-way apply said the cherry-picks go through; git cherry-pick did not agree: put everything back.

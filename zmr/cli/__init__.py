@@ -125,6 +125,22 @@ for _name, _command in (
     app.command(_name)(_command)
 
 
+# 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; handled as Ctrl-C is, then reported as a shell would.
+TERMINATED_STATUS = 143
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt  # the same clean-up as Ctrl-C: staged files removed, child processes ended
+
+
+def _interrupted() -> int:
+    print("zmr: terminated" if _terminated else "zmr: interrupted", file=sys.stderr)
+    return TERMINATED_STATUS if _terminated else 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: maps zmr errors to exit codes."""
     try:
@@ -137,8 +153,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    import signal
+
     from zmr.errors import ZmrError
 
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
@@ -147,11 +166,12 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         return _closed_pipe()
     except ZmrError as err:
+        if _terminated and err.exit_code == 130:  # a command's own "interrupted" error, caused by SIGTERM
+            return _interrupted()
         _print_error(err)
         return err.exit_code
     except KeyboardInterrupt:
-        print("zmr: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except SystemExit as err:  # typer.Exit and friends
         return int(err.code or 0)
     except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
@@ -163,8 +183,7 @@ def _main(argv: list[str] | None) -> int:
         return _usage_or_bug(err)
     # Without standalone mode, click turns Ctrl-C into a returned 130.
     if code == 130:
-        print("zmr: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     return code if isinstance(code, int) else 0
 
 
@@ -190,6 +209,8 @@ def _usage_or_bug(err: Exception) -> int:
         show()
         return 2
     if type(err).__name__ == "Abort":
+        if _terminated:
+            return _interrupted()
         print("zmr: aborted", file=sys.stderr)
         return 130
     import traceback

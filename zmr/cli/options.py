@@ -42,6 +42,12 @@ def find_project(untrusted: bool = False) -> Project:
     project = Project.find(policy=Policy(untrusted=untrusted))
     FOUND.append(project)
     project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks
+    if not untrusted:  # a multi-file write cut short by SIGKILL is finished (or undone) before any command reads the files
+        from zmr.cli.render import warn
+        from zmr.transaction import finish_all
+
+        for line in finish_all(project):
+            warn(line)
     return project
 
 

@@ -1,0 +1,214 @@
+"""One zmr per component: a file lock around every command that changes a component's files or refs.
+
+``hold(project, components, command)`` takes an exclusive ``flock`` on
+``Project.lock_path`` of each component, in a fixed order (model, then
+component), so two commands that lock several components never wait for
+each other in a circle. The lock belongs to the open file: the operating
+system releases it when the process ends, however it ends (SIGKILL
+included), so a lock is never stale. While it holds the lock, zmr writes
+its pid, its command line and the time it took the lock into the file,
+for the message the next process shows.
+
+A second process waits up to ``ZMR_LOCK_TIMEOUT`` seconds (default 5) for
+the lock, then refuses with `LockBusy` (exit 2): "another zmr (pid N) is
+working on m/c since ...". Locks are re-entrant within one process
+(``zmr update --apply`` holds the lock and calls ``rebase.start``, which
+takes it too).
+
+`pause_point` is a test hook: with ``ZMR_TEST_PAUSE=NAME=FILE`` in the
+environment, a process reaching the point NAME (the first time) creates FILE
+(holding its pid) and waits until FILE is removed, so that a test can signal or race it
+at a known moment instead of sleeping and hoping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import json
+import os
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
+
+from zmr.errors import ZmrError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.project import Project
+
+TIMEOUT_ENV = "ZMR_LOCK_TIMEOUT"
+DEFAULT_TIMEOUT = 5.0
+PAUSE_ENV = "ZMR_TEST_PAUSE"
+_POLL = 0.05
+_MAX_HOLDER_BYTES = 4096
+
+# Re-entrancy: the locks this process holds, by path, with how many `hold`s hold each.
+_held: dict[Path, tuple[int, int]] = {}
+_paused: set[str] = set()
+
+
+class LockBusy(ZmrError):
+    """Another zmr process holds the lock of a component."""
+
+
+class Lockable(Protocol):
+    """A component, or a component `zmr import` is about to create: its model and key."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+
+def timeout() -> float:
+    """``$ZMR_LOCK_TIMEOUT`` seconds, default 5; a value that is not a number is the default."""
+    try:
+        return max(0.0, float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT)))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def command_line() -> str:
+    """What to call this process in another's message: ``zmr`` and its arguments (shortened)."""
+    text = " ".join(["zmr", *sys.argv[1:]])
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+@contextlib.contextmanager
+def hold(project: Project, components: Iterable[Lockable], command: str | None = None) -> Iterator[None]:
+    """Hold the lock of every one of *components* (in a fixed order) for the duration of the block."""
+    wanted = sorted({(c.model, c.key) for c in components})
+    with contextlib.ExitStack() as stack:
+        for model, key in wanted:
+            stack.enter_context(_hold_one(project.lock_path(model, key), f"{model}/{key}", command or command_line()))
+        yield
+
+
+@contextlib.contextmanager
+def hold_file(path: Path, label: str, command: str | None = None, wait: float | None = None) -> Iterator[None]:
+    """Hold the lock file *path* (what it guards named *label* in the message) for the block; *wait* seconds at most (default `timeout`)."""
+    with _hold_one(path, label, command or command_line(), wait):
+        yield
+
+
+T = TypeVar("T")
+C = TypeVar("C", bound=Lockable)
+P = ParamSpec("P")
+
+
+def locked(function: Callable[Concatenate[Project, C, P], T]) -> Callable[Concatenate[Project, C, P], T]:
+    """Run ``function(project, component, ...)`` holding *component*'s lock."""
+
+    @functools.wraps(function)
+    def wrapper(project: Project, component: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with hold(project, [component]):
+            return function(project, component, *args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def _hold_one(path: Path, label: str, command: str, wait: float | None = None) -> Iterator[None]:
+    path = Path(os.path.abspath(path))
+    if path in _held:
+        fd, count = _held[path]
+        _held[path] = (fd, count + 1)
+        try:
+            yield
+        finally:
+            fd, count = _held[path]
+            _held[path] = (fd, count - 1)
+        return
+    fd = _open(path, label)
+    try:
+        _acquire(fd, label, timeout() if wait is None else wait)
+        _record(fd, command)
+        _held[path] = (fd, 1)
+        pause_point("locked")
+        try:
+            yield
+        finally:
+            del _held[path]
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale holder for the next message
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would let a third process lock a new file)
+
+
+def _open(path: Path, label: str) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_NOFOLLOW: a link planted there is refused, never followed; O_NONBLOCK: a FIFO never blocks the open.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise LockBusy(f"{path}: the lock file of {label} is a symbolic link; zmr does not follow it", details=[f"remove {path} and run again"]) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockBusy(f"{path}: the lock file of {label} is not a regular file", details=[f"remove {path} and run again"])
+    return fd
+
+
+def _acquire(fd: int, label: str, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if time.monotonic() >= deadline:
+            raise _busy(fd, label)
+        time.sleep(_POLL)
+
+
+def _busy(fd: int, label: str) -> LockBusy:
+    holder = _holder(fd)
+    pid = f" (pid {holder['pid']})" if isinstance(holder.get("pid"), int) else ""
+    since = f" since {holder['started']}" if isinstance(holder.get("started"), str) else ""
+    doing = f" (`{holder['command']}`)" if isinstance(holder.get("command"), str) else ""
+    return LockBusy(
+        f"another zmr{pid} is working on {label}{since}",
+        details=[
+            f"wait until it has finished{doing}, then run this command again",
+            f"to wait longer for it, set {TIMEOUT_ENV}=<seconds> (now {timeout():g})",
+        ],
+    )
+
+
+def _holder(fd: int) -> dict:
+    try:
+        data = os.pread(fd, _MAX_HOLDER_BYTES, 0)
+        value = json.loads(data)
+    except (OSError, ValueError):
+        return {}  # the holder has not written it yet, or it is not ours
+    return value if isinstance(value, dict) else {}
+
+
+def _record(fd: int, command: str) -> None:
+    started = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    data = json.dumps({"pid": os.getpid(), "command": command, "started": started}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def pause_point(name: str) -> None:
+    """The test hook of the module docstring: with ``ZMR_TEST_PAUSE=NAME=FILE``, wait at *name* while FILE exists."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec or "=" not in spec:
+        return
+    point, marker = spec.split("=", 1)
+    if point != name or name in _paused:
+        return
+    _paused.add(name)  # once per process: the test chose one moment
+    Path(marker).write_text(f"{os.getpid()}\n")
+    while os.path.exists(marker):
+        time.sleep(_POLL)
