@@ -35,6 +35,7 @@ State and commands: docs/reference.md §8.1, §7.6, §7.7.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import shutil
 import tempfile
@@ -57,6 +58,7 @@ BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
 BACKUP_PREFIX = "refs/zmr/backup/"
 REFRESH_MARKER = "zmr-refresh"
+SERIES_KEY = "zmr.series"  # config: the fingerprint of the series refs/zmr/exported equals (series_fingerprint)
 _IN_PROGRESS = {
     "MERGE_HEAD": "a merge",
     "CHERRY_PICK_HEAD": "a cherry-pick",
@@ -411,7 +413,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
             if in_sync and not problems:
                 # The branch already is the series (maybe as the engineer's own commits): leave it.
                 head = co.head() or ""
-                mark_exported(co, head, "zmr checkout")
+                mark_exported(co, head, "zmr checkout", series_fingerprint(project, component, component.commit))
                 if path is not None:
                     atomic_write(project.checkout_pointer(component), (str(target) + "\n").encode())
                 count = len(co.repo.commits_between(component.commit, head))
@@ -437,15 +439,32 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     return CheckoutResult(component, target, branch, component.commit, tip, len(series.patches), action, [u.ref for u in backups])
 
 
-def config_values(project: Project, component: Component, branch: str) -> dict[str, str]:
+def config_values(project: Project, component: Component, branch: str, pin: str | None = None) -> dict[str, str]:
+    """The ``zmr.*`` config of a checkout of *component* on *pin* (default: the manifest's) made from the series on disk now."""
+    pin = pin or component.commit
     return {
         "zmr.model": component.model,
         "zmr.component": component.key,
-        "zmr.pin": component.commit,
+        "zmr.pin": pin,
         "zmr.branch": branch,
         "zmr.project": str(project.root),
         "zmr.upstream": component.upstream,
+        SERIES_KEY: series_fingerprint(project, component, pin),
     }
+
+
+def series_fingerprint(project: Project, component: Component, pin: str) -> str:
+    """One id for what a checkout's commits are made from: the pin and each patch's name, ``-p`` level and bytes.
+
+    Comments and blank lines of ``series`` are left out: they make no commit
+    (export keeps the repository's). The "three sides" of export compare it
+    (docs/reference.md §7.7).
+    """
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    digest = hashlib.sha256(f"zmr-series 1\n{pin}\n".encode())
+    for patch in series.patches:
+        digest.update(f"{patch.name}\0{patch.strip}\0{len(patch.data)}\0".encode("utf-8", "surrogateescape") + patch.data)
+    return digest.hexdigest()
 
 
 def create_checkout(target: Path, mirror: Mirror | Path, branch: str, base: str, tip: str, config: dict[str, str], extra: Sequence[str] = ()) -> None:
@@ -576,8 +595,15 @@ def _backup(co: Checkout) -> list[git.RefUpdate]:
 # -- what other commands do to a checkout: zmr rebase ------------------------------------------
 
 
-def mark_exported(co: Checkout, tip: str, reason: str) -> None:
-    """Record that *tip* equals the series (``refs/zmr/exported``): a HEAD there holds no unexported work."""
+def mark_exported(co: Checkout, tip: str, reason: str, fingerprint: str | None = None) -> None:
+    """Record that *tip* equals the series (``refs/zmr/exported``): a HEAD there holds no unexported work.
+
+    *fingerprint* (``series_fingerprint``) names that series; it is written
+    first, so an interruption leaves an older tip with the newer series, which
+    export reads as work of the checkout's own (§7.7), never as a conflict.
+    """
+    if fingerprint is not None:
+        co.set_config({SERIES_KEY: fingerprint})
     old = co.exported()
     if old != tip:
         co.repo.update_refs([git.RefUpdate(EXPORTED_REF, tip, old)], reason)
@@ -591,8 +617,7 @@ def place(project: Project, component: Component, path: Path, source: Path, base
     *extra_objects* are more commits to copy in (for a later cherry-pick).
     """
     branch = branch_name(component)
-    config = config_values(project, component, branch)
-    config["zmr.pin"] = base
+    config = config_values(project, component, branch, base)
     co = open_checkout(path)
     if co is None:
         create_checkout(path, source, branch, base, tip, config, extra=extra_objects)
@@ -719,11 +744,51 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     commits = list_commits(co.repo, base, head, component.label)
     journal = project.pending_removals(component)
     plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, journal)
+    _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:
             write_plan(plan, journal)
-        mark_exported(co, head, "zmr export")
+        mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
     return ExportResult(component, co.path, plan)
+
+
+def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
+    """Refuse an export that would write one side over the other (docs/reference.md §7.7).
+
+    The sides: the series the checkout was made from or last exported to
+    (``zmr.series``, with ``refs/zmr/exported``), the series in the
+    repository now, and the checkout's commits. Only the checkout moved:
+    export. Only the repository moved (a colleague's change pulled): the
+    checkout is stale; writing it back would revert that change. Both moved:
+    a conflict. An export that changes nothing, or finishes an interrupted
+    one, overwrites nobody.
+    """
+    recorded = co.config.get(SERIES_KEY)
+    if recorded is None or not plan.changed or plan.interrupted:
+        return  # a checkout made before zmr recorded its series: two sides only
+    if recorded == series_fingerprint(project, component, component.commit):
+        return
+    where = show_path(project, co.path)
+    m, k = component.model, component.key
+    exported = co.exported()
+    if head == exported:
+        raise CheckoutError(
+            f"{where}: the series {component.patches} changed in the repository since this checkout was made or exported; the checkout has no work of its own",
+            details=[
+                "exporting would write the checkout's older patches over that change (a colleague's, pulled?)",
+                f"refresh the checkout to the repository's series: `zmr checkout {m} -c {k}`",
+            ],
+        )
+    mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.ok(["merge-base", "--is-ancestor", exported, head]) else None
+    raise CheckoutError(
+        f"{where}: both sides moved: the series {component.patches} changed in the repository since this checkout was made or exported, "
+        + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
+        details=[
+            "exporting would write one side over the other",
+            f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
+            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
+        ],
+    )
 
 
 def show_path(project: Project, path: Path) -> str:

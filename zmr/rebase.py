@@ -1005,7 +1005,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             checkout.place(project, component, co.path, mirror.path, new, tip)
         else:
             co.set_config({"zmr.pin": new})
-            checkout.mark_exported(co, tip, "zmr rebase")
+            checkout.mark_exported(co, tip, "zmr rebase", checkout.series_fingerprint(project, component, new))
     shutil.rmtree(project.rebase_dir(component))
     return outcome
 

@@ -1,0 +1,94 @@
+"""Teamwork: two clones of one zmr repository and a bare hub (export's three sides), and one meaning of "already upstream"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import Upstream, git, make_patch, make_project, simple_model, zmr
+
+FIX_ONE = "Fix one"
+
+
+def _edit(checkout: Path, old: str, new: str, subject: str, amend: bool = False) -> None:
+    """Change a line of src/model.py in *checkout* and commit it (or amend the last commit)."""
+    path = checkout / "src/model.py"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    git("add", "src/model.py", cwd=checkout)
+    git("commit", "-q", *(["--amend", "--no-edit"] if amend else ["-m", subject]), cwd=checkout)
+
+
+@pytest.fixture
+def team(tmp_path, upstream: Upstream):
+    """(mine, colleague's): clones of one zmr repository through a bare hub; 0003-fix-one.patch exported and pushed by me, then edited by the colleague."""
+    origin = make_project(tmp_path / "origin")
+    origin.write(".gitignore", "/work/\n/.zmr/\n")
+    simple_model(origin, upstream)
+    hub = tmp_path / "hub.git"
+    git("clone", "-q", "--bare", str(origin.root), str(hub))
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for clone in (mine, theirs):
+        git("clone", "-q", str(hub), str(clone))
+    work = mine / "work/toy/rollout"
+    assert zmr("checkout", "toy", "-c", "rollout", cwd=mine).returncode == 0
+    _edit(work, "line 20\n", "line 20 fix one\n", FIX_ONE)
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 0 and "added     0003-fix-one.patch" in result.stdout, result.stdout + result.stderr
+    git("add", "-A", cwd=mine)
+    git("commit", "-q", "-m", "export fix one", cwd=mine)
+    git("push", "-q", "origin", "main", cwd=mine)
+    # The colleague edits that patch and pushes.
+    git("pull", "-q", "--ff-only", cwd=theirs)
+    assert zmr("checkout", "toy", "-c", "rollout", cwd=theirs).returncode == 0
+    _edit(theirs / "work/toy/rollout", "line 20 fix one\n", "line 20 fix one, better\n", FIX_ONE, amend=True)
+    result = zmr("export", "toy", "-c", "rollout", cwd=theirs)
+    assert result.returncode == 0 and "modified  0003-fix-one.patch" in result.stdout, result.stdout + result.stderr
+    git("commit", "-q", "-am", "colleague: better fix one", cwd=theirs)
+    git("push", "-q", "origin", "main", cwd=theirs)
+    git("pull", "-q", "--ff-only", cwd=mine)
+    return mine, theirs
+
+
+def _series(root: Path) -> dict[str, bytes]:
+    folder = root / "patches/toy/rollout"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_export_after_a_pull_never_reverts_the_colleagues_change(team):
+    mine, theirs = team
+    pulled = _series(mine)
+    assert b"fix one, better" in pulled["0003-fix-one.patch"]
+    # Only the repository moved: export refuses (exit 2), names the one command that refreshes, writes nothing.
+    for args in ((), ("--dry-run",)):
+        result = zmr("export", "toy", "-c", "rollout", *args, cwd=mine)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "changed in the repository since this checkout was made or exported" in result.stderr
+        assert "`zmr checkout toy -c rollout`" in result.stderr
+        assert "modified" not in result.stdout
+    assert _series(mine) == pulled
+    # That command refreshes the checkout to the colleague's series; export then has nothing to do.
+    result = zmr("checkout", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 0 and "refreshed" in result.stdout, result.stdout + result.stderr
+    assert "line 20 fix one, better" in (mine / "work/toy/rollout/src/model.py").read_text()
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 0, result.stderr
+    assert _series(mine) == pulled
+
+
+def test_export_refuses_when_both_sides_moved(team):
+    mine, _ = team
+    pulled = _series(mine)
+    work = mine / "work/toy/rollout"
+    _edit(work, "line 30\n", "line 30 fix two\n", "Fix two")
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "both sides moved" in result.stderr and "the checkout has 1 commit(s) since" in result.stderr
+    assert "`zmr checkout toy -c rollout --merge`" in result.stderr
+    assert _series(mine) == pulled
+    # Plain checkout does not discard the new commit either.
+    assert zmr("checkout", "toy", "-c", "rollout", cwd=mine).returncode == 2
+    assert "line 30 fix two" in (work / "src/model.py").read_text()
