@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from conftest import Upstream, git, make_patch, make_project, simple_model, zmr
+from conftest import Upstream, git, make_project, simple_model, zmr
 
 FIX_ONE = "Fix one"
 
@@ -92,3 +91,60 @@ def test_export_refuses_when_both_sides_moved(team):
     # Plain checkout does not discard the new commit either.
     assert zmr("checkout", "toy", "-c", "rollout", cwd=mine).returncode == 2
     assert "line 30 fix two" in (work / "src/model.py").read_text()
+
+
+def test_checkout_merge_replays_my_new_commit_on_the_colleagues_series(team):
+    mine, _ = team
+    pulled = _series(mine)
+    work = mine / "work/toy/rollout"
+    _edit(work, "line 30\n", "line 30 fix two\n", "Fix two")
+    result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 commit(s) replayed" in result.stdout
+    text = (work / "src/model.py").read_text()
+    assert "line 20 fix one, better\n" in text and "line 30 fix two\n" in text
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "added     0004-fix-two.patch" in result.stdout and "0003" not in result.stdout
+    after = _series(mine)
+    assert {n: after[n] for n in pulled if n != "series"} == {n: b for n, b in pulled.items() if n != "series"}  # the colleague's bytes kept
+    assert b"+line 30 fix two" in after["0004-fix-two.patch"]
+
+
+def test_checkout_merge_conflict_abort_then_continue(team):
+    mine, _ = team
+    pulled = _series(mine)
+    work = mine / "work/toy/rollout"
+    _edit(work, "line 20 fix one\n", "line 20 fix one, mine\n", "Fix one again")
+    mine_head = git("rev-parse", "HEAD", cwd=work)
+    result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "conflicts with the repository's series" in result.stderr and "conflicting files: src/model.py" in result.stderr
+    assert "`zmr checkout toy -c rollout --continue`" in result.stderr
+    # While it is stopped, neither export nor a plain checkout touches anything.
+    for args in (("export", "toy", "-c", "rollout"), ("checkout", "toy", "-c", "rollout")):
+        refused = zmr(*args, cwd=mine)
+        assert refused.returncode == 2 and "--merge` is in progress" in refused.stderr, refused.stderr
+    result = zmr("checkout", "toy", "-c", "rollout", "--abort", cwd=mine)
+    assert result.returncode == 0, result.stderr
+    assert git("rev-parse", "HEAD", cwd=work) == mine_head
+    assert git("status", "--porcelain", cwd=work) == ""
+    assert zmr("export", "toy", "-c", "rollout", cwd=mine).returncode == 2  # both sides moved, still
+    assert _series(mine) == pulled
+    # Again, and resolve it: --continue refuses markers, then takes the resolution.
+    assert zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine).returncode == 1
+    result = zmr("checkout", "toy", "-c", "rollout", "--continue", cwd=mine)
+    assert result.returncode == 2 and "not resolved yet" in result.stderr
+    model_py = work / "src/model.py"
+    text = model_py.read_text()
+    start, end = text.index("<<<<<<< "), text.index(">>>>>>> ")
+    model_py.write_text(text[:start] + "line 20 fix one, better and mine\n" + text[text.index("\n", end) + 1 :])
+    git("add", "src/model.py", cwd=work)
+    result = zmr("checkout", "toy", "-c", "rollout", "--continue", cwd=mine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "added     0004-fix-one-again.patch" in result.stdout
+    after = _series(mine)
+    assert after["0003-fix-one.patch"] == pulled["0003-fix-one.patch"]
+    assert b"-line 20 fix one, better\n+line 20 fix one, better and mine" in after["0004-fix-one-again.patch"]

@@ -20,6 +20,11 @@ Where state is kept, inside the checkout's ``.git``:
 - ``refs/zmr/exported``: the last tip known to equal the series (set by
   checkout, export and rebase: ``mark_exported``); a HEAD elsewhere may hold
   unexported work;
+- config ``zmr.series``: the fingerprint of the series ``refs/zmr/exported``
+  equals (``series_fingerprint``), so export can tell a stale checkout from
+  new work (the three sides, docs/reference.md §7.7);
+- ``zmr-merge/``: present only while ``zmr checkout --merge`` replays the
+  checkout's new commits on the repository's series (``merge``);
 - ``refs/zmr/backup/<time>[-worktree]``: what ``--force`` discarded;
 - remote ``upstream``: the component's upstream (history on demand: ``--history``);
 - ``zmr-refresh``: present only while a refresh runs, so an interrupted one
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -58,6 +64,7 @@ BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
 BACKUP_PREFIX = "refs/zmr/backup/"
 REFRESH_MARKER = "zmr-refresh"
+MERGE_DIR = "zmr-merge"  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
 SERIES_KEY = "zmr.series"  # config: the fingerprint of the series refs/zmr/exported equals (series_fingerprint)
 _IN_PROGRESS = {
     "MERGE_HEAD": "a merge",
@@ -397,6 +404,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     in_sync = False
     if co is not None:
         check_identity(co, component)
+        refuse_during_merge(co, component)
         if not co.half_refreshed:
             problems = dirty(co)
             in_sync, work = sync_state(project, component, co)
@@ -702,6 +710,180 @@ def restore(saved: SavedCheckout, folder: Path) -> bool:
     return True
 
 
+# -- checkout --merge: the repository's series and the checkout's new commits ---------------------
+
+
+@dataclass
+class MergeResult:
+    """Where ``zmr checkout --merge`` (or its ``--continue``) got: *action* ``merged``, ``stopped`` (a conflict) or ``aborted``.
+
+    *replayed*: the checkout's commits replayed so far; *commit*, *subject*
+    and *files*: the commit that stopped and its files in conflict.
+    """
+
+    component: Component
+    path: Path
+    action: str
+    replayed: int = 0
+    left: int = 0
+    commit: str = ""
+    subject: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+def merge_state(co: Checkout) -> Path:
+    """The folder of a merge under way: what ``restore`` needs (``saved.json`` + a copy of the config) and ``todo.json``."""
+    return co.git_dir / MERGE_DIR
+
+
+def refuse_during_merge(co: Checkout, component: Component) -> None:
+    if merge_state(co).is_dir():
+        m, k = component.model, component.key
+        raise CheckoutError(
+            f"{co.path}: a `zmr checkout --merge` is in progress",
+            details=[f"finish it with `zmr checkout {m} -c {k} --continue`, or undo it with `zmr checkout {m} -c {k} --abort`"],
+        )
+
+
+def merge(project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, progress: Progress | None = None) -> MergeResult:
+    """Replay the checkout's commits since its last export on a fresh checkout of the repository's series (§7.6).
+
+    Before anything moves, ``snapshot`` saves the checkout in its own
+    ``.git`` (``merge_state``), so ``--abort`` puts it back exactly.
+    """
+    _refuse_during_rebase(project, component, "a merge")
+    co = require_checkout(project, component, path)
+    refuse_during_merge(co, component)
+    where = show_path(project, co.path)
+    problems = dirty(co)
+    if problems:
+        raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then merge again"])
+    head, exported = co.head(), co.exported()
+    if head is None or exported is None or not co.repo.ok(["merge-base", "--is-ancestor", exported, head]):
+        raise CheckoutError(
+            f"{where}: HEAD does not descend from the last exported tip ({(exported or '?')[:12]}): the checkout's commits were rewritten",
+            details=[
+                "zmr cannot tell which commits are new; save them (git branch keep), then",
+                f"`zmr checkout {component.model} -c {component.key} --force` and cherry-pick yours from keep",
+            ],
+        )
+    mine = list_commits(co.repo, exported, head, component.label)
+    cache = cache or Cache()
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    if progress:
+        progress(f"{component.label}: committing {len(series.patches)} patches")
+    chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
+    state = merge_state(co)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{MERGE_DIR}.tmp-", dir=co.git_dir))
+    try:
+        saved = snapshot(co, co.path, tmp)
+        atomic_write(tmp / "saved.json", json.dumps(saved.to_json()).encode())
+        atomic_write(tmp / "todo.json", json.dumps({"todo": mine, "head": None, "replayed": 0}).encode())
+        os.rename(tmp, state)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    branch = branch_name(component)
+    refresh(co, mirror.path, branch, component.commit, chain[-1] if chain else component.commit, config_values(project, component, branch), clean=False)
+    return _replay_mine(component, co)
+
+
+def _replay_mine(component: Component, co: Checkout) -> MergeResult:
+    """Cherry-pick the commits left in ``todo.json``, one at a time; stop on a conflict; done: the merge folder goes."""
+    state = merge_state(co)
+    todo = json.loads((state / "todo.json").read_bytes())
+    while todo["todo"]:
+        commit = todo["todo"][0]
+        todo["head"] = co.head()
+        atomic_write(state / "todo.json", json.dumps(todo).encode())
+        proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
+        if proc.returncode != 0:
+            files = _unmerged_files(co)
+            if files:
+                subject = CommitMeta.for_commit(co.repo.commit_info(commit)).subject
+                return MergeResult(component, co.path, "stopped", todo["replayed"], len(todo["todo"]) - 1, commit, subject, files)
+            if not ((co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"])):
+                raise CheckoutError(
+                    f"{co.path}: git cherry-pick {commit[:12]} failed",
+                    details=[*proc.stderr.decode("utf-8", "replace").strip().splitlines()[-6:], "fix the checkout, then --continue (or --abort)"],
+                )
+            co.repo.run(["cherry-pick", "--skip"])  # the repository's series holds that change already
+        else:
+            todo["replayed"] += 1
+        todo["todo"].pop(0)
+        todo["head"] = None
+        atomic_write(state / "todo.json", json.dumps(todo).encode())
+    shutil.rmtree(state)
+    return MergeResult(component, co.path, "merged", todo["replayed"])
+
+
+def _unmerged_files(co: Checkout) -> list[str]:
+    out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
+    return sorted({p for p in out.split("\0") if p})
+
+
+def _merge_checkout(project: Project, component: Component, path: Path | None) -> Checkout:
+    co = require_checkout(project, component, path)
+    if not merge_state(co).is_dir():
+        raise CheckoutError(
+            f"{show_path(project, co.path)}: no `zmr checkout --merge` in progress",
+            details=[f"start one with `zmr checkout {component.model} -c {component.key} --merge`"],
+        )
+    return co
+
+
+def merge_continue(project: Project, component: Component, path: Path | None = None) -> MergeResult:
+    """``--continue``: commit the engineer's resolution of the commit that stopped, replay the rest."""
+    co = _merge_checkout(project, component, path)
+    where = show_path(project, co.path)
+    state = merge_state(co)
+    todo = json.loads((state / "todo.json").read_bytes())
+    if (co.git_dir / "CHERRY_PICK_HEAD").exists():
+        files = _unmerged_files(co)
+        if files:
+            raise CheckoutError(f"{where}: conflicts in {', '.join(files)} are not resolved yet", details=["edit the files, `git add` them, then --continue"])
+        staged = co.repo.run(["diff", "--cached", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
+        marked = [f for f in staged if f and _has_markers(co.path / f)]
+        if marked:
+            raise CheckoutError(f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then --continue again"])
+        if co.repo.run(["diff", "--name-only"]).stdout.strip():
+            raise CheckoutError(f"{where}: changes not staged", details=["`git add` them (or `git checkout -- FILE`), then --continue again"])
+        if co.repo.ok(["diff", "--cached", "--quiet"]):
+            co.repo.run(["cherry-pick", "--skip"])  # resolved to nothing: the repository's series has it
+        else:
+            co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", todo["todo"][0]])
+            todo["replayed"] += 1
+        todo["todo"].pop(0)
+    elif dirty(co, untracked_files=False):
+        problems = dirty(co, untracked_files=False)
+        raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or drop the changes, then --continue"])
+    elif todo["todo"] and todo["head"] is not None and co.head() != todo["head"]:
+        todo["todo"].pop(0)  # the engineer committed the resolution (git cherry-pick --continue)
+        todo["replayed"] += 1
+    todo["head"] = None
+    atomic_write(state / "todo.json", json.dumps(todo).encode())
+    return _replay_mine(component, co)
+
+
+def merge_abort(project: Project, component: Component, path: Path | None = None) -> MergeResult:
+    """``--abort``: the checkout back as the merge found it (branch, refs, config, tree)."""
+    co = _merge_checkout(project, component, path)
+    state = merge_state(co)
+    saved = SavedCheckout.from_json(json.loads((state / "saved.json").read_bytes()))
+    restore(saved, state)
+    shutil.rmtree(state)
+    return MergeResult(component, co.path, "aborted")
+
+
+def _has_markers(path: Path) -> bool:
+    try:
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+    except OSError:
+        return False
+    return any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in data.split(b"\n"))
+
+
 # -- export ---------------------------------------------------------------------------------
 
 
@@ -716,6 +898,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
     _refuse_during_rebase(project, component, "an export")
     co = require_checkout(project, component, path)
+    refuse_during_merge(co, component)
     where = show_path(project, co.path)
     base = co.base()
     head = co.head()

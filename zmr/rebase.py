@@ -573,6 +573,7 @@ def start(
     if co is not None:
         checkout.check_identity(co, component)
         checkout.check_not_half_refreshed(co, component)
+        checkout.refuse_during_merge(co, component)
         problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]
         if problems:
             raise RebaseError(
