@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,70 @@ def test_checkout_merge_conflict_abort_then_continue(team):
     after = _series(mine)
     assert after["0003-fix-one.patch"] == pulled["0003-fix-one.patch"]
     assert b"-line 20 fix one, better\n+line 20 fix one, better and mine" in after["0004-fix-one-again.patch"]
+
+
+# -- one meaning of "already upstream" -------------------------------------------------------------
+
+
+@pytest.fixture
+def merged_and_reverted(tmp_path, upstream: Upstream):
+    """A project whose upstream merged 0001's change and reverted it later, and merged 0002's change for good.
+
+    Returns a function giving a fresh clone of the project (each command changes it) and the new tip.
+    """
+    origin = make_project(tmp_path / "origin")
+    origin.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = simple_model(origin, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 fixed split\n")}, "Use a fixed split size (#5054)")
+    upstream.commit({"src/model.py": model_py}, 'Revert "Use a fixed split size (#5054)" (#5091)')
+    merged = upstream.commit({"src/kernels/matmul.py": "def matmul(a, b):\n    return (a @ b).contiguous()\n"}, "matmul: contiguous output")
+    tip = upstream.commit({"docs/guide.md": "guide v3\n"}, "Update the guide again")
+    clones = iter(range(10))
+
+    def fresh() -> Path:
+        path = tmp_path / f"clone-{next(clones)}"
+        git("clone", "-q", str(origin.root), str(path))
+        return path
+
+    return fresh, merged, tip
+
+
+def _names(root: Path) -> list[str]:
+    return (root / "patches/toy/rollout/series").read_text().split()
+
+
+def test_upstream_means_the_tree_holds_the_change_for_every_command(merged_and_reverted):
+    fresh, merged, tip = merged_and_reverted
+    root = fresh()
+    result = zmr("upstreamed", "toy", "-c", "rollout", "--json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    report = report["components"][0] if "components" in report else report
+    assert [(u["name"], u["upstream_commit"]) for u in report["upstreamed"]] == [("0002-contiguous.patch", merged)]
+    assert report["conflicts"] == []
+    result = zmr("update", "toy", "--json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)["components"][0]
+    assert found["status"] == "clean" and found["target"] == tip
+    assert [(d["name"], d["upstream"]) for d in found["dropped"]] == [("0002-contiguous.patch", merged)]
+    # update --apply, rebase without a checkout, rebase with one: the same answer, and the fix stays in the release branch.
+    for how in ("update --apply", "rebase", "rebase after checkout"):
+        root = fresh()
+        if how == "rebase after checkout":
+            assert zmr("checkout", "toy", "-c", "rollout", cwd=root).returncode == 0
+        if how == "update --apply":
+            result = zmr("update", "toy", "--apply", "--json", cwd=root)
+            assert result.returncode == 0, result.stderr
+            dropped = json.loads(result.stdout)["components"][0]["dropped"]
+        else:
+            result = zmr("rebase", "toy", "-c", "rollout", "--onto", "main", "--json", cwd=root)
+            assert result.returncode == 0, result.stderr
+            dropped = json.loads(result.stdout)["dropped"]
+        assert [d["name"] for d in dropped] == ["0002-contiguous.patch"], how
+        assert _names(root) == ["0001-fixed-split.patch"], how
+        assert tip in (root / "manifests/toy.yaml").read_text(), how
+        assert zmr("build", "toy", cwd=root).returncode == 0, how
+        built = git("show", "rollout/toy:src/model.py", cwd=root)
+        assert "line 10 fixed split" in built, how
+        assert git("show", "rollout/toy:src/kernels/matmul.py", cwd=root).endswith(".contiguous()"), how
