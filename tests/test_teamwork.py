@@ -89,8 +89,9 @@ def test_export_refuses_when_both_sides_moved(team):
     assert "both sides moved" in result.stderr and "the checkout has 1 commit(s) since" in result.stderr
     assert "`zmr checkout toy -c rollout --merge`" in result.stderr
     assert _series(mine) == pulled
-    # Plain checkout does not discard the new commit either.
-    assert zmr("checkout", "toy", "-c", "rollout", cwd=mine).returncode == 2
+    # Plain checkout does not discard the new commit either, and names the way to combine.
+    result = zmr("checkout", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 2 and "`zmr checkout toy -c rollout --merge`" in result.stderr, result.stderr
     assert "line 30 fix two" in (work / "src/model.py").read_text()
 
 

@@ -58,7 +58,7 @@ from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import TempIndex, build_chain
-from zmr.series import read_series
+from zmr.series import Series, read_series
 
 BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
@@ -410,6 +410,9 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
             in_sync, work = sync_state(project, component, co)
             problems += work
             if problems and not force:
+                recorded = co.config.get(SERIES_KEY)
+                if recorded and co.head() != co.exported() and recorded != series_fingerprint(project, component, component.commit):
+                    problems.append(f"the series changed in the repository too: combine both with `zmr checkout {component.model} -c {component.key} --merge`")
                 raise CheckoutError(
                     f"{show_path(project, target)}: the checkout of {component.label} has work that is not in the series",
                     details=[
@@ -435,7 +438,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     tip = chain[-1] if chain else component.commit
     branch = branch_name(component)
-    config = config_values(project, component, branch)
+    config = config_values(project, component, branch, series=series)
     if co is None:
         create_checkout(target, mirror, branch, component.commit, tip, config)
         action, backups = "created", []
@@ -447,8 +450,8 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     return CheckoutResult(component, target, branch, component.commit, tip, len(series.patches), action, [u.ref for u in backups])
 
 
-def config_values(project: Project, component: Component, branch: str, pin: str | None = None) -> dict[str, str]:
-    """The ``zmr.*`` config of a checkout of *component* on *pin* (default: the manifest's) made from the series on disk now."""
+def config_values(project: Project, component: Component, branch: str, pin: str | None = None, series: Series | None = None) -> dict[str, str]:
+    """The ``zmr.*`` config of a checkout of *component* on *pin* (default: the manifest's) made from *series* (default: the one on disk now)."""
     pin = pin or component.commit
     return {
         "zmr.model": component.model,
@@ -457,18 +460,18 @@ def config_values(project: Project, component: Component, branch: str, pin: str 
         "zmr.branch": branch,
         "zmr.project": str(project.root),
         "zmr.upstream": component.upstream,
-        SERIES_KEY: series_fingerprint(project, component, pin),
+        SERIES_KEY: series_fingerprint(project, component, pin, series),
     }
 
 
-def series_fingerprint(project: Project, component: Component, pin: str) -> str:
+def series_fingerprint(project: Project, component: Component, pin: str, series: Series | None = None) -> str:
     """One id for what a checkout's commits are made from: the pin and each patch's name, ``-p`` level and bytes.
 
     Comments and blank lines of ``series`` are left out: they make no commit
     (export keeps the repository's). The "three sides" of export compare it
     (docs/reference.md §7.7).
     """
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = series or read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
     digest = hashlib.sha256(f"zmr-series 1\n{pin}\n".encode())
     for patch in series.patches:
         digest.update(f"{patch.name}\0{patch.strip}\0{len(patch.data)}\0".encode("utf-8", "surrogateescape") + patch.data)

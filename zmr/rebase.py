@@ -674,7 +674,7 @@ def replay_onto(
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
-            method = upstream_holds(replay, step) if step.status != "applied" else None
+            method = upstream_holds(replay, step)
             if step.status == "applied":
                 made.append((patch.name, step.moved))
             elif method:
