@@ -217,3 +217,6 @@ def test_upstream_means_the_tree_holds_the_change_for_every_command(merged_and_r
         built = git("show", "rollout/toy:src/model.py", cwd=root)
         assert "line 10 fixed split" in built, how
         assert git("show", "rollout/toy:src/kernels/matmul.py", cwd=root).endswith(".contiguous()"), how
+        if how == "rebase after checkout":  # the rebase recorded the series it moved the checkout to: nothing to export
+            result = zmr("export", "toy", "-c", "rollout", cwd=root)
+            assert result.returncode == 0 and "unchanged" in result.stdout, result.stdout + result.stderr
