@@ -95,6 +95,21 @@ def test_export_refuses_when_both_sides_moved(team):
     assert "line 30 fix two" in (work / "src/model.py").read_text()
 
 
+def test_export_refuses_when_both_moved_and_my_commits_rewrite_the_old_ones(team):
+    mine, _ = team
+    pulled = _series(mine)
+    work = mine / "work/toy/rollout"
+    _edit(work, "line 20 fix one\n", "line 20 fix one, mine\n", FIX_ONE, amend=True)  # my own edit of the patch the colleague edited
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "both sides moved" in result.stderr and "commits were rewritten since" in result.stderr
+    assert "--force" in result.stderr and "git branch keep" in result.stderr
+    result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
+    assert result.returncode == 2 and "HEAD does not descend from the last exported tip" in result.stderr, result.stderr
+    assert _series(mine) == pulled
+    assert "line 20 fix one, mine" in (work / "src/model.py").read_text()
+
+
 def test_checkout_merge_replays_my_new_commit_on_the_colleagues_series(team):
     mine, _ = team
     pulled = _series(mine)

@@ -966,14 +966,20 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
             ],
         )
     mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.ok(["merge-base", "--is-ancestor", exported, head]) else None
+    if mine is None:
+        combine = [
+            "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
+            f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
+        ]
+    else:
+        combine = [
+            f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
+            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
+        ]
     raise CheckoutError(
         f"{where}: both sides moved: the series {component.patches} changed in the repository since this checkout was made or exported, "
         + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
-        details=[
-            "exporting would write one side over the other",
-            f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
-            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
-        ],
+        details=["exporting would write one side over the other", *combine],
     )
 
 
