@@ -142,8 +142,13 @@ def test_checkout_merge_conflict_abort_then_continue(team):
     for args in (("export", "toy", "-c", "rollout"), ("checkout", "toy", "-c", "rollout")):
         refused = zmr(*args, cwd=mine)
         assert refused.returncode == 2 and "--merge` is in progress" in refused.stderr, refused.stderr
+    # A merge interrupted while it refreshed the checkout (its marker left behind) can only be aborted.
+    (work / ".git/zmr-refresh").write_text("interrupted\n")
+    refused = zmr("checkout", "toy", "-c", "rollout", "--continue", cwd=mine)
+    assert refused.returncode == 2 and "was interrupted while it refreshed" in refused.stderr, refused.stderr
     result = zmr("checkout", "toy", "-c", "rollout", "--abort", cwd=mine)
     assert result.returncode == 0, result.stderr
+    assert not (work / ".git/zmr-refresh").exists() and not (work / ".git/zmr-merge").exists()
     assert git("rev-parse", "HEAD", cwd=work) == mine_head
     assert git("status", "--porcelain", cwd=work) == ""
     assert zmr("export", "toy", "-c", "rollout", cwd=mine).returncode == 2  # both sides moved, still

@@ -826,12 +826,20 @@ def _unmerged_files(co: Checkout) -> list[str]:
     return sorted({p for p in out.split("\0") if p})
 
 
-def _merge_checkout(project: Project, component: Component, path: Path | None) -> Checkout:
-    co = require_checkout(project, component, path)
-    if not merge_state(co).is_dir():
+def _merge_checkout(project: Project, component: Component, path: Path | None, aborting: bool = False) -> Checkout:
+    """The checkout of the merge under way; one an interrupted ``--merge`` left half refreshed can only be aborted."""
+    target = checkout_path(project, component, path)
+    co = open_checkout(target)
+    if co is None or not merge_state(co).is_dir():
         raise CheckoutError(
-            f"{show_path(project, co.path)}: no `zmr checkout --merge` in progress",
+            f"{show_path(project, target)}: no `zmr checkout --merge` in progress",
             details=[f"start one with `zmr checkout {component.model} -c {component.key} --merge`"],
+        )
+    check_identity(co, component)
+    if co.half_refreshed and not aborting:
+        raise CheckoutError(
+            f"{co.path}: `zmr checkout --merge` was interrupted while it refreshed the checkout",
+            details=[f"undo it with `zmr checkout {component.model} -c {component.key} --abort`, then --merge again"],
         )
     return co
 
@@ -871,7 +879,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
 
 def merge_abort(project: Project, component: Component, path: Path | None = None) -> MergeResult:
     """``--abort``: the checkout back as the merge found it (branch, refs, config, tree)."""
-    co = _merge_checkout(project, component, path)
+    co = _merge_checkout(project, component, path, aborting=True)
     state = merge_state(co)
     saved = SavedCheckout.from_json(json.loads((state / "saved.json").read_bytes()))
     restore(saved, state)
