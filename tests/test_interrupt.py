@@ -163,6 +163,7 @@ def test_export_survives_interruption(tmp_path, upstream):
     cache = tmp_path / "cache"
     env = {"ZMR_CACHE": str(cache)}
     assert zmr("checkout", "toy", cwd=project.root, env=env).returncode == 0
+    _record_before(project)
     work = project.root / "work/toy/rollout"
     git("commit", "-q", "--amend", "-m", "Make matmul output contiguous (reworded)\n\nWhy: stable strides for the kernels.", cwd=work)
     (work / "src/notes.md").write_text("notes\n")
@@ -178,8 +179,7 @@ def test_export_survives_interruption(tmp_path, upstream):
     rng = random.Random(3)
     stopped = 0
     for iteration in range(max(6, KILLS // 3)):
-        git("checkout", "-q", "--", "patches", cwd=project.root)
-        git("clean", "-qfd", "--", "patches", cwd=project.root)
+        _reset_series(project)
         assert _tree_bytes(series) == before
         code = _interrupt(_start(["export", "toy"], project.root, cache), rng.uniform(0.05, window), signal.SIGKILL if iteration % 2 else signal.SIGINT)
         stopped += code != 0
@@ -202,6 +202,7 @@ def _export_fixture(tmp_path, upstream, added: int):
     project.commit_all("ignore work")
     env = {"ZMR_CACHE": str(tmp_path / "cache")}
     assert zmr("checkout", "toy", cwd=project.root, env=env).returncode == 0
+    _record_before(project)
     work = project.root / "work/toy/rollout"
     git("commit", "-q", "--amend", "-m", "Make matmul output contiguous (reworded)", cwd=work)
     for n in range(added):
@@ -211,9 +212,16 @@ def _export_fixture(tmp_path, upstream, added: int):
     return project, env
 
 
+def _record_before(project) -> None:
+    """Keep the checkout's record of the series it was made from (config ``zmr.series``), for ``_reset_series``."""
+    (project.root.parent / "series-record").write_text(git("config", "zmr.series", cwd=project.root / "work/toy/rollout"))
+
+
 def _reset_series(project) -> None:
+    """The series as it was before the export, and the checkout's record of it (else export's three sides see a repository that moved)."""
     git("checkout", "-q", "--", "patches", cwd=project.root)
     git("clean", "-qfd", "--", "patches", cwd=project.root)
+    git("config", "zmr.series", (project.root.parent / "series-record").read_text(), cwd=project.root / "work/toy/rollout")
 
 
 def test_export_killed_in_its_write_phase_converges(tmp_path, upstream):

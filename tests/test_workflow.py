@@ -147,6 +147,7 @@ HOSTILE_GITCONFIG = """\
 
 def test_export_bytes_ignore_user_and_checkout_config(proj, upstream, tmp_path):
     _pin, folder, co = three_patch_model(proj, upstream)
+    record = git("config", "zmr.series", cwd=co)  # the series the checkout was made from (export's three sides)
     model_py = (co / "src/model.py").read_text()
     (co / "src/model.py").write_text(model_py.replace("line 30\n", "line 30\n\nline 30b\n"))
     (co / "src/kernels/blank.py").write_text("a = 1\n\nb = 2\n")
@@ -165,6 +166,7 @@ def test_export_bytes_ignore_user_and_checkout_config(proj, upstream, tmp_path):
     git("clean", "-q", "-fd", "--", "patches", cwd=proj.root)
     Path(os.environ["HOME"], ".gitconfig").unlink()
     git("update-ref", "-d", "refs/zmr/exported", cwd=co)
+    git("config", "zmr.series", record, cwd=co)
     clean = zmr("export", "toy", cwd=proj.root, env={"TZ": "Asia/Kolkata", "LC_ALL": "de_DE.UTF-8"})
     assert clean.returncode == 0, clean.stderr
     assert files(folder) == written
@@ -469,6 +471,7 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     project.commit_all("ignore work")
     assert zmr("checkout", "toy", cwd=project.root).returncode == 0
     work = project.root / "work/toy/rollout"
+    record = git("config", "zmr.series", cwd=work)  # put back with the series below (export's three sides)
     (work / "src/notes.md").write_text("notes\n")
     git("add", "src/notes.md", cwd=work)
     git("commit", "-q", "-m", "Add notes", cwd=work)
@@ -493,6 +496,7 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     # A file nobody journaled is someone else's: kept, and the new patch takes another name.
     git("checkout", "-q", "--", "patches", cwd=project.root)
     git("clean", "-qfd", "--", "patches", cwd=project.root)
+    git("config", "zmr.series", record, cwd=work)
     (series / "0003-add-notes.patch").write_bytes(b"mine\n")
     assert zmr("export", "toy", cwd=project.root).returncode == 0
     assert (series / "0003-add-notes.patch").read_bytes() == b"mine\n"

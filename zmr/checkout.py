@@ -24,6 +24,11 @@ Where state is kept, inside the checkout's ``.git``:
 - ``refs/zmr/exported``: the last tip known to equal the series (set by
   checkout, export and rebase: ``mark_exported``); a HEAD elsewhere may hold
   unexported work;
+- config ``zmr.series``: the fingerprint of the series ``refs/zmr/exported``
+  equals (``series_fingerprint``), so export can tell a stale checkout from
+  new work (the three sides, docs/reference.md §7.7);
+- ``zmr-merge/``: present only while ``zmr checkout --merge`` replays the
+  checkout's new commits on the repository's series (``merge``);
 - ``refs/zmr/backup/<time>[-worktree]``: what ``--force`` discarded;
 - remote ``upstream``: the component's upstream (history on demand: ``--history``);
 - ``zmr-refresh``: present only while a refresh runs, so an interrupted one
@@ -41,6 +46,7 @@ State and commands: docs/reference.md §8.1, §7.6, §7.7.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import shutil
@@ -59,7 +65,7 @@ from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import TempIndex, build_chain
-from zmr.series import read_series
+from zmr.series import Series, read_series
 
 BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
@@ -67,6 +73,8 @@ BACKUP_PREFIX = "refs/zmr/backup/"
 REFRESH_MARKER = "zmr-refresh"
 TOKEN_KEY = "zmr.token"
 MAX_POINTER_BYTES = 1 << 16
+MERGE_DIR = "zmr-merge"  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
+SERIES_KEY = "zmr.series"  # config: the fingerprint of the series refs/zmr/exported equals (series_fingerprint)
 _IN_PROGRESS = {
     "MERGE_HEAD": "a merge",
     "CHERRY_PICK_HEAD": "a cherry-pick",
@@ -529,11 +537,15 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     in_sync = False
     if co is not None:
         check_identity(co, component)
+        refuse_during_merge(co, component)
         if not co.half_refreshed:
             problems = dirty(co)
             in_sync, work = sync_state(project, component, co)
             problems += work
             if problems and not force:
+                recorded = co.config.get(SERIES_KEY)
+                if recorded and co.head() != co.exported() and recorded != series_fingerprint(project, component, component.commit):
+                    problems.append(f"the series changed in the repository too: combine both with `zmr checkout {component.model} -c {component.key} --merge`")
                 raise CheckoutError(
                     f"{show_path(project, target)}: the checkout of {component.label} has work that is not in the series",
                     details=[
@@ -545,7 +557,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
             if in_sync and not problems:
                 # The branch already is the series (maybe as the engineer's own commits): leave it.
                 head = co.head() or ""
-                mark_exported(co, head, "zmr checkout")
+                mark_exported(co, head, "zmr checkout", series_fingerprint(project, component, component.commit))
                 _remember(project, component, co)
                 count = len(co.repo.commits_between(component.commit, head))
                 return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
@@ -558,7 +570,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     tip = chain[-1] if chain else component.commit
     branch = branch_name(component)
-    config = config_values(project, component, branch)
+    config = config_values(project, component, branch, series=series)
     if co is None:
         _keep_out_of_status(project, target)
         create_checkout(target, mirror, branch, component.commit, tip, {**config, TOKEN_KEY: new_token()})
@@ -584,15 +596,32 @@ def _keep_out_of_status(project: Project, target: Path) -> None:
         project.exclude_checkouts()
 
 
-def config_values(project: Project, component: Component, branch: str) -> dict[str, str]:
+def config_values(project: Project, component: Component, branch: str, pin: str | None = None, series: Series | None = None) -> dict[str, str]:
+    """The ``zmr.*`` config of a checkout of *component* on *pin* (default: the manifest's) made from *series* (default: the one on disk now)."""
+    pin = pin or component.commit
     return {
         "zmr.model": component.model,
         "zmr.component": component.key,
-        "zmr.pin": component.commit,
+        "zmr.pin": pin,
         "zmr.branch": branch,
         "zmr.project": str(project.root),
         "zmr.upstream": component.upstream,
+        SERIES_KEY: series_fingerprint(project, component, pin, series),
     }
+
+
+def series_fingerprint(project: Project, component: Component, pin: str, series: Series | None = None) -> str:
+    """One id for what a checkout's commits are made from: the pin and each patch's name, ``-p`` level and bytes.
+
+    Comments and blank lines of ``series`` are left out: they make no commit
+    (export keeps the repository's). The "three sides" of export compare it
+    (docs/reference.md §7.7).
+    """
+    series = series or read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    digest = hashlib.sha256(f"zmr-series 1\n{pin}\n".encode())
+    for patch in series.patches:
+        digest.update(f"{patch.name}\0{patch.strip}\0{len(patch.data)}\0".encode("utf-8", "surrogateescape") + patch.data)
+    return digest.hexdigest()
 
 
 def create_checkout(target: Path, mirror: Mirror | Path, branch: str, base: str, tip: str, config: dict[str, str], extra: Sequence[str] = ()) -> None:
@@ -723,8 +752,15 @@ def _backup(co: Checkout) -> list[git.RefUpdate]:
 # -- what other commands do to a checkout: zmr rebase ------------------------------------------
 
 
-def mark_exported(co: Checkout, tip: str, reason: str) -> None:
-    """Record that *tip* equals the series (``refs/zmr/exported``): a HEAD there holds no unexported work."""
+def mark_exported(co: Checkout, tip: str, reason: str, fingerprint: str | None = None) -> None:
+    """Record that *tip* equals the series (``refs/zmr/exported``): a HEAD there holds no unexported work.
+
+    *fingerprint* (``series_fingerprint``) names that series; it is written
+    first, so an interruption leaves an older tip with the newer series, which
+    export reads as work of the checkout's own (§7.7), never as a conflict.
+    """
+    if fingerprint is not None:
+        co.set_config({SERIES_KEY: fingerprint})
     old = co.exported()
     if old != tip:
         co.repo.update_refs([git.RefUpdate(EXPORTED_REF, tip, old)], reason)
@@ -739,8 +775,7 @@ def place(project: Project, component: Component, saved: SavedCheckout, source: 
     the commits; *extra_objects* are more commits to copy in (for a later cherry-pick).
     """
     branch = branch_name(component)
-    config = config_values(project, component, branch)
-    config["zmr.pin"] = base
+    config = config_values(project, component, branch, base)
     path = saved.path
     co = None if path.is_symlink() else open_checkout(path)
     if co is None:
@@ -856,6 +891,188 @@ def restore(saved: SavedCheckout, folder: Path) -> bool:
     return True
 
 
+# -- checkout --merge: the repository's series and the checkout's new commits ---------------------
+
+
+@dataclass
+class MergeResult:
+    """Where ``zmr checkout --merge`` (or its ``--continue``) got: *action* ``merged``, ``stopped`` (a conflict) or ``aborted``.
+
+    *replayed*: the checkout's commits replayed so far; *commit*, *subject*
+    and *files*: the commit that stopped and its files in conflict.
+    """
+
+    component: Component
+    path: Path
+    action: str
+    replayed: int = 0
+    left: int = 0
+    commit: str = ""
+    subject: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+def merge_state(co: Checkout) -> Path:
+    """The folder of a merge under way: what ``restore`` needs (``saved.json`` + a copy of the config) and ``todo.json``."""
+    return co.git_dir / MERGE_DIR
+
+
+def refuse_during_merge(co: Checkout, component: Component) -> None:
+    if merge_state(co).is_dir():
+        m, k = component.model, component.key
+        raise CheckoutError(
+            f"{co.path}: a `zmr checkout --merge` is in progress",
+            details=[f"finish it with `zmr checkout {m} -c {k} --continue`, or undo it with `zmr checkout {m} -c {k} --abort`"],
+        )
+
+
+def merge(project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, progress: Progress | None = None) -> MergeResult:
+    """Replay the checkout's commits since its last export on a fresh checkout of the repository's series (§7.6).
+
+    Before anything moves, ``snapshot`` saves the checkout in its own
+    ``.git`` (``merge_state``), so ``--abort`` puts it back exactly.
+    """
+    _refuse_during_rebase(project, component, "a merge")
+    co = require_checkout(project, component, path)
+    refuse_during_merge(co, component)
+    where = show_path(project, co.path)
+    problems = dirty(co)
+    if problems:
+        raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then merge again"])
+    head, exported = co.head(), co.exported()
+    if head is None or exported is None or not co.repo.ok(["merge-base", "--is-ancestor", exported, head]):
+        raise CheckoutError(
+            f"{where}: HEAD does not descend from the last exported tip ({(exported or '?')[:12]}): the checkout's commits were rewritten",
+            details=[
+                "zmr cannot tell which commits are new; save them (git branch keep), then",
+                f"`zmr checkout {component.model} -c {component.key} --force` and cherry-pick yours from keep",
+            ],
+        )
+    mine = list_commits(co.repo, exported, head, component.label)
+    cache = cache or Cache()
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    if progress:
+        progress(f"{component.label}: committing {len(series.patches)} patches")
+    chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
+    state = merge_state(co)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{MERGE_DIR}.tmp-", dir=co.git_dir))
+    try:
+        saved = snapshot(co, co.path, tmp)
+        atomic_write(tmp / "saved.json", json.dumps(saved.to_json()).encode())
+        atomic_write(tmp / "todo.json", json.dumps({"todo": mine, "head": None, "replayed": 0}).encode())
+        os.rename(tmp, state)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    branch = branch_name(component)
+    refresh(co, mirror.path, branch, component.commit, chain[-1] if chain else component.commit, config_values(project, component, branch), clean=False)
+    return _replay_mine(component, co)
+
+
+def _replay_mine(component: Component, co: Checkout) -> MergeResult:
+    """Cherry-pick the commits left in ``todo.json``, one at a time; stop on a conflict; done: the merge folder goes."""
+    state = merge_state(co)
+    todo = json.loads((state / "todo.json").read_bytes())
+    while todo["todo"]:
+        commit = todo["todo"][0]
+        todo["head"] = co.head()
+        atomic_write(state / "todo.json", json.dumps(todo).encode())
+        proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
+        if proc.returncode != 0:
+            files = _unmerged_files(co)
+            if files:
+                subject = CommitMeta.for_commit(co.repo.commit_info(commit)).subject
+                return MergeResult(component, co.path, "stopped", todo["replayed"], len(todo["todo"]) - 1, commit, subject, files)
+            if not ((co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"])):
+                raise CheckoutError(
+                    f"{co.path}: git cherry-pick {commit[:12]} failed",
+                    details=[*proc.stderr.decode("utf-8", "replace").strip().splitlines()[-6:], "fix the checkout, then --continue (or --abort)"],
+                )
+            co.repo.run(["cherry-pick", "--skip"])  # the repository's series holds that change already
+        else:
+            todo["replayed"] += 1
+        todo["todo"].pop(0)
+        todo["head"] = None
+        atomic_write(state / "todo.json", json.dumps(todo).encode())
+    shutil.rmtree(state)
+    return MergeResult(component, co.path, "merged", todo["replayed"])
+
+
+def _unmerged_files(co: Checkout) -> list[str]:
+    out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
+    return sorted({p for p in out.split("\0") if p})
+
+
+def _merge_checkout(project: Project, component: Component, path: Path | None, aborting: bool = False) -> Checkout:
+    """The checkout of the merge under way; one an interrupted ``--merge`` left half refreshed can only be aborted."""
+    target = checkout_path(project, component, path)
+    co = open_checkout(target)
+    if co is None or not merge_state(co).is_dir():
+        raise CheckoutError(
+            f"{show_path(project, target)}: no `zmr checkout --merge` in progress",
+            details=[f"start one with `zmr checkout {component.model} -c {component.key} --merge`"],
+        )
+    check_identity(co, component)
+    if co.half_refreshed and not aborting:
+        raise CheckoutError(
+            f"{co.path}: `zmr checkout --merge` was interrupted while it refreshed the checkout",
+            details=[f"undo it with `zmr checkout {component.model} -c {component.key} --abort`, then --merge again"],
+        )
+    return co
+
+
+def merge_continue(project: Project, component: Component, path: Path | None = None) -> MergeResult:
+    """``--continue``: commit the engineer's resolution of the commit that stopped, replay the rest."""
+    co = _merge_checkout(project, component, path)
+    where = show_path(project, co.path)
+    state = merge_state(co)
+    todo = json.loads((state / "todo.json").read_bytes())
+    if (co.git_dir / "CHERRY_PICK_HEAD").exists():
+        files = _unmerged_files(co)
+        if files:
+            raise CheckoutError(f"{where}: conflicts in {', '.join(files)} are not resolved yet", details=["edit the files, `git add` them, then --continue"])
+        staged = co.repo.run(["diff", "--cached", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
+        marked = [f for f in staged if f and _has_markers(co.path / f)]
+        if marked:
+            raise CheckoutError(f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then --continue again"])
+        if co.repo.run(["diff", "--name-only"]).stdout.strip():
+            raise CheckoutError(f"{where}: changes not staged", details=["`git add` them (or `git checkout -- FILE`), then --continue again"])
+        if co.repo.ok(["diff", "--cached", "--quiet"]):
+            co.repo.run(["cherry-pick", "--skip"])  # resolved to nothing: the repository's series has it
+        else:
+            co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", todo["todo"][0]])
+            todo["replayed"] += 1
+        todo["todo"].pop(0)
+    elif dirty(co, untracked_files=False):
+        problems = dirty(co, untracked_files=False)
+        raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or drop the changes, then --continue"])
+    elif todo["todo"] and todo["head"] is not None and co.head() != todo["head"]:
+        todo["todo"].pop(0)  # the engineer committed the resolution (git cherry-pick --continue)
+        todo["replayed"] += 1
+    todo["head"] = None
+    atomic_write(state / "todo.json", json.dumps(todo).encode())
+    return _replay_mine(component, co)
+
+
+def merge_abort(project: Project, component: Component, path: Path | None = None) -> MergeResult:
+    """``--abort``: the checkout back as the merge found it (branch, refs, config, tree)."""
+    co = _merge_checkout(project, component, path, aborting=True)
+    state = merge_state(co)
+    saved = SavedCheckout.from_json(json.loads((state / "saved.json").read_bytes()))
+    restore(saved, state)
+    shutil.rmtree(state)
+    return MergeResult(component, co.path, "aborted")
+
+
+def _has_markers(path: Path) -> bool:
+    try:
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+    except OSError:
+        return False
+    return any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in data.split(b"\n"))
+
+
 # -- export ---------------------------------------------------------------------------------
 
 
@@ -871,6 +1088,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
     _refuse_during_rebase(project, component, "an export")
     co = require_checkout(project, component, path)
+    refuse_during_merge(co, component)
     where = show_path(project, co.path)
     base = co.base()
     head = co.head()
@@ -899,11 +1117,57 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     commits = list_commits(co.repo, base, head, component.label)
     journal = project.pending_removals(component)
     plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal)
+    _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:
             write_plan(plan, journal)
-        mark_exported(co, head, "zmr export")
+        mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
     return ExportResult(component, co.path, plan)
+
+
+def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
+    """Refuse an export that would write one side over the other (docs/reference.md §7.7).
+
+    The sides: the series the checkout was made from or last exported to
+    (``zmr.series``, with ``refs/zmr/exported``), the series in the
+    repository now, and the checkout's commits. Only the checkout moved:
+    export. Only the repository moved (a colleague's change pulled): the
+    checkout is stale; writing it back would revert that change. Both moved:
+    a conflict. An export that changes nothing, or finishes an interrupted
+    one, overwrites nobody.
+    """
+    recorded = co.config.get(SERIES_KEY)
+    if recorded is None or not plan.changed or plan.interrupted:
+        return  # a checkout made before zmr recorded its series: two sides only
+    if recorded == series_fingerprint(project, component, component.commit):
+        return
+    where = show_path(project, co.path)
+    m, k = component.model, component.key
+    exported = co.exported()
+    if head == exported:
+        raise CheckoutError(
+            f"{where}: the series {component.patches} changed in the repository since this checkout was made or exported; the checkout has no work of its own",
+            details=[
+                "exporting would write the checkout's older patches over that change (a colleague's, pulled?)",
+                f"refresh the checkout to the repository's series: `zmr checkout {m} -c {k}`",
+            ],
+        )
+    mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.ok(["merge-base", "--is-ancestor", exported, head]) else None
+    if mine is None:
+        combine = [
+            "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
+            f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
+        ]
+    else:
+        combine = [
+            f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
+            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
+        ]
+    raise CheckoutError(
+        f"{where}: both sides moved: the series {component.patches} changed in the repository since this checkout was made or exported, "
+        + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
+        details=["exporting would write one side over the other", *combine],
+    )
 
 
 def show_path(project: Project, path: Path) -> str:

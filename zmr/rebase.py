@@ -4,12 +4,12 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
 
     REV ──Cache.fetch_ref (history)──▶ new commit
     series ──build_chain on the old pin──▶ old commits ──patch-id──┐
-    upstream old..new (commits touching the series' files) ─patch-id┴▶ patches already upstream
+    upstream old..new (commits touching the series' files) ─patch-id┴▶ hints: the upstream commit to name
     pin only: the series' files unchanged between the pins, or every hunk applies where
         it was (one ``git apply`` of the whole series in a throwaway index), and no
         checkout: only the manifest's pin moves
     fast path: temporary index in the mirror holding just the series' files, new pin + each patch in order:
-        patch-id upstream, or applied diff empty, or reverse-applies → dropped (and reported)
+        applied diff empty, or reverse-applies → upstream (``replay.upstream_holds``): dropped (and reported)
         applies → committed;   does not apply → slow path from this patch on
     slow path: the checkout at (new pin + patches so far), then ``git cherry-pick`` of each
         remaining old commit (3-way); a conflict stops with the files in conflict;
@@ -29,8 +29,8 @@ what is left, the phase) and copies of everything the rebase may change
 ``state.json`` is replaced atomically after each step, so an interrupted
 run is resumed by ``--continue`` or undone by ``--abort`` (docs/reference.md §8.2).
 
-``upstreamed`` is the read-only part: the same patch-id comparison, plus a
-trial replay that notices patches which reverse-apply on REV.
+``upstreamed`` is the read-only part: the same trial replay on REV, with the
+same definition of upstream (a patch-id match only names the commit).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from zmr.replay import (
     patch_file_sets,
     patch_ids,
     series_applies,
+    upstream_holds,
 )
 from zmr.series import Patch, Series, read_series
 
@@ -165,7 +166,11 @@ def _subject(repo: git.Repo, commit: str | None) -> str:
 
 @dataclass
 class Dropped:
-    """A patch left out because upstream has it; *upstream* names the commit, when found."""
+    """A patch left out because upstream has it (``upstream_holds``), or by ``--skip``; *upstream* names the commit, when found.
+
+    *method* ``patch-id``: the target holds the change and an upstream commit
+    in between has the patch's patch id (it names that commit).
+    """
 
     name: str
     subject: str
@@ -231,17 +236,14 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     paths = sorted(set().union(*chain_files.values()))
     pids = chain_patch_ids(repo, chain)
     upstream = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
-    hits = [upstream.get(pids.get(commit, "")) for commit in chain]
+    hits = [upstream.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
     with Replayer(repo, new, paths) as replay:
-        # A patch that applies, or applies and changes nothing, is not upstream by that alone.
-        steps = replay.replay(series.patches, [chain_files[c] for c in chain], skip={i for i, hit in enumerate(hits) if hit}, keep_empty=True)
-        for step in steps:
+        for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
             patch, hit = step.patch, hits[step.index]
-            if step.status == "skipped" and hit:
-                report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id", hit, _subject(repo, hit)))
-            elif step.status == "failed" and replay.reverse_applies(patch):
-                found = containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
-                report.upstreamed.append(Dropped(patch.name, patch.subject, "reverse-apply", found, _subject(repo, found)))
+            method = upstream_holds(replay, step)
+            if method:
+                found = hit or containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
+                report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, _subject(repo, found)))
             elif step.status == "failed":
                 report.conflicts.append(patch.name)
     return report
@@ -609,6 +611,7 @@ def start(
     if co is not None:
         checkout.check_identity(co, component)
         checkout.check_not_half_refreshed(co, component)
+        checkout.refuse_during_merge(co, component)
         problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]
         if problems:
             raise RebaseError(
@@ -658,12 +661,9 @@ def start(
         state.new_tip, state.replayed = memory.tip, memory.replayed
         _snapshot(project, component, state, co, co_path)
         return _finalize(project, component, state, cache, progress)
-    later = [j for j in range(conflict_at + 1, len(series.patches)) if hits[j]]
-    for j in later:
-        hit = hits[j]
-        state.dropped.append(Dropped(series.patches[j].name, series.patches[j].subject, "patch-id", hit, _subject(repo, hit)))
+    # The patches after the conflict are cherry-picked: one that upstream holds picks empty and is dropped then.
     state.phase, state.path, state.partial = "picking", "checkout", memory.tip
-    state.remaining = [j for j in range(conflict_at, len(series.patches)) if j not in later]
+    state.remaining = list(range(conflict_at, len(series.patches)))
     _snapshot(project, component, state, co, co_path)
     return _run(project, component, state, cache, progress)
 
@@ -697,27 +697,25 @@ def replay_onto(
 ) -> InMemory:
     """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
 
-    The policy on top of the replay: what upstream has is dropped (*hits*:
-    the upstream commit with each patch's patch id, or None; empty once
-    applied; or reverse-applies); any other patch that does not apply is a
-    conflict: stop there. *name_upstream*: look for the upstream commit
-    that holds a patch dropped as empty or reverse-applying.
+    The policy on top of the replay: what upstream holds is dropped
+    (``upstream_holds``: empty once applied, or reverse-applies); any other
+    patch that does not apply is a conflict: stop there. *hits* (the
+    upstream commit with each patch's patch id, or None) only name the
+    upstream commit of a dropped patch; *name_upstream*: else look for it.
     """
     paths = sorted(set().union(*chain_files.values()))
     dropped: list[Dropped] = []
     made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
     with Replayer(repo, new, paths) as replay:
-        steps = replay.replay(patches, [chain_files[c] for c in old_chain], skip={i for i, hit in enumerate(hits) if hit}, offsets=True)
-        for step in steps:
+        for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
-            if step.status == "skipped":
-                dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[i], _subject(repo, hits[i])))
-            elif step.status == "applied":
+            method = upstream_holds(replay, step)
+            if step.status == "applied":
                 made.append((patch.name, step.moved))
-            elif step.status == "empty" or replay.reverse_applies(patch):
-                found = containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None
-                dropped.append(Dropped(patch.name, patch.subject, "empty" if step.status == "empty" else "reverse-apply", found, _subject(repo, found)))
+            elif method:
+                found = hits[i] or (containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None)
+                dropped.append(Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, _subject(repo, found)))
             else:
                 conflict_at = i
                 break
@@ -1053,7 +1051,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             checkout.place(project, component, state.saved.checkout, mirror.path, new, tip)
         else:
             co.set_config({"zmr.pin": new})
-            checkout.mark_exported(co, tip, "zmr rebase")
+            checkout.mark_exported(co, tip, "zmr rebase", checkout.series_fingerprint(project, component, new))
     shutil.rmtree(project.rebase_dir(component))
     return outcome
 

@@ -22,8 +22,8 @@ replay of the same series reuses it.
 
 The callers keep only their policy on top of ``Replayer.replay``:
 ``build_chain`` raises on the first patch that fails, ``zmr rebase`` drops
-a patch that is already upstream and stops at the first conflict,
-``zmr upstreamed`` reports both. ``apply_series`` (build, verify) needs only
+a patch that is already upstream (``upstream_holds``, the one definition)
+and stops at the first conflict, ``zmr upstreamed`` reports both. ``apply_series`` (build, verify) needs only
 the final tree: one ``git apply`` of the whole series, then one by one to
 name the patch that fails.
 
@@ -560,6 +560,27 @@ class Replayer:
                 made.append(self._tip)
         self._commits.extend(made)
         self._tip = made[-1]
+
+
+def upstream_holds(replay: Replayer, step: Step) -> Literal["empty", "reverse-apply"] | None:
+    """The one meaning of "already upstream" (docs/reference.md §7.9.1), for a *step* of *replay* at the target.
+
+    A patch is upstream when the target tree already holds its change:
+    replaying it there changes nothing (``empty``), or it does not apply
+    there and reverse-applies cleanly (``reverse-apply``). A patch-id match
+    with an upstream commit in between is never the reason (upstream may
+    have merged the change and reverted it later): callers use it only to
+    name that commit in their report. None: the patch is not upstream (it
+    applied and changed the tree, or it conflicts). ``zmr upstreamed``,
+    ``zmr rebase`` (with or without a checkout) and ``zmr update`` all ask
+    this; where a 3-way cherry-pick replays a patch instead, the same rule
+    reads "the pick changes nothing".
+    """
+    if step.status == "empty":
+        return "empty"
+    if step.status == "failed" and replay.reverse_applies(step.patch):
+        return "reverse-apply"
+    return None
 
 
 def patch_file_sets(repo: git.Repo, patches: Sequence[Patch]) -> list[frozenset[str]] | None:

@@ -5,8 +5,8 @@ Pipeline, per component with a ``track`` (or ``--to REV``)::
     REV ──Cache.fetch_ref (history)──▶ tip
     pin..tip, first parent, descendants of the pin only ──▶ c1 .. cN (cN = tip; c0 = the pin)
     good(c): the series replays onto c as ``zmr rebase`` would finish it without stopping:
-        rebase.replay_onto (in memory: patches upstream dropped by patch id, empty,
-        reverse-apply); from the first patch that does not apply, a 3-way apply of each
+        rebase.replay_onto (in memory: patches upstream dropped: empty or
+        reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply, a 3-way apply of each
         remaining commit of the series (what the rebase's cherry-picks do) in a throwaway
         index; a conflict there is the blocking patch
     good(tip) ──▶ clean;  else binary search on c0..cN
@@ -200,28 +200,25 @@ class Series:
 
     def trial(self, commit: str) -> Trial:
         """Does the series replay onto *commit* (see the module docstring)?"""
-        hits = self.hits(commit)
-        if not any(hits) and files_unchanged(self.repo, self.pin, commit, self.paths):
-            return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did
+        hits = self.hits(commit)  # hints naming the upstream commit of a dropped patch, never a reason to drop
+        if files_unchanged(self.repo, self.pin, commit, self.paths):
+            return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did, none is upstream
         memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False)
         index_of = {p.name: i for i, p in enumerate(self.patches)}
         trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
         if memory.conflict_at is not None:
-            self._pick_rest(trial, memory.conflict_at, hits)
+            self._pick_rest(trial, memory.conflict_at)
         return trial
 
-    def _pick_rest(self, trial: Trial, start: int, hits: Sequence[str | None]) -> None:
+    def _pick_rest(self, trial: Trial, start: int) -> None:
         """What ``zmr rebase`` does from the first patch that does not apply on: cherry-pick each remaining
-        commit (3-way; those upstream has by patch id left out), a result that changes nothing dropped as empty."""
+        commit (3-way); a result that changes nothing is upstream's (``upstream_holds``) and dropped as empty."""
         repo = self.repo
         with TempIndex(repo) as index:
             tree = repo.tree_of(trial.tip)
             index.read_tree(tree)
             for j in range(start, len(self.patches)):
                 patch = self.patches[j]
-                if hits[j]:
-                    trial.dropped.append(Dropped(patch.name, patch.subject, "patch-id", hits[j], commit_subject(repo, hits[j])))
-                    continue
                 old = self.old_chain[j]
                 diff = repo.run(diff_tree_args(f"{old}^", old)).stdout
                 proc = repo.run([*apply_args(1), "--3way"], input=diff, env=index.env, check=False)

@@ -24,6 +24,9 @@ def checkout(
     directory: Dir = None,
     force: Annotated[bool, typer.Option("--force", help="Discard unexported work (kept under refs/zmr/backup/ first).")] = False,
     history: Annotated[bool, typer.Option("--history", help="Also copy upstream's history and branches (git log, blame, cherry-pick).")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="Replay the commits made since the last export on the repository's series.")] = False,
+    go_on: Annotated[bool, typer.Option("--continue", help="Go on with a --merge stopped on a conflict.")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Undo a --merge: the checkout back as it was.")] = False,
     json_out: Json = False,
 ) -> None:
     """A git working tree per component: the pin, plus one commit per patch on a local branch.
@@ -35,6 +38,9 @@ def checkout(
 
     project = find_project()
     targets = checkouts.select_components(project, model, components)
+    if merge or go_on or abort:
+        _merge(project, targets, directory, merge, go_on, abort, json_out)
+        return
     results = []
     with Progress(steps=[c.label for c in targets]) as progress:
         cache = Cache(progress=progress)
@@ -70,6 +76,45 @@ def checkout(
             print("          with upstream's history (branches as upstream/<branch>)")
     if results:
         print("change the series with git there (git log zmr/base.. shows it), then run `zmr export " + model + "`")
+
+
+def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, abort: bool, json_out: bool) -> None:
+    """`zmr checkout --merge | --continue | --abort` for one component."""
+    from zmr import checkout as checkouts
+    from zmr.cache import Cache
+    from zmr.errors import CheckFailed, ZmrError
+
+    if merge + go_on + abort > 1:
+        raise ZmrError("give one of --merge, --continue, --abort")
+    if len(targets) != 1:
+        raise ZmrError("merge one component at a time; name it with -c", details=[f"components: {', '.join(c.key for c in targets)}"])
+    comp = targets[0]
+    if merge:
+        with Progress(steps=[comp.label]) as progress:
+            result = checkouts.merge(project, comp, cache=Cache(progress=progress), path=directory, progress=progress)
+    elif go_on:
+        result = checkouts.merge_continue(project, comp, directory)
+    else:
+        result = checkouts.merge_abort(project, comp, directory)
+    if json_out:
+        keys = ("action", "replayed", "left", "commit", "subject", "files")
+        print_json({"model": comp.model, "component": comp.key, "path": str(result.path), **{k: getattr(result, k) for k in keys}})
+    elif result.action == "merged":
+        print(f"merged    {result.path}: {result.replayed} commit(s) replayed on the repository's series")
+        print(f"now run `zmr export {comp.model} -c {comp.key}`")
+    elif result.action == "aborted":
+        print(f"aborted   {result.path}: the checkout is back as it was before --merge")
+    if result.action == "stopped":
+        m, k = comp.model, comp.key
+        raise CheckFailed(
+            f"{comp.label}: your commit {result.commit[:12]} ({result.subject}) conflicts with the repository's series",
+            details=[
+                f"conflicting files: {', '.join(result.files)}",
+                f"in {result.path}: edit those files to resolve the conflict markers, `git add` them",
+                f"then run `zmr checkout {m} -c {k} --continue` ({result.left} commit(s) after this one)",
+                f"or give up: `zmr checkout {m} -c {k} --abort` puts the checkout back as it was",
+            ],
+        )
 
 
 def export(
