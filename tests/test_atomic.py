@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import git, make_project, simple_model, zmr
+from conftest import git, make_project, simple_model, state_dir, zmr
 
 ISO_UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
@@ -71,22 +71,27 @@ def _export_fixture(tmp_path, upstream, added: int):
         (work / f"src/extra_{n}.py").write_text(f"value = {n}\n")
         git("add", f"src/extra_{n}.py", cwd=work)
         git("commit", "-q", "-m", f"Add extra module {n}", cwd=work)
+    (project.root.parent / "series-record").write_text(git("config", "zmr.series", cwd=work))
     return project
 
 
 def _reset(project) -> None:
+    """Manifests and series as committed, and a checkout's record of its series with them (else export's three sides see a repository that moved)."""
     git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
     git("clean", "-qfd", "--", "manifests", "patches", cwd=project.root)
+    record = project.root.parent / "series-record"
+    if record.exists():
+        git("config", "zmr.series", record.read_text(), cwd=project.root / "work/toy/rollout")
 
 
 # -- one zmr per component ---------------------------------------------------------------------------------
 
 
 def test_a_held_component_lock_refuses_every_writing_command_with_exit_2(tmp_path, upstream):
-    """The lock is an flock on .zmr/locks/<model>/<component>.lock: held here, export, checkout, rebase and build refuse."""
+    """The lock is an flock on <state folder>/locks/<model>/<component>.lock: held here, export, checkout, rebase and build refuse."""
     project = _export_fixture(tmp_path, upstream, added=2)
     before = _files(project)
-    lock_file = project.root / ".zmr/locks/toy/rollout.lock"
+    lock_file = state_dir(project.root) / "locks/toy/rollout.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a+b") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
@@ -99,7 +104,7 @@ def test_a_held_component_lock_refuses_every_writing_command_with_exit_2(tmp_pat
             assert "git" not in result.stderr.lower(), (args, result.stderr)
         assert _files(project) == before
         assert project.ref("refs/heads/rollout/toy") is None  # build moved no branch
-        assert not (project.root / ".zmr/rebase/toy-rollout").exists()
+        assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
     assert zmr("export", "toy", cwd=project.root).returncode == 0  # released: the next one goes through
 
 
@@ -145,7 +150,7 @@ def test_a_second_rebase_of_a_component_refuses_without_a_git_error(tmp_path, up
     code, err = _finish(first)
     assert code == 0, err
     assert upstream.commits[2] in (project.root / "manifests/toy.yaml").read_text()
-    assert not (project.root / ".zmr/rebase/toy-rollout").exists()
+    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
 
 
 # -- all or nothing: update --apply -------------------------------------------------------------------------
@@ -176,7 +181,7 @@ def test_update_apply_killed_between_its_renames_is_finished_by_the_next_command
     project, before, after = _update_fixture(tmp_path, upstream)
     marker = tmp_path / "paused"
     proc = _paused(["update", "toy", "--apply"], project.root, "transaction-renaming", marker)
-    journal = project.root / ".zmr/transactions/rebase/toy/rollout.json"
+    journal = state_dir(project.root) / "transactions/rebase/toy/rollout.json"
     assert journal.is_file()
     proc.kill()
     proc.wait(timeout=60)
@@ -189,7 +194,7 @@ def test_update_apply_killed_between_its_renames_is_finished_by_the_next_command
     again = zmr("update", "toy", "--apply", cwd=project.root)  # finishes the rebase the kill left in progress
     assert again.returncode == 0, again.stderr
     assert _files(project) == after
-    assert not (project.root / ".zmr/rebase/toy-rollout").exists()
+    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
     assert zmr("build", "toy", cwd=project.root).returncode == 0
     assert zmr("verify", "toy", cwd=project.root).returncode == 0
 
@@ -204,8 +209,8 @@ def test_update_apply_terminated_before_its_commit_changes_nothing_and_exits_143
     assert code == 143, err
     assert "zmr: terminated" in err and "Traceback" not in err
     assert _files(project) == before and not _leftovers(project)
-    assert not (project.root / ".zmr/rebase/toy-rollout").exists()  # the move it started is undone
-    assert not list((project.root / ".zmr/transactions").rglob("*.json"))
+    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()  # the move it started is undone
+    assert not list((state_dir(project.root) / "transactions").rglob("*.json"))
     result = zmr("update", "toy", "--apply", cwd=project.root)
     assert result.returncode == 0, result.stderr
     assert _files(project) == after
@@ -239,7 +244,7 @@ def test_import_terminated_writes_nothing_and_the_rerun_succeeds(tmp_path, upstr
     code, err = _finish(proc)
     assert code == 143, err
     assert _files(target) == {} and not _leftovers(target)
-    assert sorted(p.name for p in target.root.iterdir()) == [".git", ".zmr", "manifests"]  # no patches/ folder made
+    assert sorted(p.name for p in target.root.iterdir()) == [".git", "manifests"]  # no patches/ folder made
     result = zmr(*args, cwd=target.root)
     assert result.returncode == 0, result.stderr
     assert _files(target) == expected
@@ -265,7 +270,7 @@ def test_a_journal_zmr_did_not_write_is_not_followed(tmp_path, upstream):
     simple_model(project, upstream)
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me\n")
-    journals = project.root / ".zmr/transactions"
+    journals = state_dir(project.root) / "transactions"
     journals.mkdir(parents=True)
     (journals / "evil.json").write_text(f'{{"version": 1, "phase": "commit", "dirs": [], "files": [], "remove": ["../{outside.name}"]}}')
     (journals / "odd.json").write_text('{"version": 1, "phase": "commit", "dirs": [], "files": [["manifests/toy.yaml", "../x"]], "remove": []}')

@@ -162,7 +162,10 @@ def finish_interrupted(project: Project, name: str) -> str | None:
 
 def finish_all(project: Project) -> list[str]:
     """Every interrupted transaction of *project* finished or undone (one whose lock a running zmr holds is left to it): what was done, as lines."""
-    folder = project.journal_path("x").parent
+    try:
+        folder = project.journal_path("x").parent
+    except ZmrError:
+        return []  # no git repository, so no state folder: nothing was ever journaled here
     if folder.is_symlink() or not folder.is_dir():
         return []
     done = []
