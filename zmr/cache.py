@@ -439,6 +439,7 @@ class Cache:
         git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full
         disk, a dropped connection, a kill); zmr removes those this fetch made.
         """
+        git.check_remote(mirror.url, what="upstream")  # a protocol the caller's GIT_ALLOW_PROTOCOL forbids: refused before git starts
         self._clear_stale(mirror)
         packs = mirror.path / "objects" / "pack"
         before = set(packs.glob("tmp_*"))

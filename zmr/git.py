@@ -14,7 +14,11 @@ environment, so that nothing on the machine can change what zmr computes:
 - no lazy fetching of missing objects: ``GIT_NO_LAZY_FETCH=1`` (git 2.44+),
   and zmr never writes a promisor remote into a repository's config (see
   zmr/cache.py), so older gits have nowhere to fetch from: zmr alone
-  decides what is fetched, and when.
+  decides what is fetched, and when;
+- the caller's ``GIT_ALLOW_PROTOCOL`` is narrowed, never dropped: git gets
+  the caller's list less ``ext`` and ``fd`` (``own_source`` fetches between
+  zmr's own repositories add ``file``); a remote helper (``fd::0``,
+  ``ext::cmd``) or a protocol the caller forbids is refused before git starts.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ _FIXED_CONFIG = (
     "fetch.recurseSubmodules=false",
     "submodule.recurse=false",
     "protocol.ext.allow=never",
+    "protocol.fd.allow=never",
     "protocol.file.allow=always",
     "i18n.commitEncoding=UTF-8",
     "advice.detachedHead=false",
@@ -80,6 +85,14 @@ _FIXED_CONFIG = (
     "diff.renames=false",
     "apply.ignoreWhitespace=no",  # a patch applies exactly as written, whatever a repository says
 )
+
+# Transports git never gets from zmr, whatever the caller allows: ext:: runs a command, fd:: talks over a descriptor.
+_REFUSED_PROTOCOLS = frozenset({"ext", "fd"})
+# git's `<transport>::<address>` form: a remote helper, not a URL.
+_REMOTE_HELPER_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)::")
+_URL_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCP_LIKE_RE = re.compile(r"[^/:]+:(?!//)")
+_SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
 
 # User config keys that only steer a transport; honoured for network commands.
 _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand", "core.gitproxy")
@@ -307,7 +320,64 @@ def _user_transport_config() -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, str]:
+def caller_protocols() -> frozenset[str] | None:
+    """The protocols the caller's ``GIT_ALLOW_PROTOCOL`` allows; None when it is not set (git's defaults)."""
+    value = os.environ.get("GIT_ALLOW_PROTOCOL")
+    return None if value is None else frozenset(p for p in value.split(":") if p)
+
+
+def url_protocol(url: str) -> str:
+    """The protocol git would use for *url*, by git's names (``https``, ``ssh``, ``file``, or a remote helper's)."""
+    helper = _REMOTE_HELPER_RE.match(url)
+    if helper:
+        return helper.group(1).lower()
+    scheme = _URL_SCHEME_RE.match(url)
+    if scheme:
+        name = scheme.group(1).lower()
+        return "ssh" if name in _SSH_SCHEMES else name
+    if _SCP_LIKE_RE.match(url) and not url.startswith(("./", "../", "/")):
+        return "ssh"
+    return "file"
+
+
+def remote_refusal(url: str) -> str:
+    """Why zmr does not let git talk to *url*, or '': a remote helper (``fd::0``), or a protocol the caller's GIT_ALLOW_PROTOCOL forbids."""
+    helper = _REMOTE_HELPER_RE.match(url)
+    if helper:
+        return f"{url!r} names the remote helper {helper.group(1) + '::'!r}, not a URL; zmr talks to URLs and paths only"
+    protocol = url_protocol(url)
+    if protocol in _REFUSED_PROTOCOLS:
+        return f"{url!r} uses the {protocol!r} protocol, which zmr never allows"
+    allowed = caller_protocols()
+    if allowed is not None and protocol not in allowed:
+        shown = ":".join(sorted(allowed)) or "(empty)"
+        return f"{url!r} uses the {protocol!r} protocol, which GIT_ALLOW_PROTOCOL={shown} does not allow"
+    return ""
+
+
+class RemoteRefused(ZmrError):
+    """A remote or upstream zmr will not let git talk to (exit 2, before git starts)."""
+
+
+def check_remote(url: str, what: str = "remote") -> None:
+    """Raise RemoteRefused when *url* is a remote helper or a protocol the caller forbids."""
+    reason = remote_refusal(url)
+    if reason:
+        raise RemoteRefused(
+            f"{what} {reason}",
+            details=["use an https://, ssh:// or git:// URL, a path, or the name of a remote; GIT_ALLOW_PROTOCOL, when set, must list its protocol"],
+        )
+
+
+def _allowed_protocols(own_source: bool) -> str | None:
+    """GIT_ALLOW_PROTOCOL for git: the caller's list less what zmr refuses (plus ``file`` between zmr's own repositories); None when unset."""
+    allowed = caller_protocols()
+    if allowed is None:
+        return None
+    return ":".join(sorted((allowed - _REFUSED_PROTOCOLS) | ({"file"} if own_source else set())))
+
+
+def _environment(extra: Mapping[str, str] | None, transport: bool, own_source: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _PASSTHROUGH_ENV}
     env.update(
         {
@@ -330,6 +400,9 @@ def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, 
             "GIT_COMMITTER_EMAIL": "zmr@localhost",
         }
     )
+    protocols = _allowed_protocols(own_source)
+    if protocols is not None:  # git then ignores protocol.*.allow: the list itself leaves out ext and fd
+        env["GIT_ALLOW_PROTOCOL"] = protocols
     pairs: list[tuple[str, str]] = []
     if transport:
         pairs.extend(_user_transport_config())
@@ -352,6 +425,7 @@ def run(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     transport: bool = False,
+    own_source: bool = False,
     hint: str = "",
     progress: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
@@ -359,7 +433,11 @@ def run(
 
     With *progress*, git's progress lines (``Receiving objects:  45% (450/1000), 1.20 MiB``)
     are passed to it as they come; the caller adds ``--progress`` to *args*.
+    *own_source*: a fetch from a repository zmr manages (a cache mirror, the project), for which ``file`` is always allowed.
+    A network command whose remote is a remote helper (``fd::0``) raises RemoteRefused before git starts.
     """
+    if transport and _subcommand(args) in ("fetch", "ls-remote", "push", "clone") and _REMOTE_HELPER_RE.match(_remote_of(args)):
+        check_remote(_remote_of(args))
     argv = ["git", "--no-pager"]
     for item in _FIXED_CONFIG:
         argv += ["-c", item]
@@ -369,7 +447,7 @@ def run(
     started = time.monotonic()
     try:
         if progress is not None and input is None:
-            proc = _run_with_progress(argv, cwd, _environment(env, transport), progress)
+            proc = _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress)
         else:
             proc = subprocess.run(
                 argv,
@@ -377,7 +455,7 @@ def run(
                 input=input,
                 stdin=None if input is not None else subprocess.DEVNULL,
                 capture_output=True,
-                env=_environment(env, transport),
+                env=_environment(env, transport, own_source),
                 check=False,
             )
     except FileNotFoundError as exc:
@@ -631,10 +709,12 @@ class Repo:
         extra: Sequence[str] = (),
         config: Sequence[str] = (),
         progress: Callable[[str], None] | None = None,
+        own_source: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
         """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository.
 
         With *progress*, git's counts (objects, bytes) are passed to it as they come.
+        *own_source*: *source* is a repository zmr manages (a mirror, the project), fetched over ``file`` whatever GIT_ALLOW_PROTOCOL says.
         """
         args = [arg for item in config for arg in ("-c", item)]
         args += ["fetch", "--progress" if progress else "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
@@ -642,7 +722,7 @@ class Repo:
             args.append(f"--depth={depth}")
         args += list(extra)
         args += ["--end-of-options", source, *refspecs]
-        return self.run(args, transport=True, progress=progress)
+        return self.run(args, transport=True, progress=progress, own_source=own_source)
 
     def write_commit_graph(self) -> None:
         """Add the commits reachable from any ref to the commit-graph (a new layer; git merges small ones).
@@ -653,6 +733,16 @@ class Repo:
         speed depends on it, so a failure is not an error.
         """
         self.run(["commit-graph", "write", "--reachable", "--split", "--no-progress"], check=False)
+
+    def check_remote(self, remote: str) -> None:
+        """Raise RemoteRefused, before any network command, when *remote* (a name or URL) is a remote helper or a protocol the caller forbids.
+
+        A name is checked by the URL git would use for it (``url.*.insteadOf`` applied), read without contacting anyone.
+        """
+        check_remote(remote)
+        url = self.out(["ls-remote", "--get-url", "--end-of-options", remote], transport=True, check=False)
+        if url and url != remote:
+            check_remote(url, what=f"remote {remote!r}:")
 
     def ls_remote(self, remote: str, patterns: Sequence[str] = ()) -> dict[str, str]:
         text = self.out(["ls-remote", "--end-of-options", remote, *patterns], transport=True)

@@ -279,6 +279,7 @@ def verify(
     if remote is None:
         actual_refs = repo.refs("refs/heads/")
     else:
+        repo.check_remote(remote)
         actual_refs = repo.ls_remote(remote, [f"refs/heads/{c.branch}" for c in components])
     results = []
     for comp in components:
