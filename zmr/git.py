@@ -602,6 +602,29 @@ class Repo:
     def tree_of(self, commit: str) -> str:
         return self.out(["rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}"])
 
+    def subtrees(self, tree: str) -> list[tuple[str, bytes]]:
+        """Every tree object under *tree* (itself first) as (path, raw object bytes): one ``ls-tree``, one ``cat-file --batch``.
+
+        Raw, so that a name git would never write (``a/b``, ``..``) is seen as
+        it is stored, not as ``ls-tree`` joins it into a path.
+        """
+        listing = self.run(["ls-tree", "-r", "-d", "-z", "--full-tree", tree]).stdout
+        paths = {tree: ""}
+        for item in listing.split(b"\0"):
+            meta, _, name = item.partition(b"\t")
+            fields = meta.split()
+            if len(fields) == 3:
+                paths.setdefault(fields[2].decode(), name.decode("utf-8", "surrogateescape"))
+        data = self.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in paths).encode()).stdout
+        result = []
+        pos = 0
+        for path in paths.values():  # cat-file answers in the order asked
+            header_end = data.index(b"\n", pos)
+            size = int(data[pos:header_end].split()[2])
+            result.append((path, data[header_end + 1 : header_end + 1 + size]))
+            pos = header_end + 1 + size + 1
+        return result
+
     def cat_file(self, kind: str, oid: str) -> bytes:
         return self.run(["cat-file", kind, oid]).stdout
 
@@ -751,6 +774,20 @@ class Repo:
             oid, _, name = line.partition("\t")
             result[name] = oid
         return result
+
+
+def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:
+    """The (mode, name) entries of a raw tree object; ValueError where it does not parse (fsck's ``badTree``)."""
+    entries = []
+    pos = 0
+    while pos < len(raw):
+        space = raw.find(b" ", pos)
+        nul = raw.find(b"\0", space + 1) if space >= 0 else -1
+        if space < 0 or nul < 0 or nul + 1 + oid_bytes > len(raw):
+            raise ValueError(f"truncated entry at byte {pos}")
+        entries.append((raw[pos:space], raw[space + 1 : nul]))
+        pos = nul + 1 + oid_bytes
+    return entries
 
 
 @dataclass(frozen=True)
