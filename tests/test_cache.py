@@ -281,3 +281,34 @@ def test_a_fetch_that_fills_the_disk_leaves_no_temp_pack(project, upstream, tmp_
         assert not list((small / "cache/mirrors").glob(".tmp-*"))
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def _sha256_upstream(path: Path) -> str:
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", "--object-format=sha256", cwd=path)
+    (path / "README.md").write_text("a SHA-256 upstream\n")
+    git("add", "README.md", cwd=path)
+    git("commit", "-q", "-m", "first", cwd=path, env={"GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000"})
+    return git("rev-parse", "HEAD", cwd=path)
+
+
+def test_a_pin_of_the_other_hash_function_is_named_so(project, upstream, tmp_path):
+    """A 64-hex pin on a SHA-1 upstream was "force-pushed away" (after fetching all history); a 40-hex pin on a SHA-256 one, "cannot fetch"."""
+    sha256_path = tmp_path / "sha256-upstream"
+    sha256_pin = _sha256_upstream(sha256_path)
+    sha1_commit = upstream.commits[1]
+    wrong_pins = {"one": (upstream.path, "ab" * 32), "two": (sha256_path, sha1_commit)}
+    for model, (path, pin) in wrong_pins.items():
+        project.write(f"patches/{model}/c/series", "")
+        project.manifest(model, f"model: {model}\ncomponents:\n  c:\n    upstream: {path}\n    commit: {pin}\n")
+    project.commit_all("pins of the wrong kind")
+    result = zmr("build", "one", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"one/c ({upstream.path}): commit {'ab' * 32} is a SHA-256 id on a SHA-1 repository" in result.stderr
+    assert f"pin the id `git ls-remote {upstream.path}` prints" in result.stderr and "force-pushed" not in result.stderr
+    assert not git("for-each-ref", "refs/zmr/heads/", cwd=_mirror(upstream)), "no history fetched to look for it"
+    result = zmr("build", "two", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"two/c ({sha256_path}): commit {sha1_commit} is a SHA-1 id on a SHA-256 repository" in result.stderr
+    assert "SHA-256 upstreams are not supported" in result.stderr
+    assert len(sha256_pin) == 64

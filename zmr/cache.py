@@ -70,6 +70,8 @@ _FILTER_IGNORED = "filtering not recognized by server"
 _ALL_REFS = ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"]  # every branch and tag, for history
 # Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
 _FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
+_MIRROR_OID_HEX = 40  # mirrors are made by `git init` with no object format: SHA-1
+_HASH_NAMES = {40: "SHA-1", 64: "SHA-256"}
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
 
 
@@ -552,8 +554,38 @@ class Cache:
                     updates.append(git.RefUpdate(ref, new, old))
         repo.update_refs(updates, "zmr cache")
 
+    def _object_format_error(self, mirror: Mirror, commits: Sequence[str], display: str) -> CacheError | None:
+        """The error for pins of the other hash function than the upstream's (read from ``ls-remote``: its ids' length); None."""
+        try:
+            lengths = {len(oid) for oid in mirror.repo.ls_remote(mirror.url).values() if git.FULL_OID_RE.match(oid)}
+        except git.GitError:
+            return None  # the fetch's own error says why
+        wrong = next((c for c in commits if lengths and len(c) not in lengths), None)
+        if wrong is None and not any(len(c) != _MIRROR_OID_HEX for c in commits):
+            return None
+        upstream = _HASH_NAMES.get(min(lengths)) if lengths else None
+        if wrong is not None and upstream is not None:
+            return CacheError(
+                f"{display}: commit {wrong} is a {_HASH_NAMES[len(wrong)]} id on a {upstream} repository",
+                details=[
+                    f"a {upstream} repository names commits with {min(lengths)} hex digits; pin the id `git ls-remote {mirror.url}` prints"
+                    if upstream == "SHA-1"
+                    else "zmr's cache and release branches are SHA-1 repositories: SHA-256 upstreams are not supported"
+                ],
+            )
+        odd = next(c for c in commits if len(c) != _MIRROR_OID_HEX)
+        return CacheError(
+            f"{display}: commit {odd} is a SHA-256 id; zmr's cache and release branches are SHA-1 repositories",
+            details=["SHA-256 upstreams are not supported; pin a SHA-1 upstream's 40-hex commit id"],
+        )
+
     def _fetch_full(self, mirror: Mirror, commits: Sequence[str], display: str, *, refetch: bool = False) -> None:
         repo = mirror.repo
+        if not refetch and any(len(c) != _MIRROR_OID_HEX for c in commits):
+            # Asked of a SHA-1 server, a 64-hex id is a ref name it lacks: the fallbacks would fetch all history, then blame a force-push.
+            error = self._object_format_error(mirror, commits, display)
+            if error is not None:
+                raise error
         refspecs = [f"+{c}:{PINS}{c}" for c in commits]
         haves = ["--refetch"] if refetch else self._haves(mirror)
         attempts: list[tuple[int | None, list[str]]] = [(1, refspecs), (None, refspecs)]
@@ -574,14 +606,14 @@ class Cache:
         try:
             self._fetch(mirror, mirror.url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
         except git.GitError as err:
-            raise CacheError(
+            raise self._object_format_error(mirror, commits, display) or CacheError(
                 f"{display}: cannot fetch from {mirror.url}",
                 details=[err.message, *err.details],
             ) from None
         self._note(f"{display}: the server would not send {_commits(commits)} by id ({errors[-1]}); fetched every branch and tag with full history")
         for commit in commits:
             if not repo.has_object(commit, "commit"):
-                raise CacheError(
+                raise self._object_format_error(mirror, commits, display) or CacheError(
                     f"{display}: upstream has no commit {commit}",
                     details=["it may have been force-pushed away; pin a commit that exists (git ls-remote <upstream>)"],
                 )
