@@ -23,6 +23,7 @@ environment, so that nothing on the machine can change what zmr computes:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -557,9 +558,11 @@ class Repo:
     only for repositories a human works in.
     """
 
-    def __init__(self, git_dir: str | os.PathLike[str], work_tree: str | os.PathLike[str] | None = None):
+    def __init__(self, git_dir: str | os.PathLike[str], work_tree: str | os.PathLike[str] | None = None, *, writer_lock: str | os.PathLike[str] | None = None):
         self.git_dir = Path(git_dir)
         self.work_tree = Path(work_tree) if work_tree is not None else None
+        # Held shared while fast-import writes a temporary pack here, so that a cleanup can tell live work from a killed process's leftovers.
+        self.writer_lock = Path(writer_lock) if writer_lock is not None else None
 
     def __repr__(self) -> str:
         return f"Repo({str(self.git_dir)!r})"
@@ -668,11 +671,23 @@ class Repo:
         """
         import tempfile
 
-        with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp, self._writing():
             marks = os.path.join(tmp, "marks")
             self.run(["fast-import", "--quiet", "--done", f"--export-marks={marks}"], input=stream)
             with open(marks, encoding="ascii") as handle:
                 return dict(line.split() for line in handle if line.strip())
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """``writer_lock`` held shared (flock: the kernel drops it when this process dies); nothing without one."""
+        if self.writer_lock is None:
+            yield
+            return
+        import fcntl
+
+        with open(self.writer_lock, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            yield
 
     # -- refs ----------------------------------------------------------------
     def ref_value(self, ref: str) -> str | None:
