@@ -616,14 +616,17 @@ class Repo:
         for item in listing.split(b"\0"):
             meta, _, name = item.partition(b"\t")
             fields = meta.split()
-            if len(fields) == 3:
+            if len(fields) == 3 and fields[1] == b"tree":  # -d lists submodules (commits) too: not objects of this repository
                 paths.setdefault(fields[2].decode(), name.decode("utf-8", "surrogateescape"))
         data = self.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in paths).encode()).stdout
         result = []
         pos = 0
         for path in paths.values():  # cat-file answers in the order asked
             header_end = data.index(b"\n", pos)
-            size = int(data[pos:header_end].split()[2])
+            header = data[pos:header_end].split()
+            if len(header) != 3 or header[1] != b"tree":
+                raise ZmrError(f"{self.git_dir}: tree object at {path or '.'!r} is not readable: {data[pos:header_end].decode('utf-8', 'replace')}")
+            size = int(header[2])
             result.append((path, data[header_end + 1 : header_end + 1 + size]))
             pos = header_end + 1 + size + 1
         return result
