@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import git, simple_model, zmr
 
 from zmr.cache import Cache, resolve_upstream
@@ -247,7 +248,7 @@ def test_leftovers_of_a_killed_fetch_are_removed_and_the_next_fetch_stays_shallo
         path.write_bytes(b"left by a killed git\n")
         os.utime(path, (long_ago, long_ago))
     (mirror / "objects/incoming-Xy12Zz").mkdir()
-    young = mirror / "objects/pack/tmp_pack_live01"  # could be a replay's fast-import at work right now: kept
+    young = mirror / "objects/pack/tmp_pack_young1"  # no fast-import holds the writers lock: a leftover too, however young
     young.write_bytes(b"")
     manifest = project.root / "manifests/toy.yaml"
     manifest.write_text(manifest.read_text().replace(upstream.commits[1], upstream.commits[2]))
@@ -256,7 +257,7 @@ def test_leftovers_of_a_killed_fetch_are_removed_and_the_next_fetch_stays_shallo
     assert result.returncode == 0, result.stderr
     assert "full history" not in result.stderr and "warning" not in result.stderr
     assert not [p for p in leftovers if p.exists()] and not (mirror / "objects/incoming-Xy12Zz").exists()
-    assert young.exists()
+    assert not young.exists()
     # Still depth 1: the new pin's parent was never fetched.
     assert git("cat-file", "-t", upstream.commits[2], cwd=mirror) == "commit"
     assert subprocess.run(["git", "cat-file", "-e", upstream.commits[0]], cwd=mirror, check=False).returncode != 0
@@ -281,3 +282,168 @@ def test_a_fetch_that_fills_the_disk_leaves_no_temp_pack(project, upstream, tmp_
         assert not list((small / "cache/mirrors").glob(".tmp-*"))
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def _sha256_upstream(path: Path) -> str:
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", "--object-format=sha256", cwd=path)
+    (path / "README.md").write_text("a SHA-256 upstream\n")
+    git("add", "README.md", cwd=path)
+    git("commit", "-q", "-m", "first", cwd=path, env={"GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000"})
+    return git("rev-parse", "HEAD", cwd=path)
+
+
+def test_a_pin_of_the_other_hash_function_is_named_so(project, upstream, tmp_path):
+    """A 64-hex pin on a SHA-1 upstream was "force-pushed away" (after fetching all history); a 40-hex pin on a SHA-256 one, "cannot fetch"."""
+    sha256_path = tmp_path / "sha256-upstream"
+    sha256_pin = _sha256_upstream(sha256_path)
+    sha1_commit = upstream.commits[1]
+    wrong_pins = {"one": (upstream.path, "ab" * 32), "two": (sha256_path, sha1_commit)}
+    for model, (path, pin) in wrong_pins.items():
+        project.write(f"patches/{model}/c/series", "")
+        project.manifest(model, f"model: {model}\ncomponents:\n  c:\n    upstream: {path}\n    commit: {pin}\n")
+    project.commit_all("pins of the wrong kind")
+    result = zmr("build", "one", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"one/c ({upstream.path}): commit {'ab' * 32} is a SHA-256 id on a SHA-1 repository" in result.stderr
+    assert f"pin the id `git ls-remote {upstream.path}` prints" in result.stderr and "force-pushed" not in result.stderr
+    assert not git("for-each-ref", "refs/zmr/heads/", cwd=_mirror(upstream)), "no history fetched to look for it"
+    result = zmr("build", "two", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert f"two/c ({sha256_path}): commit {sha1_commit} is a SHA-1 id on a SHA-256 repository" in result.stderr
+    assert "SHA-256 upstreams are not supported" in result.stderr
+    assert len(sha256_pin) == 64
+
+
+# -- a fetch killed mid-transfer, from a slow server ---------------------------------------------
+
+_SLOW_SERVER = """#!/bin/sh
+# GIT_SSH_COMMAND: runs upload-pack here, its output slowed to 4 KiB per 50 ms while ZMR_TEST_SLOW is set
+shift
+if [ -n "$ZMR_TEST_SLOW" ]; then exec sh -c "$* | {python} {slow}"; fi
+exec sh -c "$*"
+"""
+_SLOW_PIPE = """import os, time
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    try:
+        os.write(1, chunk)
+    except BrokenPipeError:  # the client went away: as a server does, end quietly
+        break
+    time.sleep(0.05)
+"""
+
+
+def _slow_upstream(tmp_path, project, upstream) -> tuple[dict[str, str], str]:
+    """The upstream over ssh:// through a local wrapper (a real upload-pack, a real pack stream), with 1.5 MB of incompressible data at the pin."""
+    upstream.commit({"weights.hex": os.urandom(750_000).hex()}, "add weights")
+    (tmp_path / "slow.py").write_text(_SLOW_PIPE)
+    wrapper = tmp_path / "slow-ssh"
+    wrapper.write_text(_SLOW_SERVER.format(python=sys.executable, slow=tmp_path / "slow.py"))
+    wrapper.chmod(0o755)
+    url = f"ssh://zmr-test-host{upstream.path}"
+    simple_model(project, upstream, pin_index=3, upstream_spec=url)
+    return {"GIT_SSH_COMMAND": str(wrapper), "GIT_SSH_VARIANT": "simple"}, url
+
+
+def _url_mirror(url: str) -> Path:
+    return Cache().mirror_for(url).path
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below *pid*, from /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                table[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    found, frontier = [], {pid}
+    while frontier:
+        below = [(p, cmd) for p, (parent, cmd) in table.items() if parent in frontier]
+        found += below
+        frontier = {p for p, _ in below}
+    return found
+
+
+def _wait_for_temp_pack(mirror: Path, proc: subprocess.Popen) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while not list(mirror.glob("objects/pack/tmp_pack_*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the fetch ended before its transfer was seen"
+        time.sleep(0.05)
+
+
+def _start_fetch(project, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    full = {**os.environ, **env, "ZMR_TEST_SLOW": "1"}
+    return subprocess.Popen([sys.executable, "-m", "zmr", "fetch"], cwd=project.root, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _depth_one_and_clean(mirror: Path, upstream) -> None:
+    assert not list(mirror.glob("objects/pack/tmp_*")), "a temporary pack was left"
+    assert git("cat-file", "-t", upstream.commits[3], cwd=mirror) == "commit"
+    assert subprocess.run(["git", "cat-file", "-e", upstream.commits[2]], cwd=mirror, check=False).returncode != 0, "full history was fetched"
+    assert not git("for-each-ref", "refs/zmr/heads/", cwd=mirror)
+
+
+@pytest.mark.parametrize(
+    ("victim", "why"),
+    [(" fetch ", "git was killed by signal 9"), ("slow.py", "the transfer was cut off")],
+    ids=["git-fetch-killed", "server-killed"],
+)
+def test_a_fetch_killed_mid_transfer_is_an_error_not_a_full_history_fetch(tmp_path, project, upstream, victim, why):
+    """The depth-1 fetch's death was taken for "the server cannot do depth 1": zmr fetched full history instead."""
+    env, url = _slow_upstream(tmp_path, project, upstream)
+    mirror = _url_mirror(url)
+    proc = _start_fetch(project, env)
+    _wait_for_temp_pack(mirror, proc)
+    targets = [pid for pid, cmdline in _descendants(proc.pid) if victim in cmdline and not cmdline.startswith(("sh ", "/bin/sh "))]
+    assert len(targets) == 1, _descendants(proc.pid)
+    os.kill(targets[0], 9)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert f"{url}: the fetch was cut short: {why}" in err and "run the command again" in err
+    assert "with full history" not in err and "Traceback" not in err
+    assert not list(mirror.glob("objects/pack/tmp_*")) and not git("for-each-ref", "refs/zmr/", cwd=mirror)
+    again = zmr("fetch", cwd=project.root, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "warning" not in again.stderr
+    _depth_one_and_clean(mirror, upstream)
+
+
+def test_temp_packs_of_a_killed_zmr_are_removed_by_the_next_run(tmp_path, project, upstream):
+    """zmr and its git killed together (a CI timeout): the temp pack is seconds old, and was kept for 10 minutes as maybe live."""
+    env, url = _slow_upstream(tmp_path, project, upstream)
+    mirror = _url_mirror(url)
+    proc = _start_fetch(project, env, start_new_session=True)
+    _wait_for_temp_pack(mirror, proc)
+    os.killpg(proc.pid, 9)
+    proc.communicate(timeout=60)
+    assert list(mirror.glob("objects/pack/tmp_pack_*")), "the kill left a temporary pack (what this test is about)"
+    again = zmr("fetch", cwd=project.root, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "warning" not in again.stderr
+    _depth_one_and_clean(mirror, upstream)
+
+
+def test_a_temp_pack_of_a_live_fast_import_is_kept(tmp_path, project, upstream):
+    """While a replay's fast-import holds the mirror's writers lock, a young temp pack may be its live work: the cleanup leaves it."""
+    import fcntl
+
+    simple_model(project, upstream, pin_index=1)
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    mirror = _mirror(upstream)
+    live = mirror / "objects/pack/tmp_pack_live01"
+    live.write_bytes(b"PACK")
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(upstream.commits[1], upstream.commits[2]))
+    project.commit_all("new pin")
+    with open(mirror.with_suffix(".writers"), "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_SH)  # as Repo.fast_import holds it
+        assert zmr("fetch", cwd=project.root).returncode == 0
+    assert live.exists()

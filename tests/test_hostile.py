@@ -145,3 +145,52 @@ def test_patch_through_a_symlink_in_the_tree_is_refused(tmp_path):
     assert "patches/m/c/0001-through-link.patch: does not apply" in result.stderr
     assert "alias/model.py" in result.stderr
     assert project.refs() == {}
+
+
+# -- pinned trees git would not check out (git fsck's hasDot, hasDotdot, hasDotgit, fullPathname) ------
+
+
+def _raw_tree(upstream_path: Path, entries: list[tuple[str, bytes, str]]) -> str:
+    """A tree object written as given (``hash-object --literally``: no check): (mode, name, object id) entries."""
+    data = b"".join(mode.encode() + b" " + name + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
+    return git("hash-object", "-t", "tree", "--literally", "-w", "--stdin", cwd=upstream_path, input=data)
+
+
+def _pin_tree(upstream, hostile: bytes, nested: bool) -> str:
+    path = upstream.path
+    blob = git("hash-object", "-w", "--stdin", cwd=path, input=b"planted\n")
+    readme = git("rev-parse", f"{upstream.commits[-1]}:README.md", cwd=path)
+    inner = _raw_tree(path, [("100644", hostile, blob)])
+    if nested:
+        top = _raw_tree(path, [("100644", b"README.md", readme), ("40000", b"src", inner)])
+    else:
+        top = _raw_tree(path, [("40000", hostile, inner)] if hostile == b"a/b" else [("100644", b"README.md", readme), ("40000", hostile, inner)])
+    return git("commit-tree", top, "-m", "hostile tree", cwd=path, env={"GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000"})
+
+
+@pytest.mark.parametrize(
+    ("name", "nested", "path", "reason"),
+    [
+        (b"..", False, "..", "hasDotdot: '..'"),
+        (b".", False, ".", "hasDot: '.'"),
+        (b".git", False, ".git", "hasDotgit: .git"),
+        (b".GIT", True, "src/.GIT", "hasDotgit: .git in disguise"),
+        (b".git.", True, "src/.git.", "hasDotgit: .git in disguise"),
+        (b"git~1", False, "git~1", "hasDotgit: .git in disguise"),
+        (".g\u200cit".encode(), True, "src/.g\u200cit", "hasDotgit: .git in disguise"),
+        (b"a/b", False, "a/b", "fullPathname: a name holding '/'"),
+    ],
+    ids=["dotdot", "dot", "dotgit", "DOTGIT", "dotgit-dot", "git~1", "hfs-zwnj", "slash"],
+)
+def test_a_pinned_tree_git_would_not_check_out_is_refused(tmp_path, upstream, name, nested, path, reason):
+    pin = _pin_tree(upstream, name, nested)
+    project = make_project(tmp_path / "p")
+    project.write("patches/m/c/series", "")
+    project.manifest("m", f"model: m\ncomponents:\n  c:\n    upstream: {upstream.path}\n    commit: {pin}\n")
+    project.commit_all("pin a hostile tree")
+    for command in ("build", "verify"):
+        result = zmr(command, "m", cwd=project.root)
+        assert result.returncode == 2, (command, result.stderr)
+        assert f"m/c: upstream {pin[:12]} has a tree entry {path!r} that git would not check out ({reason})" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert project.ref("refs/heads/c/m") is None

@@ -663,3 +663,120 @@ def test_untrusted_upstream_with_a_link_inside_it_is_refused(tmp_path, upstream,
     (inside / "refs/tags").unlink()
     (inside / "refs/tags").mkdir()
     assert zmr("validate", "--untrusted", cwd=project.root).returncode == 0, "a plain upstream inside the repository is fine"
+
+
+# -- --untrusted: upstreams that read another repository; the caller's protocols; remote helpers --------
+
+
+def _gitfile(project, upstream, tmp_path) -> str:
+    (project.root / "upstreams").mkdir()
+    (project.root / "upstreams/up").write_text(f"gitdir: {upstream.path / '.git'}\n")
+    return "upstreams/up"
+
+
+def _alternates(project, upstream, tmp_path) -> str:
+    from conftest import git
+
+    bare = project.root / "upstreams/up.git"
+    git("init", "-q", "--bare", str(bare))
+    (bare / "objects/info/alternates").write_text(f"{upstream.path / '.git/objects'}\n")
+    git("update-ref", "refs/heads/main", upstream.commits[-1], cwd=bare)
+    return "upstreams/up.git"
+
+
+def _nested_alternates(project, upstream, tmp_path) -> str:
+    """A plain folder upstream whose committed bare repository (deeper in it) borrows outside objects."""
+    from conftest import git
+
+    folder = project.root / "upstreams/tree"
+    git("init", "-q", "--bare", str(folder / "vendor/inner.git"))
+    (folder / "vendor/inner.git/objects/info/alternates").write_text(f"{upstream.path / '.git/objects'}\n")
+    (folder / "README").write_text("vendored\n")
+    return "upstreams/tree"
+
+
+def _commondir(project, upstream, tmp_path) -> str:
+    from conftest import git
+
+    bare = project.root / "upstreams/up.git"
+    git("init", "-q", "--bare", str(bare))
+    (bare / "commondir").write_text(f"{upstream.path / '.git'}\n")
+    return "upstreams/up.git"
+
+
+def _dotgit_sibling(project, upstream, tmp_path) -> str:
+    """`upstreams/up` is no repository, so git reads `upstreams/up.git`: a link to outside."""
+    (project.root / "upstreams/up").mkdir(parents=True)
+    (project.root / "upstreams/up/README").write_text("not a repository\n")
+    (project.root / "upstreams/up.git").symlink_to(upstream.path / ".git")
+    return "upstreams/up"
+
+
+@pytest.mark.parametrize(
+    ("layout", "named", "how"),
+    [
+        (_gitfile, "upstreams/up", "a gitfile names another git directory"),
+        (_alternates, "upstreams/up.git/objects/info/alternates", "objects/info/alternates names another object folder"),
+        (_nested_alternates, "upstreams/tree/vendor/inner.git/objects/info/alternates", "objects/info/alternates names another object folder"),
+        (_commondir, "upstreams/up.git/commondir", "commondir names another git directory"),
+        (_dotgit_sibling, None, None),
+    ],
+    ids=["gitfile", "alternates", "nested-bare-alternates", "commondir", "dotgit-sibling-link"],
+)
+def test_untrusted_upstream_reading_another_repository_is_refused(tmp_path, upstream, project, layout, named, how):
+    spec = layout(project, upstream, tmp_path)
+    _bundle_model(project, upstream, spec)
+    assert zmr("validate", cwd=project.root).returncode == 0  # trusted: the user's own layout
+    result = zmr("validate", "--untrusted", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    if named is None:
+        assert f"components.c.upstream: path {spec!r} reaches outside the repository through the symbolic link 'upstreams/up.git'" in result.stderr
+    else:
+        assert f"components.c.upstream: path {spec!r} reads another repository through {named!r} ({how}), refused for untrusted manifests" in result.stderr
+
+
+def test_a_gitfile_upstream_really_reads_the_outside_repository(tmp_path, upstream, project):
+    """Why the gitfile is refused: trusted, it builds the outside repository's commit into a branch."""
+    spec = _gitfile(project, upstream, tmp_path)
+    _bundle_model(project, upstream, spec)
+    project.commit_all("gitfile upstream")
+    result = zmr("build", "m", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert project.ref("refs/heads/c/m") is not None
+
+
+def test_the_callers_git_allow_protocol_is_kept_for_upstreams(tmp_path, upstream, project):
+    """GIT_ALLOW_PROTOCOL=https forbids the file protocol: a local upstream is refused before git starts, nothing fetched."""
+    simple_model(project, upstream)
+    result = zmr("fetch", cwd=project.root, env={"GIT_ALLOW_PROTOCOL": "https"})
+    assert result.returncode == 2, result.stderr
+    assert f"upstream '{upstream.path}' uses the 'file' protocol, which GIT_ALLOW_PROTOCOL=https does not allow" in result.stderr
+    assert not list(Path(os.environ["ZMR_CACHE"]).glob("mirrors/*.git/refs/zmr/pins/*"))
+    assert zmr("fetch", cwd=project.root, env={"GIT_ALLOW_PROTOCOL": "https:file"}).returncode == 0
+
+
+def test_the_callers_git_allow_protocol_reaches_git(tmp_path, upstream, project):
+    """An https upstream that the user's insteadOf turns into a path: git itself must still refuse the file protocol."""
+    simple_model(project, upstream, upstream_spec="https://example.invalid/toy.git")
+    (Path(os.environ["HOME"]) / ".gitconfig").write_text(f'[url "{upstream.path}"]\n\tinsteadOf = https://example.invalid/toy.git\n')
+    assert zmr("fetch", cwd=project.root).returncode == 0  # the rewrite works
+    shutil.rmtree(os.environ["ZMR_CACHE"])
+    result = zmr("fetch", cwd=project.root, env={"GIT_ALLOW_PROTOCOL": "https"})
+    assert result.returncode == 2, result.stderr
+    assert "transport 'file' not allowed" in result.stderr
+    assert not list(Path(os.environ["ZMR_CACHE"]).glob("mirrors/*.git/refs/zmr/pins/*"))
+
+
+@pytest.mark.parametrize("remote", ["fd::0", "ext::sh -c touch% /tmp/zmr-ext-ran", "evil"])
+@pytest.mark.parametrize("command", ["verify", "publish"])
+def test_remote_helpers_are_refused_before_git_starts(tmp_path, upstream, project, command, remote):
+    from conftest import git
+
+    simple_model(project, upstream)
+    git("remote", "add", "evil", "fd::0", cwd=project.root)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    result = zmr(command, "toy", "--remote", remote, cwd=project.root, timeout=60)  # it hung before
+    assert result.returncode == 2, result.stderr
+    helper = remote.split("::")[0] + "::" if "::" in remote else "fd::"  # the remote `evil` is refused by its URL
+    assert f"names the remote helper {helper!r}, not a URL" in result.stderr
+    assert "Traceback" not in result.stderr and not Path("/tmp/zmr-ext-ran").exists()

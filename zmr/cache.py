@@ -5,6 +5,7 @@ Layout under ``$ZMR_CACHE`` (default ``$XDG_CACHE_HOME/zmr``, else
 
     mirrors/<slug>-<hash>.git     bare mirror of one upstream URL
     mirrors/<slug>-<hash>.lock    its lock (flock: released when the holder dies)
+    mirrors/<slug>-<hash>.writers held shared by a replay's fast-import (its temp pack is live work)
     quarantine/                   mirrors found damaged, kept for inspection
 
 A mirror is created by check → lock → check → ``git init`` in a temporary
@@ -70,7 +71,33 @@ _FILTER_IGNORED = "filtering not recognized by server"
 _ALL_REFS = ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"]  # every branch and tag, for history
 # Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
 _FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
+_MIRROR_OID_HEX = 40  # mirrors are made by `git init` with no object format: SHA-1
+_HASH_NAMES = {40: "SHA-1", 64: "SHA-256"}
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
+
+
+@contextlib.contextmanager
+def _no_writer(mirror: Mirror) -> Iterator[bool]:
+    """True, held until the end, when no process writes temporary packs into *mirror* (nobody holds its writers lock)."""
+    with open(mirror.writers_lock, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _fetch_keep(path: Path) -> bool:
+    """A ``.keep`` file that git's fetch writes until it has updated the refs (zmr keeps no pack on purpose)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(16).startswith(b"fetch-pack")
+    except OSError:
+        return False
 
 
 def _older(path: Path, than: float) -> bool:
@@ -91,6 +118,29 @@ def _commits(commits: Sequence[str]) -> str:
 
 class CacheError(ZmrError):
     """The cache cannot provide what a pin needs."""
+
+
+class FetchInterrupted(CacheError):
+    """A fetch was cut short (git or its transfer killed): an error, never a reason to fetch more history instead."""
+
+
+# What git says when a transfer was cut short, not refused: no fallback answers that.
+_CUT_SHORT_RE = re.compile(
+    r"early EOF|the remote end hung up unexpectedly|unexpected disconnect while reading sideband packet|index-pack failed"
+    r"|index-pack died|fetch-pack: invalid index-pack output|RPC failed; curl|Connection reset by peer|Broken pipe"
+)
+# ... unless the server said why it would not send: then a fallback may still get the commit.
+_REFUSED_RE = re.compile(r"not our ref|unadvertised object|does not support shallow|remote error|couldn't find remote ref|Server does not allow")
+
+
+def _cut_short(err: git.GitError) -> str:
+    """Why the fetch of *err* ended early (git killed by a signal, a transfer cut off), or '' when the server refused or the input was wrong."""
+    if err.returncode < 0:
+        return f"git was killed by signal {-err.returncode}"
+    if _REFUSED_RE.search(err.stderr_text) or git.storage_problem(err.stderr_text):
+        return ""  # a refusal, or this disk (full, read-only): said as such elsewhere
+    match = _CUT_SHORT_RE.search(err.stderr_text)
+    return f"the transfer was cut off ({match.group(0)})" if match else ""
 
 
 def default_cache_dir() -> Path:
@@ -121,7 +171,12 @@ class Mirror:
 
     @property
     def repo(self) -> git.Repo:
-        return git.Repo(self.path)
+        # fast-import (a replay, outside the mirror's lock) holds the writers lock shared: its temporary pack is then live work.
+        return git.Repo(self.path, writer_lock=self.writers_lock)
+
+    @property
+    def writers_lock(self) -> Path:
+        return self.path.with_suffix(".writers")
 
 
 class Cache:
@@ -224,6 +279,8 @@ class Cache:
         if missing:
             try:
                 self._fetch_commits(mirror, missing, display, paths)
+            except FetchInterrupted:
+                raise  # not the mirror's fault: no quarantine, no second fetch
             except CacheError:
                 if fresh or all(self._has_trees(mirror, c) for c in missing):
                     # New, or only blobs were wanted for trees found whole: the fetch failed, not the mirror.
@@ -439,14 +496,21 @@ class Cache:
         git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full
         disk, a dropped connection, a kill); zmr removes those this fetch made.
         """
+        git.check_remote(mirror.url, what="upstream")  # a protocol the caller's GIT_ALLOW_PROTOCOL forbids: refused before git starts
         self._clear_stale(mirror)
         packs = mirror.path / "objects" / "pack"
         before = set(packs.glob("tmp_*"))
         try:
             return mirror.repo.fetch(source, refspecs, **kwargs)
-        except git.GitError:
+        except git.GitError as err:
             for leftover in set(packs.glob("tmp_*")) - before:
                 leftover.unlink(missing_ok=True)
+            why = _cut_short(err) if not isinstance(err, git.DamagedRepoError) else ""
+            if why:
+                raise FetchInterrupted(
+                    f"{mirror.url}: the fetch was cut short: {why}",
+                    details=[*err.git_lines[-4:], "nothing was kept of it; run the command again (zmr does not fall back to fetching full history for this)"],
+                ) from None
             raise
 
     def _clear_stale(self, mirror: Mirror) -> None:
@@ -463,10 +527,14 @@ class Cache:
         always += [*root.glob("objects/info/commit-graph*.lock"), *root.glob("objects/info/commit-graphs/*.lock")]
         for space in _FETCHED_REFS:
             always += (root / space).rglob("*.lock")
-        aged = [root / "packed-refs.lock", *(root / "refs").rglob("*.lock"), *root.glob("objects/pack/tmp_*"), *root.glob("objects/??/tmp_obj_*")]
-        now = time.time()
-        for path in always + [p for p in aged if _older(p, now - _STALE_AFTER)]:
-            path.unlink(missing_ok=True)
+        aged = [root / "packed-refs.lock", *(root / "refs").rglob("*.lock"), *root.glob("objects/??/tmp_obj_*")]
+        with _no_writer(mirror) as idle:
+            # Under the mirror's lock no fetch runs; with no fast-import either, every temporary pack is a killed process's.
+            packs = [*root.glob("objects/pack/tmp_*"), *(k for k in root.glob("objects/pack/pack-*.keep") if _fetch_keep(k))]
+            (always if idle else aged).extend(packs)
+            now = time.time()
+            for path in always + [p for p in aged if _older(p, now - _STALE_AFTER)]:
+                path.unlink(missing_ok=True)
         for incoming in root.glob("objects/incoming-*"):  # a quarantine of receive-pack: nothing pushes into a mirror
             shutil.rmtree(incoming, ignore_errors=True)
 
@@ -551,8 +619,38 @@ class Cache:
                     updates.append(git.RefUpdate(ref, new, old))
         repo.update_refs(updates, "zmr cache")
 
+    def _object_format_error(self, mirror: Mirror, commits: Sequence[str], display: str) -> CacheError | None:
+        """The error for pins of the other hash function than the upstream's (read from ``ls-remote``: its ids' length); None."""
+        try:
+            lengths = {len(oid) for oid in mirror.repo.ls_remote(mirror.url).values() if git.FULL_OID_RE.match(oid)}
+        except git.GitError:
+            return None  # the fetch's own error says why
+        wrong = next((c for c in commits if lengths and len(c) not in lengths), None)
+        if wrong is None and not any(len(c) != _MIRROR_OID_HEX for c in commits):
+            return None
+        upstream = _HASH_NAMES.get(min(lengths)) if lengths else None
+        if wrong is not None and upstream is not None:
+            return CacheError(
+                f"{display}: commit {wrong} is a {_HASH_NAMES[len(wrong)]} id on a {upstream} repository",
+                details=[
+                    f"a {upstream} repository names commits with {min(lengths)} hex digits; pin the id `git ls-remote {mirror.url}` prints"
+                    if upstream == "SHA-1"
+                    else "zmr's cache and release branches are SHA-1 repositories: SHA-256 upstreams are not supported"
+                ],
+            )
+        odd = next(c for c in commits if len(c) != _MIRROR_OID_HEX)
+        return CacheError(
+            f"{display}: commit {odd} is a SHA-256 id; zmr's cache and release branches are SHA-1 repositories",
+            details=["SHA-256 upstreams are not supported; pin a SHA-1 upstream's 40-hex commit id"],
+        )
+
     def _fetch_full(self, mirror: Mirror, commits: Sequence[str], display: str, *, refetch: bool = False) -> None:
         repo = mirror.repo
+        if not refetch and any(len(c) != _MIRROR_OID_HEX for c in commits):
+            # Asked of a SHA-1 server, a 64-hex id is a ref name it lacks: the fallbacks would fetch all history, then blame a force-push.
+            error = self._object_format_error(mirror, commits, display)
+            if error is not None:
+                raise error
         refspecs = [f"+{c}:{PINS}{c}" for c in commits]
         haves = ["--refetch"] if refetch else self._haves(mirror)
         attempts: list[tuple[int | None, list[str]]] = [(1, refspecs), (None, refspecs)]
@@ -573,14 +671,14 @@ class Cache:
         try:
             self._fetch(mirror, mirror.url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display))
         except git.GitError as err:
-            raise CacheError(
+            raise self._object_format_error(mirror, commits, display) or CacheError(
                 f"{display}: cannot fetch from {mirror.url}",
                 details=[err.message, *err.details],
             ) from None
         self._note(f"{display}: the server would not send {_commits(commits)} by id ({errors[-1]}); fetched every branch and tag with full history")
         for commit in commits:
             if not repo.has_object(commit, "commit"):
-                raise CacheError(
+                raise self._object_format_error(mirror, commits, display) or CacheError(
                     f"{display}: upstream has no commit {commit}",
                     details=["it may have been force-pushed away; pin a commit that exists (git ls-remote <upstream>)"],
                 )

@@ -527,7 +527,7 @@ def add_history(co: Checkout, mirror: Mirror) -> None:
     """
     shallow = ["--unshallow"] if (co.git_dir / "shallow").exists() else []
     refspecs = [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"]
-    co.repo.fetch(str(mirror.path), refspecs, extra=[*shallow, "--update-shallow"])
+    co.repo.fetch(str(mirror.path), refspecs, extra=[*shallow, "--update-shallow"], own_source=True)
 
 
 def _checkout(project: Project, component: Component, cache: Cache, path: Path | None, force: bool, progress: Progress | None) -> CheckoutResult:
@@ -671,7 +671,7 @@ def _fetch(repo: git.Repo, source: Path, oids: Sequence[str], base: str) -> None
         mirror = git.Repo(source)
         depth = 1 + max(int(mirror.out(["rev-list", "--count", o, "--not", base])) for o in wanted)
         # A local fetch copies objects (no alternates); --update-shallow accepts a shallow mirror's roots.
-        repo.fetch(str(source), wanted, depth=depth, extra=["--update-shallow"])
+        repo.fetch(str(source), wanted, depth=depth, extra=["--update-shallow"], own_source=True)
 
 
 def refresh(

@@ -14,11 +14,16 @@ environment, so that nothing on the machine can change what zmr computes:
 - no lazy fetching of missing objects: ``GIT_NO_LAZY_FETCH=1`` (git 2.44+),
   and zmr never writes a promisor remote into a repository's config (see
   zmr/cache.py), so older gits have nowhere to fetch from: zmr alone
-  decides what is fetched, and when.
+  decides what is fetched, and when;
+- the caller's ``GIT_ALLOW_PROTOCOL`` is narrowed, never dropped: git gets
+  the caller's list less ``ext`` and ``fd`` (``own_source`` fetches between
+  zmr's own repositories add ``file``); a remote helper (``fd::0``,
+  ``ext::cmd``) or a protocol the caller forbids is refused before git starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -26,7 +31,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -71,6 +76,7 @@ _FIXED_CONFIG = (
     "fetch.recurseSubmodules=false",
     "submodule.recurse=false",
     "protocol.ext.allow=never",
+    "protocol.fd.allow=never",
     "protocol.file.allow=always",
     "i18n.commitEncoding=UTF-8",
     "advice.detachedHead=false",
@@ -80,6 +86,14 @@ _FIXED_CONFIG = (
     "diff.renames=false",
     "apply.ignoreWhitespace=no",  # a patch applies exactly as written, whatever a repository says
 )
+
+# Transports git never gets from zmr, whatever the caller allows: ext:: runs a command, fd:: talks over a descriptor.
+_REFUSED_PROTOCOLS = frozenset({"ext", "fd"})
+# git's `<transport>::<address>` form: a remote helper, not a URL.
+_REMOTE_HELPER_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)::")
+_URL_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCP_LIKE_RE = re.compile(r"[^/:]+:(?!//)")
+_SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
 
 # User config keys that only steer a transport; honoured for network commands.
 _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand", "core.gitproxy")
@@ -307,7 +321,64 @@ def _user_transport_config() -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, str]:
+def caller_protocols() -> frozenset[str] | None:
+    """The protocols the caller's ``GIT_ALLOW_PROTOCOL`` allows; None when it is not set (git's defaults)."""
+    value = os.environ.get("GIT_ALLOW_PROTOCOL")
+    return None if value is None else frozenset(p for p in value.split(":") if p)
+
+
+def url_protocol(url: str) -> str:
+    """The protocol git would use for *url*, by git's names (``https``, ``ssh``, ``file``, or a remote helper's)."""
+    helper = _REMOTE_HELPER_RE.match(url)
+    if helper:
+        return helper.group(1).lower()
+    scheme = _URL_SCHEME_RE.match(url)
+    if scheme:
+        name = scheme.group(1).lower()
+        return "ssh" if name in _SSH_SCHEMES else name
+    if _SCP_LIKE_RE.match(url) and not url.startswith(("./", "../", "/")):
+        return "ssh"
+    return "file"
+
+
+def remote_refusal(url: str) -> str:
+    """Why zmr does not let git talk to *url*, or '': a remote helper (``fd::0``), or a protocol the caller's GIT_ALLOW_PROTOCOL forbids."""
+    helper = _REMOTE_HELPER_RE.match(url)
+    if helper:
+        return f"{url!r} names the remote helper {helper.group(1) + '::'!r}, not a URL; zmr talks to URLs and paths only"
+    protocol = url_protocol(url)
+    if protocol in _REFUSED_PROTOCOLS:
+        return f"{url!r} uses the {protocol!r} protocol, which zmr never allows"
+    allowed = caller_protocols()
+    if allowed is not None and protocol not in allowed:
+        shown = ":".join(sorted(allowed)) or "(empty)"
+        return f"{url!r} uses the {protocol!r} protocol, which GIT_ALLOW_PROTOCOL={shown} does not allow"
+    return ""
+
+
+class RemoteRefused(ZmrError):
+    """A remote or upstream zmr will not let git talk to (exit 2, before git starts)."""
+
+
+def check_remote(url: str, what: str = "remote") -> None:
+    """Raise RemoteRefused when *url* is a remote helper or a protocol the caller forbids."""
+    reason = remote_refusal(url)
+    if reason:
+        raise RemoteRefused(
+            f"{what} {reason}",
+            details=["use an https://, ssh:// or git:// URL, a path, or the name of a remote; GIT_ALLOW_PROTOCOL, when set, must list its protocol"],
+        )
+
+
+def _allowed_protocols(own_source: bool) -> str | None:
+    """GIT_ALLOW_PROTOCOL for git: the caller's list less what zmr refuses (plus ``file`` between zmr's own repositories); None when unset."""
+    allowed = caller_protocols()
+    if allowed is None:
+        return None
+    return ":".join(sorted((allowed - _REFUSED_PROTOCOLS) | ({"file"} if own_source else set())))
+
+
+def _environment(extra: Mapping[str, str] | None, transport: bool, own_source: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _PASSTHROUGH_ENV}
     env.update(
         {
@@ -330,6 +401,9 @@ def _environment(extra: Mapping[str, str] | None, transport: bool) -> dict[str, 
             "GIT_COMMITTER_EMAIL": "zmr@localhost",
         }
     )
+    protocols = _allowed_protocols(own_source)
+    if protocols is not None:  # git then ignores protocol.*.allow: the list itself leaves out ext and fd
+        env["GIT_ALLOW_PROTOCOL"] = protocols
     pairs: list[tuple[str, str]] = []
     if transport:
         pairs.extend(_user_transport_config())
@@ -352,6 +426,7 @@ def run(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     transport: bool = False,
+    own_source: bool = False,
     hint: str = "",
     progress: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
@@ -359,7 +434,11 @@ def run(
 
     With *progress*, git's progress lines (``Receiving objects:  45% (450/1000), 1.20 MiB``)
     are passed to it as they come; the caller adds ``--progress`` to *args*.
+    *own_source*: a fetch from a repository zmr manages (a cache mirror, the project), for which ``file`` is always allowed.
+    A network command whose remote is a remote helper (``fd::0``) raises RemoteRefused before git starts.
     """
+    if transport and _subcommand(args) in ("fetch", "ls-remote", "push", "clone") and _REMOTE_HELPER_RE.match(_remote_of(args)):
+        check_remote(_remote_of(args))
     argv = ["git", "--no-pager"]
     for item in _FIXED_CONFIG:
         argv += ["-c", item]
@@ -369,7 +448,7 @@ def run(
     started = time.monotonic()
     try:
         if progress is not None and input is None:
-            proc = _run_with_progress(argv, cwd, _environment(env, transport), progress)
+            proc = _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress)
         else:
             proc = subprocess.run(
                 argv,
@@ -377,7 +456,7 @@ def run(
                 input=input,
                 stdin=None if input is not None else subprocess.DEVNULL,
                 capture_output=True,
-                env=_environment(env, transport),
+                env=_environment(env, transport, own_source),
                 check=False,
             )
     except FileNotFoundError as exc:
@@ -479,9 +558,11 @@ class Repo:
     only for repositories a human works in.
     """
 
-    def __init__(self, git_dir: str | os.PathLike[str], work_tree: str | os.PathLike[str] | None = None):
+    def __init__(self, git_dir: str | os.PathLike[str], work_tree: str | os.PathLike[str] | None = None, *, writer_lock: str | os.PathLike[str] | None = None):
         self.git_dir = Path(git_dir)
         self.work_tree = Path(work_tree) if work_tree is not None else None
+        # Held shared while fast-import writes a temporary pack here, so that a cleanup can tell live work from a killed process's leftovers.
+        self.writer_lock = Path(writer_lock) if writer_lock is not None else None
 
     def __repr__(self) -> str:
         return f"Repo({str(self.git_dir)!r})"
@@ -523,6 +604,32 @@ class Repo:
 
     def tree_of(self, commit: str) -> str:
         return self.out(["rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}"])
+
+    def subtrees(self, tree: str) -> list[tuple[str, bytes]]:
+        """Every tree object under *tree* (itself first) as (path, raw object bytes): one ``ls-tree``, one ``cat-file --batch``.
+
+        Raw, so that a name git would never write (``a/b``, ``..``) is seen as
+        it is stored, not as ``ls-tree`` joins it into a path.
+        """
+        listing = self.run(["ls-tree", "-r", "-d", "-z", "--full-tree", tree]).stdout
+        paths = {tree: ""}
+        for item in listing.split(b"\0"):
+            meta, _, name = item.partition(b"\t")
+            fields = meta.split()
+            if len(fields) == 3 and fields[1] == b"tree":  # -d lists submodules (commits) too: not objects of this repository
+                paths.setdefault(fields[2].decode(), name.decode("utf-8", "surrogateescape"))
+        data = self.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in paths).encode()).stdout
+        result = []
+        pos = 0
+        for path in paths.values():  # cat-file answers in the order asked
+            header_end = data.index(b"\n", pos)
+            header = data[pos:header_end].split()
+            if len(header) != 3 or header[1] != b"tree":
+                raise ZmrError(f"{self.git_dir}: tree object at {path or '.'!r} is not readable: {data[pos:header_end].decode('utf-8', 'replace')}")
+            size = int(header[2])
+            result.append((path, data[header_end + 1 : header_end + 1 + size]))
+            pos = header_end + 1 + size + 1
+        return result
 
     def cat_file(self, kind: str, oid: str) -> bytes:
         return self.run(["cat-file", kind, oid]).stdout
@@ -567,11 +674,23 @@ class Repo:
         """
         import tempfile
 
-        with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp, self._writing():
             marks = os.path.join(tmp, "marks")
             self.run(["fast-import", "--quiet", "--done", f"--export-marks={marks}"], input=stream)
             with open(marks, encoding="ascii") as handle:
                 return dict(line.split() for line in handle if line.strip())
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """``writer_lock`` held shared (flock: the kernel drops it when this process dies); nothing without one."""
+        if self.writer_lock is None:
+            yield
+            return
+        import fcntl
+
+        with open(self.writer_lock, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            yield
 
     # -- refs ----------------------------------------------------------------
     def ref_value(self, ref: str) -> str | None:
@@ -631,10 +750,12 @@ class Repo:
         extra: Sequence[str] = (),
         config: Sequence[str] = (),
         progress: Callable[[str], None] | None = None,
+        own_source: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
         """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository.
 
         With *progress*, git's counts (objects, bytes) are passed to it as they come.
+        *own_source*: *source* is a repository zmr manages (a mirror, the project), fetched over ``file`` whatever GIT_ALLOW_PROTOCOL says.
         """
         args = [arg for item in config for arg in ("-c", item)]
         args += ["fetch", "--progress" if progress else "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
@@ -642,7 +763,7 @@ class Repo:
             args.append(f"--depth={depth}")
         args += list(extra)
         args += ["--end-of-options", source, *refspecs]
-        return self.run(args, transport=True, progress=progress)
+        return self.run(args, transport=True, progress=progress, own_source=own_source)
 
     def write_commit_graph(self) -> None:
         """Add the commits reachable from any ref to the commit-graph (a new layer; git merges small ones).
@@ -654,6 +775,16 @@ class Repo:
         """
         self.run(["commit-graph", "write", "--reachable", "--split", "--no-progress"], check=False)
 
+    def check_remote(self, remote: str) -> None:
+        """Raise RemoteRefused, before any network command, when *remote* (a name or URL) is a remote helper or a protocol the caller forbids.
+
+        A name is checked by the URL git would use for it (``url.*.insteadOf`` applied), read without contacting anyone.
+        """
+        check_remote(remote)
+        url = self.out(["ls-remote", "--get-url", "--end-of-options", remote], transport=True, check=False)
+        if url and url != remote:
+            check_remote(url, what=f"remote {remote!r}:")
+
     def ls_remote(self, remote: str, patterns: Sequence[str] = ()) -> dict[str, str]:
         text = self.out(["ls-remote", "--end-of-options", remote, *patterns], transport=True)
         result = {}
@@ -661,6 +792,20 @@ class Repo:
             oid, _, name = line.partition("\t")
             result[name] = oid
         return result
+
+
+def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:
+    """The (mode, name) entries of a raw tree object; ValueError where it does not parse (fsck's ``badTree``)."""
+    entries = []
+    pos = 0
+    while pos < len(raw):
+        space = raw.find(b" ", pos)
+        nul = raw.find(b"\0", space + 1) if space >= 0 else -1
+        if space < 0 or nul < 0 or nul + 1 + oid_bytes > len(raw):
+            raise ValueError(f"truncated entry at byte {pos}")
+        entries.append((raw[pos:space], raw[space + 1 : nul]))
+        pos = nul + 1 + oid_bytes
+    return entries
 
 
 @dataclass(frozen=True)

@@ -314,7 +314,10 @@ def _read_branch(run: _Run, name: str) -> Imported:
 def _bring_branch(run: _Run, mrepo: git.Repo, ref: str, tip: str) -> None:
     """The branch's objects go into the mirror, where the upstream tree is: diffs and checks run there."""
     if not mrepo.has_object(tip, "commit"):
-        mrepo.fetch(run.remote_url if run.remote and run.remote_url else str(run.repo.git_dir), [ref])
+        if run.remote and run.remote_url:
+            mrepo.fetch(run.remote_url, [ref])
+        else:  # the project's own branch
+            mrepo.fetch(str(run.repo.git_dir), [ref], own_source=True)
 
 
 # -- which upstream commit -----------------------------------------------------------------------

@@ -168,14 +168,69 @@ def _check_upstream(value: str, at: At) -> str | None:
         at.add(f"{value!r} does not exist (paths are relative to the repository root)", "fix the path, or generate the bundle")
         return None
     if ctx.policy.untrusted:
-        outside = _link_out_of(ctx.root / value, ctx.root)
+        # git reads <path>.git when <path> is no repository (upload-pack's enter_repo): both are checked.
+        read = [p for p in (ctx.root / value, ctx.root / (value.rstrip("/") + ".git")) if p.exists() or p.is_symlink()]
+        outside = next((link for link in (_link_out_of(p, ctx.root) for p in read) if link is not None), None)
         if outside is not None:
             at.add(
                 f"path {value!r} reaches outside the repository through the symbolic link {outside!r}, refused for untrusted manifests",
                 "ship the upstream as a bundle inside the repository, without links",
             )
             return None
+        borrowed = next((found for found in (_borrowing_file(p, ctx.root) for p in read) if found is not None), None)
+        if borrowed is not None:
+            where, how = borrowed
+            at.add(
+                f"path {value!r} reads another repository through {where!r} ({how}), refused for untrusted manifests",
+                "ship the upstream as a bundle, or a bare repository with its own objects (no gitfile, alternates, commondir or config include)",
+            )
+            return None
     return value
+
+
+# Files by which a repository reads another one: git follows each wherever it points.
+_GITFILE_PREFIX = b"gitdir:"
+_BORROWING = {
+    "alternates": "objects/info/alternates names another object folder",
+    "http-alternates": "objects/info/http-alternates names another object folder",
+    "commondir": "commondir names another git directory",
+}
+_CONFIG_INCLUDE_RE = re.compile(rb"^\s*\[\s*include(?:If)?\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _borrowing_file(path: Path, root: Path) -> tuple[str, str] | None:
+    """A file on or under *path* by which git would read outside it (relative to *root*, and how); None.
+
+    A gitfile (``gitdir: ...``, as a ``.git`` file or the path itself),
+    alternates (also of a bare repository committed deeper in the tree), a
+    worktree's ``commondir``, or a config ``[include]``: each makes git take
+    objects or settings from wherever it names, so none is allowed.
+    """
+    files = [path] if path.is_file() else [Path(folder, name) for folder, _, names in os.walk(path) for name in names]
+    for file in files:
+        if file.is_symlink() or not file.is_file():
+            continue
+        shown = file.relative_to(root).as_posix()
+        if file.name == ".git" or file == path:
+            if _starts_with(file, _GITFILE_PREFIX):
+                return shown, "a gitfile names another git directory"
+        elif file.name in _BORROWING and (file.name == "commondir" or file.parent.name == "info"):
+            return shown, _BORROWING[file.name]
+        elif file.name == "config" and _CONFIG_INCLUDE_RE.search(_head(file)):
+            return shown, "its [include] reads another config"
+    return None
+
+
+def _head(file: Path, limit: int = 1 << 20) -> bytes:
+    """The first *limit* bytes of *file*, opened as files.open_regular does (no FIFO waits, no link followed)."""
+    from zmr.files import open_regular
+
+    with open_regular(file, limit=None, what="repository file") as handle:
+        return handle.read(limit)
+
+
+def _starts_with(file: Path, prefix: bytes) -> bool:
+    return _head(file, len(prefix)).lower() == prefix
 
 
 def _link_out_of(path: Path, root: Path) -> str | None:

@@ -136,6 +136,7 @@ def publish(
     repo = project.repo
     if git.missing_remote(repo, remote):
         raise ZmrError(f"no remote {remote!r}: `git remote add {remote} URL` or `--remote`", details=["`git remote -v` lists this repository's remotes"])
+    repo.check_remote(remote)  # fd::0 would hang, ext:: run a command: refused before any work
     results = release.verify(project, components, cache=cache, progress=progress)
     bad = [r for r in results if r.status != "ok"]
     if bad:

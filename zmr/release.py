@@ -37,7 +37,7 @@ from zmr.project import Project
 # The trailer names live beside the check that reads them (zmr.provenance); zmr.release.TRAILER_* stay importable.
 from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
-from zmr.series import Series, read_series
+from zmr.series import Series, is_dotgit, read_series
 
 
 Progress = Callable[[str], None]
@@ -117,6 +117,7 @@ def _compute(project: Project, component: Component, cache: Cache, progress: Pro
     repo = mirror.repo
     upstream = repo.commit_info(component.commit)
     upstream_tree = upstream.tree
+    check_tree(repo, upstream_tree, f"{component.label}: upstream {component.commit[:12]}")
     if progress:
         progress(f"{component.label}: applying {len(series.patches)} patches")
     tree = apply_series(repo, component, upstream_tree, series.patches, missing_ok=partial) if series.patches else upstream_tree
@@ -130,6 +131,56 @@ def _compute(project: Project, component: Component, cache: Cache, progress: Pro
         changes = repo.commit_tree(tree, [snapshot], _changes_message(component, series), changes_identity, changes_identity)
         commits = (snapshot, changes)
     return Release(component, mirror, upstream_tree, tree, commits, series)
+
+
+# Trees found checkout-safe in this process: ids name contents, so one look per tree (six components on one pin) is enough.
+_SAFE_TREES: set[str] = set()
+
+
+def check_tree(repo: git.Repo, tree: str, what: str) -> None:
+    """Refuse *tree* when it holds an entry git would not check out, as ``git fsck`` names it (exit 2, the entry's path named)."""
+    if tree in _SAFE_TREES:
+        return
+    found = unsafe_tree_entry(repo, tree)
+    if found:
+        path, reason = found
+        raise ZmrError(
+            f"{what} has a tree entry {path!r} that git would not check out ({reason})",
+            details=["`git fsck` reports it too; pin a commit whose tree git can check out, or ask upstream to fix the tree"],
+        )
+    _SAFE_TREES.add(tree)
+
+
+def unsafe_tree_entry(repo: git.Repo, tree: str) -> tuple[str, str] | None:
+    """The first entry of *tree* (recursively) that git would refuse to check out, as (path, fsck's name and why); None."""
+    oid_bytes = len(tree) // 2
+    for folder, raw in repo.subtrees(tree):
+        try:
+            entries = git.tree_entries(raw, oid_bytes)
+        except ValueError as err:
+            return folder or ".", f"badTree: {err}"
+        for _, name_bytes in entries:
+            name = name_bytes.decode("utf-8", "surrogateescape")
+            path = f"{folder}/{name}" if folder else name
+            reason = _entry_name_problem(name)
+            if reason:
+                return path, reason
+    return None
+
+
+def _entry_name_problem(name: str) -> str:
+    """fsck's name for a tree entry name git refuses, and why; ''."""
+    if not name:
+        return "emptyName: an empty name"
+    if name == ".":
+        return "hasDot: '.'"
+    if name == "..":
+        return "hasDotdot: '..'"
+    if "/" in name:
+        return "fullPathname: a name holding '/'"
+    if is_dotgit(name):
+        return "hasDotgit: .git" + ("" if name == ".git" else " in disguise")
+    return ""
 
 
 def _series_paths(project: Project, series: Series) -> frozenset[str] | None:
@@ -284,6 +335,7 @@ def verify(
     if remote is None:
         actual_refs = repo.refs("refs/heads/")
     else:
+        repo.check_remote(remote)
         actual_refs = repo.ls_remote(remote, [f"refs/heads/{c.branch}" for c in components])
     results = []
     for comp in components:
