@@ -51,7 +51,7 @@ def _patch(i: int, path: str) -> bytes:
 
 @pytest.fixture
 def long_series(tmp_path, project: Project) -> tuple[Project, str]:
-    upstream = make_upstream(tmp_path / "upstream", [{"README.md": "upstream\n"}])
+    upstream = make_upstream(tmp_path / "upstream", [{"README.md": "upstream\n"}, {"README.md": "upstream, later\n"}])
     pin = upstream.commits[0]
     patches = [(f"{i:05d}-add-generated-file-{FILLER}-{i}.patch", _patch(i, _path(i))) for i in range(1, PATCHES + 1)]
     project.series("long", "comp", patches)
@@ -103,6 +103,18 @@ def test_long_series_builds_verifies_checks_out_exports_and_publishes(tmp_path, 
     published = git("rev-parse", "refs/heads/comp/long", cwd=bare)
     assert published == project.ref("refs/heads/comp/long") != branch
     assert git("show", f"{published}:added.txt", cwd=bare) == "added in the checkout"
+
+
+def test_long_series_updates_and_rebases(tmp_path, long_series):
+    project, pin = long_series
+    later = git("rev-parse", "main", cwd=tmp_path / "upstream")
+    report = _ok(zmr_small_stack("update", "long", "--to", "main", cwd=project.root))
+    assert "clean" in report.stdout and later[:12] in report.stdout
+    _ok(zmr_small_stack("rebase", "long", "--onto", "main", cwd=project.root))
+    assert f"commit: {later}" in (project.root / "manifests/long.yaml").read_text()
+    assert git("status", "--porcelain", "--", "patches", cwd=project.root) == ""  # every patch applies as it is
+    _ok(zmr_small_stack("build", "long", cwd=project.root))
+    assert git("rev-parse", "comp/long^^{tree}", cwd=project.root) == git("rev-parse", f"{later}^{{tree}}", cwd=tmp_path / "upstream")
 
 
 def test_argument_list_too_long_is_an_internal_error_naming_the_command(tmp_path):
