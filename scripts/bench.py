@@ -725,10 +725,10 @@ def _export_many(args, zmr, work: Path, up: Upstream, zenv: dict, results: dict)
 
 
 def make_long_series(count: int) -> list[tuple[str, bytes]]:
-    """*count* tiny format-patch mails, each adding one file of one line (1,000 to a folder): the series and the tree grow with *count*."""
+    """*count* tiny format-patch mails, each adding one file of one line (100 to a folder): the series and the tree grow with *count*."""
     patches = []
     for i in range(1, count + 1):
-        name = f"generated/part{i // 1000:03d}/file{i:06d}.txt"
+        name = f"generated/part{i // 100:03d}/file{i:06d}.txt"
         date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(1_700_000_000 + i))
         mail = (
             "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
