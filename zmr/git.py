@@ -707,8 +707,9 @@ class Repo:
     def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
         """The values of those refs *names* that exist, in one ``for-each-ref`` (its patterns also match below a name: filtered)."""
         wanted = set(names)
-        text = self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *wanted])
-        pairs = (line.split(" ", 1) for line in text.splitlines())
+        batches = argument_batches(sorted(wanted))  # for-each-ref of git 2.39 reads no patterns from stdin
+        text = "\n".join(self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *batch]) for batch in batches)
+        pairs = (line.split(" ", 1) for line in text.splitlines() if line)
         return {name: oid for oid, name in pairs if name in wanted}
 
     def fetch(
