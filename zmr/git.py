@@ -302,12 +302,11 @@ def argument_batches(items: Sequence[_Item], budget: int = ARGUMENT_BUDGET, cost
 
     *cost*: the bytes one item takes as arguments (default: a string as one argument).
     """
-    measure = cost
     runs: list[list[_Item]] = []
     current: list[_Item] = []
     used = 0
     for item in items:
-        size = measure(item)
+        size = cost(item)
         if current and used + size > budget:
             runs.append(current)
             current, used = [], 0
@@ -705,7 +704,7 @@ class Repo:
                 remaining = left  # fewer each time: this ends
 
     def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
-        """The values of those refs *names* that exist, in one ``for-each-ref`` (its patterns also match below a name: filtered)."""
+        """The values of those refs *names* that exist, by ``for-each-ref`` (its patterns also match below a name: filtered)."""
         wanted = set(names)
         batches = argument_batches(sorted(wanted))  # for-each-ref of git 2.39 reads no patterns from stdin
         text = "\n".join(self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *batch]) for batch in batches)
