@@ -142,3 +142,57 @@ def test_argument_batches_keep_order_and_stay_under_the_budget():
     assert len(batches) > 1 and all(sum(argument_bytes(item) for item in batch) <= 4096 for batch in batches)
     assert argument_batches(["z" * 5000, "a"], budget=4096) == [["z" * 5000], ["a"]]  # one over the budget goes alone
     assert argument_batches([], budget=4096) == []
+
+
+def _six_patches_and_a_bad_one(tmp_path, upstream):
+    from test_replay import series_from
+
+    pin = upstream.commits[1]
+    steps = [(f"Add file {k}", {f"src/new_{k}_{'n' * 40}.py": f"value = {k}\n"}, {}) for k in range(5)]
+    steps.append(("Change the model", {"src/model.py": upstream.file_at(pin, "src/model.py").replace("line 7\n", "line 7 changed\n") + "\n"}, {}))
+    patches = series_from(upstream, pin, steps, tmp_path / "series")
+    bad = series_from(upstream, upstream.commits[0], [("Needs a later tree", {"docs/guide.md": "not what is there\n"}, {})], tmp_path / "bad")
+    return pin, patches, bad[0]
+
+
+def test_batched_apply_is_all_or_nothing_and_equals_one_process(tmp_path, upstream, monkeypatch):
+    from zmr import git as zgit
+    from zmr.replay import TempIndex
+
+    pin, patches, bad = _six_patches_and_a_bad_one(tmp_path, upstream)
+    repo = zgit.Repo(upstream.path / ".git")
+    tree = repo.tree_of(pin)
+    with TempIndex(repo) as index:
+        index.read_tree(tree)
+        assert index.apply_all(patches).returncode == 0
+        one_process = index.write_tree()
+    monkeypatch.setattr(zgit, "ARGUMENT_BUDGET", 150)  # a few paths to a git process
+    assert len(zgit.argument_batches([str(p.path) for p in patches])) >= 3
+    with TempIndex(repo) as index:
+        index.read_tree(tree)
+        before = index.entries()
+        failed = index.apply_all([*patches, bad])
+        assert failed.returncode != 0 and b"guide.md" in failed.stderr
+        assert index.entries() == before  # the batches that applied were undone
+        proc = index.apply_all(patches)
+        assert proc.returncode == 0 and proc.stderr.count(b"Checking patch") == len(patches)  # --verbose of every batch
+        assert index.write_tree() == one_process
+
+
+def test_batched_file_sets_and_checks_equal_one_process(tmp_path, upstream, monkeypatch):
+    from zmr import git as zgit
+    from zmr.replay import files_unchanged, patch_file_sets
+
+    pin, patches, _ = _six_patches_and_a_bad_one(tmp_path, upstream)
+    repo = zgit.Repo(upstream.path / ".git")
+    files = patch_file_sets(repo, patches)
+    assert files is not None and [len(f) for f in files] == [1] * 6
+    paths = sorted(set().union(*files))
+    listing = repo.ls_tree_paths(pin, paths)
+    monkeypatch.setattr(zgit, "ARGUMENT_BUDGET", 150)  # a few paths to a git process
+    assert len(zgit.argument_batches(paths)) >= 3
+    assert patch_file_sets(repo, patches) == files
+    assert repo.ls_tree_paths(pin, paths) == listing and b"src/model.py" in listing
+    assert files_unchanged(repo, upstream.commits[1], upstream.commits[2], paths)  # commit 3 leaves src/model.py alone
+    assert not files_unchanged(repo, upstream.commits[0], upstream.commits[1], paths)  # commit 2 changes it
+    assert repo.rev_list(["--reverse", upstream.commits[2], "--not", upstream.commits[0]], stdin=["--", *paths]) == [upstream.commits[1]]

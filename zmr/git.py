@@ -297,11 +297,12 @@ def argument_bytes(item: str) -> int:
     return len(os.fsencode(item)) + 1
 
 
-def argument_batches(items: Sequence[_Item], budget: int = ARGUMENT_BUDGET, cost: Callable[[Any], int] = argument_bytes) -> list[list[_Item]]:
-    """*items* in order, cut into runs of at most *budget* bytes of arguments each (an item over it goes alone).
+def argument_batches(items: Sequence[_Item], budget: int | None = None, cost: Callable[[Any], int] = argument_bytes) -> list[list[_Item]]:
+    """*items* in order, cut into runs of at most *budget* (default `ARGUMENT_BUDGET`) bytes of arguments each (an item over it goes alone).
 
     *cost*: the bytes one item takes as arguments (default: a string as one argument).
     """
+    budget = ARGUMENT_BUDGET if budget is None else budget
     runs: list[list[_Item]] = []
     current: list[_Item] = []
     used = 0
