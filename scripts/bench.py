@@ -781,6 +781,7 @@ def _long_series(args, zmr, work: Path, up: Upstream, zenv: dict, results: dict)
             raise SystemExit("long-series: the remote does not hold the branch that was built")
         print(f"long-series rep {rep + 1}/{args.long_reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.1f}s" for k, v in series.items()), flush=True)
     results["params"]["long_patches"] = count
+    results["params"]["long_reps"] = args.long_reps
     results["measurements"]["long_series"] = {key: value.as_json() for key, value in series.items()}
 
 
@@ -826,6 +827,8 @@ def render_markdown(results: dict) -> str:
         "| measurement | variant | median (s) | ± | peak RSS (MB) |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
+    if "long_patches" in p:
+        lines[2] += f" Long series: {p['long_patches']} patches, {p.get('long_reps', 1)} run(s) of each command."
     for key, variants in results["measurements"].items():
         for name, data in variants.items():
             extra = f" ({data['bytes'] / 1e6:.1f} MB)" if "bytes" in data else ""
