@@ -11,6 +11,7 @@ machines, ratios do.
     python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA [--onto SHA2]
     python scripts/bench.py --upstream ~/src/Megatron-LM --commit SHA --only verify-cold   # CI's cold verify
     python scripts/bench.py --only export-5000 [--export-patches N]   # a no-op export of a 5,000-patch series vs its build
+    python scripts/bench.py --only long-series [--long-patches N]     # build/verify/checkout/export/publish of 20,000 patches
 
 The synthetic upstream is generated deterministically with git fast-import:
 ~5,000 files in nested folders (~60 MB of text), a few hundred commits, a
@@ -86,6 +87,25 @@ def git(*args, cwd=None, input=None, extra_env=None) -> str:
 class Sample:
     seconds: float
     peak_kb: int
+
+
+# Runs a command; writes its wall time and the peak RSS of its largest process (itself or a git it waited for) to a file.
+RUSAGE = (
+    "import resource, subprocess, sys, time\n"
+    "start = time.perf_counter(); rc = subprocess.call(sys.argv[2:]); elapsed = time.perf_counter() - start\n"
+    "open(sys.argv[1], 'w').write(f'{elapsed} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}')\n"
+    "sys.exit(rc)\n"
+)
+
+
+def measure_rusage(argv, cwd, extra_env=None) -> Sample:
+    """Run argv under a fresh wrapper process: wall time, and the peak RSS from ``resource.getrusage(RUSAGE_CHILDREN)`` (KiB on Linux)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rusage") as report:
+        proc = subprocess.run([sys.executable, "-c", RUSAGE, report.name, *map(str, argv)], cwd=cwd, env=env(extra_env), capture_output=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(map(str, argv))} failed ({proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
+        elapsed, peak = Path(report.name).read_text().split()
+    return Sample(float(elapsed), int(peak))
 
 
 def measure_mem(argv, cwd, extra_env=None) -> Sample:
@@ -286,7 +306,8 @@ done
 """
 
 
-SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase", "update", "export-5000")
+SECTIONS = ("fetch", "build", "verify", "verify-cold", "startup", "checkout", "rebase", "update", "export-5000", "long-series")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "long-series")  # minutes at 20,000 patches: only when asked for
 
 
 def compile_bytecode() -> str:
@@ -309,6 +330,8 @@ def main(argv=None) -> int:
     parser.add_argument("--commits", type=int, default=400)
     parser.add_argument("--patches", type=int, default=30)
     parser.add_argument("--export-patches", type=int, default=5000, help="length of the series of the export-5000 measurement")
+    parser.add_argument("--long-patches", type=int, default=20000, help="length of the series of the long-series measurement")
+    parser.add_argument("--long-reps", type=int, default=1, help="repetitions of the long-series measurement")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--upstream", type=Path, help="a real repository instead of the synthetic one")
     parser.add_argument("--commit", help="the pin in --upstream")
@@ -323,8 +346,9 @@ def main(argv=None) -> int:
     if args.tiny:
         args.files, args.file_lines, args.commits, args.patches, args.reps, args.components = 60, 40, 30, 5, 2, [1, 2]
         args.export_patches = 40
+        args.long_patches = 60
     zmr = args.zmr.split() if args.zmr else [sys.executable, "-m", "zmr"]
-    args.only = set(args.only or SECTIONS)
+    args.only = set(args.only or DEFAULT_SECTIONS)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="zmr-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     results: dict = {"schema_version": 1, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "git": git("--version")}, "params": {}, "measurements": {}, "ratios": {}}
@@ -391,6 +415,8 @@ def _run(args, zmr, work: Path, results: dict) -> int:
     _extra_workflows(args, zmr, work, up, patches, zenv, results)
     if "export-5000" in args.only:
         _export_many(args, zmr, work, up, zenv, results)
+    if "long-series" in args.only:
+        _long_series(args, zmr, work, up, zenv, results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "results.md").write_text(render_markdown(results))
@@ -698,6 +724,67 @@ def _export_many(args, zmr, work: Path, up: Upstream, zenv: dict, results: dict)
     results["ratios"]["export_noop_over_build"] = round(series["export"].median / series["build"].median, 2)
 
 
+def make_long_series(count: int) -> list[tuple[str, bytes]]:
+    """*count* tiny format-patch mails, each adding one file of one line (100 to a folder): the series and the tree grow with *count*."""
+    patches = []
+    for i in range(1, count + 1):
+        name = f"generated/part{i // 100:03d}/file{i:06d}.txt"
+        date = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(1_700_000_000 + i))
+        mail = (
+            "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+            f"From: Bench Author <author@zmr.invalid>\nDate: {date}\nSubject: [PATCH] Add generated file {i}\n\n---\n"
+            f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+generated line {i}\n"
+        )
+        patches.append((f"{i:06d}-add-generated-file-{i}.patch", mail.encode()))
+    return patches
+
+
+def _long_series(args, zmr, work: Path, up: Upstream, zenv: dict, results: dict) -> None:
+    """build, verify, checkout, a no-op export and publish (to a local bare remote) of a ``--long-patches`` series (20,000 by default).
+
+    Each repetition starts from a project without branches, checkout or
+    remote branch, and a mirror without kept chains, so checkout replays
+    every patch. Peak RSS is the largest process of each command (zmr or a
+    git it ran), from ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process.
+    """
+    count = args.long_patches
+    project = work / "long-series"
+    remote = work / "long-series-remote.git"
+    shutil.rmtree(project, ignore_errors=True)
+    make_template(project, up, make_long_series(count), 1)
+    (project / ".gitignore").write_text("/work/\n/.zmr/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "ignore checkouts", cwd=project)
+    steps = {
+        "build": ["build", "bench"],
+        "verify": ["verify", "bench"],
+        "checkout": ["checkout", "bench"],
+        "export": ["export", "bench"],
+        "publish": ["publish", "bench", "--remote", str(remote)],
+    }
+    series = {key: Series(f"zmr {key}, {count} patches") for key in steps}
+    mirror = next((Path(zenv["ZMR_CACHE"]) / "mirrors").glob("*.git"))
+    for rep in range(args.long_reps):
+        shutil.rmtree(project / "work", ignore_errors=True)
+        shutil.rmtree(project / ".zmr", ignore_errors=True)
+        shutil.rmtree(remote, ignore_errors=True)
+        git("init", "-q", "--bare", str(remote))
+        branches = git("for-each-ref", "--format=%(refname)", "refs/heads/c0/", cwd=project).split()
+        if branches:
+            git("update-ref", "--stdin", cwd=project, input="".join(f"delete {ref}\n" for ref in branches).encode())
+        forget_chains(mirror)
+        for key, command in steps.items():
+            series[key].samples.append(measure_rusage([*zmr, *command], project, zenv))
+        if git("status", "--porcelain", "--", "patches", cwd=project):
+            raise SystemExit("long-series: the export of an unchanged checkout changed the series")
+        if git("rev-parse", "refs/heads/c0/bench", cwd=remote) != git("rev-parse", "refs/heads/c0/bench", cwd=project):
+            raise SystemExit("long-series: the remote does not hold the branch that was built")
+        print(f"long-series rep {rep + 1}/{args.long_reps}: " + ", ".join(f"{k} {v.samples[-1].seconds:.1f}s" for k, v in series.items()), flush=True)
+    results["params"]["long_patches"] = count
+    results["params"]["long_reps"] = args.long_reps
+    results["measurements"]["long_series"] = {key: value.as_json() for key, value in series.items()}
+
+
 def forget_chains(mirror: Path) -> None:
     """Drop what zmr keeps about series in a mirror (their commits and patch ids), not the upstream's objects."""
     refs = git("for-each-ref", "--format=%(refname)", "refs/zmr/chains", "refs/zmr/patch-ids", cwd=mirror).split()
@@ -740,6 +827,8 @@ def render_markdown(results: dict) -> str:
         "| measurement | variant | median (s) | ± | peak RSS (MB) |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
+    if "long_patches" in p:
+        lines[2] += f" Long series: {p['long_patches']} patches, {p.get('long_reps', 1)} run(s) of each command."
     for key, variants in results["measurements"].items():
         for name, data in variants.items():
             extra = f" ({data['bytes'] / 1e6:.1f} MB)" if "bytes" in data else ""
@@ -775,6 +864,9 @@ NOTES = [
     ),
     "- `export_noop`: `zmr export` of a checkout that equals its series (`--export-patches`, 5,000 by default; nothing to write)"
     " against `zmr build` of that series; `export_noop_over_build` is their ratio.",
+    "- `long_series`: `zmr build`, `verify`, `checkout`, `export` (nothing changed) and `publish` (to a local bare remote) of a series of"
+    " `--long-patches` tiny patches (20,000 by default), each adding one file; one run each (`--long-reps`), from no branch, checkout or kept chain;"
+    " peak RSS of the largest process (zmr or a git it ran), from `getrusage(RUSAGE_CHILDREN)`.",
     "- zmr's bytecode is compiled before timing, as a wheel install does.",
 ]
 

@@ -75,3 +75,18 @@ def test_bench_times_a_no_op_export_of_a_long_series_against_its_build(tmp_path)
     data = json.loads((out / "results.json").read_text())
     assert set(data["measurements"]) == {"export_noop"} and set(data["measurements"]["export_noop"]) == {"export", "build"}
     assert data["params"]["export_patches"] == 40 and data["ratios"]["export_noop_over_build"] > 0
+
+
+def test_bench_long_series_measures_each_command_with_peak_memory(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench.py"), "--tiny", "--only", "long-series", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["measurements"]) == {"long_series"} and data["params"]["long_patches"] == 60
+    steps = data["measurements"]["long_series"]
+    assert set(steps) == {"build", "verify", "checkout", "export", "publish"}
+    assert all(step["median_s"] > 0 and step["peak_mb"] > 1 and len(step["runs"]) == 1 for step in steps.values())
+    assert "| long_series | checkout |" in (out / "results.md").read_text()

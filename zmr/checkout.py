@@ -426,7 +426,7 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
         missing = set(repo.missing_objects(candidates))
         present = [c for c in candidates if c not in missing]
         if present and any(ref.startswith(_MIRROR_UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
-            unreached = set(repo.rev_list([*present, "--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)]))
+            unreached = set(repo.rev_list(["--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)], stdin=present))
             foreign |= set(present) - unreached
     return [c for c in commits if c in foreign]
 

@@ -306,7 +306,7 @@ def _replays_in_bulk(
     touched = set().union(*keys.values())
     state: dict[bytes, tuple[str, str]] = {}
     pathspecs = sorted(p.decode("utf-8", "surrogateescape") for p in touched)
-    listing = repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", parent_trees[0], "--", *pathspecs]).stdout
+    listing = repo.ls_tree_paths(parent_trees[0], pathspecs)
     for item in listing.split(b"\0"):
         meta, _, path = item.partition(b"\t")
         if path in touched:

@@ -24,6 +24,7 @@ environment, so that nothing on the machine can change what zmr computes:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 from zmr.errors import ZmrError
 
@@ -42,6 +44,7 @@ from zmr.errors import ZmrError
 log = logging.getLogger("zmr.git")
 
 ZERO_OID = "0" * 40
+_Item = TypeVar("_Item")
 # A full object id: SHA-1 or SHA-256, lower case, as git prints it.
 FULL_OID_RE = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 
@@ -278,6 +281,56 @@ class StorageError(GitError):
         self.args = (self.message,)
 
 
+class ArgumentsTooLong(ZmrError):
+    """The system refused to start git: its arguments took more room than the kernel allows (E2BIG).
+
+    Never the user's fault, nor the disk's: every argument list that grows
+    with a series or a tree goes through stdin or `argument_batches`, so
+    this is a bug in zmr (exit 3), and the message names the command.
+    """
+
+    exit_code = 3
+
+    def __init__(self, args: Sequence[str], argv: Sequence[str]):
+        size = sum(len(os.fsencode(a)) + 1 for a in argv)
+        super().__init__(
+            f"internal error: the system refused to start `git {_subcommand(args)}` with {len(argv)} arguments ({size} bytes): argument list too long",
+            details=["this is a bug in zmr, please report it (with the command you ran); a larger stack limit (`ulimit -s`) raises the system's limit"],
+        )
+
+
+# The arguments of one git process that grow with the input (paths, patch files) take at most this many
+# bytes. Linux allows arguments and environment together a quarter of the stack limit, never less than
+# 128 KiB (macOS: 1 MiB); what this leaves is for the fixed options and the environment.
+ARGUMENT_BUDGET = 32 * 1024
+
+
+def argument_bytes(item: str) -> int:
+    """What one argument takes in the arguments of a process: its bytes and a NUL."""
+    return len(os.fsencode(item)) + 1
+
+
+def argument_batches(items: Sequence[_Item], budget: int | None = None, cost: Callable[[Any], int] = argument_bytes) -> list[list[_Item]]:
+    """*items* in order, cut into runs of at most *budget* (default `ARGUMENT_BUDGET`) bytes of arguments each (an item over it goes alone).
+
+    *cost*: the bytes one item takes as arguments (default: a string as one argument).
+    """
+    budget = ARGUMENT_BUDGET if budget is None else budget
+    runs: list[list[_Item]] = []
+    current: list[_Item] = []
+    used = 0
+    for item in items:
+        size = cost(item)
+        if current and used + size > budget:
+            runs.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += size
+    if current:
+        runs.append(current)
+    return runs
+
+
 @dataclass(frozen=True)
 class Identity:
     """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
@@ -447,8 +500,8 @@ def run(
     argv += list(args)
     started = time.monotonic()
     try:
-        if progress is not None and input is None:
-            proc = _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress)
+        if progress is not None:
+            proc = _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress, input)
         else:
             proc = subprocess.run(
                 argv,
@@ -461,6 +514,10 @@ def run(
             )
     except FileNotFoundError as exc:
         raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:  # not a disk or permission problem: zmr passed too much
+            raise ArgumentsTooLong(args, argv) from None
+        raise
     if log.isEnabledFor(logging.DEBUG):
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
@@ -481,13 +538,18 @@ def run(
 _PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
 
 
-def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Callable[[str], None]) -> subprocess.CompletedProcess[bytes]:
-    """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _run_with_progress(
+    argv: list[str], cwd, env: dict[str, str], progress: Callable[[str], None], input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin."""
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
     reader.start()
+    if input is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True).start()
     kept: list[bytes] = []
     pending = b""
     with proc:
@@ -506,6 +568,13 @@ def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Call
     if pending.strip():
         kept.append(pending)
     return subprocess.CompletedProcess(argv, proc.returncode, b"".join(chunks), b"".join(line + b"\n" for line in kept))
+
+
+def _feed(pipe, data: bytes) -> None:
+    """Write *data* to a child's stdin and close it; a child that exits first (a failed fetch) is not an error here."""
+    with contextlib.suppress(BrokenPipeError, OSError):
+        with pipe:
+            pipe.write(data)
 
 
 def out(args: Sequence[str], **kwargs) -> str:
@@ -631,6 +700,17 @@ class Repo:
             pos = header_end + 1 + size + 1
         return result
 
+    def ls_tree_paths(self, tree: str, paths: Sequence[str]) -> bytes:
+        """``ls-tree -r -z --full-tree`` of *tree* at *paths* (literal; a folder: all below it); nothing for no paths.
+
+        In batches of paths that fit in the arguments of a process (ls-tree reads no pathspec from stdin).
+        A path in two batches (a folder and a file in it) is listed twice: the entries are the same.
+        """
+        listing = bytearray()
+        for batch in argument_batches(paths):
+            listing += self.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *batch]).stdout
+        return bytes(listing)
+
     def cat_file(self, kind: str, oid: str) -> bytes:
         return self.run(["cat-file", kind, oid]).stdout
 
@@ -643,8 +723,16 @@ class Repo:
         text = self.out(["rev-list", "--reverse", "--topo-order", tip, "--not", base])
         return text.split() if text else []
 
-    def rev_list(self, args: Sequence[str]) -> list[str]:
-        text = self.out(["rev-list", *args])
+    def rev_list(self, args: Sequence[str], stdin: Sequence[str] = ()) -> list[str]:
+        """``git rev-list ARGS``; *stdin*: more revisions (``^`` for excluded ones), then ``--`` and paths, one a line, read with ``--stdin``.
+
+        Lists that grow with a series (its commits, its paths) go there, never into the arguments.
+        """
+        if stdin:
+            cut = list(args).index("--") if "--" in args else len(args)  # --stdin before the paths of the arguments
+            text = self.out(["rev-list", *args[:cut], "--stdin", *args[cut:]], input="".join(f"{line}\n" for line in stdin).encode("utf-8", "surrogateescape"))
+        else:
+            text = self.out(["rev-list", *args])
         return text.split() if text else []
 
     def objects_complete(self, commit: str, *, blobs: bool = True) -> bool:
@@ -735,10 +823,11 @@ class Repo:
                 remaining = left  # fewer each time: this ends
 
     def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
-        """The values of those refs *names* that exist, in one ``for-each-ref`` (its patterns also match below a name: filtered)."""
+        """The values of those refs *names* that exist, by ``for-each-ref`` (its patterns also match below a name: filtered)."""
         wanted = set(names)
-        text = self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *wanted])
-        pairs = (line.split(" ", 1) for line in text.splitlines())
+        batches = argument_batches(sorted(wanted))  # for-each-ref of git 2.39 reads no patterns from stdin
+        text = "\n".join(self.out(["for-each-ref", "--format=%(objectname) %(refname)", "--", *batch]) for batch in batches)
+        pairs = (line.split(" ", 1) for line in text.splitlines() if line)
         return {name: oid for oid, name in pairs if name in wanted}
 
     def fetch(
@@ -762,8 +851,10 @@ class Repo:
         if depth is not None:
             args.append(f"--depth={depth}")
         args += list(extra)
-        args += ["--end-of-options", source, *refspecs]
-        return self.run(args, transport=True, progress=progress, own_source=own_source)
+        # Refspecs on stdin: there can be one per blob or commit wanted, more than the arguments of one process may hold.
+        args += ["--stdin", "--end-of-options", source]
+        refspec_lines = "".join(f"{spec}\n" for spec in refspecs).encode("utf-8", "surrogateescape")
+        return self.run(args, input=refspec_lines, transport=True, progress=progress, own_source=own_source)
 
     def write_commit_graph(self) -> None:
         """Add the commits reachable from any ref to the commit-graph (a new layer; git merges small ones).

@@ -124,7 +124,11 @@ def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -
     """Non-merge commits of old..new that touch *paths*, oldest first."""
     if not paths:
         return []
-    return repo.rev_list(["--no-merges", "--full-history", "--reverse", "--topo-order", new, "--not", old, "--", *paths])
+    # The paths on stdin (one a line; there can be more than the arguments of a process hold), those with a newline as arguments.
+    lines = [p for p in paths if "\n" not in p]
+    odd = [p for p in paths if "\n" in p]
+    args = ["--no-merges", "--full-history", "--reverse", "--topo-order", new, "--not", old, *(["--", *odd] if odd else [])]
+    return repo.rev_list(args, stdin=["--", *lines])
 
 
 def upstream_patch_ids(repo: git.Repo, old: str, new: str, paths: Sequence[str], shapes: set[frozenset[str]] | None = None) -> dict[str, str]:

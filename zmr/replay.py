@@ -40,6 +40,7 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -134,7 +135,7 @@ class TempIndex:
     def read_paths(self, tree: str, paths: Sequence[str]) -> None:
         """Hold only *paths* of *tree* (a few entries instead of the whole tree: every git call is faster)."""
         self._oid_bytes = len(tree) // 2
-        listing = self.repo.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *paths]).stdout if paths else b""
+        listing = self.repo.ls_tree_paths(tree, paths)
         self.repo.run(["read-tree", "--empty"], env=self.env)
         if listing:
             self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
@@ -170,11 +171,41 @@ class TempIndex:
             return result
 
     def apply_all(self, patches: Sequence[Patch], verbose: bool = True) -> subprocess.CompletedProcess[bytes]:
-        """``git apply --cached`` of several patch files (one -p level) in order, in one process; all or none."""
+        """``git apply --cached`` of several patch files (one -p level) in order; all or none.
+
+        One process, or (for a long series) one per batch of files that fits in
+        the arguments of a process, each on the index the one before left: the
+        same as one process, as git applies the files one after the other. A
+        batch that fails puts the index back as it was before the first.
+        """
         args = apply_args(patches[0].strip)
         if verbose:
             args.append("--verbose")
-        return self.repo.run([*args, *(str(p.path) for p in patches)], env=self.env, check=False)
+        batches = git.argument_batches([str(p.path) for p in patches])
+        if len(batches) == 1:
+            return self.repo.run([*args, *batches[0]], env=self.env, check=False)
+        index_file = self.env["GIT_INDEX_FILE"]
+        saved = index_file + ".before"
+        had_index = os.path.exists(index_file)
+        if had_index:
+            shutil.copyfile(index_file, saved)
+        stdout, stderr = bytearray(), bytearray()
+        try:
+            for batch in batches:
+                proc = self.repo.run([*args, *batch], env=self.env, check=False)
+                stdout += proc.stdout
+                stderr += proc.stderr
+                if proc.returncode != 0:
+                    if had_index:
+                        os.replace(saved, index_file)
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(index_file)
+                    return subprocess.CompletedProcess(proc.args, proc.returncode, bytes(stdout), bytes(stderr))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(saved)
+        return subprocess.CompletedProcess(proc.args, 0, bytes(stdout), bytes(stderr))
 
     def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
         """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
@@ -553,7 +584,8 @@ class Replayer:
         marks = self.repo.fast_import(bytes(stream))
         made = [marks[f":{n}"] for n in range(1, len(pending) + 1)]
         if not exact:
-            trees = self.repo.out(["rev-parse", *(f"{c}^{{tree}}" for c in made)]).split()
+            query = "".join(f"{c}^{{tree}}\n" for c in made).encode()
+            trees = self.repo.out(["cat-file", "--batch-check=%(objectname)"], input=query).split()
             made = []
             for (meta, _), tree in zip(pending, trees):
                 self._tip = self.repo.commit_tree(tree, [self._tip], meta.message, meta.identity, meta.identity)
@@ -600,23 +632,32 @@ def patch_file_sets(repo: git.Repo, patches: Sequence[Patch]) -> list[frozenset[
             name = "z/" * (strip - 1) + marker  # what is left of a/<name> after -p<strip>
             marker_file = Path(tmp) / f"marker-{strip}.patch"
             marker_file.write_text(f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+x\n")
-            args = [arg for k in group for arg in (str(patches[k].path), str(marker_file))]
-            for direction in ([], ["--reverse"]):
-                proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *args], check=False)
-                paths = _numstat_paths(proc.stdout) if proc.returncode == 0 else None
-                if paths is None:
-                    return None
-                position = 0
-                for path in paths:
-                    if path == marker:
-                        position += 1
-                    elif position < len(group):
-                        found[group[position]].add(path)
-                    else:
-                        return None
-                if position != len(group):
+            marker_cost = git.argument_bytes(str(marker_file))
+            for batch in git.argument_batches(group, cost=lambda k: git.argument_bytes(str(patches[k].path)) + marker_cost):  # noqa: B023 - used at once
+                if not _numstat_batch(repo, batch, patches, strip, marker, str(marker_file), found):
                     return None
     return [frozenset(paths) for paths in found]
+
+
+def _numstat_batch(repo: git.Repo, group: Sequence[int], patches: Sequence[Patch], strip: int, marker: str, marker_file: str, found: list[set[str]]) -> bool:
+    """Add to *found* the paths of the patches at *group* (one -p level), each followed by the marker patch; False when git cannot tell."""
+    args = [arg for k in group for arg in (str(patches[k].path), marker_file)]
+    for direction in ([], ["--reverse"]):
+        proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *args], check=False)
+        paths = _numstat_paths(proc.stdout) if proc.returncode == 0 else None
+        if paths is None:
+            return False
+        position = 0
+        for path in paths:
+            if path == marker:
+                position += 1
+            elif position < len(group):
+                found[group[position]].add(path)
+            else:
+                return False
+        if position != len(group):
+            return False
+    return True
 
 
 def _numstat_paths(out: bytes) -> list[str] | None:
@@ -748,8 +789,9 @@ def files_unchanged(repo: git.Repo, old: str, new: str, paths: Sequence[str]) ->
     Then a series touching only *paths* applies to *new* exactly as to *old*
     (a file *new* puts where the series puts a folder is the one way it could not).
     """
-    if paths and repo.run(["--literal-pathspecs", "diff-tree", "--quiet", "-r", old, new, "--", *paths], check=False).returncode != 0:
-        return False
+    for batch in git.argument_batches(paths):
+        if repo.run(["--literal-pathspecs", "diff-tree", "--quiet", "-r", old, new, "--", *batch], check=False).returncode != 0:
+            return False
     return paths_fit(repo, new, paths)
 
 
