@@ -119,10 +119,20 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         _create(root, README, Template(template_text("project-README.md.tmpl")).substitute(title=root.name), result)
         docs.write(docs.generate(Project(root, load_settings(root))))  # filled, so `zmr docs --check` passes at once
     if not (root / WORKFLOW).exists():
-        from zmr import __version__
-
-        _create(root, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
+        _create(root, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", zmr_requirement()), result)
     return result
+
+
+# zmr's own repository. The workflow installs zmr from it, never by a bare name from a package
+# index: no project named zmr is published there, and whoever registered the name would run code in the publish job.
+ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
+
+
+def zmr_requirement() -> str:
+    """What the workflow `zmr init` writes installs: this version's tag of zmr's repository, as a pip direct reference."""
+    from zmr import __version__
+
+    return f"zmr @ git+{ZMR_SOURCE}@v{__version__}"
 
 
 def settings_text(settings) -> str:
