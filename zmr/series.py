@@ -267,6 +267,42 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
     )
 
 
+# What may follow a `diff --git` line in a real diff (git's extended headers, the old-file line, a binary marker).
+_GIT_DIFF_NEXT = (
+    "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ", "rename from ", "rename to ",
+    "similarity index ", "dissimilarity index ", "index ", "--- ", "Binary files ", "GIT binary patch", "diff --git ",
+)  # fmt: skip
+_FIRST_HUNK_RE = re.compile(r"^(?:@@ |GIT binary patch|Binary files )")
+
+
+def message_split_problem(patch: Patch) -> tuple[int, str] | None:
+    """(line of the file, what is wrong) when the commit message in *patch* would be cut, or read as a diff; None when it reads whole.
+
+    In a mail, the message ends at the first ``---``, ``--- ...``, ``Index: ...``
+    or ``diff --git`` line: any of them before the mail's last ``---``
+    separator means the message held one (a round trip through an older export
+    or ``git format-patch`` loses the rest). Anywhere before the first hunk, a
+    ``diff --git`` line that no diff header follows is a quoted one that
+    ``git apply`` would try to read.
+    """
+    lines = patch.data.decode("utf-8", "surrogateescape").split("\n")
+    end = next((i for i, line in enumerate(lines) if _FIRST_HUNK_RE.match(line)), len(lines))
+    for i in range(end):
+        if lines[i].startswith("diff --git ") and not (i + 1 < len(lines) and lines[i + 1].startswith(_GIT_DIFF_NEXT)):
+            return i + 1, f"`{lines[i]}` quotes a diff header in the message: git apply reads a diff there and fails"
+    header, _ = _split_header(patch.data.decode("utf-8", "surrogateescape"))
+    if header is None or "" not in lines:
+        return None
+    start = lines.index("", 1 if lines[0].startswith("From ") else 0) + 1  # the message starts after the header's blank line
+    separators = [i for i in range(start, end) if lines[i] == "---"]
+    if not separators:
+        return None
+    for i in range(start, separators[-1]):
+        if lines[i] == "---" or lines[i].startswith(("--- ", "diff --git ", "Index: ")):
+            return i + 1, f"`{lines[i]}` is in the commit message: zmr and git am end the message there, and lose what follows up to line {separators[-1] + 1}"
+    return None
+
+
 def strip_patch_tags(subject: str) -> str:
     """The subject as ``git mailinfo -b`` (``git am --keep-non-patch``) reads it.
 
