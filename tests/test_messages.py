@@ -96,3 +96,42 @@ def test_a_git_killed_by_a_signal_is_reported_as_a_crash_of_git():
     assert str(caught.value).startswith("git crash crashed (killed by SIGABRT)")
     assert caught.value.exit_code == 2
     assert "index.lock" not in str(caught.value) and "another git process" not in str(caught.value)
+
+
+DEP3 = (
+    "Description: Document the guide's appendix\n"
+    " The guide lacked the appendix that the kernels need.\n"
+    " .\n"
+    " It is short.\n"
+    "Author: Debian Maintainer <maint@debian.invalid>\n"
+    "Forwarded: not-needed\n"
+    "Last-Update: 2024-03-01\n"
+    "\n"
+    "Free text after the fields extends the description.\n"
+    "---\n"
+    "Not part of the meta-information.\n"
+    "--- a/docs/guide.md\n"
+    "+++ b/docs/guide.md\n"
+    "@@ -1 +1,2 @@\n"
+    " guide\n"
+    "+appendix\n"
+)
+
+
+def test_a_dep3_patch_keeps_its_last_update_day_and_long_description(project, upstream):
+    """DEP-3 patches work as they are: the commit's author date is Last-Update's day, its body the long description."""
+    simple_model(project, upstream)
+    text = (project.root / SERIES / "series").read_text()
+    project.write(f"{SERIES}/guide.diff", DEP3)
+    project.write(f"{SERIES}/series", text + "guide.diff\n")
+    project.commit_all("a DEP-3 patch")
+    tree = _checkout(project)
+    assert git("log", "-1", "--format=%an <%ae>|%aI", cwd=tree) == "Debian Maintainer <maint@debian.invalid>|2024-03-01T00:00:00+00:00"
+    assert git("log", "-1", "--format=%B", cwd=tree) == (
+        "Document the guide's appendix\n\nThe guide lacked the appendix that the kernels need.\n\nIt is short.\n\nFree text after the fields extends the description."
+    )
+    # The commit is that patch: export keeps the file's bytes.
+    result = zmr("export", "toy", "-c", "rollout", cwd=tree)
+    assert result.returncode == 0, result.stderr
+    assert (project.root / SERIES / "guide.diff").read_text() == DEP3
+    assert git("status", "--porcelain", "--", SERIES, cwd=project.root) == ""
