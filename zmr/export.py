@@ -55,6 +55,7 @@ from zmr.patchfile import (
     CommitMeta,
     commit_diffs,
     format_mail,
+    message_cut,
     normalize_subject,
     patch_name,
 )
@@ -181,6 +182,7 @@ def plan_export(
             )
         if not meta.subject:
             raise ExportError(f"{display}: commit {commit[:12]} has an empty subject", details=["reword it (git rebase -i zmr/base)"])
+        _refuse_message_cut(display, commit, meta.subject, info.message)
     assigned: list[tuple[Patch, str] | None] = [None] * len(commits)
     used: set[int] = set()
 
@@ -278,6 +280,21 @@ def plan_export(
     if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
         plan.series_text = render_series(old_text.decode("utf-8") if old_text is not None else "", entries, new_entries).encode("utf-8")
     return plan
+
+
+def _refuse_message_cut(display: str, commit: str, subject: str, message: str) -> None:
+    """Exit 2 for a commit whose message a patch file cannot hold whole (``patchfile.message_cut``), naming the line."""
+    cut = message_cut(message)
+    if cut is None:
+        return
+    raise ExportError(
+        f"{display}: commit {commit[:12]} ({subject}): line {cut[0]} of its message, `{cut[1]}`, would cut the message in a patch file",
+        details=[
+            "a patch file ends its message at a `---`, `--- ...` or `Index: ...` line, and git apply reads a diff at a `diff --git` line: "
+            "the rest of the message would be lost when the series is checked out, or the patch would not apply",
+            "reword the commit (git rebase -i zmr/base): indent that line or change its first characters; then export again",
+        ],
+    )
 
 
 def _replays_in_bulk(

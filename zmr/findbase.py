@@ -1,11 +1,19 @@
 """``zmr import --find-base``: the upstream commit a single snapshot commit was most likely made from.
 
 A hand-made branch of one commit (upstream tree plus changes, no upstream
-commit named) hides its base. The commits of the upstream's history around
-the snapshot's date are compared with the snapshot's tree; the distance of a
-candidate is the number of paths whose entries differ (one ``git diff-tree
---stdin`` for all of them). The closest commit is the base only when no other
-commit is as close: on a tie zmr names the candidates and asks for ``--base``.
+commit named) hides its base. Every commit on the first-parent lines of the
+upstream's branches and tags is a candidate, however old; its distance is
+the number of paths whose entries differ from the snapshot's tree. The
+closest commit is the base only when no other commit is as close: on a tie
+zmr names the candidates and asks for ``--base``.
+
+Trees, never checkouts, and a bounded number of git processes whatever the
+history's length (docs/reference.md §7.10, benchmarks/findbase.md): one
+commit of each connected part of the first-parent graph (usually one) is
+compared with the snapshot directly; every other commit's distance follows
+along first-parent edges, corrected at the paths the commit of each edge
+changes (one ``diff-tree --stdin`` over all edges, compared with the
+snapshot's entries from one ``ls-tree``).
 """
 
 from __future__ import annotations
@@ -15,11 +23,11 @@ from typing import Sequence
 
 from zmr import git
 
-DAY = 24 * 3600
-WINDOW_BEFORE = 120 * DAY  # snapshots are made from a recent upstream commit
-WINDOW_AFTER = 2 * DAY  # clocks and time zones
-MAX_CANDIDATES = 500
+# Where a history mirror keeps the upstream's branches and tags (zmr.cache, docs/reference.md §8.4).
+HISTORY_REFS = ("--glob=refs/zmr/heads/*", "--glob=refs/zmr/tags/*")
 SHOWN = 5
+
+Entry = tuple[str, str]  # (mode, object id) of a path in a tree
 
 
 @dataclass(frozen=True)
@@ -47,19 +55,103 @@ class BaseSearch:
         return [f"{c.commit[:12]}  {c.distance} path{'s' if c.distance != 1 else ''} differ{'s' if c.distance == 1 else ''}" for c in self.candidates[:SHOWN]]
 
 
-def find_base(repo: git.Repo, tree: str, when: int) -> BaseSearch:
-    """Commits of every ref of *repo* around *when* (Unix time), by their distance to *tree*."""
-    fields = repo.out(
-        ["log", "--all", "--format=%H %T %ct", f"--since={when - WINDOW_BEFORE}", f"--until={when + WINDOW_AFTER}", f"--max-count={MAX_CANDIDATES}"]
-    )
-    if not fields.strip():
-        # Nothing in the window (an old snapshot of a quiet upstream): the newest commits before it.
-        fields = repo.out(["log", "--all", "--format=%H %T %ct", f"--until={when + WINDOW_AFTER}", "--max-count=50"])
-    rows = [line.split() for line in fields.splitlines() if line.strip()]
-    distances = tree_distances(repo, [tree_id for _, tree_id, _ in rows], tree)
-    found = [Candidate(commit, distances[i], int(stamp)) for i, (commit, _, stamp) in enumerate(rows)]
+def find_base(repo: git.Repo, tree: str, refs: Sequence[str] = HISTORY_REFS) -> BaseSearch:
+    """Every commit on the first-parent lines of *refs* in *repo*, by its distance to *tree*."""
+    listing = repo.out(["log", "--first-parent", "--topo-order", "--format=%H %T %ct %P", *refs])
+    order: list[str] = []
+    tree_of: dict[str, str] = {}
+    stamps: dict[str, int] = {}
+    parent_of: dict[str, str] = {}
+    for line in listing.splitlines():
+        commit, commit_tree, stamp, *parents = line.split()
+        order.append(commit)
+        tree_of[commit], stamps[commit] = commit_tree, int(stamp)
+        if parents:
+            parent_of[commit] = parents[0]
+    if not order:
+        return BaseSearch(())
+    children: dict[str, list[str]] = {}
+    for commit, parent in parent_of.items():
+        if parent in tree_of:
+            children.setdefault(parent, []).append(commit)
+    # One commit of each connected part of the first-parent graph is compared with the snapshot directly ...
+    part_of: dict[str, str] = {}
+    for start in order:
+        if start in part_of:
+            continue
+        part_of[start] = start
+        stack = [start]
+        while stack:
+            for other in (parent_of.get(stack[-1]), *children.get(stack.pop(), ())):
+                if other is not None and other in tree_of and other not in part_of:
+                    part_of[other] = start
+                    stack.append(other)
+    starts = list(dict.fromkeys(part_of.values()))
+    distance = dict(zip(starts, tree_distances(repo, [tree_of[c] for c in starts], tree)))
+    # ... and every other one follows along an edge, corrected at the paths that edge's commit changes.
+    target = _entries(repo, tree)
+    changes = _pair_changes(repo, [(tree_of[parent_of[c]], tree_of[c]) for c in order if parent_of.get(c) in tree_of])
+
+    def delta(commit: str) -> int:
+        """distance(first parent) - distance(commit)."""
+        total = 0
+        for path, (before, after) in changes.get((tree_of[parent_of[commit]], tree_of[commit]), {}).items():
+            want = target.get(path)
+            total += (before != want) - (after != want)
+        return total
+
+    stack = list(starts)
+    while stack:
+        commit = stack.pop()
+        first = parent_of.get(commit)
+        if first is not None and first in tree_of and first not in distance:
+            distance[first] = distance[commit] + delta(commit)
+            stack.append(first)
+        for child in children.get(commit, ()):
+            if child not in distance:
+                distance[child] = distance[commit] - delta(child)
+                stack.append(child)
+    found = [Candidate(c, distance[c], stamps[c]) for c in order]
     found.sort(key=lambda c: (c.distance, -c.timestamp, c.commit))
     return BaseSearch(tuple(found))
+
+
+def _entries(repo: git.Repo, tree: str) -> dict[bytes, Entry]:
+    """Path → (mode, id) of every blob and gitlink of *tree*."""
+    out = repo.run(["ls-tree", "-r", "-z", "--full-tree", tree]).stdout
+    entries: dict[bytes, Entry] = {}
+    for item in out.split(b"\0"):
+        if item:
+            meta, _, path = item.partition(b"\t")
+            mode, _, oid = meta.decode().split(" ")
+            entries[path] = (mode, oid)
+    return entries
+
+
+def _pair_changes(repo: git.Repo, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[bytes, tuple[Entry | None, Entry | None]]]:
+    """For each (parent tree, tree): the paths that differ, with the parent's and the tree's entries (None: absent); one diff-tree."""
+    unique = list(dict.fromkeys(pairs))
+    if not unique:
+        return {}
+    stdin = "".join(f"{old} {new}\n" for old, new in unique).encode()
+    out = repo.run(["diff-tree", "--stdin", "-r", "--raw", "-z", "--no-renames", "--no-abbrev"], input=stdin).stdout
+    result: dict[tuple[str, str], dict[bytes, tuple[Entry | None, Entry | None]]] = {}
+    current: dict[bytes, tuple[Entry | None, Entry | None]] = {}
+    tokens = iter(out.split(b"\0"))
+    for token in tokens:
+        # A pair's line, "<parent tree> <tree>\n", runs straight into its first entry (-z ends only entries with NUL);
+        # a pair of equal trees is its line alone, straight before the next pair's.
+        while token and not token.startswith(b":"):
+            header, _, token = token.partition(b"\n")
+            old, new = header.decode().split()
+            current = result.setdefault((old, new), {})
+        if not token:
+            continue
+        old_mode, new_mode, old_oid, new_oid, _ = token[1:].decode().split(" ")
+        before = None if old_mode == "000000" else (old_mode, old_oid)
+        after = None if new_mode == "000000" else (new_mode, new_oid)
+        current[next(tokens)] = (before, after)
+    return result
 
 
 def tree_distances(repo: git.Repo, trees: Sequence[str], target: str) -> list[int]:

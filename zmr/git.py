@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -149,6 +150,23 @@ class GitError(ZmrError):
         """git's own message, the last lines, each prefixed ``git:``."""
         lines = [line.strip() for line in self.stderr_text.splitlines() if line.strip()]
         return [f"git: {line}" for line in lines[-12:]]
+
+
+class GitCrashed(GitError):
+    """git was killed by a signal (a crash of git: SIGABRT, SIGSEGV; or from outside: SIGKILL when out of memory).
+
+    Reported as such, never as the failure it leaves behind (a stale
+    ``index.lock`` that the next git command would blame on "another git process").
+    """
+
+    def __init__(self, argv: Sequence[str], returncode: int, stdout: bytes, stderr: bytes):
+        self.argv, self.returncode, self.stdout, self.stderr = list(argv), returncode, stdout, stderr
+        try:
+            self.signal_name = signal.Signals(-returncode).name
+        except ValueError:
+            self.signal_name = f"signal {-returncode}"
+        hint = "git itself failed, not the repository or the input: try another git version (`git --version`); SIGKILL is often the out-of-memory killer"
+        ZmrError.__init__(self, f"git {_subcommand(self.argv)} crashed (killed by {self.signal_name})", details=[hint, *self.git_lines])
 
 
 def _subcommand(argv: Sequence[str]) -> str:
@@ -522,6 +540,8 @@ def run(
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
+    if proc.returncode < 0:  # killed by a signal: never an answer, even where the caller checks the exit status itself
+        raise GitCrashed(args, proc.returncode, proc.stdout, proc.stderr)
     if proc.returncode != 0:
         damage = damage_in(proc.stderr)
         if damage is not None:

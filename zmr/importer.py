@@ -448,8 +448,7 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
             run.progress(f"{name}: looking for the base in {url}")
         mirror = _history(run, fetch_url, url)
         _bring_branch(run, mirror.repo, ref, root.oid)
-        when = int(root.committer.rsplit(" ", 2)[1])
-        search = find_base(mirror.repo, root.tree, when)
+        search = find_base(mirror.repo, root.tree)
         notes = ["--find-base: closest upstream commits:", *[f"  {line}" for line in search.lines()]]
         best = search.best
         if best is None:

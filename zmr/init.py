@@ -136,9 +136,19 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         filled, _ = docs.update(template, docs.render(docs.gather(Project(root, settings))), README)  # so `zmr docs --check` passes at once
         _create(txn, README, filled, result)
     if not (root / WORKFLOW).exists():
-        from zmr import __version__
+        _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", zmr_requirement()), result)
 
-        _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
+
+# zmr's own repository. The workflow installs zmr from it, never by a bare name from a package
+# index: no project named zmr is published there, and whoever registered the name would run code in the publish job.
+ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
+
+
+def zmr_requirement() -> str:
+    """What the workflow `zmr init` writes installs: this version's tag of zmr's repository, as a pip direct reference."""
+    from zmr import __version__
+
+    return f"zmr @ git+{ZMR_SOURCE}@v{__version__}"
 
 
 def settings_text(settings) -> str:

@@ -158,6 +158,31 @@ def split_message(message: str) -> tuple[str, str]:
     return " ".join(subject_lines), body
 
 
+# A message line that a reader of the patch file takes for the end of the message or the start of a diff:
+# `---` (zmr and git am end the message there), `--- x` and `Index: x` (zmr's reader does), `diff --git` (git apply reads a diff).
+_MESSAGE_CUT_RE = re.compile(r"^(?:---$|--- |diff --git |Index: )")
+
+
+def message_cut(message: str) -> tuple[int, str] | None:
+    """(line number in *message*, the line) of the first body line that would cut the message in a patch file; None when none would.
+
+    Written into a patch as it is, such a line loses the rest of the message
+    when the series is checked out again, or makes ``git apply`` read a diff
+    that is not there; git has no way to quote it.
+    """
+    lines = message.replace("\r\n", "\n").split("\n")
+    number = 0
+    while number < len(lines) and not lines[number].strip():
+        number += 1
+    while number < len(lines) and lines[number].strip():  # the subject paragraph becomes one Subject: line
+        number += 1
+    for index in range(number, len(lines)):
+        line = lines[index].rstrip()
+        if _MESSAGE_CUT_RE.match(line):
+            return index + 1, line
+    return None
+
+
 def normalize_subject(subject: str) -> str:
     """The subject ``series.parse_patch`` (and ``git am --keep-non-patch``) reads back: leading ``[PATCH ...]`` tags dropped, others kept."""
     return strip_patch_tags(subject)

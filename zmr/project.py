@@ -90,6 +90,10 @@ class Project:
                     " nothing that exists is changed)"
                 ],
             )
+        if explicit:  # the variable is what is wrong: saying "set ZMR_REPO" would send its user in a circle
+            what = "no such folder" if not here.exists() else "not a zmr repository (no manifests/ folder or zmr.yaml there)"
+            todo = "point ZMR_REPO at a zmr repository, or unset it to find the repository from the current folder"
+            raise ZmrError(f"ZMR_REPO={explicit}: {what}", details=[todo])
         raise ZmrError(
             f"{here}: not inside a zmr repository (no manifests/ folder found here or above)",
             details=["run zmr from the repository root, or set ZMR_REPO"],

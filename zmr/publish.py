@@ -62,6 +62,7 @@ class BranchPush:
     old: str | None  # on the remote before; None: absent
     foreign: str = ""  # why the remote tip is not a release zmr built ('' when it is, or absent)
     keep: str | None = None  # --replace-foreign: the ref that keeps the old tip on the remote
+    refused: str = ""  # why this branch stops the push ('' when it does not)
 
     @property
     def branch(self) -> str:
@@ -89,6 +90,7 @@ class BranchPush:
             "status": self.status,
             "not_built_by_zmr": self.foreign or None,
             "old_tip_kept_as": self.keep,
+            "refused": self.refused or None,
         }
 
 
@@ -176,9 +178,8 @@ def _check_leases(repo: git.Repo, remote: str, plan: Sequence[BranchPush], progr
         seen_ref = tracking_ref(specs, item.ref)
         seen = repo.ref_value(seen_ref) if seen_ref is not None else None
         if seen is not None and seen != item.old:
-            refused.append(
-                f"{item.branch}: {remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it"
-            )
+            item.refused = f"{remote} has {item.old[:12]}, but this repository last saw {seen[:12]} there ({seen_ref}); someone else pushed to it"
+            refused.append(f"{item.branch}: {item.refused}")
             continue
         if progress:
             progress(f"inspecting {item.branch} on {remote}")
@@ -205,6 +206,8 @@ def _check_foreign(repo: git.Repo, remote: str, plan: Sequence[BranchPush], repl
     if not foreign:
         return
     if not replace_foreign:
+        for item in foreign:
+            item.refused = f"not built by zmr ({item.foreign}); needs --replace-foreign"
         raise CheckFailed(
             f"refusing to publish: {len(foreign)} branch{'es' if len(foreign) != 1 else ''} on {remote} "
             f"hold{'s' if len(foreign) == 1 else ''} commits zmr did not build: " + ", ".join(item.branch for item in foreign),

@@ -598,8 +598,11 @@ def start(
     checkout_dir: Path | None = None,
     progress: Progress | None = None,
     report: Path | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Outcome | Stopped:
     """Replay the series onto *rev*; in memory when every patch applies.
+
+    *warn* hears of a move backwards: *rev* an ancestor of the pin (a downgrade).
 
     *report* is kept in the state of a rebase that stops, for the ``--continue`` that finishes it.
     """
@@ -616,11 +619,15 @@ def start(
         checkout.check_identity(co, component)
         checkout.check_not_half_refreshed(co, component)
         checkout.refuse_during_merge(co, component)
-        problems = checkout.dirty(co) + checkout.sync_state(project, component, co)[1]
+        uncommitted = checkout.dirty(co)
+        problems = uncommitted + checkout.sync_state(project, component, co)[1]
         if problems:
+            export = f"zmr export {component.model} -c {component.key}"
+            # export reads commits and refuses a dirty tree: uncommitted work is committed (or stashed) first.
+            todo = f"commit it (git commit) and export it (`{export}`)" if uncommitted else f"export it first (`{export}`)"
             raise RebaseError(
                 f"{checkout.show_path(project, co_path)}: the checkout has work that is not in the series",
-                details=[*problems, f"export it first (`zmr export {component.model} -c {component.key}`), or discard it (`zmr checkout ... --force`)"],
+                details=[*problems, f"{todo}, or discard it (`zmr checkout {component.model} -c {component.key} --force`)"],
             )
     if progress:
         progress(f"{component.label}: fetching {rev}")
@@ -628,6 +635,9 @@ def start(
     repo, new = resolve_rev(cache, url, rev, display)
     if new == old:
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
+    if warn is not None and repo.ok(["merge-base", "--is-ancestor", new, old]):
+        behind = repo.out(["rev-list", "--count", old, "--not", new])
+        warn(f"{component.label}: {rev} ({new[:12]}) is an ancestor of the pin {old[:12]}: this moves the pin back {behind} commits (a downgrade)")
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
     files = patch_file_sets(repo, series.patches)

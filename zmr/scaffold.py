@@ -3,8 +3,10 @@
 Writes, for a model that does not exist yet (no manifest, no case folder,
 no series folder):
 
-- ``manifests/<model>.yaml``: the components asked for (``NAME=URL@SHA``,
-  a full commit id, validated exactly like a manifest written by hand);
+- ``manifests/<model>.yaml``: the components asked for (``NAME=URL@REV``:
+  a full commit id, or a branch, tag or abbreviated id resolved in the
+  upstream, ``resolve_commits``; ``--track``), validated exactly like a
+  manifest written by hand;
 - ``patches/<model>/<component>/series``: an empty series with a comment
   header, one per component;
 - ``cases/<model>/README.md`` (support status, what broke and how it was
@@ -21,6 +23,7 @@ on the way, the files and folders written so far are removed again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tempfile
@@ -49,6 +52,7 @@ class ComponentSpec:
     upstream: str
     commit: str
     spec: str
+    track: str | None = None
 
 
 def parse_component(spec: str) -> ComponentSpec:
@@ -60,6 +64,62 @@ def parse_component(spec: str) -> ComponentSpec:
     if not at or not upstream.strip() or not commit.strip():
         raise ZmrError(f"--component {spec!r}: no @SHA after the upstream", details=[f"pin a full commit id: {SPEC_HELP}"])
     return ComponentSpec(name.strip(), upstream.strip(), commit.strip(), spec)
+
+
+_FULL_ID_RE = re.compile(r"(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})\Z")  # upper case: the manifest check says what to write
+_SHORT_ID_RE = re.compile(r"[0-9a-fA-F]{4,39}\Z")
+
+
+def with_tracks(specs: Sequence[ComponentSpec], tracks: Sequence[str]) -> list[ComponentSpec]:
+    """``--track REF`` (every component) or ``--track NAME=REF`` (one) applied to *specs*."""
+    keys = {c.key for c in specs}
+    every: str | None = None
+    one: dict[str, str] = {}
+    for value in tracks:
+        name, eq, ref = value.partition("=")
+        if not eq:
+            every = value
+        elif name in keys and ref.strip():
+            one[name] = ref.strip()
+        else:
+            raise ZmrError(
+                f"--track {value!r}: " + ("no ref after '='" if name in keys else f"no component {name!r} (the components: {', '.join(sorted(keys))})"),
+                details=["--track REF for every component, or --track NAME=REF for one"],
+            )
+    return [dataclasses.replace(c, track=one.get(c.key, every or c.track)) for c in specs]
+
+
+def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[ComponentSpec]:
+    """Specs with a full commit id: ``@main``, ``@v1.2`` or an abbreviated id is looked up in the upstream (fetched).
+
+    A branch or tag becomes the component's ``track`` unless ``--track`` says otherwise.
+    """
+    from zmr.cache import Cache, CacheError, resolve_upstream
+
+    resolved = []
+    cache: Cache | None = None
+    for c in specs:
+        if _FULL_ID_RE.match(c.commit):
+            resolved.append(c)
+            continue
+        cache = cache or Cache()
+        url = resolve_upstream(c.upstream, project.root)
+        where = f"run `git rev-parse {c.commit}` in a clone of {c.upstream} and pass the full id: {c.key}={c.upstream}@<40-hex id>"
+        try:
+            if _SHORT_ID_RE.match(c.commit):
+                repo = cache.ensure_history(url, display=c.upstream).repo
+                out = repo.run(["rev-parse", f"--disambiguate={c.commit.lower()}"], check=False).stdout.decode().split()
+                found = [oid for oid in out if repo.has_object(oid, "commit")]
+                if len(found) != 1:
+                    what = "no commit" if not found else f"{len(found)} commits"
+                    raise ZmrError(f"--component {c.spec!r}: {c.commit!r} names {what} in {c.upstream}", details=[where])
+                resolved.append(dataclasses.replace(c, commit=found[0]))
+            else:
+                _, oid = cache.fetch_ref(url, c.commit, display=c.upstream)
+                resolved.append(dataclasses.replace(c, commit=oid, track=c.track or c.commit))
+        except CacheError as err:
+            raise ZmrError(f"--component {c.spec!r}: cannot resolve {c.commit!r} in {c.upstream}", details=[*err.details, where]) from None
+    return resolved
 
 
 def template_text(name: str) -> str:
@@ -84,7 +144,14 @@ def _yaml_str(value: str) -> str:
 def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[str, str]:
     """Repository-relative path -> text of every file `zmr new` writes."""
     blocks = "".join(
-        _template("component.yaml.tmpl").substitute(component=c.key, model=model, upstream_yaml=_yaml_str(c.upstream), commit=c.commit) for c in components
+        _template("component.yaml.tmpl").substitute(
+            component=c.key,
+            model=model,
+            upstream_yaml=_yaml_str(c.upstream),
+            commit=c.commit,
+            track_line=f"track: {_yaml_str(c.track)}" if c.track else "# track: main",
+        )
+        for c in components
     ).rstrip("\n")
     files = {
         f"manifests/{model}.yaml": _template("manifest.yaml.tmpl").substitute(
@@ -137,7 +204,7 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
             raise ZmrError(f"zmr new {model}: the case template does not validate (a bug in zmr)", details=[str(p) for p in problems])
 
 
-def create(project: "Project", model: str, components: Sequence[str], title: str | None = None) -> list[str]:
+def create(project: "Project", model: str, components: Sequence[str], title: str | None = None, tracks: Sequence[str] = ()) -> list[str]:
     """Scaffold *model*; returns the repository-relative paths written, in order."""
     from zmr import transaction
     from zmr.manifest import COMPONENT_RE, MODEL_RE, load_manifests
@@ -164,9 +231,14 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
         if c.key in seen:
             raise ZmrError(f"--component {c.spec!r}: component {c.key!r} is given twice")
         seen.add(c.key)
+    specs = with_tracks(specs, tracks)
     title = (title or model).strip() or model
     if any(ord(ch) < 32 for ch in title):
         raise ZmrError("--title: control characters (line breaks, tabs) are not allowed")
+    # Upstreams are checked before anything is fetched from them (a commit still to resolve stands in as the zero id).
+    unresolved = [c if _FULL_ID_RE.match(c.commit) else dataclasses.replace(c, commit="0" * 40) for c in specs]
+    validate(project, model, render(model, title, unresolved), unresolved)
+    specs = resolve_commits(project, specs)
     files = render(model, title, specs)
     validate(project, model, files, specs)
     with transaction.begin(project, NEW_TRANSACTION) as txn:  # every file or none, never over one that exists

@@ -242,7 +242,7 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
     text = data.decode("utf-8", "surrogateescape")
     header, body_text = _split_header(text)
     fields = _mail_headers(header) if header is not None else {}
-    if not fields:
+    if not fields or ("subject" not in fields and "description" in fields):  # DEP-3 (also when it starts with From:)
         fields = _dep3_headers(text)
         body_text = fields.pop("_body", "")
     subject = fields.get("subject") or fields.get("description") or ""
@@ -257,9 +257,10 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         author_name = author_name or None
         author_email = author_email or None
     timestamp, offset = None, "+0000"
-    date = fields.get("date") or fields.get("last-update")
-    if date:
-        timestamp, offset = _parse_date(date)
+    if fields.get("date"):
+        timestamp, offset = _parse_date(fields["date"])
+    if timestamp is None and fields.get("last-update"):  # DEP-3: the day its information was last updated, the nearest to an author date
+        timestamp, offset = _parse_day(fields["last-update"])
     return Patch(
         name=name,
         path=path or Path(name),
@@ -272,6 +273,42 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         timestamp=timestamp,
         offset=offset,
     )
+
+
+# What may follow a `diff --git` line in a real diff (git's extended headers, the old-file line, a binary marker).
+_GIT_DIFF_NEXT = (
+    "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ", "rename from ", "rename to ",
+    "similarity index ", "dissimilarity index ", "index ", "--- ", "Binary files ", "GIT binary patch", "diff --git ",
+)  # fmt: skip
+_FIRST_HUNK_RE = re.compile(r"^(?:@@ |GIT binary patch|Binary files )")
+
+
+def message_split_problem(patch: Patch) -> tuple[int, str] | None:
+    """(line of the file, what is wrong) when the commit message in *patch* would be cut, or read as a diff; None when it reads whole.
+
+    In a mail, the message ends at the first ``---``, ``--- ...``, ``Index: ...``
+    or ``diff --git`` line: any of them before the mail's last ``---``
+    separator means the message held one (a round trip through an older export
+    or ``git format-patch`` loses the rest). Anywhere before the first hunk, a
+    ``diff --git`` line that no diff header follows is a quoted one that
+    ``git apply`` would try to read.
+    """
+    lines = patch.data.decode("utf-8", "surrogateescape").split("\n")
+    end = next((i for i, line in enumerate(lines) if _FIRST_HUNK_RE.match(line)), len(lines))
+    for i in range(end):
+        if lines[i].startswith("diff --git ") and not (i + 1 < len(lines) and lines[i + 1].startswith(_GIT_DIFF_NEXT)):
+            return i + 1, f"`{lines[i]}` quotes a diff header in the message: git apply reads a diff there and fails"
+    header, _ = _split_header(patch.data.decode("utf-8", "surrogateescape"))
+    if header is None or "" not in lines:
+        return None
+    start = lines.index("", 1 if lines[0].startswith("From ") else 0) + 1  # the message starts after the header's blank line
+    separators = [i for i in range(start, end) if lines[i] == "---"]
+    if not separators:
+        return None
+    for i in range(start, separators[-1]):
+        if lines[i] == "---" or lines[i].startswith(("--- ", "diff --git ", "Index: ")):
+            return i + 1, f"`{lines[i]}` is in the commit message: zmr and git am end the message there, and lose what follows up to line {separators[-1] + 1}"
+    return None
 
 
 def strip_patch_tags(subject: str) -> str:
@@ -327,25 +364,65 @@ def _mail_headers(header: str) -> dict[str, str]:
     return {k: _decode_words(v) for k, v in fields.items()}
 
 
+# DEP-3's fields: a later paragraph that starts with one of them is a second set of fields (pseudo-headers), not free text.
+_DEP3_FIELDS = frozenset(
+    ["description", "subject", "origin", "bug", "forwarded", "author", "from", "reviewed-by", "acked-by", "last-update", "applied-upstream", "signed-off-by"]
+)
+_FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+
+
 def _dep3_headers(text: str) -> dict[str, str]:
-    """DEP-3 style headers (``Description:``, ``Author:``...) before the diff."""
+    """DEP-3 headers before the diff: the fields, and under ``_body`` the long description.
+
+    As DEP-3 has it: fields start on the first non-empty line and end at an
+    empty line; a later paragraph that starts with a DEP-3 field is a second
+    set of fields, any other is free text that extends the long description;
+    ``Description:``'s continuation lines are the long description (one
+    leading space dropped, `` .`` an empty line); a ``---`` line ends the
+    meta-information.
+    """
     fields: dict[str, str] = {}
-    body: list[str] = []
-    current = None
+    long_description: list[str] = []
+    free: list[list[str]] = []  # paragraphs of free text
+    current: str | None = None  # the field whose continuation lines may follow
+    at_paragraph_start = True
     for line in text.split("\n"):
-        if line.startswith(("diff --git ", "--- ", "Index: ", "=== ")):
+        if line.startswith(("diff --git ", "--- ", "Index: ", "=== ")) or line.rstrip() == "---":
             break
-        match = re.match(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$", line)
-        if match and (current is None or not body):
-            current = match.group(1).lower()
-            fields.setdefault(current, match.group(2).strip())
+        if not line.strip():
+            current, at_paragraph_start = None, True
             continue
-        if line[:1] in (" ", "\t") and current and not body:
-            continue  # continuation of a long description: not the subject
-        if line.strip():
-            body.append(line)
-    fields["_body"] = "\n".join(body)
+        match = _FIELD_RE.match(line)
+        key = match.group(1).lower() if match else ""
+        if match and (current is not None or (at_paragraph_start and (not fields or key in _DEP3_FIELDS or key.startswith("bug-")))):
+            current, at_paragraph_start = key, False
+            fields.setdefault(key, match.group(2).strip())
+            continue
+        if line[:1] in (" ", "\t") and current is not None:
+            if current == "description":
+                long_description.append("" if line.strip() == "." else line[1:].rstrip())
+            elif current == "subject":
+                fields["subject"] += " " + line.strip()  # folded, as in a mail
+            continue
+        if at_paragraph_start or current is not None:
+            free.append([])
+        current, at_paragraph_start = None, False
+        free[-1].append(line.rstrip())
+    paragraphs = ["\n".join(long_description).strip("\n"), *("\n".join(p) for p in free)]
+    fields["_body"] = "\n\n".join(p for p in paragraphs if p)
     return fields
+
+
+def _parse_day(value: str) -> tuple[int | None, str]:
+    """DEP-3's ``Last-Update: YYYY-MM-DD`` as midnight UTC of that day (an RFC 2822 date is read as one)."""
+    match = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", value.strip())
+    if not match:
+        return _parse_date(value)
+    try:
+        day = datetime.datetime(int(match.group(1)), int(match.group(2)), int(match.group(3)), tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None, "+0000"
+    return int(day.timestamp()), "+0000"
 
 
 def _decode_words(value: str) -> str:

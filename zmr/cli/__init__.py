@@ -51,7 +51,43 @@ class _ClosedPipe(Exception):
     """stdout's reader went away; raised past typer, which would turn the BrokenPipeError into exit 1."""
 
 
+_QUIET_HELP = "No progress output: only results, warnings and errors."
+_VERBOSE_HELP = "Show each git command zmr runs (stderr), and progress also outside a terminal."
+_asked: set[str] = set()  # of "quiet", "verbose": what -q/-v asked for, before the command or after it
+
+
+def _verbosity_option(value: bool, which: str) -> None:
+    if not value:
+        return
+    _asked.add(which)
+    if len(_asked) > 1:
+        raise typer.BadParameter("give -q/--quiet or -v/--verbose, not both")
+    render.set_verbosity(-1 if which == "quiet" else 1)
+    if which == "verbose":
+        import logging
+
+        logger = logging.getLogger("zmr")
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("zmr: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+
+
+def _verbosity_options() -> list[click.Option]:
+    """-q/-v for a command: the same as before it (`zmr verify -q` is `zmr -q verify`)."""
+    return [
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, help=_QUIET_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "quiet")),
+        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, help=_VERBOSE_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "verbose")),
+    ]
+
+
 class _Group(typer.core.TyperGroup):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            command.params.extend(_verbosity_options())
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -84,20 +120,27 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _global_options(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output: only results, warnings and errors.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each git command zmr runs (stderr), and progress also outside a terminal.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_VERBOSE_HELP)] = False,
 ) -> None:
-    if quiet and verbose:
-        raise typer.BadParameter("give -q/--quiet or -v/--verbose, not both")
-    render.set_verbosity(-1 if quiet else 1 if verbose else 0)
-    if verbose:
-        import logging
+    _asked.clear()
+    _verbosity_option(quiet, "quiet")
+    _verbosity_option(verbose, "verbose")
 
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("zmr: %(message)s"))
-        logger = logging.getLogger("zmr")
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
+
+def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argument(help="The command (none: zmr itself).", show_default=False)] = None) -> None:
+    """Help for a command: `zmr help build` is `zmr build --help`."""
+    group = ctx.parent.command if ctx.parent else None
+    assert isinstance(group, click.Group)
+    if not command:
+        print(ctx.parent.get_help() if ctx.parent else "")
+        return
+    if len(command) > 1:
+        raise click.UsageError(f"give one command, not {' '.join(command)!r}", ctx=ctx)
+    found = group.get_command(ctx, command[0])
+    if found is None:
+        raise click.UsageError(f"no command {command[0]!r}; `zmr --help` lists them", ctx=ctx)
+    print(click.Context(found, info_name=command[0], parent=ctx.parent).get_help())
 
 
 # In this order in `zmr --help`.
@@ -121,6 +164,7 @@ for _name, _command in (
     ("upstreamed", rebase.upstreamed),
     ("update", update.update),
     ("import", import_.import_),
+    ("help", _help),
 ):
     app.command(_name)(_command)
 

@@ -68,6 +68,10 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
                 continue
             count += len(series.patches)
             warnings.extend(series.warnings)
+            split = _message_problems(comp.patches, series.patches)
+            if split:
+                problems += [_problem(p) for p in split]
+                failed.append(ZmrError(f"{len(split)} problem{'s' if len(split) != 1 else ''} in {comp.patches}/series", details=[str(p) for p in split]))
     for text in warnings:
         warn(text)
     if json_out:
@@ -81,6 +85,20 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
         texts = [str(err) for err in failed]
         raise ZmrError(texts[0].splitlines()[0], details=[line for text in texts for line in text.splitlines()][1:])
     print(f"ok: {len(manifests)} manifest{'s' if len(manifests) != 1 else ''}, {len(cases)} case{'s' if len(cases) != 1 else ''}, {count} patches")
+
+
+def _message_problems(folder: str, patches: list) -> list:
+    """Patch files whose commit message would be cut or read as a diff (`series.message_split_problem`)."""
+    from zmr.series import message_split_problem
+    from zmr.yamlnodes import Problem
+
+    found = []
+    for patch in patches:
+        split = message_split_problem(patch)
+        if split is not None:
+            fix = "edit the file, or reword the commit in a checkout and export it again"
+            found.append(Problem(f"{folder}/{patch.name}", split[0], split[1], fix))
+    return found
 
 
 def _problem(p) -> dict:

@@ -174,10 +174,11 @@ def _render_plain(report: "MismatchReport") -> None:
 
 def _render_rich(report: "MismatchReport") -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from zmr.cli.render import console as make_console
+
+    console = make_console()
     table = Table(
         title="zmr mismatch: rollout vs train log-probs",
         box=box.SIMPLE_HEAD,

@@ -18,19 +18,28 @@ def new(
         typer.Option(
             "--component",
             "-c",
-            metavar="NAME=URL@SHA",
-            help="A component: its name, upstream (URL or path in this repository) and full commit id (repeatable).",
+            metavar="NAME=URL@REV",
+            help="A component: its name, upstream (URL or path in this repository) and commit (full or abbreviated id, branch or tag; repeatable).",
             show_default=False,
         ),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", metavar="T", help="Display name (default: MODEL).", show_default=False)] = None,
+    tracks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--track",
+            metavar="[NAME=]REF",
+            help="The upstream branch or tag a component follows: REF for every component, NAME=REF for one (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
     from zmr import scaffold
 
     project = find_project()
-    written = scaffold.create(project, model, components or [], title)
+    written = scaffold.create(project, model, components or [], title, tracks or [])
     if json_out:
         print_json({"model": model, "files": written})
         return

@@ -38,9 +38,7 @@ def publish(
     width = max((len(b.branch) for b in result.branches), default=0)
     verbs = {pub.CREATED: "would create", pub.UPDATED: "would update", pub.REPLACED: "would replace"} if dry_run else {}
     for b in result.branches:
-        status = verbs.get(b.status, b.status)
-        if b.status == pub.REPLACED and not replace_foreign:
-            status = "refused"
+        status = "refused" if b.refused else verbs.get(b.status, b.status)
         if b.status == pub.UP_TO_DATE:
             change = b.new[:12]
         elif b.status == pub.CREATED:
@@ -48,18 +46,32 @@ def publish(
         else:
             change = f"{b.old[:12]} -> {b.new[:12]}"  # type: ignore[index]
         print(f"{status:12} {b.branch.ljust(width)}  {change}")
-        if b.status == pub.REPLACED:
-            kept = f"old tip kept as {b.keep}" if b.keep else "old tip kept already" if replace_foreign else "needs --replace-foreign"
-            print(f"{'':12} {''.ljust(width)}  not built by zmr ({b.foreign}); {kept}")
+        if b.refused:
+            print(f"{'':12} {''.ljust(width)}  {b.refused}")
+        elif b.status == pub.REPLACED:
+            print(f"{'':12} {''.ljust(width)}  not built by zmr ({b.foreign}); {_kept(b, replace_foreign, result.refusal is not None)}")
     moved, same = len(result.moving), len(result.branches) - len(result.moving)
     if dry_run:
-        print(f"dry run: nothing pushed to {remote} ({moved} to push, {same} up to date)")
         if result.refusal:
+            # One atomic push: while a branch refuses, no branch would move.
+            blocked = sum(1 for b in result.branches if b.refused)
+            refused = f"{blocked} branch{'es' if blocked != 1 else ''} refused"
+            print(f"dry run: nothing pushed to {remote}; publish would refuse ({refused}), so no branch would move")
             raise result.refusal
+        print(f"dry run: nothing pushed to {remote} ({moved} to push, {same} up to date)")
     elif result.pushed:
         print(f"pushed {moved} branch{'es' if moved != 1 else ''} to {remote} in one atomic push; {same} up to date")
     else:
         print(f"{remote} is up to date")
+
+
+def _kept(b, replace_foreign: bool, refused: bool) -> str:
+    """Where a replaced branch's old tip is kept on the remote (a refused publish never got as far as asking)."""
+    if b.keep:
+        return f"old tip kept as {b.keep}"
+    if not replace_foreign:
+        return "needs --replace-foreign"
+    return "old tip to be kept under refs/zmr/replaced/" if refused else "old tip kept already"
 
 
 def ci_matrix(models: Models = None, untrusted: Untrusted = False, json_out: Json = False) -> None:

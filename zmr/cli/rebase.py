@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project, targets
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.rebase import Dropped, Outcome, Stopped, UpstreamedReport
@@ -60,7 +60,7 @@ def rebase(
         elif skip:
             outcome = rb.skip(project, comp, progress=progress)
         else:
-            outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress, report=report)
+            outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress, report=report, warn=warn)
     _finish_rebase(outcome, report, json_out)
 
 
@@ -171,10 +171,15 @@ def outcome_markdown(o: "Outcome") -> str:
         out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
     if o.added:
         out += ["", f"## Added ({len(o.added)})", ""] + [f"- `{n}` {s}" for n, s in o.added]
-    upstream = [d for d in o.dropped if d.method != "skipped"]
+    # Only what upstream holds is "already upstream": a conflict resolved to nothing is the engineer's decision.
+    upstream = [d for d in o.dropped if d.method not in ("skipped", "resolved-empty")]
+    resolved = [d for d in o.dropped if d.method == "resolved-empty"]
     skipped = [d for d in o.dropped if d.method == "skipped"]
     out += ["", f"## Dropped: already upstream ({len(upstream)})", ""]
     out += [dropped_line(d) for d in upstream] or ["none"]
+    if resolved:
+        out += ["", f"## Dropped: conflict resolved to no change ({len(resolved)})", ""]
+        out += [f"- `{d.name}` {d.subject}: the resolution left nothing to commit" for d in resolved]
     if skipped:
         out += ["", f"## Dropped with --skip ({len(skipped)})", ""] + [f"- `{d.name}` {d.subject}" for d in skipped]
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"

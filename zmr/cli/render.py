@@ -34,13 +34,29 @@ def interactive() -> bool:
     return sys.stdout.isatty() and not os.environ.get("CI")
 
 
+def no_color() -> bool:
+    """`NO_COLOR` set and not empty (no-color.org): no ANSI escape at all, neither colour nor bold nor a redrawn status line."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def live_stderr() -> bool:
+    """Whether long work may redraw a status line on stderr (a terminal, not CI, no `NO_COLOR`)."""
+    return sys.stderr.isatty() and not os.environ.get("CI") and not no_color()
+
+
+def console(stderr: bool = False, width: int | None = None) -> Any:
+    """A rich console that writes no escape sequence under `NO_COLOR` (rich's own handling still prints bold)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, width=width, color_system=None if no_color() else "auto")
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     if interactive():
-        from rich.console import Console
         from rich.measure import Measurement
         from rich.table import Table
 
@@ -49,12 +65,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
             grid.add_column(header, no_wrap=True, overflow="ignore")
         for row in rows:
             grid.add_row(*[str(c) for c in row])
-        console = Console()
+        out = console()
         # Never cut a value (a commit id, a path) to fit the terminal: draw the table as wide as it needs.
-        needed = Measurement.get(console, console.options.update(width=10**6), grid).maximum
-        if needed > console.width:
-            console = Console(width=needed)
-        console.print(grid, crop=False)
+        needed = Measurement.get(out, out.options.update(width=10**6), grid).maximum
+        if needed > out.width:
+            out = console(width=needed)
+        out.print(grid, crop=False)
         return
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -80,7 +96,7 @@ class Progress:
     """
 
     def __init__(self, enabled: bool | None = None, steps: Sequence[str] = ()):
-        terminal = sys.stderr.isatty() and not os.environ.get("CI")
+        terminal = live_stderr()
         self.enabled = terminal and not quiet() if enabled is None else enabled
         self.lines = enabled is None and not terminal and verbose()
         self._steps = {label: index for index, label in enumerate(steps, 1)}
@@ -89,9 +105,7 @@ class Progress:
 
     def __enter__(self) -> Self:
         if self.enabled:
-            from rich.console import Console
-
-            self._status = Console(stderr=True).status("working")
+            self._status = console(stderr=True).status("working")
             self._status.__enter__()
         return self
 

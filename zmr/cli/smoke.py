@@ -9,7 +9,6 @@ test goes to stderr. Then a summary table (stdout, or nothing with `--json`,
 which prints the report there instead), `--junit FILE`, `--record`.
 """
 
-import os
 import sys
 import threading
 import time
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
-from zmr.cli.render import print_json, quiet, table
+from zmr.cli.render import console, live_stderr, print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke import Job, Report, Result
@@ -157,7 +156,7 @@ class _View:
 
     def __init__(self) -> None:
         self.quiet = quiet()
-        self.live_enabled = sys.stderr.isatty() and not os.environ.get("CI") and not self.quiet
+        self.live_enabled = live_stderr() and not self.quiet
         self._lock = threading.Lock()
         self._rows: dict[str, dict] = {}
         self._status = "preparing"
@@ -165,10 +164,9 @@ class _View:
 
     def __enter__(self) -> Self:
         if self.live_enabled:
-            from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(console=Console(stderr=True), get_renderable=self._render, refresh_per_second=4, transient=False)
+            self._live = Live(console=console(stderr=True), get_renderable=self._render, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
 

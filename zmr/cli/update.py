@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Json, Models, find_project
+from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def update(
     models: Models = None,
+    all_models: All = False,
     components: Components = None,
     to: Annotated[
         str | None, typer.Option("--to", help="Upstream commit id, tag or branch to move towards (default: each component's track).", show_default=False)
@@ -34,8 +35,8 @@ def update(
     from zmr.files import atomic_write
 
     project = find_project()
-    # Without a model: every component that follows an upstream ref (the scheduled CI job).
-    targets = [c for c in project.targets(models, components, not models) if to is not None or c.track is not None]
+    # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job).
+    targets = [c for c in project.targets(models, components, acts_on_all(models, all_models, writes=False)) if to is not None or c.track is not None]
     if not targets:
         if not models and not components:
             print("no component has a `track`: nothing to update")  # the scheduled job of a repository that follows nothing

@@ -1,0 +1,189 @@
+"""The command line itself: every command line the docs show parses, -q/-v after the command, `zmr help`, NO_COLOR."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, simple_model, zmr
+
+DOCS = ("README.md", "docs/reference.md")
+GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-h", "--help"}
+
+
+def _commands() -> dict[str, set[str]]:
+    """Each command's name → the option names it accepts, as click parses them."""
+    import typer
+
+    from zmr.cli import app
+
+    group = typer.main.get_command(app)
+    assert hasattr(group, "commands")
+    options = {
+        name: {opt for param in cmd.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")} for name, cmd in group.commands.items()
+    }
+    return {name: known | {"-h", "--help"} for name, known in options.items()}
+
+
+def _fenced_lines(rel: str) -> list[str]:
+    text = (REPO_ROOT / rel).read_text()
+    blocks = re.findall(r"^```([^\n]*)\n(.*?)^```", text, re.M | re.S)
+    return [line for info, block in blocks if info.strip() in ("", "sh", "bash", "console", "shell") for line in block.splitlines()]
+
+
+def _zmr_invocations(line: str) -> list[list[str]]:
+    """The argument lists of the `zmr` (or `.venv/bin/zmr`) commands of one shell line: split at `&&`, `|`, `;`, up to `#` or `>`."""
+    words = shlex.split(line, comments=True)
+    runs: list[list[str]] = []
+    current: list[str] | None = None
+    for word in [*words, "&&"]:
+        if word in ("&&", "||", "|", ";") or word.startswith(">"):
+            if current is not None:
+                runs.append(current)
+            current = None
+        elif current is not None:
+            current.append(word)
+        elif word == "zmr" or word.endswith("/zmr"):
+            current = []
+    return runs
+
+
+def _doc_command_lines() -> list[tuple[str, list[str]]]:
+    found = []
+    for rel in DOCS:
+        for line in _fenced_lines(rel):
+            if not re.search(r"(^|[\s/])zmr\s", line):
+                continue
+            found += [(f"{rel}: {line.strip()}", args) for args in _zmr_invocations(line)]
+    return found
+
+
+def _inline_mentions() -> list[tuple[str, str]]:
+    """`zmr CMD ...` in inline code and section headings (outside fenced blocks): synopses such as `zmr build [MODEL...] | --all`."""
+    found = []
+    for rel in DOCS:
+        text = re.sub(r"^```[^\n]*\n.*?^```", "", (REPO_ROOT / rel).read_text(), flags=re.M | re.S)
+        for span in re.findall(r"`([^`\n]+)`", text):
+            span = span.strip().replace("\\|", "|")
+            if re.match(r"zmr\s", span):
+                found.append((rel, span))
+    return found
+
+
+def test_the_docs_show_command_lines_and_the_collection_finds_them():
+    lines = _doc_command_lines()
+    assert len(lines) >= 15
+    assert any(args[:2] == ["update", "--all"] for _, args in lines)  # README's daily loop
+    assert any(args[:2] == ["build", "--all"] for _, args in lines)
+    assert len(_inline_mentions()) >= 40
+
+
+@pytest.mark.parametrize("where,args", _doc_command_lines(), ids=lambda v: v if isinstance(v, str) else None)
+def test_every_command_line_of_the_docs_parses(where, args, capsys):
+    """Each command and each option a code block shows exists: click parses the whole line before --help answers."""
+    from zmr.cli import main
+
+    code = main([*args, "--help"])
+    out = capsys.readouterr()
+    assert code == 0, f"{where}\n{out.err}"
+    assert out.out.startswith("Usage:"), where
+
+
+def test_every_option_named_in_the_docs_exists():
+    """Synopses and inline mentions: each option they name after a command is an option of that command."""
+    commands = _commands()
+    wrong = []
+    for rel, span in _inline_mentions():
+        words = [w.strip("[]().,") for w in span.split()[1:]]
+        command = next((w for w in words if w and not w.startswith("-")), None)
+        known = commands.get(command or "")
+        if known is None:
+            if any(w.startswith("-") and w not in GLOBAL_OPTIONS for w in words):
+                wrong.append(f"{rel}: `{span}`: no command {command!r}")
+            continue  # `zmr release`, `zmr <version>`: a name, not a command line
+        seen_command = False
+        for word in words:
+            seen_command = seen_command or word == command
+            option = word.split("=", 1)[0]
+            if re.fullmatch(r"--?[A-Za-z][\w-]*", option) and option not in (known if seen_command else GLOBAL_OPTIONS):
+                wrong.append(f"{rel}: `{span}`: {command} has no option {option}")
+    assert wrong == []
+
+
+def test_update_all_acts_on_every_model(project, upstream):
+    """README's `zmr update --all` (it exited 2 with "Did you mean '--apply'?")."""
+    simple_model(project, upstream)
+    result = zmr("update", "--all", "--json", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    components = json.loads(result.stdout)["components"]
+    assert [(c["model"], c["component"], c["status"]) for c in components] == [("toy", "rollout", "clean")]
+    assert zmr("update", "toy", "--all", "--json", cwd=project.root).stdout == result.stdout
+
+
+def test_quiet_and_verbose_work_after_every_command(capsys):
+    from zmr.cli import main
+
+    assert len(_commands()) >= 20
+    for name, known in _commands().items():
+        assert {"-q", "--quiet", "-v", "--verbose"} <= known, name
+        for flag in ("-q", "--verbose"):
+            assert main([name, flag, "--help"]) == 0, f"zmr {name} {flag}: {capsys.readouterr().err}"
+    assert "-q, --quiet" in zmr("verify", "--help", cwd=REPO_ROOT).stdout
+
+
+def test_verbose_after_the_command_logs_git_and_quiet_conflicts_with_it(project, upstream):
+    simple_model(project, upstream)
+    before = zmr("-v", "verify", "toy", cwd=project.root)
+    after = zmr("verify", "toy", "-v", cwd=project.root)
+    assert before.returncode == after.returncode == 1  # nothing built: drift
+    assert "zmr: git " in after.stderr and "zmr: git " in before.stderr
+    assert "zmr: git " not in zmr("verify", "toy", cwd=project.root).stderr
+    both = zmr("-q", "verify", "toy", "-v", cwd=project.root)
+    assert both.returncode == 2 and "give -q/--quiet or -v/--verbose, not both" in both.stderr
+    assert zmr("verify", "-q", "toy", cwd=project.root).returncode == 1
+
+
+def test_help_command_is_the_same_as_help_option():
+    for name in ("verify", "rebase", "update"):
+        via_command = zmr("help", name, cwd=REPO_ROOT)
+        assert via_command.returncode == 0, via_command.stderr
+        assert via_command.stdout == zmr(name, "--help", cwd=REPO_ROOT).stdout
+    assert zmr("help", cwd=REPO_ROOT).stdout == zmr("--help", cwd=REPO_ROOT).stdout
+    unknown = zmr("help", "nope", cwd=REPO_ROOT)
+    assert unknown.returncode == 2 and "no command 'nope'" in unknown.stderr
+
+
+def _on_terminal(args: list[str], cwd, env: dict[str, str]) -> tuple[int, bytes]:
+    """Run zmr with stdout and stderr on a pseudo-terminal: where rich draws."""
+    leader, follower = pty.openpty()
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CI", "ZMR_REPO")}
+    full_env.update(env)
+    proc = subprocess.Popen([sys.executable, "-m", "zmr", *args], cwd=cwd, stdout=follower, stderr=follower, env=full_env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.wait(timeout=60), out
+
+
+def test_no_color_means_no_escape_sequence_at_all(project, upstream):
+    simple_model(project, upstream)
+    code, plain = _on_terminal(["list"], project.root, {"NO_COLOR": "1", "TERM": "xterm-256color"})
+    assert code == 0 and b"rollout" in plain
+    assert b"\x1b" not in plain
+    code, styled = _on_terminal(["list"], project.root, {"TERM": "xterm-256color"})
+    assert code == 0 and b"\x1b[1m" in styled  # the control: bold headers without NO_COLOR
