@@ -106,3 +106,83 @@ def test_unchanged_components_cost_nothing_and_the_working_tree_is_the_default_h
     proj.commit_all("edit")
     assert zmr("build", "toy", cwd=proj.root).returncode == 0
     assert proj.ref(f"refs/heads/{entry['branch']['name']}") == entry["branch"]["new"]
+
+
+# -- each kind of patch change ----------------------------------------------------------------------
+
+
+def test_patches_are_matched_by_content_added_removed_reordered_message_and_code_edits(proj, up):
+    pin = up.commits[1]
+    a = patch(up, pin, 0, 5, "Patch A")
+    b = patch(up, pin, 1, 5, "Patch B", body="Why B.")
+    c = patch(up, pin, 2, 5, "Patch C")
+    d = patch(up, pin, 3, 5, "Patch D")
+    proj.series("toy", "rollout", [("0001-a.patch", a), ("0002-b.patch", b), ("0003-c.patch", c), ("0004-d.patch", d)])
+    manifest(proj, up, pin)
+    proj.commit_all("four patches")
+    base = proj.ref("HEAD")
+    for name in ("0001-a.patch", "0002-b.patch", "0003-c.patch", "0004-d.patch"):
+        (proj.root / "patches/toy/rollout" / name).unlink()
+    b_message = patch(up, pin, 1, 5, "Patch B", body="Why B, said better.")  # message only
+    c_code = patch(up, pin, 2, 5, "Patch C", new="value 5 patched, and better")  # code only
+    e = make_patch(up, pin, {"src/new.py": "".join(f"def new_{i}():\n    return {i}\n" for i in range(12))}, "Add a new module")
+    # A is renamed and moved after B: the same content under another name is the same patch.
+    proj.series("toy", "rollout", [("0001-b.patch", b_message), ("0002-a-renamed.patch", a), ("0003-c.patch", c_code), ("0004-e.patch", e)])
+    proj.commit_all("rework the series")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    assert data["base"] == base and data["head"] == proj.ref("HEAD")
+    entry = component(data, "toy/rollout")
+    patches = entry["patches"]
+    assert entry["status"] == "changed"
+    assert patches["added"] == ["0004-e.patch"]
+    assert patches["removed"] == ["0004-d.patch"]
+    assert patches["unchanged"] == 1  # A, renamed
+    assert patches["reordered"] is True
+    changed = {(x["old"], x["new"]): x["interdiff"] for x in patches["changed"]}
+    assert set(changed) == {("0002-b.patch", "0001-b.patch"), ("0003-c.patch", "0003-c.patch")}
+    assert "said better" in changed[("0002-b.patch", "0001-b.patch")] and "value 5 patched, and better" not in changed[("0002-b.patch", "0001-b.patch")]
+    assert "value 5 patched, and better" in changed[("0003-c.patch", "0003-c.patch")]
+    assert entry["pin"] == {"old": pin, "new": pin, "commits": 0, "direction": "same"}
+    # f2 (C's new line), f3 (D gone), src/new.py (E's 24 lines).
+    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (3, 26, 2)
+    assert entry["tree"]["series_files"]["old"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/f3.py"]
+    assert entry["tree"]["series_files"]["new"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/new.py"]
+    # Only the order changed: reordered, nothing else.
+    proj.series("toy", "rollout", [("0001-a.patch", a), ("0002-b.patch", b_message)])
+    proj.commit_all("two patches")
+    two = proj.ref("HEAD")
+    proj.series("toy", "rollout", [("0001-b.patch", b_message), ("0002-a.patch", a)])
+    for stale in ("0003-c.patch", "0004-e.patch", "0002-a-renamed.patch"):
+        (proj.root / "patches/toy/rollout" / stale).unlink(missing_ok=True)
+    code, data, err = run_json(proj, two)
+    patches = component(data, "toy/rollout")["patches"]
+    assert (patches["added"], patches["removed"], patches["changed"], patches["unchanged"], patches["reordered"]) == ([], [], [], 2, True)
+
+
+def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
+    old, new = up.commits[1], up.commits[3]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, old, 0, 5, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    entry = component(data, "toy/rollout")
+    assert entry["pin"] == {"old": old, "new": new, "commits": 2, "direction": "forward"}
+    assert entry["patches"]["unchanged"] == 1 and not entry["patches"]["changed"]
+    numstat = git("diff", "--numstat", old, new, cwd=up.path).splitlines()
+    inserted = sum(int(line.split()[0]) for line in numstat)
+    deleted = sum(int(line.split()[1]) for line in numstat)
+    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), inserted, deleted)
+    code, data, err = run_json(proj, "HEAD", base)
+    assert component(data, "toy/rollout")["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
+    # A commit on a side branch: neither pin is an ancestor of the other.
+    git("checkout", "-q", "-b", "side", up.commits[0], cwd=up.path)
+    side = up.commit({"src/side.py": "side = 1\n"}, "side work")
+    manifest(proj, up, side)
+    code, data, err = run_json(proj, base)
+    assert code == 0, err
+    assert component(data, "toy/rollout")["pin"] == {"old": old, "new": side, "commits": 1, "direction": "unrelated"}
