@@ -186,3 +186,80 @@ def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
     code, data, err = run_json(proj, base)
     assert code == 0, err
     assert component(data, "toy/rollout")["pin"] == {"old": old, "new": side, "commits": 1, "direction": "unrelated"}
+
+
+# -- statuses ---------------------------------------------------------------------------------------
+
+
+def test_added_removed_and_broken_components(proj, up):
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.series("gone", "trainer", [])
+    manifest(proj, up, pin, model="gone", component="trainer")
+    proj.commit_all("two models")
+    base = proj.ref("HEAD")
+    (proj.root / "manifests/gone.yaml").unlink()
+    proj.series("new", "trainer", [("0001-b.patch", patch(up, pin, 1, 5, "Patch B"))])
+    manifest(proj, up, pin, model="new", component="trainer")
+    code, data, err = run_json(proj, base)
+    assert code == 0, err
+    added, removed = component(data, "new/trainer"), component(data, "gone/trainer")
+    assert added["status"] == "added" and added["patches"]["added"] == ["0001-b.patch"]
+    assert added["pin"] == {"old": None, "new": pin, "commits": None, "direction": None}
+    assert added["branch"]["old"] is None and added["branch"]["new"]
+    assert removed["status"] == "removed" and removed["branch"]["new"] is None and removed["tree"]["new"] is None
+    assert component(data, "toy/rollout")["status"] == "unchanged"
+    # A series that no longer applies on the head side: reported as broken, naming the side; exit 2.
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A")), ("0002-again.patch", patch(up, pin, 0, 5, "Patch A again"))])
+    result = zmr("diff", "--json", base, "toy", cwd=proj.root)
+    assert result.returncode == 2, result.stderr
+    broken = component(json.loads(result.stdout), "toy/rollout")
+    assert broken["status"] == "broken" and broken["reason"].startswith("head (working tree): ")
+    assert "0002-again.patch" in broken["reason"]
+    assert "1 component broken: toy/rollout" in result.stderr and "Traceback" not in result.stderr
+    # Only the named model, and -c: only that component.
+    code, data, err = run_json(proj, base, "new")
+    assert [f"{c['model']}/{c['component']}" for c in data["components"]] == ["new/trainer"]
+    code, data, err = run_json(proj, base, "-c", "trainer")
+    assert sorted(c["model"] for c in data["components"]) == ["gone", "new"]
+
+
+def test_bad_base_or_head_names_the_side(proj, up):
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    for args, side in ((["no-such-rev"], "base"), (["HEAD", "no-such-rev"], "head"), (["--", "-x"], "base")):
+        result = zmr("diff", *args, cwd=proj.root)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith(f"zmr: error: {side}: "), result.stderr
+        assert "is not a revision" in result.stderr and "Traceback" not in result.stderr
+    # A side whose manifests do not validate.
+    proj.write("manifests/toy.yaml", "model: toy\ncomponents:\n  rollout:\n    upstream: 3\n")
+    proj.commit_all("broken manifest")
+    result = zmr("diff", "HEAD~1", "HEAD", cwd=proj.root)
+    assert result.returncode == 2
+    assert result.stderr.startswith("zmr: error: head (HEAD): ") and "manifests/toy.yaml:" in result.stderr, result.stderr
+    result = zmr("diff", "HEAD", "HEAD~1", cwd=proj.root)
+    assert result.returncode == 2 and result.stderr.startswith("zmr: error: base (HEAD): "), result.stderr
+
+
+def test_a_revision_is_read_from_git_objects_with_the_working_tree_checks(proj, up, tmp_path):
+    """A committed link that leaves the repository is refused as in a working tree, and never read."""
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    secret = tmp_path / "secret.patch"
+    secret.write_text("TOKEN=hunter2\n")
+    os.symlink(secret, proj.root / "patches/toy/rollout/0001-a.patch.link")
+    (proj.root / "patches/toy/rollout/series").write_text("0001-a.patch.link\n")
+    proj.commit_all("a link out")
+    result = zmr("diff", "--json", "HEAD", "HEAD~1", cwd=proj.root)  # the link is on the base side
+    assert result.returncode == 2, result.stderr
+    broken = component(json.loads(result.stdout), "toy/rollout")
+    assert broken["status"] == "broken" and broken["reason"].startswith("base (HEAD): ")
+    assert "outside" in broken["reason"] and "hunter2" not in result.stdout + result.stderr
+    # Nothing of the revision was checked out into the repository.
+    assert git("status", "--porcelain", cwd=proj.root) == ""
