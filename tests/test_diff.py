@@ -263,3 +263,60 @@ def test_a_revision_is_read_from_git_objects_with_the_working_tree_checks(proj, 
     assert "outside" in broken["reason"] and "hunter2" not in result.stdout + result.stderr
     # Nothing of the revision was checked out into the repository.
     assert git("status", "--porcelain", cwd=proj.root) == ""
+
+
+# -- markdown ----------------------------------------------------------------------------------------
+
+
+def _report(count: int, interdiff_lines: int):
+    from zmr.diff import ComponentDiff, DiffReport, PatchChange, PatchChanges, PinMove, TreeDiff
+
+    body = "1:  aaaa ! 1:  bbbb Patch\n" + "".join(f"    -old line {i}\n    +new line {i} ```\n" for i in range(interdiff_lines))
+    components = [
+        ComponentDiff(
+            "m",
+            f"c{i}",
+            "changed",
+            PinMove("a" * 40, "b" * 40, 3, "forward"),
+            f"zmr/m/c{i}",
+            PatchChanges(changed=[PatchChange("0001-x.patch", "0001-x.patch", body)], unchanged=2),
+            TreeDiff("c" * 40, "d" * 40, 1, 1, 1, ("src/x.py",), ("src/x.py",)),
+            ("e" * 40, "f" * 40),
+        )
+        for i in range(count)
+    ]
+    return DiffReport("1" * 40, "main", None, None, components)
+
+
+def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
+    from zmr.diffmarkdown import COMMENT_LIMIT, MARKER
+
+    small = _report(2, 3).to_markdown()
+    assert small.startswith(MARKER + "\n") and "Truncated" not in small
+    assert small.count("<details>") == 2 and "`m/c1`" in small
+    assert "````diff" in small  # the fence is longer than the backticks inside
+    big = _report(40, 400).to_markdown()
+    assert len(big) <= COMMENT_LIMIT
+    assert big.startswith(MARKER + "\n")
+    assert "**Truncated** to fit one comment" in big
+    shown = big.count("<details>")
+    assert 0 < shown < 40
+    assert f"the range-diff of {40 - shown} components" in big or "sections" in big
+    # Text from the repository cannot write markdown: a name with backticks stays one code span.
+    from zmr.diffmarkdown import code
+
+    assert code("a`b") == "``a`b``" and code("@here") == "`@here`"
+
+
+def test_markdown_file_from_the_cli(proj, up, tmp_path):
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", body="Explained."))])
+    out = tmp_path / "comment.md"
+    result = zmr("diff", "--markdown", str(out), cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert text.startswith("<!-- zmr-diff -->\n## zmr diff: 1 of 1 component change")
+    assert "### `toy/rollout`: changed" in text and "+    Explained." in text
