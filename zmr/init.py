@@ -13,7 +13,9 @@ that exists is changed, except that missing lines are appended to
   smoke state), so they never show in ``git status``;
 - ``README.md`` with the marker sections ``zmr docs`` fills (an existing
   README is left alone; zmr says which markers it lacks);
-- ``.github/workflows/zmr.yml``, the CI workflow.
+- ``.github/workflows/zmr.yml``, the CI workflow, and
+  ``.github/workflows/zmr-diff-comment.yml``, which posts its ``zmr diff``
+  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own).
 
 A second run finds everything there and changes nothing.
 """
@@ -32,6 +34,7 @@ from zmr.scaffold import template_text
 
 IGNORED = ("work/", ".zmr/")
 WORKFLOW = ".github/workflows/zmr.yml"
+DIFF_COMMENT_WORKFLOW = ".github/workflows/zmr-diff-comment.yml"
 README = "README.md"
 _GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
@@ -122,6 +125,8 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
         from zmr import __version__
 
         _create(root, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", f"zmr=={__version__}"), result)
+    if not (root / DIFF_COMMENT_WORKFLOW).exists():
+        _create(root, DIFF_COMMENT_WORKFLOW, template_text("workflow-diff-comment.yml.tmpl"), result)
     return result
 
 
