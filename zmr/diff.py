@@ -20,6 +20,7 @@ the repository and no branch moves.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -189,6 +190,7 @@ class Side:
     commit: str | None
     project: Project
     components: dict[tuple[str, str], Component]
+    series_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # series digest -> the files it touches
 
     @property
     def title(self) -> str:
@@ -377,6 +379,7 @@ def diff(
 ) -> DiffReport:
     """Compare the release branches of *base* and *head* (None: the working tree) for the chosen models and components."""
     cache = cache or Cache()
+    _forget()
     repo = project.repo
     if base is None:
         base_commit, base_rev = default_base(repo)
@@ -393,6 +396,13 @@ def diff(
             progress(f"{key[0]}/{key[1]}: comparing")
         results.append(compare_component(old, new, key, cache, same_identity, progress))
     return DiffReport(base_commit, base_rev, head_commit, head, results)
+
+
+def _forget() -> None:
+    """Empty the memos of a previous run in this process (they name mirrors, which a cache may have replaced since)."""
+    _CHAINS.clear()
+    for memo in (_range_diff, _diff_stat, _moved):
+        memo.cache_clear()
 
 
 def _chosen(old: Side, new: Side, models: Sequence[str], components: Sequence[str]) -> list[tuple[str, str]]:
@@ -461,16 +471,22 @@ def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
 def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None) -> ComponentDiff:
     from zmr.release import Release, compute
 
-    releases: dict[str, Release | None] = {}
-    for name, item in (("base", before), ("head", after)):
-        if item is None:
-            releases[name] = None
-            continue
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(item: _Input | None) -> Release | None:
+        return None if item is None else compute(item.side.project, item.component, cache, progress, partial=True, series=item.series)
+
+    # The two sides at once: mostly waiting on git. Safe: one mirror's fetches take its lock; each replay has its own index.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [(item, pool.submit(build, item)) for item in (before, after)]
+    releases: list[Release | None] = []
+    for item, future in futures:
         try:
-            releases[name] = compute(item.side.project, item.component, cache, progress, partial=True)
+            releases.append(future.result())
         except ZmrError as err:
+            assert item is not None
             return _broken(result, item.side, err)
-    old, new = releases["base"], releases["head"]
+    old, new = releases
     result.branch = (old.tip if old else None, new.tip if new else None)
     try:
         result.patches = _patch_changes(old, new)
@@ -493,8 +509,14 @@ def _pin_move(old: Any, new: Any, cache: Cache, before: _Input | None, after: _I
         return PinMove(a, b, 0, "same")
     assert before is not None and after is not None
     url = resolve_upstream(new.component.upstream, after.side.project.root)
+    return _moved(cache, url, a, b, new.component.upstream)  # the upstream, not the component: the key of the memo
+
+
+@functools.lru_cache(maxsize=256)
+def _moved(cache: Cache, url: str, a: str, b: str, display: str) -> PinMove:
+    """How far *a* is from *b* in *url*'s history; once per pair (components on one pin share it)."""
     try:
-        history = cache.commit_history(url, [a, b], display=f"{new.component.label} ({new.component.upstream})")
+        history = cache.commit_history(url, [a, b], display=display)
     except CacheError:
         return PinMove(a, b, None, "unrelated")  # the new upstream does not have the old pin
 
@@ -508,24 +530,43 @@ def _pin_move(old: Any, new: Any, cache: Cache, before: _Input | None, after: _I
     return PinMove(a, b, first_parent(a, b), "unrelated")
 
 
+_CHAINS: dict[tuple[str, str, tuple[tuple[int, str, str], ...]], list[str]] = {}
+
+
 def _chain(rel: Any) -> list[str]:
+    """``zmr.replay.build_chain`` of a release's series on its pin; once per series and pin (a chain is content)."""
     from zmr.replay import build_chain
 
-    return build_chain(rel.mirror.repo, rel.component, rel.component.commit, rel.series.patches)
+    key = (str(rel.mirror.path), rel.component.commit, tuple((p.strip, p.sha256, p.name) for p in rel.series.patches))
+    if key not in _CHAINS:
+        _CHAINS[key] = build_chain(rel.mirror.repo, rel.component, rel.component.commit, rel.series.patches)
+    return _CHAINS[key]
+
+
+@functools.lru_cache(maxsize=256)
+def _range_diff(git_dir: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
+    """``zmr.rebase.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
+    from zmr.rebase import range_diff
+
+    return range_diff(git.Repo(git_dir), old_base, old_tip, new_base, new_tip)
 
 
 def _patch_changes(old: Any, new: Any) -> PatchChanges:
     """The series of both sides matched by content: ``git range-diff`` of their chains (one commit per patch) in the mirror."""
-    from zmr.rebase import range_diff
-
     old_names = [p.name for p in old.series.patches] if old else []
     new_names = [p.name for p in new.series.patches] if new else []
     if not old_names or not new_names:
         return PatchChanges(added=new_names, removed=old_names)
-    old_chain, new_chain = _chain(old), _chain(new)
+    if old.series.digest() == new.series.digest():
+        # The same patch bytes in the same order: range-diff would pair each with itself (it ignores line numbers).
+        return PatchChanges(unchanged=len(new_names))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # different chains (the series differ): different refs, own indexes
+        old_chain, new_chain = pool.map(_chain, (old, new))
     if old.mirror.path != new.mirror.path:
         return _by_patch_id(old, new, old_chain, new_chain)
-    blocks = range_diff(new.mirror.repo, old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
+    blocks = _range_diff(str(new.mirror.path), old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
     changes = PatchChanges()
     matched: list[int] = []  # old indices, in the new series' order
     for j, commit in enumerate(new_chain):
@@ -576,25 +617,44 @@ def _series_files(item: _Input | None) -> tuple[str, ...]:
 
     if item is None or not item.series.patches:
         return ()
-    sets = patch_file_sets(item.side.project.repo, item.series.patches)
-    return tuple(sorted(frozenset[str]().union(*sets))) if sets is not None else ()
+    digest = item.series.digest()
+    if digest not in item.side.series_files:  # components sharing a series (six on one pin) ask git once
+        sets = patch_file_sets(item.side.project.repo, item.series.patches)
+        item.side.series_files[digest] = tuple(sorted(frozenset[str]().union(*sets))) if sets is not None else ()
+    return item.side.series_files[digest]
 
 
 def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache) -> TreeDiff:
-    """A diff stat between the two release trees: first the blobs of the files the upstream changed between the pins."""
+    """A diff stat between the two release trees, and the files each side's series touches."""
     files_old, files_new = _series_files(before), _series_files(after)
     if old is None or new is None:
         return TreeDiff(old.tree if old else None, new.tree if new else None, series_files_old=files_old, series_files_new=files_new)
-    repo = new.mirror.repo
-    env = {} if old.mirror.path == new.mirror.path else {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(old.mirror.path / "objects")}
-    if old.upstream_tree != new.upstream_tree:
-        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", old.upstream_tree, new.upstream_tree], env=env).stdout
+    assert before is not None and after is not None
+    sides = tuple(
+        (resolve_upstream(rel.component.upstream, item.side.project.root), rel.component.commit, rel.component.upstream)
+        for rel, item in ((old, before), (new, after))
+    )
+    alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
+    files, insertions, deletions = _diff_stat(cache, str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides)
+    return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
+
+
+@functools.lru_cache(maxsize=256)
+def _diff_stat(
+    cache: Cache, git_dir: str, alternate: str, upstream_trees: tuple[str, str], trees: tuple[str, str], sides: tuple[tuple[str, str, str], ...]
+) -> tuple[int, int, int]:
+    """Files changed, insertions, deletions from one tree to the other; first the blobs of the files upstream changed between the pins.
+
+    Once per set of trees (ids are content): components on one pin with one series ask once.
+    """
+    repo = git.Repo(git_dir)
+    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternate} if alternate else {}
+    if upstream_trees[0] != upstream_trees[1]:
+        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
         moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
-        for rel, item in ((old, before), (new, after)):
-            assert item is not None
-            url = resolve_upstream(rel.component.upstream, item.side.project.root)
-            cache.ensure(url, [rel.component.commit], display=f"{rel.component.label} ({rel.component.upstream})", paths=moved)
-    out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", old.tree, new.tree], env=env).stdout
+        for url, commit, display in sides:
+            cache.ensure(url, [commit], display=display, paths=moved)
+    out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
     files = insertions = deletions = 0
     for record in out.split(b"\0"):
         fields = record.split(b"\t", 2)
@@ -602,4 +662,4 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
             files += 1
             insertions += int(fields[0]) if fields[0].isdigit() else 0
             deletions += int(fields[1]) if fields[1].isdigit() else 0
-    return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
+    return files, insertions, deletions
