@@ -392,3 +392,18 @@ def test_zmr_init_writes_both_workflows(tmp_path):
     _check_pair(_load(pr_workflow), _load(comment))
     assert 'python -m pip install -q "$ZMR_PIP"' in pr_workflow.read_text()
     _lint(pr_workflow, comment)
+
+
+def test_a_revisions_files_keep_the_working_trees_size_limits(proj, up):
+    from zmr.series import MAX_SERIES_BYTES
+
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    (proj.root / "patches/toy/rollout/series").write_text("0001-a.patch\n" + "#" * MAX_SERIES_BYTES + "\n")
+    proj.commit_all("a series over the limit")
+    result = zmr("diff", "--json", "HEAD", "HEAD~1", cwd=proj.root)
+    assert result.returncode == 2, result.stderr
+    broken = component(json.loads(result.stdout), "toy/rollout")
+    assert broken["reason"].startswith("base (HEAD): ") and f"over the limit of {MAX_SERIES_BYTES}" in broken["reason"], broken["reason"]

@@ -349,7 +349,6 @@ class Cache:
                     raise CacheError(f"{display or url}: cannot fetch the history of {_commits(missing)}", details=[err.message, *err.details]) from None
                 if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
                     self._note(f"{display or url}: the server does not allow filtered fetches (uploadpack.allowFilter); fetched whole history for the pin move")
-                repo.write_commit_graph()
         return history.repo
 
     # -- internals -------------------------------------------------------------

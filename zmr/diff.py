@@ -358,7 +358,10 @@ def _blob_contents(repo: git.Repo, oids: Sequence[str]) -> dict[str, bytes]:
     pos = 0
     while pos < len(out):
         end = out.index(b"\n", pos)
-        oid, _kind, size = out[pos:end].decode("ascii").split()
+        fields = out[pos:end].decode("ascii", "replace").split()
+        if len(fields) != 3:  # "<oid> missing": a partial clone of the zmr repository
+            raise ZmrError(f"{fields[0]}: object missing from {repo.git_dir}", details=["fetch it (git fetch --refetch), then run zmr diff again"])
+        oid, _kind, size = fields
         start = end + 1
         contents[oid] = out[start : start + int(size)]
         pos = start + int(size) + 1
@@ -488,11 +491,16 @@ def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None
             return _broken(result, item.side, err)
     old, new = releases
     result.branch = (old.tip if old else None, new.tip if new else None)
+    # Three independent parts, at once: the chains (objects written into the mirror, as any replay does), the diff
+    # stat's blobs (a fetch under the mirror's lock) and the pin's history (another repository).
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        patches = pool.submit(_patch_changes, old, new)
+        tree = pool.submit(_tree_diff, old, new, before, after, cache)
+        pin = pool.submit(_pin_move, old, new, cache, before, after) if old and new else None
     try:
-        result.patches = _patch_changes(old, new)
-        result.tree = _tree_diff(old, new, before, after, cache)
-        if old and new:
-            result.pin = _pin_move(old, new, cache, before, after)
+        result.patches, result.tree = patches.result(), tree.result()
+        if pin is not None:
+            result.pin = pin.result()
     except ZmrError as err:
         return _broken(result, (after or before).side, err)  # type: ignore[union-attr]
     if old and new and old.tip == new.tip:
@@ -652,8 +660,11 @@ def _diff_stat(
     if upstream_trees[0] != upstream_trees[1]:
         out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
         moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
-        for url, commit, display in sides:
-            cache.ensure(url, [commit], display=display, paths=moved)
+        by_url: dict[str, list[str]] = {}
+        for url, commit, _display in sides:
+            by_url.setdefault(url, []).append(commit)
+        for url, commits in by_url.items():  # one fetch for both pins of an upstream
+            cache.ensure(url, commits, display=sides[0][2], paths=moved)
     out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
     files = insertions = deletions = 0
     for record in out.split(b"\0"):
