@@ -173,7 +173,12 @@ def _run(args, zmr: list[str], work: Path) -> int:
             },
         },
         "checks": {
-            name: {"status": c["status"], "pin": c["pin"], "patches": {k: (len(v) if isinstance(v, list) else v) for k, v in c["patches"].items()}, "tree": c["tree"] and {k: c["tree"][k] for k in ("files_changed", "insertions", "deletions")}}
+            name: {
+                "status": c["status"],
+                "pin": c["pin"],
+                "patches": {k: (len(v) if isinstance(v, list) else v) for k, v in c["patches"].items()},
+                "tree": c["tree"] and {k: c["tree"][k] for k in ("files_changed", "insertions", "deletions")},
+            }
             for name, c in first.items()
         },
     }
