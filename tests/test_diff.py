@@ -407,3 +407,37 @@ def test_a_revisions_files_keep_the_working_trees_size_limits(proj, up):
     assert result.returncode == 2, result.stderr
     broken = component(json.loads(result.stdout), "toy/rollout")
     assert broken["reason"].startswith("base (HEAD): ") and f"over the limit of {MAX_SERIES_BYTES}" in broken["reason"], broken["reason"]
+
+
+def test_a_revisions_named_folders_and_bundled_upstreams_are_its_own(proj, up, tmp_path):
+    """`patches:` folders outside patches/ and an upstream bundle inside the repository are read from the revision."""
+    pin = up.commits[1]
+    git("bundle", "create", str(proj.root / "upstreams/up.bundle"), "main", cwd=up.path)
+    proj.write("series-elsewhere/series", "0001-a.patch\n")
+    proj.write("series-elsewhere/0001-a.patch", patch(up, pin, 0, 5, "Patch A"))
+    proj.series("toy", "trainer", [("0001-b.patch", patch(up, pin, 1, 5, "Patch B"))])
+    proj.manifest(
+        "toy",
+        f"""
+        model: toy
+        components:
+          rollout:
+            upstream: upstreams/up.bundle
+            commit: {pin}
+            patches: series-elsewhere
+          trainer:
+            upstream: {up.path}
+            commit: {pin}
+            patches: patches/toy/trainer
+        """,
+    )
+    proj.commit_all("named folders")
+    base = proj.ref("HEAD")
+    proj.write("series-elsewhere/0001-a.patch", patch(up, pin, 0, 5, "Patch A", body="Reworded."))
+    proj.commit_all("reword A")
+    (proj.root / "upstreams/up.bundle").unlink()  # the working tree has no bundle now: both sides are revisions
+    code, data, err = run_json(proj, base, "HEAD", "--untrusted")
+    assert code == 0, err
+    assert component(data, "toy/rollout")["status"] == "changed"
+    assert [c["old"] for c in component(data, "toy/rollout")["patches"]["changed"]] == ["0001-a.patch"]
+    assert component(data, "toy/trainer")["status"] == "unchanged"

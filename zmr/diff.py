@@ -272,7 +272,7 @@ def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         _write_entries(repo, commit, tmp, _ALWAYS, display)
-        _write_entries(repo, commit, tmp, sorted(_named_paths(tmp) - set(_ALWAYS)), display)
+        _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -283,6 +283,17 @@ def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """*paths* not written yet and not under another of them: each file is written once."""
+    done = [*_ALWAYS]
+    result = []
+    for path in sorted(paths, key=lambda p: (p.count("/"), p)):
+        if not any(path == d or path.startswith(d + "/") for d in done):
+            result.append(path)
+            done.append(path)
+    return sorted(result)
 
 
 def _named_paths(folder: Path) -> set[str]:
