@@ -15,7 +15,8 @@ Measured, interleaved, medians of --reps runs:
   component's series (one message, one patch's code, one patch dropped, one
   added) on the same pin;
 - ``diff_pin``: HEAD moves every pin from SHA to SHA2, series unchanged
-  (the series touch files upstream left alone between them);
+  (the series touch files upstream left alone between them); ``diff_pin_stat``
+  the same with ``--stat`` (lines counted: the blobs of every file upstream changed);
 - ``diff_unchanged``: HEAD changes only a file zmr does not read.
 
 Writes ``results-diff-<name>.json`` and ``.md`` into --out.
@@ -130,6 +131,7 @@ def _run(args, zmr: list[str], work: Path) -> int:
         "verify": [*zmr, "verify", "--all"],
         "diff_series": [*zmr, "diff", "--json", revs["base"], revs["series"]],
         "diff_pin": [*zmr, "diff", "--json", revs["base"], revs["pin"]],
+        "diff_pin_stat": [*zmr, "diff", "--json", "--stat", revs["base"], revs["pin"]],
         "diff_unchanged": [*zmr, "diff", "--json", revs["base"], revs["unchanged"]],
     }
     series = {name: bench.Series(name) for name in runs}

@@ -176,6 +176,10 @@ def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
     numstat = git("diff", "--numstat", old, new, cwd=up.path).splitlines()
     inserted = sum(int(line.split()[0]) for line in numstat)
     deleted = sum(int(line.split()[1]) for line in numstat)
+    # Files from the trees alone; lines only with --stat (it fetches the blobs of what upstream changed).
+    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), None, None)
+    code, data, err = run_json(proj, base, "HEAD", "--stat")
+    entry = component(data, "toy/rollout")
     assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), inserted, deleted)
     code, data, err = run_json(proj, "HEAD", base)
     assert component(data, "toy/rollout")["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
@@ -412,6 +416,7 @@ def test_a_revisions_files_keep_the_working_trees_size_limits(proj, up):
 def test_a_revisions_named_folders_and_bundled_upstreams_are_its_own(proj, up, tmp_path):
     """`patches:` folders outside patches/ and an upstream bundle inside the repository are read from the revision."""
     pin = up.commits[1]
+    (proj.root / "upstreams").mkdir()
     git("bundle", "create", str(proj.root / "upstreams/up.bundle"), "main", cwd=up.path)
     proj.write("series-elsewhere/series", "0001-a.patch\n")
     proj.write("series-elsewhere/0001-a.patch", patch(up, pin, 0, 5, "Patch A"))
@@ -426,7 +431,7 @@ def test_a_revisions_named_folders_and_bundled_upstreams_are_its_own(proj, up, t
             commit: {pin}
             patches: series-elsewhere
           trainer:
-            upstream: {up.path}
+            upstream: upstreams/up.bundle
             commit: {pin}
             patches: patches/toy/trainer
         """,

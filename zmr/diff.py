@@ -390,8 +390,13 @@ def diff(
     components: Sequence[str] = (),
     cache: Cache | None = None,
     progress: Progress | None = None,
+    *,
+    stat: bool = False,
 ) -> DiffReport:
-    """Compare the release branches of *base* and *head* (None: the working tree) for the chosen models and components."""
+    """Compare the release branches of *base* and *head* (None: the working tree) for the chosen models and components.
+
+    *stat*: also count the lines of a moved pin's upstream changes (fetches the blobs of every file upstream changed).
+    """
     cache = cache or Cache()
     _forget()
     repo = project.repo
@@ -408,7 +413,7 @@ def diff(
     for key in keys:
         if progress:
             progress(f"{key[0]}/{key[1]}: comparing")
-        results.append(compare_component(old, new, key, cache, same_identity, progress))
+        results.append(compare_component(old, new, key, cache, same_identity, progress, stat=stat))
     return DiffReport(base_commit, base_rev, head_commit, head, results)
 
 
@@ -442,7 +447,9 @@ class _Input:
     series: Series
 
 
-def compare_component(old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None) -> ComponentDiff:
+def compare_component(
+    old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None, *, stat: bool = False
+) -> ComponentDiff:
     """One component on both sides: unchanged without a fetch when nothing that goes into its branch differs."""
     old_comp, new_comp = old.components.get(key), new.components.get(key)
     some = new_comp or old_comp
@@ -466,7 +473,7 @@ def compare_component(old: Side, new: Side, key: tuple[str, str], cache: Cache, 
         return result
     if before is None or after is None:
         result.status = "added" if before is None else "removed"
-    return _compared(result, before, after, cache, progress)
+    return _compared(result, before, after, cache, progress, stat)
 
 
 def _same_build(before: _Input, after: _Input) -> bool:
@@ -482,7 +489,7 @@ def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
     return result
 
 
-def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None) -> ComponentDiff:
+def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, stat: bool) -> ComponentDiff:
     from zmr.release import Release, compute
 
     from concurrent.futures import ThreadPoolExecutor
@@ -506,7 +513,7 @@ def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None
     # stat's blobs (a fetch under the mirror's lock) and the pin's history (another repository).
     with ThreadPoolExecutor(max_workers=3) as pool:
         patches = pool.submit(_patch_changes, old, new)
-        tree = pool.submit(_tree_diff, old, new, before, after, cache)
+        tree = pool.submit(_tree_diff, old, new, before, after, cache, stat)
         pin = pool.submit(_pin_move, old, new, cache, before, after) if old and new else None
     try:
         result.patches, result.tree = patches.result(), tree.result()
@@ -562,12 +569,25 @@ def _chain(rel: Any) -> list[str]:
     return _CHAINS[key]
 
 
+class _WithAlternate(git.Repo):
+    """A mirror that also reads another mirror's objects (two upstream URLs: a chain in each), for this process only."""
+
+    def __init__(self, git_dir: str, alternate: str):
+        super().__init__(git_dir)
+        self.alternate = alternate
+
+    def run(self, args: Sequence[str], **kwargs: Any) -> Any:
+        kwargs["env"] = {**(kwargs.get("env") or {}), "GIT_ALTERNATE_OBJECT_DIRECTORIES": self.alternate}
+        return super().run(args, **kwargs)
+
+
 @functools.lru_cache(maxsize=256)
-def _range_diff(git_dir: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
+def _range_diff(git_dir: str, alternate: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
     """``zmr.rebase.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
     from zmr.rebase import range_diff
 
-    return range_diff(git.Repo(git_dir), old_base, old_tip, new_base, new_tip)
+    repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
+    return range_diff(repo, old_base, old_tip, new_base, new_tip)
 
 
 def _patch_changes(old: Any, new: Any) -> PatchChanges:
@@ -583,9 +603,10 @@ def _patch_changes(old: Any, new: Any) -> PatchChanges:
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # different chains (the series differ): different refs, own indexes
         old_chain, new_chain = pool.map(_chain, (old, new))
-    if old.mirror.path != new.mirror.path:
-        return _by_patch_id(old, new, old_chain, new_chain)
-    blocks = _range_diff(str(new.mirror.path), old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
+    alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
+    blocks = _range_diff(str(new.mirror.path), alternate, old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
+    if not blocks and alternate:
+        return _by_patch_id(old, new, old_chain, new_chain)  # git could not walk one mirror's chain from the other
     changes = PatchChanges()
     matched: list[int] = []  # old indices, in the new series' order
     for j, commit in enumerate(new_chain):
@@ -643,8 +664,11 @@ def _series_files(item: _Input | None) -> tuple[str, ...]:
     return item.side.series_files[digest]
 
 
-def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache) -> TreeDiff:
-    """A diff stat between the two release trees, and the files each side's series touches."""
+def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, stat: bool) -> TreeDiff:
+    """A diff stat between the two release trees, and the files each side's series touches.
+
+    Lines are counted when the pins are the same (the series' blobs are here) or with *stat*; else only files.
+    """
     files_old, files_new = _series_files(before), _series_files(after)
     if old is None or new is None:
         return TreeDiff(old.tree if old else None, new.tree if new else None, series_files_old=files_old, series_files_new=files_new)
@@ -654,20 +678,32 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
         for rel, item in ((old, before), (new, after))
     )
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
-    files, insertions, deletions = _diff_stat(cache, str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides)
+    count_lines = stat or old.upstream_tree == new.upstream_tree
+    files, insertions, deletions = _diff_stat(
+        cache, str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides, count_lines
+    )
     return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
 
 
 @functools.lru_cache(maxsize=256)
 def _diff_stat(
-    cache: Cache, git_dir: str, alternate: str, upstream_trees: tuple[str, str], trees: tuple[str, str], sides: tuple[tuple[str, str, str], ...]
-) -> tuple[int, int, int]:
+    cache: Cache,
+    git_dir: str,
+    alternate: str,
+    upstream_trees: tuple[str, str],
+    trees: tuple[str, str],
+    sides: tuple[tuple[str, str, str], ...],
+    count_lines: bool,
+) -> tuple[int, int | None, int | None]:
     """Files changed, insertions, deletions from one tree to the other; first the blobs of the files upstream changed between the pins.
 
     Once per set of trees (ids are content): components on one pin with one series ask once.
     """
     repo = git.Repo(git_dir)
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternate} if alternate else {}
+    if not count_lines:  # trees only: no blob is read
+        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *trees], env=env).stdout
+        return sum(1 for name in out.split(b"\0") if name), None, None
     if upstream_trees[0] != upstream_trees[1]:
         out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
         moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}

@@ -63,7 +63,8 @@ def _tree(c: ComponentDiff) -> str:
     t = c.tree
     if t is None or t.files_changed is None:
         return ""
-    return f"{t.files_changed} file{'s' if t.files_changed != 1 else ''}, +{t.insertions} −{t.deletions}"
+    files = f"{t.files_changed} file{'s' if t.files_changed != 1 else ''}"
+    return f"{files}, +{t.insertions} −{t.deletions}" if t.insertions is not None else f"{files} (lines not counted)"
 
 
 def _row(c: ComponentDiff) -> str:

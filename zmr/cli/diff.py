@@ -20,6 +20,7 @@ Arguments = Annotated[
     ),
 ]
 Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the report as one pull-request comment (markdown) to FILE.", show_default=False)]
+Stat = Annotated[bool, typer.Option("--stat", help="Also count the lines of a moved pin's upstream changes (fetches every file upstream changed).")]
 ExitCode = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when any component changed, as git diff --exit-code.")]
 
 
@@ -28,6 +29,7 @@ def diff(
     components: Components = None,
     json_out: Json = False,
     markdown: Markdown = None,
+    stat: Stat = False,
     exit_code: ExitCode = False,
     untrusted: Untrusted = False,
 ) -> None:
@@ -41,7 +43,7 @@ def diff(
     base, head, models = zdiff.split_arguments(project, arguments or [])
     with Progress() as progress:
         cache = Cache(progress=progress)
-        report = zdiff.diff(project, base, head, models, components or [], cache=cache, progress=progress)
+        report = zdiff.diff(project, base, head, models, components or [], cache=cache, progress=progress, stat=stat)
     for note in cache.notes:
         warn(note)
     if markdown is not None:
@@ -76,7 +78,8 @@ def _print(report) -> None:
             q = c.patches
             line += f"  patches +{len(q.added)} -{len(q.removed)} ~{len(q.changed)} ={q.unchanged}" + (" reordered" if q.reordered else "")
         if c.tree and c.tree.files_changed is not None:
-            line += f"  tree {c.tree.files_changed} files +{c.tree.insertions} -{c.tree.deletions}"
+            lines = f" +{c.tree.insertions} -{c.tree.deletions}" if c.tree.insertions is not None else " (lines not counted: --stat)"
+            line += f"  tree {c.tree.files_changed} files{lines}"
         if c.reason:
             line += f"  ({c.reason.splitlines()[0]})"
         print(line)
