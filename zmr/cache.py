@@ -7,6 +7,8 @@ Layout under ``$ZMR_CACHE`` (default ``$XDG_CACHE_HOME/zmr``, else
     mirrors/<slug>-<hash>.lock    its lock (flock: released when the holder dies)
     mirrors/<slug>-<hash>.writers held shared by a replay's fast-import (its temp pack is live work)
     quarantine/                   mirrors found damaged, kept for inspection
+    history/<slug>-<hash>.git     commits only (no trees), for how far a pin moved (zmr diff)
+    revisions/v1-<commit>/        the manifests and series of a revision of the zmr repository (zmr diff)
 
 A mirror is created by check → lock → check → ``git init`` in a temporary
 folder → rename into place, so a crash never leaves half a mirror. Only
@@ -371,6 +373,40 @@ class Cache:
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror
+
+    def commit_history(self, url: str, commits: Sequence[str], *, display: str = "") -> git.Repo:
+        """A repository holding *commits* and every commit before them, without trees or blobs (``--filter=tree:0``).
+
+        Kept apart from the mirror, whose fetches rely on its depth-1 pins
+        (a mirror with history but not the trees of it would offer haves it
+        cannot back). A server that ignores the filter sends whole history,
+        noted once.
+        """
+        mirror = self.mirror_for(url)
+        path = self.root / "history" / mirror.path.name
+        history = Mirror(url, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock(history):
+            if not path.is_dir():
+                self._create(history)
+            repo = history.repo
+            missing = [c for c in commits if not repo.has_object(c, "commit")]
+            if missing:
+                config = [f"remote.{_PROMISOR}.url={url}", f"remote.{_PROMISOR}.promisor=true", f"remote.{_PROMISOR}.partialclonefilter=tree:0"]
+                try:
+                    proc = self._fetch(
+                        history,
+                        _PROMISOR,
+                        [f"+{c}:refs/zmr/history/{c}" for c in missing],
+                        extra=["--filter=tree:0"],
+                        config=config,
+                        progress=self._reporter(display or url),
+                    )
+                except git.GitError as err:
+                    raise CacheError(f"{display or url}: cannot fetch the history of {_commits(missing)}", details=[err.message, *err.details]) from None
+                if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
+                    self._note(f"{display or url}: the server does not allow filtered fetches (uploadpack.allowFilter); fetched whole history for the pin move")
+        return history.repo
 
     # -- internals -------------------------------------------------------------
     def _reporter(self, what: str) -> Callable[[str], None] | None:

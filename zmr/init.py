@@ -14,7 +14,9 @@ that exists is changed, except that missing lines are appended to
   never show in ``git status``;
 - ``README.md`` with the marker sections ``zmr docs`` fills (an existing
   README is left alone; zmr says which markers it lacks);
-- ``.github/workflows/zmr.yml``, the CI workflow.
+- ``.github/workflows/zmr.yml``, the CI workflow, and
+  ``.github/workflows/zmr-diff-comment.yml``, which posts its ``zmr diff``
+  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own).
 
 A second run finds everything there and changes nothing.
 """
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 IGNORED = ("work/", ".zmr/")
 WORKFLOW = ".github/workflows/zmr.yml"
+DIFF_COMMENT_WORKFLOW = ".github/workflows/zmr-diff-comment.yml"
 README = "README.md"
 INIT_TRANSACTION = "init"
 _GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
@@ -137,6 +140,8 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         _create(txn, README, filled, result)
     if not (root / WORKFLOW).exists():
         _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", zmr_requirement()), result)
+    if not (root / DIFF_COMMENT_WORKFLOW).exists():
+        _create(txn, DIFF_COMMENT_WORKFLOW, template_text("workflow-diff-comment.yml.tmpl"), result)
 
 
 # zmr's own repository. The workflow installs zmr from it, never by a bare name from a package

@@ -90,8 +90,12 @@ class VerifyResult:
 # -- computing release commits -------------------------------------------------------
 
 
-def compute(project: Project, component: Component, cache: Cache, progress: Progress | None = None, *, partial: bool = False) -> Release:
+def compute(
+    project: Project, component: Component, cache: Cache, progress: Progress | None = None, *, partial: bool = False, series: Series | None = None
+) -> Release:
     """The release commits of *component*, written into its mirror (not into the repository).
+
+    *series*: the component's series when the caller has read it already (``zmr diff``).
 
     *partial*: the ids are all that is wanted (verify), so the mirror needs
     the pin's trees and only the blobs the series touches; the commits are
@@ -100,15 +104,16 @@ def compute(project: Project, component: Component, cache: Cache, progress: Prog
     again, once (``Cache.recover``).
     """
     try:
-        return _compute(project, component, cache, progress, partial=partial)
+        return _compute(project, component, cache, progress, partial=partial, series=series)
     except git.DamagedRepoError as err:
         if not cache.recover(cache.mirror_for(resolve_upstream(component.upstream, project.root)), err, component.label):
             raise
-        return _compute(project, component, cache, progress, partial=partial)
+        return _compute(project, component, cache, progress, partial=partial, series=series)
 
 
-def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool) -> Release:
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool, series: Series | None) -> Release:
+    if series is None:
+        series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
     url = resolve_upstream(component.upstream, project.root)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")

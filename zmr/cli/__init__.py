@@ -23,6 +23,7 @@ stays instant::
     rebase       zmr/cli/rebase.py     zmr.rebase
     upstreamed   zmr/cli/rebase.py     zmr.rebase
     update       zmr/cli/update.py     zmr.update (moves pins with zmr.rebase)
+    diff         zmr/cli/diff.py       zmr.diff
     import       zmr/cli/import_.py    zmr.importer
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
@@ -41,7 +42,7 @@ import click
 import typer
 import typer.core
 
-from zmr.cli import build, checkout, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
+from zmr.cli import build, checkout, diff, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -163,6 +164,7 @@ for _name, _command in (
     ("rebase", rebase.rebase),
     ("upstreamed", rebase.upstreamed),
     ("update", update.update),
+    ("diff", diff.diff),
     ("import", import_.import_),
     ("help", _help),
 ):

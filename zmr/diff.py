@@ -1,0 +1,723 @@
+"""``zmr diff``: what a change to this repository does to every release branch (docs/reference.md §7.20).
+
+Two sides, BASE and HEAD, each a revision of the zmr repository or (HEAD's
+default) its working tree::
+
+    revision ──ls-tree + cat-file (zmr.yaml, manifests/, the folders they name)──▶ revisions/v1-<commit>/ in the cache
+             ──load_manifests, read_series (the working tree's validation, same limits)──▶ components
+    component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
+    otherwise ──zmr.release.compute, partial like verify──▶ tree and branch id of each side
+              ──zmr.replay.build_chain + zmr.rebase.range_diff──▶ patches added, removed, changed, reordered
+              ──Cache.commit_history (commits only)──▶ how far the pin moved
+
+A revision is never checked out: its files are read from git objects and
+written into a folder of the cache only zmr writes, as regular files (a
+link stays a link, and the loaders refuse one that leaves the folder, as
+in a working tree; a blob over the largest limit is written as a sparse
+file of its size, which the loaders refuse unread). Nothing is written into
+the repository and no branch moves.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zmr import git
+from zmr.cache import Cache, CacheError, resolve_upstream
+from zmr.diffmarkdown import COMMENT_LIMIT, render
+from zmr.errors import ZmrError
+from zmr.files import FileRefused, read_repo_file
+from zmr.manifest import Component
+from zmr.project import Project, load_settings
+from zmr.series import MAX_PATCH_BYTES, Series, read_series
+from zmr.yamlnodes import MAX_FILE_BYTES
+
+Progress = Callable[[str], None]
+
+REVISION_FORMAT = "v1"  # bump when what a revision's folder holds changes
+_LINK_LIMIT = 4096
+_ALWAYS = ("zmr.yaml", "manifests", "patches")
+# `patches:` and `upstream:` values: folders and bundles a manifest names, read from the revision too.
+_NAMED_PATH_RE = re.compile(r"^\s*(?:patches|upstream)\s*:\s*[\"']?([^\"'#\s]+)", re.M)
+_NOT_A_PATH_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/:]+:(?!//)")
+_RANGE_HEAD_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) ")
+_DEFAULT_BRANCHES = ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/remotes/origin/main", "refs/heads/master", "refs/remotes/origin/master")
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PinMove:
+    """How a pin moved: *commits* first-parent commits from old to new (backward: from new to old)."""
+
+    old: str | None
+    new: str | None
+    commits: int | None  # None: not known (a side is missing, or the histories could not be fetched)
+    direction: str | None  # same | forward | backward | unrelated; None when a side is missing
+
+    def to_json(self) -> dict[str, Any]:
+        return {"old": self.old, "new": self.new, "commits": self.commits, "direction": self.direction}
+
+
+@dataclass(frozen=True)
+class PatchChange:
+    old: str
+    new: str
+    interdiff: str  # the range-diff block: header line, then the diff of the two patches
+
+
+@dataclass
+class PatchChanges:
+    """The series compared like ``git range-diff``: by content, not by file name."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[PatchChange] = field(default_factory=list)
+    reordered: bool = False
+    unchanged: int = 0
+    matched_by: str = "range-diff"  # or "patch-id" (the two sides' upstreams are different mirrors: no interdiff)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "added": self.added,
+            "removed": self.removed,
+            "changed": [{"old": c.old, "new": c.new, "interdiff": c.interdiff} for c in self.changed],
+            "reordered": self.reordered,
+            "unchanged": self.unchanged,
+        }
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """The release trees of both sides, and the files each side's series touches."""
+
+    old: str | None
+    new: str | None
+    files_changed: int | None = None
+    insertions: int | None = None
+    deletions: int | None = None
+    series_files_old: tuple[str, ...] = ()
+    series_files_new: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "old": self.old,
+            "new": self.new,
+            "files_changed": self.files_changed,
+            "insertions": self.insertions,
+            "deletions": self.deletions,
+            "series_files": {"old": list(self.series_files_old), "new": list(self.series_files_new)},
+        }
+
+
+@dataclass
+class ComponentDiff:
+    model: str
+    component: str
+    status: str  # unchanged | changed | added | removed | broken
+    pin: PinMove
+    branch_name: str
+    patches: PatchChanges | None = None
+    tree: TreeDiff | None = None
+    branch: tuple[str | None, str | None] = (None, None)  # release branch tip ids: base, head
+    reason: str | None = None  # why it is broken
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.component}"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": self.model, "component": self.component, "status": self.status, "pin": self.pin.to_json()}
+        if self.reason is not None:
+            data["reason"] = self.reason
+        data["patches"] = self.patches.to_json() if self.patches else None
+        data["tree"] = self.tree.to_json() if self.tree else None
+        data["branch"] = {"name": self.branch_name, "old": self.branch[0], "new": self.branch[1]}
+        return data
+
+
+@dataclass
+class DiffReport:
+    base: str  # commit id
+    base_rev: str  # as given (or the default's name)
+    head: str | None  # commit id; None: the working tree
+    head_rev: str | None
+    components: list[ComponentDiff]
+
+    @property
+    def changed(self) -> list[ComponentDiff]:
+        return [c for c in self.components if c.status != "unchanged"]
+
+    @property
+    def broken(self) -> list[ComponentDiff]:
+        return [c for c in self.components if c.status == "broken"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "head": self.head, "components": [c.to_json() for c in self.components]}
+
+    def to_markdown(self, limit: int = COMMENT_LIMIT) -> str:
+        return render(self, limit)
+
+
+# -- reading a side --------------------------------------------------------------------------------
+
+
+@dataclass
+class _RevisionProject(Project):
+    """A revision's manifests and series (in a folder of the cache); git runs in the repository it came from."""
+
+    source: git.Repo | None = None
+
+    @property
+    def repo(self) -> git.Repo:
+        assert self.source is not None
+        return self.source
+
+
+@dataclass
+class Side:
+    name: str  # base | head
+    rev: str | None  # as given; None: the working tree
+    commit: str | None
+    project: Project
+    components: dict[tuple[str, str], Component]
+    series_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # series digest -> the files it touches
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} ({self.rev if self.rev is not None else 'working tree'})"
+
+
+def default_base(repo: git.Repo) -> tuple[str, str]:
+    """The merge-base of HEAD with the default branch (what ``git diff main...`` compares with): (commit, how it was found)."""
+    head = repo.resolve("HEAD")
+    if head is None:
+        raise ZmrError("base: HEAD has no commit yet; there is nothing to compare with", details=["commit first, or name BASE: zmr diff BASE"])
+    for ref in _DEFAULT_BRANCHES:
+        tip = repo.resolve(ref)
+        if tip is not None:
+            proc = repo.run(["merge-base", head, tip], check=False)
+            if proc.returncode == 0:
+                return proc.stdout.decode().strip(), f"merge-base of HEAD and {ref.removeprefix('refs/heads/').removeprefix('refs/remotes/')}"
+    raise ZmrError("base: no default branch (main, master, origin/HEAD) to take the merge-base with", details=["name BASE: zmr diff BASE"])
+
+
+def split_arguments(project: Project, args: Sequence[str]) -> tuple[str | None, str | None, list[str]]:
+    """``[BASE [HEAD]] [MODEL...]``: leading arguments that are not model names are BASE and HEAD (at most two)."""
+    from zmr.manifest import manifest_paths
+
+    known = {p.name.rsplit(".", 1)[0] for p in manifest_paths(project.root)}
+    revs: list[str] = []
+    rest = list(args)
+    while rest and len(revs) < 2 and rest[0] not in known:
+        revs.append(rest.pop(0))
+    return (revs[0] if revs else None), (revs[1] if len(revs) > 1 else None), rest
+
+
+def resolve_side(repo: git.Repo, name: str, rev: str) -> str:
+    commit = repo.resolve(rev) if rev and not rev.startswith("-") else None
+    if commit is None:
+        raise ZmrError(
+            f"{name}: {rev!r} is not a revision of this repository (nor a model name)",
+            details=["give a branch, tag or commit id (git rev-parse --verify REV^{commit} must find it), or a model from manifests/"],
+        )
+    return commit
+
+
+def load_side(project: Project, cache: Cache, name: str, rev: str | None, commit: str | None) -> Side:
+    """The components of one side; a side whose zmr.yaml or manifests do not validate is an error naming it."""
+    side_project: Project = project
+    if commit is not None:
+        folder = revision_folder(project.repo, commit, cache, f"{name} ({rev})")
+        try:
+            settings = load_settings(folder)
+        except ZmrError as err:
+            raise _side_error(name, rev, err) from None
+        side_project = _RevisionProject(folder, settings, project.policy, source=project.repo)
+    try:
+        manifests = side_project.manifests()
+    except ZmrError as err:
+        raise _side_error(name, rev, err) from None
+    components = {(m.model, key): comp for m in manifests for key, comp in m.components.items()}
+    return Side(name, rev, commit, side_project, components)
+
+
+def _side_error(name: str, rev: str | None, err: ZmrError) -> ZmrError:
+    where = f"{name} ({rev})" if rev is not None else f"{name} (working tree)"
+    return ZmrError(f"{where}: {err.message}", details=[*err.details, f"fix the files of the {name} side; nothing was compared"])
+
+
+# -- a revision's files, from git objects ----------------------------------------------------------
+
+
+def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> Path:
+    """``revisions/v1-<commit>/`` of the cache: the files of *commit* that manifests and series are read from.
+
+    A commit's content never changes, so a folder made once is kept; it
+    appears by rename, whole or not at all.
+    """
+    target = cache.root / "revisions" / f"{REVISION_FORMAT}-{commit}"
+    if target.is_dir() and not target.is_symlink():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        _write_entries(repo, commit, tmp, _ALWAYS, display)
+        _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another run made it first: same content
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """*paths* not written yet and not under another of them: each file is written once."""
+    done = [*_ALWAYS]
+    result = []
+    for path in sorted(paths, key=lambda p: (p.count("/"), p)):
+        if not any(path == d or path.startswith(d + "/") for d in done):
+            result.append(path)
+            done.append(path)
+    return sorted(result)
+
+
+def _named_paths(folder: Path) -> set[str]:
+    """Repository paths the revision's manifests name as ``patches:`` or ``upstream:`` (the loaders check them afterwards)."""
+    named: set[str] = set()
+    manifests = folder / "manifests"
+    if not manifests.is_dir() or manifests.is_symlink():
+        return named
+    for path in sorted(manifests.iterdir()):
+        try:
+            text = read_repo_file(folder, path, limit=MAX_FILE_BYTES, what="manifest").decode("utf-8", "replace")
+        except FileRefused:
+            continue  # the loader says why
+        for value in _NAMED_PATH_RE.findall(text):
+            parts = value.strip("/").split("/")
+            if not _NOT_A_PATH_RE.match(value) and not value.startswith("/") and all(p not in ("", ".", "..") for p in parts):
+                named.add("/".join(parts))
+    return named
+
+
+def _write_entries(repo: git.Repo, commit: str, dest: Path, paths: Sequence[str], display: str) -> None:
+    """The blobs and links of *commit* at or under *paths*, written under *dest*."""
+    if not paths:
+        return
+    # Literal pathspecs: a name with `*` in a manifest is a name, not a pattern.
+    out = repo.run(["ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", *paths], env={"GIT_LITERAL_PATHSPECS": "1"}).stdout
+    blobs: list[tuple[str, Path]] = []
+    links: list[tuple[str, Path]] = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw_name = record.partition(b"\t")
+        mode, kind, oid, size = meta.decode("ascii").split()
+        name = raw_name.decode("utf-8", "surrogateescape")
+        target = _entry_path(dest, name, display)
+        if kind != "blob":
+            continue  # a submodule: nothing zmr reads
+        if mode == "120000":
+            if int(size) <= _LINK_LIMIT:
+                links.append((oid, target))
+        elif int(size) > MAX_PATCH_BYTES:
+            with open(target, "xb") as handle:  # the loaders refuse it by its size, as in a working tree
+                handle.truncate(int(size))
+        else:
+            blobs.append((oid, target))
+    contents = _blob_contents(repo, [oid for oid, _ in blobs + links])
+    for oid, target in blobs:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(contents[oid])
+    for oid, target in links:
+        os.symlink(contents[oid].decode("utf-8", "surrogateescape"), target)
+
+
+def _entry_path(dest: Path, name: str, display: str) -> Path:
+    """Where a tree entry goes under *dest*; a name git itself would refuse to check out is refused."""
+    parts = name.split("/")
+    if any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+        raise ZmrError(f"{display}: the tree holds an unsafe path {name!r}", details=["git's own commands never make such a tree"])
+    parent = dest.joinpath(*parts[:-1])
+    parent.mkdir(parents=True, exist_ok=True)
+    if os.path.realpath(parent) != os.path.join(os.path.realpath(dest), *parts[:-1]):
+        raise ZmrError(f"{display}: the tree holds {name!r} below a symbolic link", details=["that revision was not made by git's own commands"])
+    return parent / parts[-1]
+
+
+def _blob_contents(repo: git.Repo, oids: Sequence[str]) -> dict[str, bytes]:
+    """The bytes of each blob, in one ``cat-file --batch``."""
+    if not oids:
+        return {}
+    out = repo.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in oids).encode()).stdout
+    contents: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(out):
+        end = out.index(b"\n", pos)
+        fields = out[pos:end].decode("ascii", "replace").split()
+        if len(fields) != 3:  # "<oid> missing": a partial clone of the zmr repository
+            raise ZmrError(f"{fields[0]}: object missing from {repo.git_dir}", details=["fetch it (git fetch --refetch), then run zmr diff again"])
+        oid, _kind, size = fields
+        start = end + 1
+        contents[oid] = out[start : start + int(size)]
+        pos = start + int(size) + 1
+    return contents
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+
+def diff(
+    project: Project,
+    base: str | None,
+    head: str | None,
+    models: Sequence[str] = (),
+    components: Sequence[str] = (),
+    cache: Cache | None = None,
+    progress: Progress | None = None,
+    *,
+    stat: bool = False,
+) -> DiffReport:
+    """Compare the release branches of *base* and *head* (None: the working tree) for the chosen models and components.
+
+    *stat*: also count the lines of a moved pin's upstream changes (fetches the blobs of every file upstream changed).
+    """
+    cache = cache or Cache()
+    _forget()
+    repo = project.repo
+    if base is None:
+        base_commit, base_rev = default_base(repo)
+    else:
+        base_commit, base_rev = resolve_side(repo, "base", base), base
+    head_commit = resolve_side(repo, "head", head) if head is not None else None
+    old = load_side(project, cache, "base", base_rev, base_commit)
+    new = load_side(project, cache, "head", head, head_commit)
+    keys = _chosen(old, new, models, components)
+    same_identity = old.project.settings == new.project.settings
+    results = []
+    for key in keys:
+        if progress:
+            progress(f"{key[0]}/{key[1]}: comparing")
+        results.append(compare_component(old, new, key, cache, same_identity, progress, stat=stat))
+    return DiffReport(base_commit, base_rev, head_commit, head, results)
+
+
+def _forget() -> None:
+    """Empty the memos of a previous run in this process (they name mirrors, which a cache may have replaced since)."""
+    _CHAINS.clear()
+    for memo in (_range_diff, _diff_stat, _moved):
+        memo.cache_clear()
+
+
+def _chosen(old: Side, new: Side, models: Sequence[str], components: Sequence[str]) -> list[tuple[str, str]]:
+    """The (model, component) keys of either side, head's order first; each named model and component must exist on one side."""
+    keys = list(new.components) + [k for k in old.components if k not in new.components]
+    known_models = {m for m, _ in keys}
+    missing = [m for m in models if m not in known_models]
+    if missing:
+        raise ZmrError(f"no model {', '.join(map(repr, missing))} on either side", details=[f"known models: {', '.join(sorted(known_models)) or 'none'}"])
+    if models:
+        keys = [k for k in keys if k[0] in models]
+    if components:
+        keys = [k for k in keys if k[1] in components]
+        if not keys:
+            raise ZmrError(f"no component named {', '.join(components)} in the selected models on either side")
+    return keys
+
+
+@dataclass
+class _Input:
+    side: Side
+    component: Component
+    series: Series
+
+
+def compare_component(
+    old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None, *, stat: bool = False
+) -> ComponentDiff:
+    """One component on both sides: unchanged without a fetch when nothing that goes into its branch differs."""
+    old_comp, new_comp = old.components.get(key), new.components.get(key)
+    some = new_comp or old_comp
+    assert some is not None
+    pin = PinMove(old_comp.commit if old_comp else None, new_comp.commit if new_comp else None, None, None)
+    result = ComponentDiff(key[0], key[1], "changed", pin, some.branch)
+    inputs: dict[str, _Input | None] = {}
+    for side, comp in ((old, old_comp), (new, new_comp)):
+        if comp is None:
+            inputs[side.name] = None
+            continue
+        try:
+            inputs[side.name] = _Input(side, comp, read_series(side.project.root / comp.patches, comp.patches, origin=comp.patches_origin))
+        except ZmrError as err:
+            return _broken(result, side, err)
+    before, after = inputs["base"], inputs["head"]
+    if before and after and same_identity and _same_build(before, after):
+        result.status = "unchanged"
+        result.pin = PinMove(pin.old, pin.new, 0, "same")
+        result.patches = PatchChanges(unchanged=len(after.series.patches))
+        return result
+    if before is None or after is None:
+        result.status = "added" if before is None else "removed"
+    return _compared(result, before, after, cache, progress, stat)
+
+
+def _same_build(before: _Input, after: _Input) -> bool:
+    """Everything a release commit depends on is equal (the folder's name is not: the series' bytes and names are)."""
+    a, b = before.component, after.component
+    same = (a.upstream, a.commit, a.branch, a.release) == (b.upstream, b.commit, b.branch, b.release)
+    return same and before.series.digest() == after.series.digest()
+
+
+def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
+    result.status = "broken"
+    result.reason = f"{side.title}: {err}"
+    return result
+
+
+def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, stat: bool) -> ComponentDiff:
+    from zmr.release import Release, compute
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(item: _Input | None) -> Release | None:
+        return None if item is None else compute(item.side.project, item.component, cache, progress, partial=True, series=item.series)
+
+    # The two sides at once: mostly waiting on git. Safe: one mirror's fetches take its lock; each replay has its own index.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [(item, pool.submit(build, item)) for item in (before, after)]
+    releases: list[Release | None] = []
+    for item, future in futures:
+        try:
+            releases.append(future.result())
+        except ZmrError as err:
+            assert item is not None
+            return _broken(result, item.side, err)
+    old, new = releases
+    result.branch = (old.tip if old else None, new.tip if new else None)
+    # Three independent parts, at once: the chains (objects written into the mirror, as any replay does), the diff
+    # stat's blobs (a fetch under the mirror's lock) and the pin's history (another repository).
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        patches = pool.submit(_patch_changes, old, new)
+        tree = pool.submit(_tree_diff, old, new, before, after, cache, stat)
+        pin = pool.submit(_pin_move, old, new, cache, before, after) if old and new else None
+    try:
+        result.patches, result.tree = patches.result(), tree.result()
+        if pin is not None:
+            result.pin = pin.result()
+    except ZmrError as err:
+        return _broken(result, (after or before).side, err)  # type: ignore[union-attr]
+    if old and new and old.tip == new.tip:
+        result.status = "unchanged"  # different inputs, the same commits (e.g. only a manifest's formatting)
+    return result
+
+
+# -- the parts of a changed component -------------------------------------------------------------
+
+
+def _pin_move(old: Any, new: Any, cache: Cache, before: _Input | None, after: _Input | None) -> PinMove:
+    a, b = old.component.commit, new.component.commit
+    if a == b:
+        return PinMove(a, b, 0, "same")
+    assert before is not None and after is not None
+    url = resolve_upstream(new.component.upstream, after.side.project.root)
+    return _moved(cache, url, a, b, new.component.upstream)  # the upstream, not the component: the key of the memo
+
+
+@functools.lru_cache(maxsize=256)
+def _moved(cache: Cache, url: str, a: str, b: str, display: str) -> PinMove:
+    """How far *a* is from *b* in *url*'s history; once per pair (components on one pin share it)."""
+    try:
+        history = cache.commit_history(url, [a, b], display=display)
+    except CacheError:
+        return PinMove(a, b, None, "unrelated")  # the new upstream does not have the old pin
+
+    def first_parent(since: str, until: str) -> int:
+        return int(history.out(["rev-list", "--first-parent", "--count", until, "--not", since]))
+
+    if history.ok(["merge-base", "--is-ancestor", a, b]):
+        return PinMove(a, b, first_parent(a, b), "forward")
+    if history.ok(["merge-base", "--is-ancestor", b, a]):
+        return PinMove(a, b, first_parent(b, a), "backward")
+    return PinMove(a, b, first_parent(a, b), "unrelated")
+
+
+_CHAINS: dict[tuple[str, str, tuple[tuple[int, str, str], ...]], list[str]] = {}
+
+
+def _chain(rel: Any) -> list[str]:
+    """``zmr.replay.build_chain`` of a release's series on its pin; once per series and pin (a chain is content)."""
+    from zmr.replay import build_chain
+
+    key = (str(rel.mirror.path), rel.component.commit, tuple((p.strip, p.sha256, p.name) for p in rel.series.patches))
+    if key not in _CHAINS:
+        _CHAINS[key] = build_chain(rel.mirror.repo, rel.component, rel.component.commit, rel.series.patches)
+    return _CHAINS[key]
+
+
+class _WithAlternate(git.Repo):
+    """A mirror that also reads another mirror's objects (two upstream URLs: a chain in each), for this process only."""
+
+    def __init__(self, git_dir: str, alternate: str):
+        super().__init__(git_dir)
+        self.alternate = alternate
+
+    def run(self, args: Sequence[str], **kwargs: Any) -> Any:
+        kwargs["env"] = {**(kwargs.get("env") or {}), "GIT_ALTERNATE_OBJECT_DIRECTORIES": self.alternate}
+        return super().run(args, **kwargs)
+
+
+@functools.lru_cache(maxsize=256)
+def _range_diff(git_dir: str, alternate: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
+    """``zmr.rebase.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
+    from zmr.rebase import range_diff
+
+    repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
+    return range_diff(repo, old_base, old_tip, new_base, new_tip)
+
+
+def _patch_changes(old: Any, new: Any) -> PatchChanges:
+    """The series of both sides matched by content: ``git range-diff`` of their chains (one commit per patch) in the mirror."""
+    old_names = [p.name for p in old.series.patches] if old else []
+    new_names = [p.name for p in new.series.patches] if new else []
+    if not old_names or not new_names:
+        return PatchChanges(added=new_names, removed=old_names)
+    if old.series.digest() == new.series.digest():
+        # The same patch bytes in the same order: range-diff would pair each with itself (it ignores line numbers).
+        return PatchChanges(unchanged=len(new_names))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # different chains (the series differ): different refs, own indexes
+        old_chain, new_chain = pool.map(_chain, (old, new))
+    alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
+    blocks = _range_diff(str(new.mirror.path), alternate, old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
+    if not blocks and alternate:
+        return _by_patch_id(old, new, old_chain, new_chain)  # git could not walk one mirror's chain from the other
+    changes = PatchChanges()
+    matched: list[int] = []  # old indices, in the new series' order
+    for j, commit in enumerate(new_chain):
+        block = blocks.get(commit)
+        head = _RANGE_HEAD_RE.match(block) if block else None
+        if block is None or head is None:
+            raise ZmrError(
+                f"{new.component.label}: git range-diff gave no entry for patch {new_names[j]}", details=["run `zmr -v diff` to see the git commands"]
+            )
+        old_index, sign = head.group(1), head.group(2)
+        if sign == ">" or old_index == "-":
+            changes.added.append(new_names[j])
+            continue
+        i = int(old_index) - 1
+        matched.append(i)
+        if sign == "=":
+            changes.unchanged += 1
+        else:
+            changes.changed.append(PatchChange(old_names[i], new_names[j], block))
+    changes.removed = [name for i, name in enumerate(old_names) if i not in matched]
+    changes.reordered = matched != sorted(matched)
+    return changes
+
+
+def _by_patch_id(old: Any, new: Any, old_chain: list[str], new_chain: list[str]) -> PatchChanges:
+    """Across two mirrors (the upstream URL changed): equal patch ids are the same patch; the rest added and removed."""
+    from zmr.replay import patch_ids
+
+    old_ids = patch_ids(old.mirror.repo, old_chain)
+    new_ids = patch_ids(new.mirror.repo, new_chain)
+    free = {old_ids.get(c): i for i, c in reversed(list(enumerate(old_chain))) if old_ids.get(c)}
+    changes = PatchChanges(matched_by="patch-id")
+    matched: list[int] = []
+    for j, commit in enumerate(new_chain):
+        i = free.pop(new_ids.get(commit, ""), None)
+        if i is None:
+            changes.added.append(new.series.patches[j].name)
+        else:
+            matched.append(i)
+            changes.unchanged += 1
+    changes.removed = [p.name for i, p in enumerate(old.series.patches) if i not in matched]
+    changes.reordered = matched != sorted(matched)
+    return changes
+
+
+def _series_files(item: _Input | None) -> tuple[str, ...]:
+    from zmr.replay import patch_file_sets
+
+    if item is None or not item.series.patches:
+        return ()
+    digest = item.series.digest()
+    if digest not in item.side.series_files:  # components sharing a series (six on one pin) ask git once
+        sets = patch_file_sets(item.side.project.repo, item.series.patches)
+        item.side.series_files[digest] = tuple(sorted(frozenset[str]().union(*sets))) if sets is not None else ()
+    return item.side.series_files[digest]
+
+
+def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, stat: bool) -> TreeDiff:
+    """A diff stat between the two release trees, and the files each side's series touches.
+
+    Lines are counted when the pins are the same (the series' blobs are here) or with *stat*; else only files.
+    """
+    files_old, files_new = _series_files(before), _series_files(after)
+    if old is None or new is None:
+        return TreeDiff(old.tree if old else None, new.tree if new else None, series_files_old=files_old, series_files_new=files_new)
+    assert before is not None and after is not None
+    sides = tuple(
+        (resolve_upstream(rel.component.upstream, item.side.project.root), rel.component.commit, rel.component.upstream)
+        for rel, item in ((old, before), (new, after))
+    )
+    alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
+    count_lines = stat or old.upstream_tree == new.upstream_tree
+    files, insertions, deletions = _diff_stat(
+        cache, str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides, count_lines
+    )
+    return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
+
+
+@functools.lru_cache(maxsize=256)
+def _diff_stat(
+    cache: Cache,
+    git_dir: str,
+    alternate: str,
+    upstream_trees: tuple[str, str],
+    trees: tuple[str, str],
+    sides: tuple[tuple[str, str, str], ...],
+    count_lines: bool,
+) -> tuple[int, int | None, int | None]:
+    """Files changed, insertions, deletions from one tree to the other; first the blobs of the files upstream changed between the pins.
+
+    Once per set of trees (ids are content): components on one pin with one series ask once.
+    """
+    repo = git.Repo(git_dir)
+    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternate} if alternate else {}
+    if not count_lines:  # trees only: no blob is read
+        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *trees], env=env).stdout
+        return sum(1 for name in out.split(b"\0") if name), None, None
+    if upstream_trees[0] != upstream_trees[1]:
+        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
+        moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
+        by_url: dict[str, list[str]] = {}
+        for url, commit, _display in sides:
+            by_url.setdefault(url, []).append(commit)
+        for url, commits in by_url.items():  # one fetch for both pins of an upstream
+            cache.ensure(url, commits, display=sides[0][2], paths=moved)
+    out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
+    files = insertions = deletions = 0
+    for record in out.split(b"\0"):
+        fields = record.split(b"\t", 2)
+        if len(fields) == 3:
+            files += 1
+            insertions += int(fields[0]) if fields[0].isdigit() else 0
+            deletions += int(fields[1]) if fields[1].isdigit() else 0
+    return files, insertions, deletions
