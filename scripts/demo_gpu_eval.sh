@@ -73,7 +73,7 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     say "no git repository here: git init (the release commit ids do not depend on it)"
     git init -q .
 fi
-"$PY" -m zmr build --all 2>&1 | tee -a "$LOG"
+"$PY" -m zmr build demo 2>&1 | tee -a "$LOG"
 ROLLOUT_COMMIT=$(git rev-parse rollout/demo)
 TRAINER_COMMIT=$(git rev-parse trainer/demo)
 for c in rollout trainer; do
