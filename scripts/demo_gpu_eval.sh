@@ -13,7 +13,8 @@
 # end after DEADLINE seconds (what is skipped is recorded as null). DEVICE, HIDDEN, LAYERS, HEADS, REQUESTS,
 # NEW_TOKENS, REPS, BITWISE_BATCHES override the defaults (e.g. DEVICE=cpu HIDDEN=64 LAYERS=2 HEADS=4
 # for a dry run); INSTALL=0 skips the pip install (keeps a shared virtual environment as it is);
-# BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests.
+# BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests;
+# THROUGHPUT_ARMS picks the timed arms (the toy upstream at batch 8 takes minutes).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +36,7 @@ KERNEL_TESTS=${KERNEL_TESTS:-1}
 BITWISE_GEMMS=${BITWISE_GEMMS:-native fp32}
 DTYPES=${DTYPES:-bf16 fp32}
 BATCHES=${BATCHES:-128 8}
+THROUGHPUT_ARMS=${THROUGHPUT_ARMS:-upstream,standard,zero_mismatch}
 PROFILE_ARMS=${PROFILE_ARMS:-standard,zero_mismatch}  # the profiler's per-op cost makes the upstream arm's run long
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 DEADLINE=${DEADLINE:-560}
@@ -95,10 +97,10 @@ bitwise() {
 throughput() {  # DTYPE BATCH REPS [--profile] > json
     "$PY" scripts/demo_throughput.py --rollout "$WORK/rollout" --device "$DEVICE" --dtype "$1" --hidden "$HIDDEN" \
         --layers "$LAYERS" --heads "$HEADS" --vocab 512 --requests "$REQUESTS" --max-running "$2" \
-        --new-tokens "$NEW_TOKENS" --reps "$3" "${@:4}" 2>>"$LOG" | tail -1
+        --new-tokens "$NEW_TOKENS" --reps "$3" --arms "$THROUGHPUT_ARMS" "${@:4}" 2>>"$LOG" | tail -1
 }
 export -f say kernel_tests bitwise throughput
-export PY WORK LOG DEVICE HIDDEN LAYERS HEADS REQUESTS NEW_TOKENS BITWISE_BATCHES
+export THROUGHPUT_ARMS PY WORK LOG DEVICE HIDDEN LAYERS HEADS REQUESTS NEW_TOKENS BITWISE_BATCHES
 if [ "$KERNEL_TESTS" = 1 ]; then
     for c in rollout trainer; do step "kernel-tests-$c" "kernel_tests $c"; done
 fi
@@ -108,7 +110,7 @@ profile() { step "profile-$1-$2" "throughput $1 $2 0 --profile --arms $PROFILE_A
 for dtype in $DTYPES; do
     for batch in $BATCHES; do
         step "throughput-$dtype-$batch" "throughput $dtype $batch $REPS >$WORK/throughput-$dtype-$batch.json"
-        tee -a "$LOG" <"$WORK/throughput-$dtype-$batch.json" 2>/dev/null || true
+        [ ! -e "$WORK/throughput-$dtype-$batch.json" ] || tee -a "$LOG" <"$WORK/throughput-$dtype-$batch.json"
         # the headline figure's profile right after it; the others at the end
         if [ "$PROFILE" = 1 ] && [ "$dtype/$batch" = "${DTYPES%% *}/${BATCHES%% *}" ]; then profile "$dtype" "$batch"; fi
     done
