@@ -9,7 +9,8 @@
 #      DTYPES and per --max-running in BATCHES; then one profiled run per arm (--reps 0 --profile:
 #      dispatched ops and GPU kernel time per token, by kernel), in a process of its own.
 # Writes $OUT/demo_gpu_eval.json (commit ids, versions, every summary) and $OUT/demo_gpu_eval.log.
-# About 8 minutes on one H200; each step has a time limit (STEP_TIMEOUT) and no step starts that could
+# With every default, more than 10 minutes on one H200 (the toy upstream arm at batch 8 takes minutes;
+# THROUGHPUT_ARMS leaves it out); each step has a time limit (STEP_TIMEOUT) and no step starts that could
 # end after DEADLINE seconds (what is skipped is recorded as null). DEVICE, HIDDEN, LAYERS, HEADS, REQUESTS,
 # NEW_TOKENS, REPS, BITWISE_BATCHES override the defaults (e.g. DEVICE=cpu HIDDEN=64 LAYERS=2 HEADS=4
 # for a dry run); INSTALL=0 skips the pip install (keeps a shared virtual environment as it is);
