@@ -141,7 +141,10 @@ def main(argv=None) -> int:
     }
     models = {arm: build[arm]() for arm in arms}
     g = torch.Generator().manual_seed(0)
-    requests = [Request(f"r{i}", torch.randint(0, args.vocab, (int(torch.randint(1, args.prompt_len + 1, (1,), generator=g)),), generator=g).tolist(), args.new_tokens) for i in range(args.requests)]
+    requests = []
+    for i in range(args.requests):
+        length = int(torch.randint(1, args.prompt_len + 1, (1,), generator=g))
+        requests.append(Request(f"r{i}", torch.randint(0, args.vocab, (length,), generator=g).tolist(), args.new_tokens))
     cuda = args.device.startswith("cuda")
 
     def run(arm: str) -> tuple[float, int]:
