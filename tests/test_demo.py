@@ -270,3 +270,56 @@ def test_trainer_backward(demo_trees, kind, flag):
     proc = _run([sys.executable, "-c", BACKWARD, flag], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ok")
+
+
+# ---------------------------------------------------------------------------
+# (4) the throughput script: three arms, the standard arm computes the same model
+# ---------------------------------------------------------------------------
+
+DEMO_THROUGHPUT = ROOT / "scripts" / "demo_throughput.py"
+
+STANDARD_IS_THE_MODEL = r"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("demo_throughput", sys.argv[1])
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+from toy_rollout.model import ToyModel
+from toy_rollout.weights import ModelConfig, random_weights
+cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=96)
+weights = random_weights(cfg, seed=1)
+models = {"upstream": ToyModel(cfg, weights, batch_invariant=False), "zero_mismatch": ToyModel(cfg, weights, batch_invariant=True),
+          "standard": script.standard_model_class(ToyModel)(cfg, weights, "cpu", torch.float32)}
+logits = {}
+for name, model in models.items():
+    cache = model.new_cache(2, 16)
+    a, b = cache.alloc(), cache.alloc()
+    first = [model.prefill(torch.tensor(p), cache, s) for p, s in (([3, 5, 7, 9], a), ([11, 2], b))]
+    logits[name] = torch.cat([torch.stack(first), model.decode(torch.tensor([4, 6]), [a, b], cache)])
+for name in ("standard", "zero_mismatch"):
+    assert torch.allclose(logits[name], logits["upstream"], atol=1e-4, rtol=1e-4), (name, (logits[name] - logits["upstream"]).abs().max())
+print("ok")
+"""
+
+
+def test_throughput_script_standard_arm_is_the_same_model(demo_trees):
+    pytest.importorskip("torch")
+    tree = demo_trees["release"]["rollout"]
+    proc = _run([sys.executable, "-c", STANDARD_IS_THE_MODEL, str(DEMO_THROUGHPUT)], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
+
+
+def test_throughput_script_measures_three_arms(demo_trees):
+    pytest.importorskip("torch")
+    tree = demo_trees["release"]["rollout"]
+    args = ["--rollout", str(tree), "--hidden", "32", "--heads", "2", "--layers", "1", "--vocab", "64", "--requests", "3",
+            "--max-running", "2", "--prompt-len", "4", "--new-tokens", "3", "--reps", "1"]
+    proc = _run([sys.executable, str(DEMO_THROUGHPUT), *args], cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result["tokens_per_s"]) == {"upstream", "standard", "zero_mismatch"} and all(v > 0 for v in result["tokens_per_s"].values())
+    tps = result["tokens_per_s"]
+    # against the fastest standard path (tokens/s are rounded to 0.1 in the output, the overhead is not)
+    assert abs(result["overhead_vs_standard_percent"] - 100 * (1 - tps["zero_mismatch"] / tps["standard"])) < 1
+    assert "overhead_vs_upstream_percent" in result and len(result["runs"]["standard"]) == 1
+    bad = _run([sys.executable, str(DEMO_THROUGHPUT), *args, "--arms", "standard,fastest"], cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "--arms" in bad.stderr
