@@ -170,6 +170,22 @@ def plan_export(
     plan = ExportPlan(folder, display)
     infos = commit_infos(repo, commits)
     metas = [CommitMeta.for_commit(i) for i in infos]
+    parent_trees = _checked_parent_trees(repo, display, commits, infos, metas)
+    with TempIndex(repo) as index:
+        matcher = _Matcher(index, old, infos, metas, parent_trees)
+        in_bulk = _replays_in_bulk(repo, commits, infos, parent_trees, old, matcher.same_position()) if replayed is None and commits else {}
+        matcher.match_same(commits, replayed or {}, in_bulk)
+        matcher.match_subject()
+        matcher.match_change()
+    owned = read_journal(journal)
+    plan.interrupted = owned is not None
+    _plan_patches(plan, repo, commits, metas, matcher.assigned, old, owned or set())
+    _plan_series(plan, old_text, display)
+    return plan
+
+
+def _checked_parent_trees(repo: git.Repo, display: str, commits: Sequence[str], infos: list, metas: list[CommitMeta]) -> list[str]:
+    """Each commit's parent tree, once every commit is one a patch can hold (one parent, a change, a subject, a message that survives)."""
     parent_trees: list[str] = []
     for n, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
         if len(info.parents) != 1:
@@ -183,76 +199,98 @@ def plan_export(
         if not meta.subject:
             raise ExportError(f"{display}: commit {commit[:12]} has an empty subject", details=["reword it (git rebase -i zmr/base)"])
         _refuse_message_cut(display, commit, meta.subject, info.message)
-    assigned: list[tuple[Patch, str] | None] = [None] * len(commits)
-    used: set[int] = set()
+    return parent_trees
 
-    with TempIndex(repo) as index:
-        loaded: list[str | None] = [None]  # the tree the index holds, when known
 
-        def replays(patch: Patch, position: int) -> str | None:
-            """'exact' or 'offset' when *patch* turns the commit's parent into the commit's tree."""
-            if loaded[0] != parent_trees[position]:
-                index.read_tree(parent_trees[position])
-                loaded[0] = parent_trees[position]
-            proc = index.apply(patch, verbose=True)
-            if proc.returncode != 0:
-                return None  # git apply is all or nothing: the index is unchanged
-            tree = index.write_tree()
-            loaded[0] = tree
-            if tree != infos[position].tree:
-                return None
-            return "offset" if b"(offset " in proc.stderr else "exact"
+class _Matcher:
+    """Which old patch each commit is, in three passes (reference §3.4): the same patch, the same subject, the same change."""
 
-        # 1. The same patch: metadata equal and the patch replays to the commit (same position first).
-        by_name = {patch.name: j for j, patch in enumerate(old)}
-        same = [i for i, meta in enumerate(metas) if i < len(old) and meta.same_as_patch(old[i])]
-        in_bulk = _replays_in_bulk(repo, commits, infos, parent_trees, old, same) if replayed is None and commits else {}
-        for i, meta in enumerate(metas):
-            name, moved = (replayed or {}).get(commits[i], ("", False))
+    def __init__(self, index: TempIndex, old: list[Patch], infos: list, metas: list[CommitMeta], parent_trees: list[str]) -> None:
+        self.index, self.old, self.infos, self.metas, self.parent_trees = index, old, infos, metas, parent_trees
+        self.assigned: list[tuple[Patch, str] | None] = [None] * len(metas)
+        self.used: set[int] = set()
+        self.loaded: str | None = None  # the tree the index holds, when known
+
+    def replays(self, patch: Patch, position: int) -> str | None:
+        """'exact' or 'offset' when *patch* turns the commit's parent into the commit's tree."""
+        if self.loaded != self.parent_trees[position]:
+            self.index.read_tree(self.parent_trees[position])
+            self.loaded = self.parent_trees[position]
+        proc = self.index.apply(patch, verbose=True)
+        if proc.returncode != 0:
+            return None  # git apply is all or nothing: the index is unchanged
+        tree = self.index.write_tree()
+        self.loaded = tree
+        if tree != self.infos[position].tree:
+            return None
+        return "offset" if b"(offset " in proc.stderr else "exact"
+
+    def same_position(self) -> list[int]:
+        """The commits whose metadata equals the old patch at their own position: candidates for the bulk replay."""
+        return [i for i, meta in enumerate(self.metas) if i < len(self.old) and meta.same_as_patch(self.old[i])]
+
+    def _take(self, i: int, j: int, status: str) -> None:
+        self.assigned[i] = (self.old[j], status)
+        self.used.add(j)
+
+    def _order(self, i: int) -> list[int]:
+        """Old patches to try for commit *i*: the same position first."""
+        return ([i] if i < len(self.old) else []) + [j for j in range(len(self.old)) if j != i]
+
+    def match_same(self, commits: Sequence[str], replayed: dict[str, tuple[str, bool]], in_bulk: dict[int, str]) -> None:
+        """1. The same patch: metadata equal and the patch replays to the commit."""
+        by_name = {patch.name: j for j, patch in enumerate(self.old)}
+        for i, meta in enumerate(self.metas):
+            name, moved = replayed.get(commits[i], ("", False))
             j = by_name.get(name)
-            if j is not None and j not in used and meta.same_as_patch(old[j]):
-                assigned[i] = (old[j], "refreshed" if moved else "unchanged")
-                used.add(j)
+            if j is not None and j not in self.used and meta.same_as_patch(self.old[j]):
+                self._take(i, j, "refreshed" if moved else "unchanged")
                 continue
-            if i in in_bulk and i not in used:
-                assigned[i] = (old[i], "unchanged" if in_bulk[i] == "exact" else "refreshed")
-                used.add(i)
+            if i in in_bulk and i not in self.used:
+                self._take(i, i, "unchanged" if in_bulk[i] == "exact" else "refreshed")
                 continue
-            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
-            for j in order:
-                if j in used or not meta.same_as_patch(old[j]):
+            for j in self._order(i):
+                if j in self.used or not meta.same_as_patch(self.old[j]):
                     continue
-                how = replays(old[j], i)
+                how = self.replays(self.old[j], i)
                 if how:
-                    assigned[i] = (old[j], "unchanged" if how == "exact" else "refreshed")
-                    used.add(j)
-                    break
-        # 2. The same subject: the patch was edited (content, body, author or date).
-        for i, meta in enumerate(metas):
-            if assigned[i] is not None:
-                continue
-            for j, patch in enumerate(old):
-                if j not in used and normalize_subject(patch.subject) == normalize_subject(meta.subject):
-                    assigned[i] = (patch, "modified")
-                    used.add(j)
-                    break
-        # 3. The same change under a new subject: reworded (the same position first).
-        for i in range(len(metas)):
-            if assigned[i] is not None:
-                continue
-            order = ([i] if i < len(old) else []) + [j for j in range(len(old)) if j != i]
-            for j in order:
-                if j not in used and replays(old[j], i):
-                    assigned[i] = (old[j], "reworded")
-                    used.add(j)
+                    self._take(i, j, "unchanged" if how == "exact" else "refreshed")
                     break
 
+    def match_subject(self) -> None:
+        """2. The same subject: the patch was edited (content, body, author or date)."""
+        for i, meta in enumerate(self.metas):
+            if self.assigned[i] is not None:
+                continue
+            for j, patch in enumerate(self.old):
+                if j not in self.used and normalize_subject(patch.subject) == normalize_subject(meta.subject):
+                    self._take(i, j, "modified")
+                    break
+
+    def match_change(self) -> None:
+        """3. The same change under a new subject: reworded."""
+        for i in range(len(self.metas)):
+            if self.assigned[i] is not None:
+                continue
+            for j in self._order(i):
+                if j not in self.used and self.replays(self.old[j], i):
+                    self._take(i, j, "reworded")
+                    break
+
+
+def _plan_patches(
+    plan: ExportPlan,
+    repo: git.Repo,
+    commits: Sequence[str],
+    metas: list[CommitMeta],
+    assigned: list[tuple[Patch, str] | None],
+    old: list[Patch],
+    owned: set[str],
+) -> None:
+    """The patch file of each commit: an old one kept (its name), or a new name and the canonical bytes; removals and leftovers."""
+    folder = plan.folder
     old_names = {p.name for p in old}
-    owned = read_journal(journal)
-    plan.interrupted = owned is not None
-    owned = owned or set()
-    kept_names = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
-    taken = set(kept_names)
+    taken = {match[0].name for match in assigned if match is not None and match[1] != "reworded"}
     diffs = commit_diffs(repo, [c for c, match in zip(commits, assigned) if match is None or match[1] != "unchanged"])
     for i, (commit, meta) in enumerate(zip(commits, metas)):
         match = assigned[i]
@@ -275,11 +313,14 @@ def plan_export(
     new_names = [p.name for p in plan.patches]
     plan.removed = sorted(old_names - set(new_names))
     plan.pending = sorted(n for n in owned if n not in new_names and n not in old_names and (folder / n).is_file())
+
+
+def _plan_series(plan: ExportPlan, old_text: bytes | None, display: str) -> None:
+    """The new ``series`` text when the list of patches changed, keeping the old file's comments and layout."""
     entries, _ = parse_series_file(old_text.decode("utf-8"), display) if old_text is not None else ([], [])
     new_entries = [(p.name, p.strip, p.old_name if p.status != "added" else None) for p in plan.patches]
     if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
         plan.series_text = render_series(old_text.decode("utf-8") if old_text is not None else "", entries, new_entries).encode("utf-8")
-    return plan
 
 
 def _refuse_message_cut(display: str, commit: str, subject: str, message: str) -> None:
