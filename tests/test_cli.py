@@ -187,3 +187,13 @@ def test_no_color_means_no_escape_sequence_at_all(project, upstream):
     assert b"\x1b" not in plain
     code, styled = _on_terminal(["list"], project.root, {"TERM": "xterm-256color"})
     assert code == 0 and b"\x1b[1m" in styled  # the control: bold headers without NO_COLOR
+
+
+@pytest.mark.parametrize("command", ["rebase", "upstreamed", "update"])
+def test_the_upstream_revision_option_is_onto_for_every_command(command):
+    """One name for the upstream revision (`--onto`, git's); upstreamed's `--rev` and update's `--to` stay as aliases."""
+    options = _commands()[command]
+    assert "--onto" in options
+    old = {"upstreamed": "--rev", "update": "--to"}.get(command)
+    if old:
+        assert old in options

@@ -109,3 +109,29 @@ def test_no_import_cycle_in_zmr():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line name (N lines)`` of every function or method under *root* longer than *limit* lines."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_in_zmr_is_over_100_lines():
+    assert long_functions(ZMR) == []
+
+
+def test_the_length_check_finds_a_long_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text("def short():\n    pass\n\n\ndef long():\n" + "    x = 1\n" * 101)
+    assert long_functions(package) == ["pkg/m.py:5 long (102 lines)"]

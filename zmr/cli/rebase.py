@@ -89,7 +89,10 @@ def upstreamed(
     model: OptionalModel = None,
     all_models: Annotated[bool, typer.Option("--all", help="Every component of every model (the default when no MODEL is named).")] = False,
     components: Components = None,
-    rev: Annotated[str | None, typer.Option("--rev", help="Upstream commit, tag or branch (default: the component's track).", show_default=False)] = None,
+    rev: Annotated[
+        str | None,
+        typer.Option("--onto", "--rev", help="Upstream commit, tag or branch (default: the component's track; --rev is the old name).", show_default=False),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""

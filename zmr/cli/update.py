@@ -22,7 +22,13 @@ def update(
     all_models: All = False,
     components: Components = None,
     to: Annotated[
-        str | None, typer.Option("--to", help="Upstream commit id, tag or branch to move towards (default: each component's track).", show_default=False)
+        str | None,
+        typer.Option(
+            "--onto",
+            "--to",
+            help="Upstream commit id, tag or branch to move towards (default: each component's track; --to is the old name).",
+            show_default=False,
+        ),
     ] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
