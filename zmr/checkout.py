@@ -51,11 +51,12 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zmr import git
+from zmr.git import Progress
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
@@ -83,8 +84,6 @@ _IN_PROGRESS = {
     "rebase-apply": "a rebase or git am",
     "BISECT_LOG": "a bisect",
 }
-
-Progress = Callable[[str], None]
 
 
 class CheckoutError(ZmrError):

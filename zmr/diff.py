@@ -25,12 +25,13 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zmr import git
+from zmr.git import Progress
 from zmr.cache import Cache, CacheError, resolve_upstream
 from zmr.diffmarkdown import COMMENT_LIMIT, render
 from zmr.errors import ZmrError
@@ -40,7 +41,6 @@ from zmr.project import Project, load_settings
 from zmr.series import MAX_PATCH_BYTES, Series, read_series
 from zmr.yamlnodes import MAX_FILE_BYTES
 
-Progress = Callable[[str], None]
 
 REVISION_FORMAT = "v1"  # bump when what a revision's folder holds changes
 _LINK_LIMIT = 4096

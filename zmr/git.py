@@ -44,6 +44,10 @@ from zmr.errors import ZmrError
 # Every git command, its exit status and duration, at DEBUG (`zmr -v` shows them).
 log = logging.getLogger("zmr.git")
 
+# Where a long command reports what it is doing, one line at a time (git's own progress lines too); None: silence.
+Progress = Callable[[str], None]
+
+
 ZERO_OID = "0" * 40
 _Item = TypeVar("_Item")
 # A full object id: SHA-1 or SHA-256, lower case, as git prints it.
@@ -499,7 +503,7 @@ def run(
     transport: bool = False,
     own_source: bool = False,
     hint: str = "",
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``git ARGS`` and return the completed process (stdout/stderr as bytes).
 
@@ -558,9 +562,7 @@ def run(
 _PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
 
 
-def _run_with_progress(
-    argv: list[str], cwd, env: dict[str, str], progress: Callable[[str], None], input: bytes | None = None
-) -> subprocess.CompletedProcess[bytes]:
+def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Progress, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin."""
     stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -858,7 +860,7 @@ class Repo:
         depth: int | None = None,
         extra: Sequence[str] = (),
         config: Sequence[str] = (),
-        progress: Callable[[str], None] | None = None,
+        progress: Progress | None = None,
         own_source: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
         """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository.

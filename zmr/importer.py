@@ -41,12 +41,13 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from zmr import git, transaction
+from zmr.git import Progress
 from zmr.cache import Cache, CacheError, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
@@ -60,7 +61,6 @@ MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's
 # other series touch) probably carries upstream changes: its base is wrong.
 MANY_FILES = 100
-Progress = Callable[[str], None]
 IMPORT_TRANSACTION = "import"
 
 

@@ -35,11 +35,12 @@ refs, so a single-branch clone (CI) works the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from zmr import git
+from zmr.git import Progress
 from zmr.errors import CheckFailed, ZmrError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Component, Manifest, SmokeTest
     from zmr.project import Project
 
-Progress = Callable[[str], None]
 
 CREATED, UPDATED, REPLACED, UP_TO_DATE = "created", "updated", "replaced", "up to date"
 _PORCELAIN_RE = re.compile(r"^([ +\-*!=])\t([^\t]*):([^\t]+)\t(.*)$")

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zmr import checkout, git, transaction
+from zmr.git import Progress
 from zmr.cache import Cache, resolve_upstream
 from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
@@ -72,8 +73,6 @@ from zmr.series import Patch, Series, read_series
 
 STATE_VERSION = 1
 MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
-
-Progress = Callable[[str], None]
 
 
 class RebaseError(ZmrError):

@@ -23,11 +23,12 @@ added by hand) is replaced all the same, but its old tip is kept as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from zmr import git
+from zmr.git import Progress
 from zmr.cache import Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
@@ -38,9 +39,6 @@ from zmr.project import Project
 from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
 from zmr.series import Series, is_dotgit, read_series
-
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from xml.etree import ElementTree as ET
 
+from zmr.git import Progress
 from zmr.errors import CheckFailed, ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
@@ -101,8 +102,6 @@ _GIT_REDIRECTS = (
 _RESERVED_PREFIXES = ("ZMR_TREE_", "ZMR_COMMIT_")
 _RESERVED = ("ZMR_MODEL", "ZMR_TEST", "ZMR_EXECUTOR", "ZMR_ARTIFACTS", "ZMR_COMPONENT", "ZMR_TREE", "ZMR_COMMIT")
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-Progress = Callable[[str], None]
 
 
 class Interrupted(ZmrError):

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache as memoize
 
 from zmr import checkout, git, transaction
+from zmr.git import Progress
 from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
@@ -59,7 +60,6 @@ from zmr.rebase import (
 from zmr.replay import TempIndex, apply_args, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids
 from zmr.series import Patch, read_series
 
-Progress = Callable[[str], None]
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
 
