@@ -104,7 +104,7 @@ def test_a_held_component_lock_refuses_every_writing_command_with_exit_2(tmp_pat
             assert "git" not in result.stderr.lower(), (args, result.stderr)
         assert _files(project) == before
         assert project.ref("refs/heads/rollout/toy") is None  # build moved no branch
-        assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
+        assert not (state_dir(project.root) / "rebase/toy/rollout").exists()
     assert zmr("export", "toy", cwd=project.root).returncode == 0  # released: the next one goes through
 
 
@@ -150,7 +150,7 @@ def test_a_second_rebase_of_a_component_refuses_without_a_git_error(tmp_path, up
     code, err = _finish(first)
     assert code == 0, err
     assert upstream.commits[2] in (project.root / "manifests/toy.yaml").read_text()
-    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
+    assert not (state_dir(project.root) / "rebase/toy/rollout").exists()
 
 
 # -- all or nothing: update --apply -------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def test_update_apply_killed_between_its_renames_is_finished_by_the_next_command
     again = zmr("update", "toy", "--apply", cwd=project.root)  # finishes the rebase the kill left in progress
     assert again.returncode == 0, again.stderr
     assert _files(project) == after
-    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()
+    assert not (state_dir(project.root) / "rebase/toy/rollout").exists()
     assert zmr("build", "toy", cwd=project.root).returncode == 0
     assert zmr("verify", "toy", cwd=project.root).returncode == 0
 
@@ -209,7 +209,7 @@ def test_update_apply_terminated_before_its_commit_changes_nothing_and_exits_143
     assert code == 143, err
     assert "zmr: terminated" in err and "Traceback" not in err
     assert _files(project) == before and not _leftovers(project)
-    assert not (state_dir(project.root) / "rebase/toy-rollout").exists()  # the move it started is undone
+    assert not (state_dir(project.root) / "rebase/toy/rollout").exists()  # the move it started is undone
     assert not list((state_dir(project.root) / "transactions").rglob("*.json"))
     result = zmr("update", "toy", "--apply", cwd=project.root)
     assert result.returncode == 0, result.stderr

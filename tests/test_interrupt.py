@@ -98,7 +98,7 @@ def test_rebase_survives_interruption(tmp_path, upstream):
     after = (manifest.read_bytes(), _tree_bytes(series))
     assert after != before
     rng = random.Random(7)
-    state = state_dir(project.root) / "rebase" / "toy-rollout"
+    state = state_dir(project.root) / "rebase" / "toy" / "rollout"
     stopped = 0
     for iteration in range(max(6, KILLS // 3)):
         # Back to the old pin and series, as committed.
@@ -233,8 +233,8 @@ def test_export_killed_in_its_write_phase_converges(tmp_path, upstream):
     """
     project, env = _export_fixture(tmp_path, upstream, added=30)
     series = project.root / "patches/toy/rollout"
-    journal = state_dir(project.root) / "pending-removals/toy-rollout.json"
-    staging = journal.with_name("toy-rollout.staging")
+    journal = state_dir(project.root) / "pending-removals/toy/rollout.json"
+    staging = journal.with_name("rollout.staging")
     before = _tree_bytes(series)
     started = time.perf_counter()
     assert zmr("export", "toy", cwd=project.root, env=env).returncode == 0
@@ -296,7 +296,7 @@ def test_export_stopped_by_a_full_disk_converges(tmp_path, upstream):
     assert now != after
     for name, data in now.items():
         assert data in (before.get(name), after.get(name)), name
-    assert (state_dir(project.root) / "pending-removals/toy-rollout.json").exists()
+    assert (state_dir(project.root) / "pending-removals/toy/rollout.json").exists()
     result = zmr("export", "toy", cwd=project.root, env=env)
     assert result.returncode == 0, result.stderr
     assert _tree_bytes(series) == after

@@ -104,7 +104,8 @@ def test_names_at_the_limits_pass_validate(tmp_path):
     rc, err = _validate(project)
     assert (rc, err) == (0, "")
     # The longest file name zmr builds from them stays well under NAME_MAX.
-    assert len(f".{model}-{key}.json.0123456789abcdef.zmr-tmp".encode()) < 255
+    test = "t" * MAX_NAME_BYTES["smoke test"]
+    assert len(f".smoke-{key}.{test}.json.0123456789abcdef.zmr-tmp".encode()) < 255
 
 
 @pytest.mark.parametrize(

@@ -189,7 +189,7 @@ def test_rebase_abort_restores_manifest_series_refs_and_checkout(proj, upstream)
     assert (tree_files(co), git("for-each-ref", cwd=co), git("symbolic-ref", "HEAD", cwd=co), (co / ".git/config").read_bytes()) == checkout_before
     assert git("status", "--porcelain", cwd=co) == ""
     assert not (co / ".git/CHERRY_PICK_HEAD").exists()
-    assert not (state_dir(proj.root) / "rebase/toy-rollout").exists()
+    assert not (state_dir(proj.root) / "rebase/toy/rollout").exists()
     again = zmr("rebase", "toy", "--abort", cwd=proj.root)
     assert again.returncode == 2 and "no rebase in progress" in again.stderr
     # The checkout is usable as before: export changes nothing.
@@ -340,7 +340,7 @@ def test_rebase_state_reads_what_earlier_zmr_wrote_and_writes_the_same_format(tm
 
 def test_a_damaged_rebase_state_is_an_error_that_names_the_file(proj, upstream):
     toy(proj, upstream)
-    state = state_dir(proj.root) / "rebase/toy-rollout/state.json"
+    state = state_dir(proj.root) / "rebase/toy/rollout/state.json"
     state.parent.mkdir(parents=True)
     state.write_text("{")
     result = zmr("rebase", "toy", "--continue", cwd=proj.root)
@@ -367,7 +367,7 @@ def test_cherry_pick_abort_then_continue_keeps_the_patch_and_says_how_to_resume(
     assert "the cherry-pick of 0001-fixed-split.patch is no longer in progress and nothing was committed" in refused.stderr
     assert "zmr rebase toy -c rollout --skip" in refused.stderr and "--abort" in refused.stderr
     assert tree_files(folder) == series_before
-    assert (state_dir(proj.root) / "rebase/toy-rollout/state.json").is_file()
+    assert (state_dir(proj.root) / "rebase/toy/rollout/state.json").is_file()
     # Redo it as the message says: the conflict is back; resolve, continue.
     old_commit = re.search(r"`git cherry-pick ([0-9a-f]{40})`", refused.stderr).group(1)
     git("cherry-pick", old_commit, cwd=co, check=False)

@@ -85,7 +85,7 @@ def test_rebase_abort_never_deletes_or_resets_a_checkout_the_state_does_not_own(
     """Even state in the git directory names a checkout only with its zmr.token: another project's checkout is left alone."""
     project, _ = _toy(tmp_path / "project", upstream)
     victim, before = _victim_checkout(tmp_path, upstream)
-    state = state_dir(project.root) / "rebase/toy-rollout/state.json"
+    state = state_dir(project.root) / "rebase/toy/rollout/state.json"
     state.parent.mkdir(parents=True)
     saved = {"existed": existed, "token": "f" * 32}
     if existed:
@@ -154,7 +154,7 @@ def test_export_never_writes_or_removes_through_a_link_in_the_series(tmp_path, u
     assert zmr("export", "toy", cwd=co).returncode == 0
     assert (outside / "victim.patch").read_text() == "not zmr's\n"
     # The same journal where zmr keeps it (an interrupted export's): refused, nothing removed.
-    journal = state_dir(project.root) / "pending-removals/toy-rollout.json"
+    journal = state_dir(project.root) / "pending-removals/toy/rollout.json"
     journal.parent.mkdir(parents=True, exist_ok=True)
     journal.write_text(json.dumps(["sub/victim.patch"]))
     refused = zmr("export", "toy", cwd=co)
@@ -229,7 +229,7 @@ def test_a_rebase_started_by_an_older_zmr_is_migrated_once_and_aborts(tmp_path, 
     ours = state_dir(project.root)
     legacy = project.root / ".zmr/rebase/toy-rollout"
     legacy.parent.mkdir(parents=True)
-    os.rename(ours / "rebase/toy-rollout", legacy)
+    os.rename(ours / "rebase/toy/rollout", legacy)
     (ours / "legacy-migrated").unlink(missing_ok=True)
     data = json.loads((legacy / "state.json").read_text())
     del data["saved"]["checkout"]["token"]

@@ -153,7 +153,7 @@ def test_apply_leaves_alone_a_component_with_unexported_work_or_a_rebase_in_prog
     git("reset", "-q", "--hard", "HEAD~1", cwd=co)
     stopped = zmr("rebase", "toy", "--onto", made[4], cwd=project.root)
     assert stopped.returncode == 1, stopped.stderr
-    state = state_dir(project.root) / "rebase/toy-rollout/state.json"
+    state = state_dir(project.root) / "rebase/toy/rollout/state.json"
     before = state.read_bytes()
     _, data, _ = update_json(project, "--apply")
     assert data["applied"] is False and data["refused"].startswith("a rebase is in progress")

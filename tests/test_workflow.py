@@ -484,11 +484,11 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     # The state of an export killed after two writes: the new patch whole, a file it wrote for a commit since dropped, series still old.
     (series / "0003-add-notes.patch").write_bytes(after["0003-add-notes.patch"])
     (series / "0004-dropped-since.patch").write_bytes(b"From: x\n")
-    journal = state_dir(project.root) / "pending-removals/toy-rollout.json"
+    journal = state_dir(project.root) / "pending-removals/toy/rollout.json"
     journal.parent.mkdir(parents=True, exist_ok=True)
     journal.write_text(json.dumps(["0001-fixed-split.patch", "0002-contiguous.patch", "0003-add-notes.patch", "0004-dropped-since.patch"]))
-    (journal.parent / "toy-rollout.staging").mkdir()
-    (journal.parent / "toy-rollout.staging" / "tmpabc").write_bytes(b"half")
+    (journal.parent / "rollout.staging").mkdir()
+    (journal.parent / "rollout.staging" / "tmpabc").write_bytes(b"half")
     result = zmr("export", "toy", cwd=project.root)
     assert result.returncode == 0, result.stderr
     assert {p.name: p.read_bytes() for p in series.iterdir()} == after  # not 0003-add-notes-2.patch, no orphan

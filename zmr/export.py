@@ -38,6 +38,7 @@ Invariants (byte-stable; docs/reference.md §3.4):
 from __future__ import annotations
 
 import errno
+import contextlib
 import json
 import os
 import re
@@ -587,7 +588,14 @@ def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
         _prune_empty_dirs(path.parent, plan.folder)
     if journal is not None and staging is not None:
         shutil.rmtree(staging, ignore_errors=True)
-        journal.unlink()
+        forget_journal(journal)
+
+
+def forget_journal(journal: Path) -> None:
+    """The journal removed, and its model's folder with it when no other export of the model left one."""
+    journal.unlink()
+    with contextlib.suppress(OSError):
+        journal.parent.rmdir()
 
 
 def _refuse_links(folder: Path, name: str, display: str) -> None:

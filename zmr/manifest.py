@@ -42,7 +42,7 @@ _URL_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
 ALLOWED_SCHEMES = {"https", "http", "ssh", "git", "file", "git+ssh", "ssh+git"}
 # The longest names zmr accepts, in bytes (all are ASCII). zmr builds file names from them, such as
-# ``<model>-<component>.json`` and ``.<name>.<random>.zmr-tmp`` for a staged write, and these must stay
+# ``<model>-<component>-<test>.log`` and ``.<name>.<random>.zmr-tmp`` for a staged write, and these must stay
 # under NAME_MAX (255 bytes) on every file system with room to spare (docs/reference.md §2.4).
 MAX_NAME_BYTES = {"model": 64, "component": 64, "smoke test": 64}
 MAX_BRANCH_BYTES = 200  # a whole branch name; each part between '/' is also a file name in ref storage

@@ -114,8 +114,8 @@ class Project:
         return self._state_dir
 
     def rebase_dir(self, component: Component) -> Path:
-        """``zmr/rebase/<model>-<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
-        return self.state_dir / "rebase" / f"{component.model}-{component.key}"
+        """``zmr/rebase/<model>/<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
+        return self.state_dir / "rebase" / component.model / component.key
 
     def rebase_state(self, component: Component) -> Path:
         """``state.json`` of ``rebase_dir``: present exactly while a rebase of *component* is under way."""
@@ -126,8 +126,8 @@ class Project:
         return self.state_dir / "checkouts" / component.model / component.key
 
     def pending_removals(self, component: Component) -> Path:
-        """``zmr/pending-removals/<model>-<component>.json``: files an interrupted export still has to remove."""
-        return self.state_dir / "pending-removals" / f"{component.model}-{component.key}.json"
+        """``zmr/pending-removals/<model>/<component>.json``: files an interrupted export still has to remove."""
+        return self.state_dir / "pending-removals" / component.model / f"{component.key}.json"
 
     def lock_path(self, model: str, key: str) -> Path:
         """``zmr/locks/<model>/<component>.lock``: the lock of one component (zmr.lock), held while a command changes it."""

@@ -36,6 +36,7 @@ same definition of upstream (a patch-id match only names the commit).
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import json
 import os
 import re
@@ -50,7 +51,7 @@ from zmr.git import Progress
 from zmr.cache import Cache, resolve_upstream
 from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
-from zmr.export import ExportPlan, list_commits, plan_export, stage_plan, staging_dir
+from zmr.export import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
@@ -991,9 +992,9 @@ def abort(project: Project, component: Component) -> None:
         if not target.is_file() or target.read_bytes() != data:
             atomic_write(target, data)
     journal = project.pending_removals(component)
-    if journal.exists() and not saved.journal_existed:
-        journal.unlink()
     shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
+    if journal.exists() and not saved.journal_existed:
+        forget_journal(journal)
     manifest = _manifest_path(project, component)
     original = (folder / "manifest.orig").read_bytes()
     if manifest.read_bytes() != original:
@@ -1003,7 +1004,7 @@ def abort(project: Project, component: Component) -> None:
             f"{saved.checkout.path}: the checkout is gone, or is not the one this rebase saved (its zmr.token differs); nothing restored there",
             details=["the manifest and the series are back as they were", f"delete {folder} to forget the rebase"],
         )
-    shutil.rmtree(folder)
+    _forget(project, component)
 
 
 # -- rebase: finish -------------------------------------------------------------------------------
@@ -1065,8 +1066,16 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
         else:
             co.set_config({"zmr.pin": new})
             checkout.mark_exported(co, tip, "zmr rebase", checkout.series_fingerprint(project, component, new))
-    shutil.rmtree(project.rebase_dir(component))
+    _forget(project, component)
     return outcome
+
+
+def _forget(project: Project, component: Component) -> None:
+    """The rebase's state removed, and its model's folder with it when no other rebase of the model is under way."""
+    folder = project.rebase_dir(component)
+    shutil.rmtree(folder)
+    with contextlib.suppress(OSError):
+        folder.parent.rmdir()
 
 
 def _series_bytes(folder: Path) -> bytes | None:
