@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import git, simple_model, state_dir, zmr
 
 KILLS = int(os.environ.get("ZMR_KILL_ITERATIONS", "24"))
@@ -224,50 +226,44 @@ def _reset_series(project) -> None:
     git("config", "zmr.series", (project.root.parent / "series-record").read_text(), cwd=project.root / "work/toy/rollout")
 
 
-def test_export_killed_in_its_write_phase_converges(tmp_path, upstream):
-    """SIGKILL at random delays, steered into the write phase: each file whole, the journal says so, the rerun reaches the same bytes.
-
-    A kill landed mid-write exactly when the journal exists afterwards (it is
-    written before the first file and removed after the last), so the test can
-    prove that several did.
-    """
+@pytest.mark.parametrize("written", [1, 2, 15, 29, 30])
+def test_export_killed_in_its_write_phase_converges(tmp_path, upstream, written):
+    """SIGKILL after exactly *written* files (a pause point, not a timer): each file whole, the journal there, the rerun reaches the same bytes."""
     project, env = _export_fixture(tmp_path, upstream, added=30)
     series = project.root / "patches/toy/rollout"
     journal = state_dir(project.root) / "pending-removals/toy/rollout.json"
     staging = journal.with_name("rollout.staging")
     before = _tree_bytes(series)
-    started = time.perf_counter()
     assert zmr("export", "toy", cwd=project.root, env=env).returncode == 0
-    window = time.perf_counter() - started
     after = _tree_bytes(series)
     assert len(after) == len(before) + 30 and "0002-contiguous.patch" not in after  # 30 added, one renamed
-    rng = random.Random(18)
-    low, high = 0.0, window
-    landed = early = late = 0
-    for iteration in range(24):
-        _reset_series(project)
-        assert _tree_bytes(series) == before and not journal.exists()
-        delay = rng.uniform(low, high)
-        _interrupt(_start(["export", "toy"], project.root, env["ZMR_CACHE"]), delay, signal.SIGKILL)
-        now = _tree_bytes(series)
-        for name, data in now.items():
-            assert data in (before.get(name), after.get(name)), (iteration, name)  # whole files only, no temporary file
-        if journal.exists():
-            landed += 1
-        elif now == before:
-            early += 1
-            low = delay  # steer the next kill later
-        else:
-            assert now == after, iteration  # no journal: nothing written yet, or everything
-            late += 1
-            high = delay
-        result = zmr("export", "toy", cwd=project.root, env=env)
-        assert result.returncode == 0, (iteration, result.stderr)
-        assert _tree_bytes(series) == after, iteration  # the same names and bytes: no "-2.patch", no orphan
-        assert not journal.exists() and not staging.exists(), iteration
-        if landed >= 3:
-            break
-    assert landed >= 3, {"landed": landed, "early": early, "late": late}
+    _reset_series(project)
+    assert _tree_bytes(series) == before and not journal.exists()
+    marker = tmp_path / "paused"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", "export", "toy"],
+        cwd=project.root,
+        env={**os.environ, "ZMR_CACHE": env["ZMR_CACHE"], "ZMR_TEST_PAUSE": f"export-wrote-{written}={marker}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the export never reached its write phase"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    marker.unlink()
+    now = _tree_bytes(series)
+    for name, data in now.items():
+        assert data in (before.get(name), after.get(name)), name  # whole files only, no temporary file
+    assert now != before and now != after and journal.exists()  # killed mid-write, and the journal says so
+    result = zmr("export", "toy", cwd=project.root, env=env)
+    assert result.returncode == 0, result.stderr
+    assert _tree_bytes(series) == after  # the same names and bytes: no "-2.patch", no orphan
+    assert not journal.exists() and not staging.exists()
 
 
 def test_export_stopped_by_a_full_disk_converges(tmp_path, upstream):

@@ -492,7 +492,7 @@ def test_export_after_an_interrupted_one_reuses_its_names_and_removes_its_orphan
     result = zmr("export", "toy", cwd=project.root)
     assert result.returncode == 0, result.stderr
     assert {p.name: p.read_bytes() for p in series.iterdir()} == after  # not 0003-add-notes-2.patch, no orphan
-    assert not list(journal.parent.iterdir())
+    assert not journal.exists() and not journal.with_name("rollout.staging").exists()
     # A file nobody journaled is someone else's: kept, and the new patch takes another name.
     git("checkout", "-q", "--", "patches", cwd=project.root)
     git("clean", "-qfd", "--", "patches", cwd=project.root)

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, cast
 
 from zmr import git
 from zmr.errors import ZmrError
+from zmr.lock import pause_point
 from zmr.files import atomic_write, current_umask
 from zmr.patchfile import (
     CommitMeta,
@@ -577,8 +578,9 @@ def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
         _remove_leftovers(journal, staging)
         atomic_write(journal, json.dumps(owned).encode())
         staging.mkdir()
-    for item in plan.writes:
+    for number, item in enumerate(plan.writes, start=1):
         _write(plan.folder / item.name, item.data or b"", staging)
+        pause_point(f"export-wrote-{number}")  # tests: a kill after exactly *number* files
     if plan.series_text is not None:
         _write(plan.folder / "series", plan.series_text, staging)
     for name in removals:
