@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, cast
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.lock import pause_point
-from zmr.files import atomic_write, current_umask
+from zmr.files import atomic_write, current_umask, prune_empty_dirs
 from zmr.patchfile import (
     CommitMeta,
     commit_diffs,
@@ -587,7 +587,7 @@ def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
         path = plan.folder / name
         if path.is_file():
             path.unlink()
-        _prune_empty_dirs(path.parent, plan.folder)
+        prune_empty_dirs(path.parent, plan.folder)
     if journal is not None and staging is not None:
         shutil.rmtree(staging, ignore_errors=True)
         forget_journal(journal)
@@ -661,12 +661,3 @@ def _write(path: Path, data: bytes, staging: Path | None) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
-
-
-def _prune_empty_dirs(folder: Path, root: Path) -> None:
-    while folder != root and root in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent

@@ -236,3 +236,13 @@ def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
                 raise ValueError(f"nested more than {max_depth} levels deep")
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return value
+
+
+def prune_empty_dirs(folder: Path, root: Path) -> None:
+    """*folder* and the folders above it up to (not including) *root* removed while they are empty."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zmr.errors import ZmrError
-from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, read_repo_file
+from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, prune_empty_dirs, read_repo_file
 from zmr.lock import LockBusy, hold_file, pause_point
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -300,7 +300,7 @@ def _roll_forward(root: Path, record: dict) -> None:
         path = root / rel
         if _is_regular(path):
             path.unlink()
-            _prune_empty_dirs(path.parent, root)
+            prune_empty_dirs(path.parent, root)
 
 
 def _roll_back(root: Path, record: dict) -> None:
@@ -329,15 +329,6 @@ def _missing_dirs(root: Path, targets: list[Path]) -> list[Path]:
             missing.add(folder)
             folder = folder.parent
     return sorted(missing, key=lambda p: len(p.parts))
-
-
-def _prune_empty_dirs(folder: Path, root: Path) -> None:
-    while folder != root and root in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent
 
 
 @contextlib.contextmanager
