@@ -783,14 +783,14 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
             progress(f"{component.label}: cherry-picking {state.names[index]}")
         state.stopped = StoppedAt(index, co.head())
         _save(project, component, state)
-        proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
-        if proc.returncode == 0:
+        picked = co.cherry_pick(commit)
+        if picked.status == "picked":
             state.remaining.pop(0)
             state.stopped = None
             _save(project, component, state)
             continue
-        files = _unmerged(co)
-        if files:
+        if picked.status == "conflict":
+            files = picked.files
             state.stopped.conflict, state.stopped.files = True, files
             _save(project, component, state)
             return Stopped(
@@ -804,21 +804,15 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 list(state.dropped),
                 state.rev,
             )
-        if (co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"]):
-            co.repo.run(["cherry-pick", "--skip"])
+        if picked.status == "empty":
+            co.skip_pick()
             _drop_current(project, component, state, cache, "empty")
             continue
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RebaseError(
             f"{component.label}: cherry-pick of {state.names[index]} failed in {co.path}",
-            details=[*err[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
+            details=[*picked.error[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
         )
     return _finalize(project, component, state, cache, progress)
-
-
-def _unmerged(co: Checkout) -> list[str]:
-    out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
-    return sorted({p for p in out.split("\0") if p})
 
 
 def _drop_current(project: Project, component: Component, state: RebaseState, cache: Cache, method: str) -> None:
@@ -872,30 +866,29 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
             )
         commit = state.old_chain[stopped.index]
         where = checkout.show_path(project, co.path)
-        if (co.git_dir / "CHERRY_PICK_HEAD").exists():
-            files = _unmerged(co)
+        if co.pick_in_progress():
+            files = co.unmerged_paths()
             if files:
                 raise RebaseError(
                     f"{where}: conflicts in {', '.join(files)} are not resolved yet",
                     details=["edit the files, `git add` them, then run --continue again"],
                 )
-            marked = [f for f in stopped.files if _has_markers(co.path / f)]
+            marked = co.conflict_marked(stopped.files)
             if marked:
                 raise RebaseError(
                     f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then run --continue again"]
                 )
-            unstaged = co.repo.run(["diff", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
-            unstaged = [f for f in unstaged if f]
+            unstaged = co.unstaged_paths()
             if unstaged:
                 raise RebaseError(
                     f"{where}: changes not staged in {', '.join(unstaged)}",
                     details=["`git add` them (or `git checkout -- FILE` to drop them), then run --continue again"],
                 )
-            if co.repo.ok(["diff", "--cached", "--quiet"]):
-                co.repo.run(["cherry-pick", "--skip"])
+            if co.index_matches_head():
+                co.skip_pick()
                 _drop_current(project, component, state, cache, "resolved-empty")
             else:
-                co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", commit])
+                co.commit_as(commit)
                 state.remaining.pop(0)
                 state.stopped = None
                 _save(project, component, state)
@@ -950,8 +943,8 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
                 f"or skip it: `git reset --hard {stopped.head_before[:12]}` there first",
             ],
         )
-    co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
-    co.repo.run(["cherry-pick", "--quit"], check=False)
+    co.reset_hard_to_head()
+    co.quit_pick()
     _drop_current(project, component, state, cache, "skipped")
     return _run(project, component, state, cache, progress)
 
@@ -959,14 +952,6 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
 def _under_link(folder: Path, path: Path) -> bool:
     """Whether a folder between *folder* and *path* is a symbolic link (rglob does not follow them, but stay careful)."""
     return any(parent.is_symlink() for parent in path.parents if folder in parent.parents)
-
-
-def _has_markers(path: Path) -> bool:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    return any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in data.split(b"\n"))
 
 
 @locked
@@ -1045,9 +1030,9 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
                 f"{co.path}: the working tree is not clean",
                 details=[*problems, f"commit or drop the changes, then `zmr rebase {component.model} -c {component.key} --continue`"],
             )
-        repo = co.repo
+        repo = co.repo  # read only: the commits to export and compare
         tip = co.head() or new
-        if not repo.ok(["merge-base", "--is-ancestor", new, tip]):
+        if not co.is_ancestor(new, tip):
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
         commits = list_commits(repo, new, tip, component.label)
         plan = plan_export(repo, new, commits, folder, component.patches, journal)
@@ -1064,8 +1049,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             assert state.saved is not None
             checkout.place(project, component, state.saved.checkout, mirror.path, new, tip)
         else:
-            co.set_config({"zmr.pin": new})
-            checkout.mark_exported(co, tip, "zmr rebase", checkout.series_fingerprint(project, component, new))
+            checkout.mark_rebased(co, new, tip, checkout.series_fingerprint(project, component, new))
     _forget(project, component)
     return outcome
 
