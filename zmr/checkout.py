@@ -38,8 +38,16 @@ Where state is kept, inside the checkout's ``.git``:
 A checkout made with ``--dir`` is remembered in the git directory
 (``Project.checkout_pointer``). Which checkout a command uses is
 ``checkout_path`` (the checkout-selection rule, docs/reference.md §8.1).
-``zmr rebase`` changes a checkout only through ``place``,
-``mark_exported``, ``snapshot`` and ``restore``.
+``zmr rebase`` changes a checkout only through ``snapshot``, ``place``,
+``restore``, ``mark_rebased`` and the cherry-pick steps ``Checkout.cherry_pick``,
+``skip_pick``, ``quit_pick``, ``commit_as`` and ``reset_hard_to_head``.
+Everything else it does there only reads: checks (``check_identity``,
+``dirty``, ``sync_state``, ``Checkout.pick_in_progress``, ``unmerged_paths``,
+``unstaged_paths``, ``index_matches_head``, ``conflict_marked``,
+``is_ancestor``) and the commits it exports. Git porcelain that changes a
+working tree (cherry-pick, commit, reset, ...) and the files git keeps for
+an operation in progress (``CHERRY_PICK_HEAD``, ...) are used in no other
+module (tests/test_imports.py checks).
 State and commands: docs/reference.md §8.1, §7.6, §7.7.
 """
 
