@@ -181,7 +181,9 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
     driving = 'def go(co, c):\n    co.repo.run(["cherry-pick", c])\n    return (co.git_dir / "CHERRY_PICK_HEAD").exists()\n'
-    (package / "rebase.py").write_text(driving + 'QUIT = ["reset", "--hard"]\nCOMMANDS = [("checkout", go)]\nNOTE = "a cherry-pick is in progress (CHERRY_PICK_HEAD)"\n')
+    (package / "rebase.py").write_text(
+        driving + 'QUIT = ["reset", "--hard"]\nCOMMANDS = [("checkout", go)]\nNOTE = "a cherry-pick is in progress (CHERRY_PICK_HEAD)"\n'
+    )
     (package / "checkout.py").write_text(driving)  # the one module allowed to
     (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
     assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]
