@@ -593,19 +593,47 @@ class Stopped:
 def start(
     project: Project,
     component: Component,
-    rev: str,
+    rev: str | None,
     cache: Cache | None = None,
     checkout_dir: Path | None = None,
     progress: Progress | None = None,
     report: Path | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Outcome | Stopped:
-    """Replay the series onto *rev*; in memory when every patch applies.
+    """Replay the series onto *rev* (None: the component's ``track``); in memory when every patch applies.
 
     *warn* hears of a move backwards: *rev* an ancestor of the pin (a downgrade).
 
-    *report* is kept in the state of a rebase that stops, for the ``--continue`` that finishes it.
+    *report*: where the report goes (``Outcome.report``); kept in the state
+    of a rebase that stops, for the ``--continue`` that finishes it.
     """
+    if rev is None:
+        if not component.track:
+            raise RebaseError(
+                f"{component.label}: no upstream revision to rebase onto",
+                details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+            )
+        rev = component.track
+    return _report_to(_start(project, component, rev, cache, checkout_dir, progress, report, warn), report)
+
+
+def _report_to(result: Outcome | Stopped, report: Path | None) -> Outcome | Stopped:
+    """*result*, its report going to *report* when one is given now (else where the rebase was asked to at its start)."""
+    if isinstance(result, Outcome) and report is not None:
+        result.report = str(report.absolute())
+    return result
+
+
+def _start(
+    project: Project,
+    component: Component,
+    rev: str,
+    cache: Cache | None,
+    checkout_dir: Path | None,
+    progress: Progress | None,
+    report: Path | None,
+    warn: Callable[[str], None] | None,
+) -> Outcome | Stopped:
     if project.rebase_state(component).is_file():
         raise RebaseError(
             f"{component.label}: a rebase is already in progress",
@@ -850,9 +878,14 @@ def _old_patch(project: Project, component: Component, state: RebaseState, index
 
 
 @locked
-def resume(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
-    """``--continue``: take the engineer's resolution, replay the rest, finish."""
-    cache = cache or Cache()
+def resume(
+    project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None, report: Path | None = None
+) -> Outcome | Stopped:
+    """``--continue``: take the engineer's resolution, replay the rest, finish; *report*: where the report goes, instead of the one named at the start."""
+    return _report_to(_resume(project, component, cache or Cache(), progress), report)
+
+
+def _resume(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     if state.phase == "finalize":
         return _finalize(project, component, state, cache, progress)
@@ -919,9 +952,12 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
 
 
 @locked
-def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
-    """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on."""
-    cache = cache or Cache()
+def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None, report: Path | None = None) -> Outcome | Stopped:
+    """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on (*report*: as ``resume``)."""
+    return _report_to(_skip(project, component, cache or Cache(), progress), report)
+
+
+def _skip(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     stopped = state.stopped
     if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
@@ -954,8 +990,18 @@ def _under_link(folder: Path, path: Path) -> bool:
     return any(parent.is_symlink() for parent in path.parents if folder in parent.parents)
 
 
+@dataclass
+class Aborted:
+    """A rebase undone by ``--abort``: pin, series and checkout are as they were before it started."""
+
+    component: Component
+
+    def to_json(self) -> dict:
+        return {"status": "aborted", "model": self.component.model, "component": self.component.key}
+
+
 @locked
-def abort(project: Project, component: Component) -> None:
+def abort(project: Project, component: Component) -> Aborted:
     """Put pin, series and checkout back exactly as they were before the rebase started."""
     state = _load(project, component)
     folder = project.rebase_dir(component)
@@ -990,6 +1036,7 @@ def abort(project: Project, component: Component) -> None:
             details=["the manifest and the series are back as they were", f"delete {folder} to forget the rebase"],
         )
     _forget(project, component)
+    return Aborted(component)
 
 
 # -- rebase: finish -------------------------------------------------------------------------------
