@@ -135,3 +135,55 @@ def test_the_length_check_finds_a_long_function(tmp_path):
     package.mkdir()
     (package / "m.py").write_text("def short():\n    pass\n\n\ndef long():\n" + "    x = 1\n" * 101)
     assert long_functions(package) == ["pkg/m.py:5 long (102 lines)"]
+
+
+# Git porcelain that changes a working tree, index or HEAD (the verbs an engineer's checkout is driven by).
+PORCELAIN_VERBS = frozenset(
+    {"cherry-pick", "commit", "reset", "checkout", "switch", "restore", "merge", "rebase", "revert", "am", "stash", "clean", "add", "rm", "mv", "pull"}
+)
+# The files git keeps in a git dir while such an operation is under way.
+OPERATION_FILES = frozenset({"CHERRY_PICK_HEAD", "MERGE_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "rebase-merge", "rebase-apply"})
+PORCELAIN_MODULES = ("checkout.py", "git.py")  # zmr.checkout drives checkouts; zmr.git runs git
+
+
+def porcelain_outside_checkout(root: Path) -> list[str]:
+    """``path:line what`` of each use of working-tree porcelain in *root* outside zmr/checkout.py and zmr/git.py.
+
+    Checked: a list literal whose first item is one of PORCELAIN_VERBS (a
+    git argv such as ``["cherry-pick", commit]``, passed or kept in a
+    variable: zmr writes every argv as a list; tuples such as the CLI's
+    ``("checkout", command)`` table are not argv), and a string that is exactly one of
+    OPERATION_FILES (``git_dir / "CHERRY_PICK_HEAD"``). Prose that names
+    them (docstrings, messages) is not a match: it is never exactly such a
+    string. zmr runs no such command on a repository of its own (the mirror
+    and temporary indexes use plumbing), so any match drives a checkout.
+    """
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() in PORCELAIN_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.List) and node.elts:
+                first = node.elts[0]
+                if isinstance(first, ast.Constant) and first.value in PORCELAIN_VERBS:
+                    found.append(f"{where} git {first.value}")
+            elif isinstance(node, ast.Constant) and node.value in OPERATION_FILES:
+                found.append(f"{where} {node.value}")
+    return sorted(found)
+
+
+def test_only_checkout_py_drives_a_checkout_with_git_porcelain():
+    assert porcelain_outside_checkout(ZMR) == []
+
+
+def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    driving = 'def go(co, c):\n    co.repo.run(["cherry-pick", c])\n    return (co.git_dir / "CHERRY_PICK_HEAD").exists()\n'
+    (package / "rebase.py").write_text(
+        driving + 'QUIT = ["reset", "--hard"]\nCOMMANDS = [("checkout", go)]\nNOTE = "a cherry-pick is in progress (CHERRY_PICK_HEAD)"\n'
+    )
+    (package / "checkout.py").write_text(driving)  # the one module allowed to
+    (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
+    assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]

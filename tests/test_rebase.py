@@ -196,6 +196,31 @@ def test_rebase_abort_restores_manifest_series_refs_and_checkout(proj, upstream)
     assert zmr("export", "toy", cwd=proj.root).stdout.startswith("unchanged")
 
 
+def test_rebase_json_for_stop_abort_and_a_report_named_at_continue(proj, upstream, tmp_path):
+    """Every result the rebase command shows has its JSON (--abort's too); a --report given to --continue wins over the start's."""
+    pin, model_py = toy(proj, upstream)
+    new = _conflicting_upstream(upstream, model_py)
+    stopped = zmr("rebase", "toy", "--onto", new, "--json", cwd=proj.root)
+    assert stopped.returncode == 1
+    data = json.loads(stopped.stdout)
+    assert (data["status"], data["patch"], data["files"], data["new"], data["remaining"]) == ("stopped", "0001-fixed-split.patch", ["src/model.py"], new, 1)
+    aborted = zmr("rebase", "toy", "--abort", "--json", cwd=proj.root)
+    assert aborted.returncode == 0, aborted.stderr
+    assert json.loads(aborted.stdout) == {"status": "aborted", "model": "toy", "component": "rollout"}
+    at_start, at_continue = tmp_path / "start.md", tmp_path / "continue.md"
+    assert zmr("rebase", "toy", "--onto", new, "--report", str(at_start), cwd=proj.root).returncode == 1
+    co = proj.root / "work/toy/rollout"
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "toy", "--continue", "--report", str(at_continue), "--json", cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["status"], result["old"], result["new"], result["path"]) == ("done", pin, new, "checkout")
+    assert not at_start.exists()
+    assert at_continue.read_text().startswith("# zmr rebase toy/rollout\n") and f"- new pin: `{new}`\n" in at_continue.read_text()
+
+
 def test_rebase_refuses_unexported_work_and_unknown_revisions(proj, upstream):
     toy(proj, upstream)
     assert zmr("checkout", "toy", cwd=proj.root).returncode == 0

@@ -38,8 +38,16 @@ Where state is kept, inside the checkout's ``.git``:
 A checkout made with ``--dir`` is remembered in the git directory
 (``Project.checkout_pointer``). Which checkout a command uses is
 ``checkout_path`` (the checkout-selection rule, docs/reference.md §8.1).
-``zmr rebase`` changes a checkout only through ``place``,
-``mark_exported``, ``snapshot`` and ``restore``.
+``zmr rebase`` changes a checkout only through ``snapshot``, ``place``,
+``restore``, ``mark_rebased`` and the cherry-pick steps ``Checkout.cherry_pick``,
+``skip_pick``, ``quit_pick``, ``commit_as`` and ``reset_hard_to_head``.
+Everything else it does there only reads: checks (``check_identity``,
+``dirty``, ``sync_state``, ``Checkout.pick_in_progress``, ``unmerged_paths``,
+``unstaged_paths``, ``index_matches_head``, ``conflict_marked``,
+``is_ancestor``) and the commits it exports. Git porcelain that changes a
+working tree (cherry-pick, commit, reset, ...) and the files git keeps for
+an operation in progress (``CHERRY_PICK_HEAD``, ...) are used in no other
+module (tests/test_imports.py checks).
 State and commands: docs/reference.md §8.1, §7.6, §7.7.
 """
 
@@ -54,6 +62,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from zmr import git
 from zmr.git import Progress
@@ -151,6 +160,85 @@ class Checkout:
             if self.config.get(key) != value:
                 self.repo.run(["config", key, value])
                 self.config[key] = value
+
+    # -- the cherry-pick steps of ``zmr rebase`` and ``zmr checkout --merge`` (git porcelain on the checkout runs only here)
+
+    def cherry_pick(self, commit: str) -> PickResult:
+        """``git cherry-pick`` *commit* onto HEAD (3-way), its message kept as it is (no editor), told apart as ``PickResult`` says."""
+        proc = self.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
+        if proc.returncode == 0:
+            return PickResult("picked")
+        files = self.unmerged_paths()
+        if files:
+            return PickResult("conflict", files)
+        if self.pick_in_progress() and self.index_matches_head():
+            return PickResult("empty")
+        return PickResult("failed", error=proc.stderr.decode("utf-8", "replace").strip().splitlines())
+
+    def pick_in_progress(self) -> bool:
+        """A cherry-pick stopped here and is not finished (``CHERRY_PICK_HEAD``): the engineer has not committed or dropped it."""
+        return (self.git_dir / "CHERRY_PICK_HEAD").exists()
+
+    def skip_pick(self) -> None:
+        """Drop the cherry-pick in progress (``git cherry-pick --skip``): its change is there already, or it resolved to nothing."""
+        self.repo.run(["cherry-pick", "--skip"])
+
+    def quit_pick(self) -> None:
+        """Forget a cherry-pick in progress, if any, leaving HEAD and the tree as they are (``git cherry-pick --quit``)."""
+        self.repo.run(["cherry-pick", "--quit"], check=False)
+
+    def commit_as(self, commit: str) -> None:
+        """Commit the index with *commit*'s message and author (``git commit -C``): a resolved pick keeps the patch's metadata, byte for byte."""
+        self.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", commit])
+
+    def reset_hard_to_head(self) -> None:
+        """Index and tracked files back to HEAD (``git reset --hard``): a half-done pick's changes go; untracked files stay."""
+        self.repo.run(["reset", "--quiet", "--hard", "HEAD"])
+
+    def unmerged_paths(self) -> list[str]:
+        """The files still in conflict (unmerged in the index), sorted: the engineer resolves these."""
+        return sorted({p for p in self._diff_names(["--diff-filter=U"]) if p})
+
+    def unstaged_paths(self) -> list[str]:
+        """Tracked files changed in the tree but not in the index: a resolution not yet ``git add``-ed, which a commit would leave out."""
+        return [p for p in self._diff_names([]) if p]
+
+    def staged_paths(self) -> list[str]:
+        """Files the index changes against HEAD: what committing the resolution would commit."""
+        return [p for p in self._diff_names(["--cached"]) if p]
+
+    def index_matches_head(self) -> bool:
+        """The index holds no change against HEAD: committing the pick would make an empty commit."""
+        return self.repo.ok(["diff", "--cached", "--quiet"])
+
+    def conflict_marked(self, paths: Sequence[str]) -> list[str]:
+        """Those of *paths* (relative to the checkout) whose file still holds a conflict marker line; links and folders are read as none."""
+        return [p for p in paths if _has_markers(self.path / p)]
+
+    def is_ancestor(self, ancestor: str, commit: str) -> bool:
+        """*commit* descends from (or is) *ancestor*, in the checkout's history."""
+        return self.repo.ok(["merge-base", "--is-ancestor", ancestor, commit])
+
+    def _diff_names(self, options: list[str]) -> list[str]:
+        return self.repo.run(["diff", *options, "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
+
+
+PickStatus = Literal["picked", "conflict", "empty", "failed"]
+
+
+@dataclass(frozen=True)
+class PickResult:
+    """What ``Checkout.cherry_pick`` left in the checkout.
+
+    *status* ``picked``: committed. ``conflict``: stopped with *files* in
+    conflict, for the engineer to resolve. ``empty``: the change is in HEAD
+    already; the pick is still in progress (``skip_pick`` drops it).
+    ``failed``: none of these; *error* holds git's message.
+    """
+
+    status: PickStatus
+    files: list[str] = field(default_factory=list)
+    error: list[str] = field(default_factory=list)
 
 
 def branch_name(component: Component) -> str:
@@ -765,6 +853,12 @@ def mark_exported(co: Checkout, tip: str, reason: str, fingerprint: str | None =
         co.repo.update_refs([git.RefUpdate(EXPORTED_REF, tip, old)], reason)
 
 
+def mark_rebased(co: Checkout, pin: str, tip: str, fingerprint: str) -> None:
+    """A rebase that ended in the checkout moved its pin to *pin*; *tip* (its HEAD) equals the series written (``mark_exported``)."""
+    co.set_config({"zmr.pin": pin})
+    mark_exported(co, tip, "zmr rebase", fingerprint)
+
+
 def place(project: Project, component: Component, saved: SavedCheckout, source: Path, base: str, tip: str, extra_objects: Sequence[str] = ()) -> Checkout:
     """The checkout *saved* names made the branch of *component* at *tip*, pinned at *base*.
 
@@ -977,18 +1071,17 @@ def _replay_mine(component: Component, co: Checkout) -> MergeResult:
         commit = todo["todo"][0]
         todo["head"] = co.head()
         atomic_write(state / "todo.json", json.dumps(todo).encode())
-        proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
-        if proc.returncode != 0:
-            files = _unmerged_files(co)
-            if files:
-                subject = CommitMeta.for_commit(co.repo.commit_info(commit)).subject
-                return MergeResult(component, co.path, "stopped", todo["replayed"], len(todo["todo"]) - 1, commit, subject, files)
-            if not ((co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"])):
-                raise CheckoutError(
-                    f"{co.path}: git cherry-pick {commit[:12]} failed",
-                    details=[*proc.stderr.decode("utf-8", "replace").strip().splitlines()[-6:], "fix the checkout, then --continue (or --abort)"],
-                )
-            co.repo.run(["cherry-pick", "--skip"])  # the repository's series holds that change already
+        picked = co.cherry_pick(commit)
+        if picked.status == "conflict":
+            subject = CommitMeta.for_commit(co.repo.commit_info(commit)).subject
+            return MergeResult(component, co.path, "stopped", todo["replayed"], len(todo["todo"]) - 1, commit, subject, picked.files)
+        if picked.status == "failed":
+            raise CheckoutError(
+                f"{co.path}: git cherry-pick {commit[:12]} failed",
+                details=[*picked.error[-6:], "fix the checkout, then --continue (or --abort)"],
+            )
+        if picked.status == "empty":
+            co.skip_pick()  # the repository's series holds that change already
         else:
             todo["replayed"] += 1
         todo["todo"].pop(0)
@@ -996,11 +1089,6 @@ def _replay_mine(component: Component, co: Checkout) -> MergeResult:
         atomic_write(state / "todo.json", json.dumps(todo).encode())
     shutil.rmtree(state)
     return MergeResult(component, co.path, "merged", todo["replayed"])
-
-
-def _unmerged_files(co: Checkout) -> list[str]:
-    out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
-    return sorted({p for p in out.split("\0") if p})
 
 
 def _merge_checkout(project: Project, component: Component, path: Path | None, aborting: bool = False) -> Checkout:
@@ -1027,20 +1115,19 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     where = show_path(project, co.path)
     state = merge_state(co)
     todo = json.loads((state / "todo.json").read_bytes())
-    if (co.git_dir / "CHERRY_PICK_HEAD").exists():
-        files = _unmerged_files(co)
+    if co.pick_in_progress():
+        files = co.unmerged_paths()
         if files:
             raise CheckoutError(f"{where}: conflicts in {', '.join(files)} are not resolved yet", details=["edit the files, `git add` them, then --continue"])
-        staged = co.repo.run(["diff", "--cached", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
-        marked = [f for f in staged if f and _has_markers(co.path / f)]
+        marked = co.conflict_marked(co.staged_paths())
         if marked:
             raise CheckoutError(f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then --continue again"])
-        if co.repo.run(["diff", "--name-only"]).stdout.strip():
+        if co.unstaged_paths():
             raise CheckoutError(f"{where}: changes not staged", details=["`git add` them (or `git checkout -- FILE`), then --continue again"])
-        if co.repo.ok(["diff", "--cached", "--quiet"]):
-            co.repo.run(["cherry-pick", "--skip"])  # resolved to nothing: the repository's series has it
+        if co.index_matches_head():
+            co.skip_pick()  # resolved to nothing: the repository's series has it
         else:
-            co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", todo["todo"][0]])
+            co.commit_as(todo["todo"][0])
             todo["replayed"] += 1
         todo["todo"].pop(0)
     elif dirty(co, untracked_files=False):

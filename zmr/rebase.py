@@ -593,19 +593,47 @@ class Stopped:
 def start(
     project: Project,
     component: Component,
-    rev: str,
+    rev: str | None,
     cache: Cache | None = None,
     checkout_dir: Path | None = None,
     progress: Progress | None = None,
     report: Path | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Outcome | Stopped:
-    """Replay the series onto *rev*; in memory when every patch applies.
+    """Replay the series onto *rev* (None: the component's ``track``); in memory when every patch applies.
 
     *warn* hears of a move backwards: *rev* an ancestor of the pin (a downgrade).
 
-    *report* is kept in the state of a rebase that stops, for the ``--continue`` that finishes it.
+    *report*: where the report goes (``Outcome.report``); kept in the state
+    of a rebase that stops, for the ``--continue`` that finishes it.
     """
+    if rev is None:
+        if not component.track:
+            raise RebaseError(
+                f"{component.label}: no upstream revision to rebase onto",
+                details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+            )
+        rev = component.track
+    return _report_to(_start(project, component, rev, cache, checkout_dir, progress, report, warn), report)
+
+
+def _report_to(result: Outcome | Stopped, report: Path | None) -> Outcome | Stopped:
+    """*result*, its report going to *report* when one is given now (else where the rebase was asked to at its start)."""
+    if isinstance(result, Outcome) and report is not None:
+        result.report = str(report.absolute())
+    return result
+
+
+def _start(
+    project: Project,
+    component: Component,
+    rev: str,
+    cache: Cache | None,
+    checkout_dir: Path | None,
+    progress: Progress | None,
+    report: Path | None,
+    warn: Callable[[str], None] | None,
+) -> Outcome | Stopped:
     if project.rebase_state(component).is_file():
         raise RebaseError(
             f"{component.label}: a rebase is already in progress",
@@ -783,14 +811,14 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
             progress(f"{component.label}: cherry-picking {state.names[index]}")
         state.stopped = StoppedAt(index, co.head())
         _save(project, component, state)
-        proc = co.repo.run(["cherry-pick", "--allow-empty-message", commit], check=False, env={"GIT_EDITOR": "true"})
-        if proc.returncode == 0:
+        picked = co.cherry_pick(commit)
+        if picked.status == "picked":
             state.remaining.pop(0)
             state.stopped = None
             _save(project, component, state)
             continue
-        files = _unmerged(co)
-        if files:
+        if picked.status == "conflict":
+            files = picked.files
             state.stopped.conflict, state.stopped.files = True, files
             _save(project, component, state)
             return Stopped(
@@ -804,21 +832,15 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 list(state.dropped),
                 state.rev,
             )
-        if (co.git_dir / "CHERRY_PICK_HEAD").exists() and co.repo.ok(["diff", "--cached", "--quiet"]):
-            co.repo.run(["cherry-pick", "--skip"])
+        if picked.status == "empty":
+            co.skip_pick()
             _drop_current(project, component, state, cache, "empty")
             continue
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RebaseError(
             f"{component.label}: cherry-pick of {state.names[index]} failed in {co.path}",
-            details=[*err[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
+            details=[*picked.error[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
         )
     return _finalize(project, component, state, cache, progress)
-
-
-def _unmerged(co: Checkout) -> list[str]:
-    out = co.repo.run(["diff", "--name-only", "--diff-filter=U", "-z"]).stdout.decode("utf-8", "surrogateescape")
-    return sorted({p for p in out.split("\0") if p})
 
 
 def _drop_current(project: Project, component: Component, state: RebaseState, cache: Cache, method: str) -> None:
@@ -856,9 +878,14 @@ def _old_patch(project: Project, component: Component, state: RebaseState, index
 
 
 @locked
-def resume(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
-    """``--continue``: take the engineer's resolution, replay the rest, finish."""
-    cache = cache or Cache()
+def resume(
+    project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None, report: Path | None = None
+) -> Outcome | Stopped:
+    """``--continue``: take the engineer's resolution, replay the rest, finish; *report*: where the report goes, instead of the one named at the start."""
+    return _report_to(_resume(project, component, cache or Cache(), progress), report)
+
+
+def _resume(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     if state.phase == "finalize":
         return _finalize(project, component, state, cache, progress)
@@ -872,30 +899,29 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
             )
         commit = state.old_chain[stopped.index]
         where = checkout.show_path(project, co.path)
-        if (co.git_dir / "CHERRY_PICK_HEAD").exists():
-            files = _unmerged(co)
+        if co.pick_in_progress():
+            files = co.unmerged_paths()
             if files:
                 raise RebaseError(
                     f"{where}: conflicts in {', '.join(files)} are not resolved yet",
                     details=["edit the files, `git add` them, then run --continue again"],
                 )
-            marked = [f for f in stopped.files if _has_markers(co.path / f)]
+            marked = co.conflict_marked(stopped.files)
             if marked:
                 raise RebaseError(
                     f"{where}: conflict markers left in {', '.join(marked)}", details=["remove them, `git add` the files, then run --continue again"]
                 )
-            unstaged = co.repo.run(["diff", "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
-            unstaged = [f for f in unstaged if f]
+            unstaged = co.unstaged_paths()
             if unstaged:
                 raise RebaseError(
                     f"{where}: changes not staged in {', '.join(unstaged)}",
                     details=["`git add` them (or `git checkout -- FILE` to drop them), then run --continue again"],
                 )
-            if co.repo.ok(["diff", "--cached", "--quiet"]):
-                co.repo.run(["cherry-pick", "--skip"])
+            if co.index_matches_head():
+                co.skip_pick()
                 _drop_current(project, component, state, cache, "resolved-empty")
             else:
-                co.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", commit])
+                co.commit_as(commit)
                 state.remaining.pop(0)
                 state.stopped = None
                 _save(project, component, state)
@@ -926,9 +952,12 @@ def resume(project: Project, component: Component, cache: Cache | None = None, p
 
 
 @locked
-def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> Outcome | Stopped:
-    """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on."""
-    cache = cache or Cache()
+def skip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None, report: Path | None = None) -> Outcome | Stopped:
+    """``--skip``: drop the patch the rebase stopped on from the series (as ``git rebase --skip``), then go on (*report*: as ``resume``)."""
+    return _report_to(_skip(project, component, cache or Cache(), progress), report)
+
+
+def _skip(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     stopped = state.stopped
     if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
@@ -950,8 +979,8 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
                 f"or skip it: `git reset --hard {stopped.head_before[:12]}` there first",
             ],
         )
-    co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
-    co.repo.run(["cherry-pick", "--quit"], check=False)
+    co.reset_hard_to_head()
+    co.quit_pick()
     _drop_current(project, component, state, cache, "skipped")
     return _run(project, component, state, cache, progress)
 
@@ -961,16 +990,18 @@ def _under_link(folder: Path, path: Path) -> bool:
     return any(parent.is_symlink() for parent in path.parents if folder in parent.parents)
 
 
-def _has_markers(path: Path) -> bool:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    return any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in data.split(b"\n"))
+@dataclass
+class Aborted:
+    """A rebase undone by ``--abort``: pin, series and checkout are as they were before it started."""
+
+    component: Component
+
+    def to_json(self) -> dict:
+        return {"status": "aborted", "model": self.component.model, "component": self.component.key}
 
 
 @locked
-def abort(project: Project, component: Component) -> None:
+def abort(project: Project, component: Component) -> Aborted:
     """Put pin, series and checkout back exactly as they were before the rebase started."""
     state = _load(project, component)
     folder = project.rebase_dir(component)
@@ -1005,6 +1036,7 @@ def abort(project: Project, component: Component) -> None:
             details=["the manifest and the series are back as they were", f"delete {folder} to forget the rebase"],
         )
     _forget(project, component)
+    return Aborted(component)
 
 
 # -- rebase: finish -------------------------------------------------------------------------------
@@ -1045,9 +1077,9 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
                 f"{co.path}: the working tree is not clean",
                 details=[*problems, f"commit or drop the changes, then `zmr rebase {component.model} -c {component.key} --continue`"],
             )
-        repo = co.repo
+        repo = co.repo  # read only: the commits to export and compare
         tip = co.head() or new
-        if not repo.ok(["merge-base", "--is-ancestor", new, tip]):
+        if not co.is_ancestor(new, tip):
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
         commits = list_commits(repo, new, tip, component.label)
         plan = plan_export(repo, new, commits, folder, component.patches, journal)
@@ -1064,8 +1096,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             assert state.saved is not None
             checkout.place(project, component, state.saved.checkout, mirror.path, new, tip)
         else:
-            co.set_config({"zmr.pin": new})
-            checkout.mark_exported(co, tip, "zmr rebase", checkout.series_fingerprint(project, component, new))
+            checkout.mark_rebased(co, new, tip, checkout.series_fingerprint(project, component, new))
     _forget(project, component)
     return outcome
 

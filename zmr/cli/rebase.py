@@ -1,7 +1,8 @@
 """`zmr rebase`, `zmr upstreamed`: move a series to a new upstream commit; find the patches upstream has taken.
 
-The work is `zmr.rebase`; it returns data (`Outcome`, `Stopped`,
-`UpstreamedReport`), rendered here as text and as the markdown report.
+The work is `zmr.rebase`; it returns data (`Outcome`, `Stopped`, `Aborted`,
+`UpstreamedReport`, each with `to_json()` for --json), rendered here as text
+and as the markdown report (written where `Outcome.report` says).
 """
 
 from pathlib import Path
@@ -41,30 +42,25 @@ def rebase(
     chosen = sum(bool(x) for x in (onto, cont, skip, abort))
     if chosen > 1:
         raise ZmrError("give one of --onto REV, --continue, --skip, --abort")
-    resuming = cont or skip or abort
-    comp = rb.pick_component(project, model, components, in_progress=resuming)
-    if not resuming and onto is None:
-        if not comp.track:
-            raise ZmrError(
-                f"{comp.label}: no upstream revision to rebase onto",
-                details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{comp.model}.yaml"],
-            )
-        onto = comp.track
+    comp = rb.pick_component(project, model, components, in_progress=cont or skip or abort)
     with Progress() as progress:
         if abort:
-            rb.abort(project, comp)
-            print(f"aborted the rebase of {comp.label}: pin, series and checkout are as before")
+            aborted = rb.abort(project, comp)
+            if json_out:
+                print_json(aborted.to_json())
+            else:
+                print(f"aborted the rebase of {comp.label}: pin, series and checkout are as before")
             return
         if cont:
-            outcome = rb.resume(project, comp, progress=progress)
+            outcome = rb.resume(project, comp, progress=progress, report=report)
         elif skip:
-            outcome = rb.skip(project, comp, progress=progress)
+            outcome = rb.skip(project, comp, progress=progress, report=report)
         else:
-            outcome = rb.start(project, comp, onto or "", checkout_dir=directory, progress=progress, report=report, warn=warn)
-    _finish_rebase(outcome, report, json_out)
+            outcome = rb.start(project, comp, onto, checkout_dir=directory, progress=progress, report=report, warn=warn)
+    _finish_rebase(outcome, json_out)
 
 
-def _finish_rebase(outcome: "Outcome | Stopped", report: Path | None, json_out: bool) -> None:
+def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
     from zmr import rebase as rb
     from zmr.errors import CheckFailed
     from zmr.files import atomic_write
@@ -76,9 +72,8 @@ def _finish_rebase(outcome: "Outcome | Stopped", report: Path | None, json_out: 
             print(stopped_text(outcome), end="")
         raise CheckFailed(stopped_headline(outcome), details=stopped_next_steps(outcome))
     text = outcome_markdown(outcome)
-    target = report if report is not None else (Path(outcome.report) if outcome.report else None)
-    if target is not None:
-        atomic_write(target.absolute(), text.encode("utf-8"))
+    if outcome.report is not None:
+        atomic_write(Path(outcome.report), text.encode("utf-8"))
     if json_out:
         print_json(outcome.to_json())
     else:
