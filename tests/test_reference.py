@@ -222,3 +222,27 @@ def test_every_environment_variable_of_13_is_used_by_the_code():
     sources = "\n".join(path.read_text(encoding="utf-8") for folder in ("zmr", "tests") for path in sorted((REPO_ROOT / folder).rglob("*.py")))
     unknown = {name for name in _reference_env_names() if not re.search(rf"[\"']{re.escape(name.rstrip('*'))}", sources)}
     assert unknown == set()
+
+
+# -- what the reference said and the code did not do -----------------------------------------------
+
+
+def test_checkout_merge_continue_and_abort_hold_the_component_lock(tmp_path):
+    """§6.6: `checkout` holds the lock of the component it changes; `--merge`, `--continue` and `--abort` did not take it."""
+    import fcntl
+
+    from conftest import make_project, make_upstream, simple_model, state_dir, zmr
+
+    upstream = make_upstream(tmp_path / "upstream")
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    lock_file = state_dir(project.root) / "locks/toy/rollout.lock"
+    with open(lock_file, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        for flag in ("--merge", "--continue", "--abort"):
+            result = zmr("checkout", "toy", "-c", "rollout", flag, cwd=project.root, env={"ZMR_LOCK_TIMEOUT": "0.3"})
+            assert result.returncode == 2, (flag, result.stderr)
+            assert "another zmr is working on toy/rollout" in result.stderr, (flag, result.stderr)
+    merged = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=project.root)
+    assert merged.returncode == 0 and "merged" in merged.stdout, merged.stderr  # released: the merge goes through (nothing to replay)
