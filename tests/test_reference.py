@@ -87,7 +87,8 @@ def _named_options(section: str, name: str) -> set[str]:
     A short form the command has (`-c COMP`) names its long option. A span starting `--name=` quotes git
     (`--force-with-lease=<ref>:`, `--filter=tree:0`): zmr's own options are written `--name VALUE`.
     """
-    shorts = {opt: next(o for o in param.opts if o.startswith("--")) for param in _app().commands[name].params for opt in param.opts if re.fullmatch(r"-\w", opt)}
+    params = _app().commands[name].params
+    shorts = {opt: next(o for o in param.opts if o.startswith("--")) for param in params for opt in param.opts if re.fullmatch(r"-\w", opt)}
     named: set[str] = set()
     for span in _spans(section):
         if re.match(r"--[a-z][a-z0-9-]*=", span):
