@@ -128,6 +128,14 @@ def test_every_option_of_a_command_is_in_its_section_and_the_other_way_round(nam
     assert code - named == set(), f"§7 zmr {name} does not name these options (aliases included)"
 
 
+def test_the_option_reader_sees_an_option_go_missing_and_ignores_git_options():
+    """The control: drop `--history` from checkout's section and the reader no longer finds it; git's `--refmap=` is not publish's."""
+    section = _command_sections()["checkout"]
+    assert "--history" in _named_options(section, "checkout")
+    assert "--history" not in _named_options(section.replace("`--history`", "history").replace(" [--history]", ""), "checkout")
+    assert "`--refmap=`" in _command_sections()["publish"] and "--refmap" not in _named_options(_command_sections()["publish"], "publish")
+
+
 def test_aliases_are_named_as_aliases():
     """An option's second long name (`--rev`, `--to`) is in its command's section, next to the word alias or old name."""
     sections = _command_sections()
