@@ -1019,6 +1019,7 @@ def refuse_during_merge(co: Checkout, component: Component) -> None:
         )
 
 
+@locked
 def merge(project: Project, component: Component, cache: Cache | None = None, path: Path | None = None, progress: Progress | None = None) -> MergeResult:
     """Replay the checkout's commits since its last export on a fresh checkout of the repository's series (§7.6).
 
@@ -1109,6 +1110,7 @@ def _merge_checkout(project: Project, component: Component, path: Path | None, a
     return co
 
 
+@locked
 def merge_continue(project: Project, component: Component, path: Path | None = None) -> MergeResult:
     """``--continue``: commit the engineer's resolution of the commit that stopped, replay the rest."""
     co = _merge_checkout(project, component, path)
@@ -1141,6 +1143,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     return _replay_mine(component, co)
 
 
+@locked
 def merge_abort(project: Project, component: Component, path: Path | None = None) -> MergeResult:
     """``--abort``: the checkout back as the merge found it (branch, refs, config, tree)."""
     co = _merge_checkout(project, component, path, aborting=True)
