@@ -8,10 +8,10 @@ and the log-probability of every sampled token. Neither tree is edited: the
 functions are wrapped while the run lasts (zmr.locate.trace_functions).
 
   python scripts/demo_locate.py --rollout T/rollout --trainer T/trainer --out build/locate
-  zmr locate build/locate/rollout build/locate/train --map build/locate/names.yaml
+  zmr locate build/locate/rollout build/locate/trainer --map build/locate/names.yaml
 
 Writes OUT/rollout/step-*.safetensors (one file per prefill or decode step:
-rows are (request id, position) of the tokens of the step), OUT/train/
+rows are (request id, position) of the tokens of the step), OUT/trainer/
 (one step: the trainer's teacher-forced batch, rows (request id, position)
 for every position the rollout also computed), and OUT/names.yaml (the
 rollout's prefill_attention/decode_attention are the trainer's attention).
@@ -168,7 +168,7 @@ def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> 
 
     policy.forward = traced_forward
     seqs, positions, tokens, logits_rows, values = [], [], [], [], []
-    with locate.Recorder(out, side="train", overwrite=True) as rec, contextlib.ExitStack() as stack:
+    with locate.Recorder(out, side="trainer", overwrite=True) as rec, contextlib.ExitStack() as stack:
         _traced(stack, TRAINER_FUNCTIONS)
         with rec.step(rows, label="score"), torch.no_grad():
             scored = toy_trainer.response_logprobs(policy, prompts, responses)
@@ -186,7 +186,7 @@ def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> 
 
 def record(rollout_tree, trainer_tree, out, *, dtype: str = "fp32", requests: int = 4, max_running: int = 3,
            prompt_len=(2, 12), new_tokens=(3, 8), seed: int = 0, threads: int = 1) -> dict:
-    """Record both sides into OUT/rollout and OUT/train, write OUT/names.yaml; returns a summary."""
+    """Record both sides into OUT/rollout and OUT/trainer, write OUT/names.yaml; returns a summary."""
     import torch
 
     if threads > 0:
@@ -200,10 +200,10 @@ def record(rollout_tree, trainer_tree, out, *, dtype: str = "fp32", requests: in
     torch_dtype = getattr(torch, DTYPES[dtype])
     reqs = make_requests(requests, cfg.vocab_size, prompt_len, new_tokens, seed)
     completions = record_rollout(toy_rollout, weights, cfg, reqs, out / "rollout", torch_dtype, max_running, seed)
-    record_trainer(toy_trainer, weights, tcfg, completions, out / "train", torch_dtype)
+    record_trainer(toy_trainer, weights, tcfg, completions, out / "trainer", torch_dtype)
     (out / "names.yaml").write_text(NAME_MAP, encoding="utf-8")
     return {
-        "rollout": str(out / "rollout"), "train": str(out / "train"), "map": str(out / "names.yaml"),
+        "rollout": str(out / "rollout"), "trainer": str(out / "trainer"), "map": str(out / "names.yaml"),
         "steps": len(list((out / "rollout").glob("step-*.safetensors"))),
         "tokens": sum(len(c.tokens) for c in completions),
     }
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
                      max_running=args.max_running, prompt_len=prompt_len, new_tokens=new_tokens,
                      seed=args.seed, threads=args.threads)
     print(f"{summary['tokens']} tokens, {summary['steps']} rollout steps; now run:")
-    print(f"  zmr locate {summary['rollout']} {summary['train']} --map {summary['map']}")
+    print(f"  zmr locate {summary['rollout']} {summary['trainer']} --map {summary['map']}")
     return 0
 
 

@@ -126,7 +126,7 @@ def test_identical_dumps_report_no_divergence(tmp_path):
     assert data["verdict"] == "bitwise_equal" and data["first"] is None
     assert [op["name"] for op in data["ops"]] == list(OPS)
     assert all(op["rows"] == 7 and op["rows_differ"] == 0 for op in data["ops"])
-    assert data["rollout"]["rows"] == data["train"]["rows"] == 7
+    assert data["rollout"]["rows"] == data["trainer"]["rows"] == 7
     text = zmr("locate", str(rollout), str(train), cwd=tmp_path)
     assert text.returncode == 0
     assert "no divergence: every output of 4 operations is bitwise equal" in text.stdout
@@ -148,10 +148,10 @@ def test_first_diverging_operation_in_execution_order(tmp_path):
     assert first["row"] == {"seq_id": "b", "position": 0, "token": 8}
     assert first["element"] == [2] and first["row_shape"] == [H]
     assert first["rollout"]["step"] == 1 and first["rollout"]["label"] == "prefill"
-    assert first["train"]["step"] == 0 and first["train"]["label"] == "score"
+    assert first["trainer"]["step"] == 0 and first["trainer"]["label"] == "score"
     expected = base("b", 0, 2)[2]
     assert first["rollout"]["bits"] == f"0x{int(np.float32(expected).view(np.uint32)):08x}"
-    assert first["train"]["bits"] == f"0x{int(np.float32(expected).view(np.uint32)) + 1:08x}"
+    assert first["trainer"]["bits"] == f"0x{int(np.float32(expected).view(np.uint32)) + 1:08x}"
     assert first["rollout"]["value"] == repr(float(expected))
     assert first["kind"] == "value"
     assert first["inputs"] == [{"slot": "x", "status": "equal", "how": "row", "max_abs_diff": None}]
@@ -200,7 +200,7 @@ def test_negative_zero_differs_from_zero(tmp_path):
     first = data["first"]
     assert first["op"] == "norm" and first["element"] == [1] and first["kind"] == "signed zero"
     assert (first["rollout"]["value"], first["rollout"]["bits"]) == ("0.0", "0x00000000")
-    assert (first["train"]["value"], first["train"]["bits"]) == ("-0.0", "0x80000000")
+    assert (first["trainer"]["value"], first["trainer"]["bits"]) == ("-0.0", "0x80000000")
     assert first["abs_diff"] == 0.0
     norm = next(op for op in data["ops"] if op["name"] == "norm")
     assert norm["rows_differ"] == 1 and norm["max_abs_diff"] == 0.0
@@ -218,7 +218,7 @@ def test_nan_payloads_differ_and_identical_nans_are_equal(tmp_path):
     first = data["first"]
     assert first["op"] == "head" and first["kind"] == "nan payload" and first["abs_diff"] is None
     assert (first["rollout"]["value"], first["rollout"]["bits"]) == ("nan", "0x7fc00000")
-    assert (first["train"]["value"], first["train"]["bits"]) == ("nan", "0x7fc00001")
+    assert (first["trainer"]["value"], first["trainer"]["bits"]) == ("nan", "0x7fc00001")
     head = next(op for op in data["ops"] if op["name"] == "head")
     assert head["nonfinite_differ"] == 1 and head["max_abs_diff"] is None
 
@@ -232,9 +232,9 @@ def test_shape_mismatch_is_an_error_naming_both_sides(tmp_path):
         dump("norm", np.zeros((2, 4, H + 1), dtype=np.float32))
     result = zmr("locate", str(rollout), str(train), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "zmr: error: operation 'norm', output 'out': per-row shape [4] on the rollout side but [5] on the train side" in result.stderr
+    assert "zmr: error: operation 'norm', output 'out': per-row shape [4] on the rollout side but [5] on the trainer side" in result.stderr
     assert f"rollout: {rollout}/step-000000.safetensors" in result.stderr
-    assert f"train: {train}/step-000000.safetensors (step 0, 'norm', tensor shape [2, 4, 5], rows [2, 4])" in result.stderr
+    assert f"trainer: {train}/step-000000.safetensors (step 0, 'norm', tensor shape [2, 4, 5], rows [2, 4])" in result.stderr
 
 
 def test_unpaired_rows_are_an_error_naming_them(tmp_path):
@@ -245,7 +245,7 @@ def test_unpaired_rows_are_an_error_naming_them(tmp_path):
     result = zmr("locate", str(rollout), str(train), cwd=tmp_path)
     assert result.returncode == 2
     assert "zmr: error: 1 unpaired rows (sequence id, position)" in result.stderr
-    assert "only in train: ('a', 4) in step-000000.safetensors" in result.stderr
+    assert "only in trainer: ('a', 4) in step-000000.safetensors" in result.stderr
     assert "leave out rows one side never computes" in result.stderr
 
 
@@ -255,7 +255,7 @@ def test_different_tokens_are_an_error(tmp_path):
     result = zmr("locate", str(rollout), str(train), cwd=tmp_path)
     assert result.returncode == 2
     assert "1 rows have different token ids on the two sides" in result.stderr
-    assert "('a', 2): rollout token 7, train token 99" in result.stderr
+    assert "('a', 2): rollout token 7, trainer token 99" in result.stderr
 
 
 def test_not_a_dump_is_an_error(tmp_path):
@@ -294,9 +294,9 @@ def test_name_map_pairs_differently_named_operations(tmp_path):
         assert [op["name"] for op in data["ops"]] == ["embedding", "decoder.layers.0.mlp", "attention", "attention#1"]
         first = data["first"]
         assert first["op"] == "attention#1"
-        assert first["rollout"]["name"] == "decode_attention#1" and first["train"]["name"] == "attention#1"
+        assert first["rollout"]["name"] == "decode_attention#1" and first["trainer"]["name"] == "attention#1"
         assert first["row"] == {"seq_id": "a", "position": 3, "token": 10}
-        assert data["only_rollout"] == data["only_train"] == [] and data["notes"] == []
+        assert data["only_rollout"] == data["only_trainer"] == [] and data["notes"] == []
 
 
 def test_name_map_problems(tmp_path):
@@ -310,11 +310,30 @@ def test_name_map_problems(tmp_path):
     assert "after the name map, operations 'embed' and 'decode_attention' are both named 'embedding'" in collide.stderr
     section = zmr("locate", str(rollout), str(train), "--map", str(DATA / "names-bad-section.yaml"), cwd=tmp_path)
     assert section.returncode == 2
-    assert "names-bad-section.yaml:3: unknown section 'trainer'" in section.stderr
+    assert "names-bad-section.yaml:3: unknown section 'training'" in section.stderr
     with pytest.raises(ZmrError, match="not a regular expression"):
         bad = tmp_path / "bad.json"
         bad.write_text('{"re:(": "x"}')
         load_name_map(bad)
+
+
+def test_name_map_trainer_section_and_its_older_name_train(tmp_path):
+    """`trainer:` maps the trainer's names; `train:` (its name before schema_version 2) still reads; both at once is refused."""
+    rollout = write_side(tmp_path / "rollout", "rollout", names=MAPPED_ROLLOUT)
+    trainer = write_side(tmp_path / "trainer", "trainer", names=MAPPED_TRAIN)
+    entries = "  embedding: embed\n  're:decoder\\.layers\\.(\\d+)\\.mlp': 'model.layers.\\1.mlp'\n  attention: decode_attention\n"
+    for section in ("trainer", "train"):
+        name_map = tmp_path / f"{section}.yaml"
+        name_map.write_text(f"{section}:\n{entries}")
+        code, data, err = run_locate(rollout, trainer, "--map", str(name_map), cwd=tmp_path)
+        assert code == 0, err
+        assert data["only_rollout"] == data["only_trainer"] == [] and data["notes"] == [] and len(data["ops"]) == 4
+        assert "only_train" not in data and "train" not in data and data["trainer"]["side"] == "trainer"
+    both = tmp_path / "both.yaml"
+    both.write_text(f"trainer:\n{entries}train:\n  attention: decode_attention\n")
+    result = zmr("locate", str(rollout), str(trainer), "--map", str(both), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"zmr: error: {both}:5: sections 'trainer' and 'train' are the same side" in result.stderr
 
 
 # ---------------------------------------------------------------------------
@@ -411,7 +430,7 @@ def test_trace_functions_hooks_and_bf16(tmp_path, monkeypatch):
             return self.proj_in(tpkg.ops.norm(h)) + self.proj_skip(h)
 
     name_map = tmp_path / "names.yaml"
-    name_map.write_text("train:\n  block.proj_in: linear\n  block.proj_skip: 'linear#1'\n")
+    name_map.write_text("trainer:\n  block.proj_in: linear\n  block.proj_skip: 'linear#1'\n")
     for tweak, expect in ((False, 0), (True, 1)):
         block = torch.nn.Module()
         weight = torch.nn.Parameter(w.detach().clone())
@@ -431,7 +450,7 @@ def test_trace_functions_hooks_and_bf16(tmp_path, monkeypatch):
         assert [op["name"] for op in data["ops"]] == ["norm", "linear", "linear#1"]
         if tweak:
             first = data["first"]
-            assert first["op"] == "linear" and first["train"]["name"] == "block.proj_in"
+            assert first["op"] == "linear" and first["trainer"]["name"] == "block.proj_in"
             # the weight is not per row: compared whole, by digest; x (a function's) and h (a module's) pair up
             assert {i["slot"]: (i["status"], i["how"]) for i in first["inputs"]} == {"weight": ("differs", "whole"), "x~h": ("equal", "row")}
             assert first["inputs_verdict"] == "differ"
@@ -514,9 +533,9 @@ def test_demo_walk_finds_each_mismatch_source(tmp_path):
             for dtype, want in zip(("fp32", "bf16"), expected):
                 out = tmp_path / f"dumps-{n_rollout}-{n_trainer}-{dtype}"
                 demo.record(trees["rollout"], trees["trainer"], out, dtype=dtype)
-                code, data, err = run_locate(out / "rollout", out / "train", "--map", str(out / "names.yaml"), cwd=tmp_path)
+                code, data, err = run_locate(out / "rollout", out / "trainer", "--map", str(out / "names.yaml"), cwd=tmp_path)
                 assert code == (0 if want is None else 1), err
-                assert data["only_rollout"] == data["only_train"] == [], data
+                assert data["only_rollout"] == data["only_trainer"] == [], data
                 assert len(data["ops"]) == 25 and data["rollout"]["rows"] > 40
                 first = data["first"]
                 found.append(first["op"] if first else None)

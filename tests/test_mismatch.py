@@ -171,8 +171,8 @@ def test_signed_zero_is_not_bitwise_equal_and_is_listed():
     assert (o.bitwise_equal, o.signed_zero, o.max_abs_diff) == (1, 1, 0.0)
     assert not report.bitwise_equal
     (t,) = report.signed_zeros
-    assert (t.step, t.id, t.position, t.rollout, t.train) == (0, "a", 0, "-0.0", "0.0")
-    assert (t.rollout_bits, t.train_bits) == ("0x80000000", "0x00000000")
+    assert (t.step, t.id, t.position, t.rollout, t.trainer) == (0, "a", 0, "-0.0", "0.0")
+    assert (t.rollout_bits, t.trainer_bits) == ("0x80000000", "0x00000000")
     assert report.sequences[0].first_diverging == 0
 
 
@@ -191,7 +191,7 @@ def test_nan_payloads_count_bit_for_bit(r_bits, t_bits, equal):
     assert report.overall.nan_mismatch == (0 if equal else 1)
     assert report.nan_tokens == 1
     (t,) = report.nans
-    assert (t.rollout_bits, t.train_bits) == (f"0x{r_bits:08x}", f"0x{t_bits:08x}")
+    assert (t.rollout_bits, t.trainer_bits) == (f"0x{r_bits:08x}", f"0x{t_bits:08x}")
     assert report.overall.finite_pairs == 0 and report.overall.max_abs_diff is None
 
 
@@ -499,11 +499,11 @@ def test_json_output_schema(tmp_path):
     result = zmr(r, t, "--json")
     assert result.returncode == 0, result.stderr
     out = strict_json(result.stdout)
-    assert out["schema_version"] == SCHEMA_VERSION == 1
+    assert out["schema_version"] == SCHEMA_VERSION == 2
     assert (out["verdict"], out["bitwise_equal"]) == ("mismatch", False)
     assert out["rollout"]["trees"] == {"toy-rollout": "3f2a" * 10}
-    assert out["train"]["provenance"] == {"trees": {"toy-trainer": "c0de" * 10}}
-    assert (out["rollout"]["format"], out["train"]["format"]) == ("jsonl", "safetensors")
+    assert out["trainer"]["provenance"] == {"trees": {"toy-trainer": "c0de" * 10}}
+    assert (out["rollout"]["format"], out["trainer"]["format"]) == ("jsonl", "safetensors")
     figures = {
         "tokens", "bitwise_equal", "fraction_bitwise_equal", "sequences", "sequences_diverged",
         "signed_zero", "nan_mismatch", "nonfinite", "finite_pairs", "max_abs_diff", "mean_abs_diff",
@@ -529,16 +529,32 @@ def test_json_writes_non_finite_figures_as_strings(tmp_path):
     assert out["overall"]["ratio_max"] == "inf"  # exp(1000)
     assert out["overall"]["k3"] == "inf"
     assert out["overall"]["nonfinite"] == 1
-    assert out["nan_tokens"]["listed"][0]["train"] == "nan"
-    assert out["nan_tokens"]["listed"][0]["train_bits"] == "0x7fc00000"
+    assert out["nan_tokens"]["listed"][0]["trainer"] == "nan"
+    assert out["nan_tokens"]["listed"][0]["trainer_bits"] == "0x7fc00000"
+
+
+def test_report_names_the_trainer_side_trainer_and_version_1_reports_still_read(tmp_path):
+    """schema_version 2 says `trainer` (1 said `train`); `zmr smoke`'s metrics read reports of either version."""
+    from zmr.smoke import read_mismatch
+
+    r, t = _pair(tmp_path, differ=True)
+    out = strict_json(zmr(r, t, "--json").stdout)
+    assert [k for k in out if k in ("rollout", "train", "trainer")] == ["rollout", "trainer"]
+    old = {**out, "schema_version": 1, "train": out["trainer"]}
+    del old["trainer"]
+    for name, data in (("new.mismatch.json", out), ("old.mismatch.json", old)):
+        (tmp_path / name).write_text(json.dumps(data))
+        metrics, why = read_mismatch(tmp_path / name, name, tmp_path)
+        assert why == "" and metrics is not None
+        assert (metrics["schema_version"], metrics["bitwise_equal"], metrics["overall"]) == (data["schema_version"], False, out["overall"])
 
 
 def test_signed_zero_and_nan_are_listed_in_the_text_report(tmp_path):
     write_dump(tmp_path / "r.jsonl", [rec("a", 0, np.array([-0.0, np.nan, -1.0], np.float32))])
     write_dump(tmp_path / "t.jsonl", [rec("a", 0, np.concatenate([np.array([0.0], np.float32), f32(0x7FC00001), np.array([-1.0], np.float32)]))])
     out = zmr(tmp_path / "r.jsonl", tmp_path / "t.jsonl").stdout
-    assert "  step 0 id a position 0: rollout -0.0 (0x80000000), train 0.0 (0x00000000)" in out
-    assert "  step 0 id a position 1: rollout nan (0x7fc00000), train nan:0x7fc00001 (0x7fc00001)" in out
+    assert "  step 0 id a position 0: rollout -0.0 (0x80000000), trainer 0.0 (0x00000000)" in out
+    assert "  step 0 id a position 1: rollout nan (0x7fc00000), trainer nan:0x7fc00001 (0x7fc00001)" in out
     assert "verdict: NOT bitwise equal, 2 of 3 tokens differ in 1 of 1 sequences" in out
 
 
@@ -550,7 +566,7 @@ def test_plot_writes_a_png(tmp_path):
     result = zmr(r, t, "--plot", png, "--json")
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert strict_json(result.stdout)["schema_version"] == 1
+    assert strict_json(result.stdout)["schema_version"] == 2
     assert [p.name for p in png.parent.iterdir()] == ["mismatch.png"]  # no temporary file left
 
 
@@ -570,7 +586,7 @@ def test_help_and_import_never_load_numpy_torch_or_matplotlib():
 def test_mismatch_help_lists_the_options():
     result = zmr("--help")
     assert result.returncode == 0
-    for option in ("--json", "--plot", "--require-zero", "ROLLOUT", "TRAIN"):
+    for option in ("--json", "--plot", "--require-zero", "ROLLOUT", "TRAINER"):
         assert option in result.stdout
 
 

@@ -181,6 +181,29 @@ class Mirror:
         return self.path.with_suffix(".writers")
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """One pinned commit ``zmr fetch`` made sure of, and the mirror that holds it."""
+
+    model: str
+    component: str
+    commit: str
+    mirror: Path
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "component": self.component, "commit": self.commit, "mirror": str(self.mirror)}
+
+
+@dataclass(frozen=True)
+class FetchReport:
+    """What ``zmr fetch`` did: one entry per component."""
+
+    fetched: list[Fetched]
+
+    def to_json(self) -> dict:
+        return {"fetched": [f.to_json() for f in self.fetched]}
+
+
 class Cache:
     """Mirrors of upstream repositories, shared by every model and run."""
 

@@ -566,6 +566,30 @@ class CheckoutResult:
     backups: list[str] = field(default_factory=list)
     history: bool = False  # upstream's history was added (--history)
 
+    def to_json(self) -> dict:
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "path": str(self.path),
+            "branch": self.branch,
+            "base": self.base,
+            "tip": self.tip,
+            "patches": self.patches,
+            "action": self.action,
+            "backups": self.backups,
+            "history": self.history,
+        }
+
+
+@dataclass(frozen=True)
+class CheckoutReport:
+    """What ``zmr checkout`` did: one result per component."""
+
+    checkouts: list[CheckoutResult]
+
+    def to_json(self) -> dict:
+        return {"checkouts": [r.to_json() for r in self.checkouts]}
+
 
 @locked
 def checkout(
@@ -1004,6 +1028,19 @@ class MergeResult:
     subject: str = ""
     files: list[str] = field(default_factory=list)
 
+    def to_json(self) -> dict:
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "path": str(self.path),
+            "action": self.action,
+            "replayed": self.replayed,
+            "left": self.left,
+            "commit": self.commit,
+            "subject": self.subject,
+            "files": self.files,
+        }
+
 
 def merge_state(co: Checkout) -> Path:
     """The folder of a merge under way: what ``restore`` needs (``saved.json`` + a copy of the config) and ``todo.json``."""
@@ -1170,6 +1207,29 @@ class ExportResult:
     component: Component
     path: Path
     plan: ExportPlan
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "series": self.component.patches,
+            "checkout": str(self.path),
+            "changed": self.plan.changed,
+            "patches": [p.to_json() for p in self.plan.patches],
+            "removed": self.plan.removed,
+            "series_rewritten": self.plan.series_text is not None,
+        }
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What ``zmr export`` wrote (or, *dry_run*, would write): one result per component."""
+
+    exports: list[ExportResult]
+    dry_run: bool
+
+    def to_json(self) -> dict:
+        return {"dry_run": self.dry_run, "exports": [r.to_json() for r in self.exports]}
 
 
 @locked

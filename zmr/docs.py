@@ -101,6 +101,17 @@ class Outcome:
     def stale(self) -> bool:
         return self.old != self.new
 
+    def to_json(self, check: bool) -> dict:
+        """The report of ``zmr docs --json``; *check*: ``--check`` was given (nothing written)."""
+        return {
+            "readme": self.display,
+            "check": check,
+            "up_to_date": not self.stale,
+            "changed": self.changed,
+            "written": self.stale and not check,
+            "warnings": self.warnings,
+        }
+
     def diff(self) -> str:
         return "".join(difflib.unified_diff(self.old.splitlines(keepends=True), self.new.splitlines(keepends=True), f"a/{self.display}", f"b/{self.display}"))
 

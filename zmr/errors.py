@@ -49,6 +49,8 @@ class Located(Protocol):
     path: str
     line: int
 
+    def to_json(self) -> dict: ...
+
 
 class FileProblems(ZmrError):
     """One or more files are invalid; ``problems`` lists each one, sorted by file and line."""

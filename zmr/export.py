@@ -89,6 +89,9 @@ class PlannedPatch:
     old_name: str | None = None
     data: bytes | None = None  # bytes to write; None keeps the file as it is
 
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": self.status, "written": self.data is not None, "old_name": self.old_name, "subject": self.subject}
+
 
 @dataclass
 class ExportPlan:

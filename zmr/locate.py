@@ -101,7 +101,7 @@ Dump format (one safetensors file per step: ``<folder>/step-NNNNNN.safetensors``
 The file is an ordinary safetensors file (the ``safetensors`` package reads
 it); ``__metadata__`` holds ``"zmr_locate": "1"`` and ``"index"``: JSON with
 
-- ``side`` (``rollout``/``train``/any label), ``step`` (integer, the order of
+- ``side`` (``rollout``/``trainer``/any label), ``step`` (integer, the order of
   steps on this side), ``label`` (free text: ``prefill``, ``decode``...),
   ``seq_ids`` (the sequence ids used in this file, strings);
 - ``rowsets``: ``[{"shape": [...]}]``; row set ``k`` is the tensors
@@ -128,9 +128,10 @@ Name map (``zmr locate --map FILE``, YAML or JSON)
       prefill_attention: attention    # a base name: prefill_attention#1 -> attention#1
       decode_attention: attention
       're:model\\.layers\\.(\\d+)\\.self_attn': 'decoder.layers.\\1.self_attention'
-    train: {}                         # the same for the trainer's names
+    trainer: {}                       # the same for the trainer's names
 
-A mapping without the ``rollout``/``train`` sections is the rollout section.
+A mapping without the ``rollout``/``trainer`` sections is the rollout section;
+``train`` (the older name of the trainer section) is read as ``trainer``.
 A key matches a whole name, else the name without ``#k``; ``re:`` keys are
 regular expressions matched against the whole name (``\\1`` in the value).
 Entries that match nothing are listed as notes (a typo must not pass
@@ -205,8 +206,8 @@ __all__ = [
 
 MAX_NAME_MAP_BYTES = 1 << 20
 
-SCHEMA_VERSION = 1
-"""``schema_version`` of `LocateReport.to_json`."""
+SCHEMA_VERSION = 2
+"""``schema_version`` of `LocateReport.to_json`; 2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
 _MAX_LISTED = 10
 
 
@@ -218,8 +219,8 @@ _MAX_LISTED = 10
 class NameMap:
     """Renames of op names per side: exact names, base names (before ``#k``) and ``re:`` patterns."""
 
-    exact: dict[str, dict[str, str]] = field(default_factory=lambda: {"rollout": {}, "train": {}})
-    patterns: dict[str, list[tuple[str, Any, str]]] = field(default_factory=lambda: {"rollout": [], "train": []})
+    exact: dict[str, dict[str, str]] = field(default_factory=lambda: {"rollout": {}, "trainer": {}})
+    patterns: dict[str, list[tuple[str, Any, str]]] = field(default_factory=lambda: {"rollout": [], "trainer": []})
     used: set[tuple[str, str]] = field(default_factory=set)
     source: str = ""
 
@@ -245,7 +246,7 @@ class NameMap:
 
     def unused(self) -> list[str]:
         result = []
-        for side in ("rollout", "train"):
+        for side in ("rollout", "trainer"):
             keys = list(self.exact[side]) + [k for k, _, _ in self.patterns[side]]
             result += [f"{side}: {k}" for k in keys if (side, k) not in self.used]
         return result
@@ -290,6 +291,10 @@ def load_name_map(path: str | os.PathLike[str]) -> NameMap:
     return _name_map_from(data, display)
 
 
+# The trainer section's older name: name maps that use it still read.
+_OLD_SECTIONS = {"train": "trainer"}
+
+
 def _name_map_from(data: Any, display: str) -> NameMap:
     def strip(value):  # YAML values come as (value, line)
         return value if not isinstance(value, tuple) else value[0]
@@ -298,14 +303,19 @@ def _name_map_from(data: Any, display: str) -> NameMap:
         return f"{display}:{value[1]}" if isinstance(value, tuple) else display
 
     if not isinstance(data, dict):
-        raise ZmrError(f"{display}: a name map is a mapping", details=["write `rollout:` and `train:` sections of `name: other name` entries"])
+        raise ZmrError(f"{display}: a name map is a mapping", details=["write `rollout:` and `trainer:` sections of `name: other name` entries"])
     sectioned = bool(data) and all(isinstance(strip(v), dict) for v in data.values())
-    sections: dict[str, dict[str, Any]] = {"rollout": {}, "train": {}}
+    sections: dict[str, dict[str, Any]] = {"rollout": {}, "trainer": {}}
     if sectioned:
+        given: dict[str, str] = {}
         for key, value in data.items():
-            if key not in sections:
-                raise ZmrError(f"{where(value)}: unknown section {key!r}", details=["the sections are rollout and train"])
-            sections[key] = strip(value)
+            side = _OLD_SECTIONS.get(key, key)
+            if side not in sections:
+                raise ZmrError(f"{where(value)}: unknown section {key!r}", details=["the sections are rollout and trainer"])
+            if side in given:
+                raise ZmrError(f"{where(value)}: sections {given[side]!r} and {key!r} are the same side", details=[f"keep one {side!r} section"])
+            given[side] = key
+            sections[side] = strip(value)
     else:
         sections["rollout"] = data
     result = NameMap(source=display)
@@ -352,20 +362,20 @@ class Divergence:
     element: tuple[int, ...]
     row_shape: tuple[int, ...]
     rollout_value: str
-    train_value: str
+    trainer_value: str
     rollout_bits: str
-    train_bits: str
+    trainer_bits: str
     abs_diff: float | None
     rollout_step: int
     rollout_file: str
     rollout_label: str | None
     rollout_site: str | None
     rollout_name: str
-    train_step: int
-    train_file: str
-    train_label: str | None
-    train_site: str | None
-    train_name: str
+    trainer_step: int
+    trainer_file: str
+    trainer_label: str | None
+    trainer_site: str | None
+    trainer_name: str
     inputs: tuple[InputCheck, ...]
     inputs_verdict: str  # equal | differ | unknown
     kind: str  # "value" | "signed zero" | "nan payload" | "nan vs number" ...
@@ -409,11 +419,11 @@ class LocateReport:
     """What `locate` found; `first` is None when every compared bit is equal."""
 
     rollout: SideInfo
-    train: SideInfo
+    trainer: SideInfo
     ops: list[OpResult]
     first: Divergence | None
     only_rollout: list[str]
-    only_train: list[str]
+    only_trainer: list[str]
     notes: list[str]
 
     @property
@@ -472,14 +482,14 @@ class LocateReport:
                     "label": f.rollout_label,
                     "site": f.rollout_site,
                 },
-                "train": {
-                    "value": f.train_value,
-                    "bits": f.train_bits,
-                    "name": f.train_name,
-                    "step": f.train_step,
-                    "file": f.train_file,
-                    "label": f.train_label,
-                    "site": f.train_site,
+                "trainer": {
+                    "value": f.trainer_value,
+                    "bits": f.trainer_bits,
+                    "name": f.trainer_name,
+                    "step": f.trainer_step,
+                    "file": f.trainer_file,
+                    "label": f.trainer_label,
+                    "site": f.trainer_site,
                 },
                 "abs_diff": num(f.abs_diff),
                 "kind": f.kind,
@@ -498,26 +508,26 @@ class LocateReport:
             "tool": {"name": "zmr", "version": __version__},
             "verdict": "diverged" if self.diverged else "bitwise_equal",
             "rollout": side(self.rollout),
-            "train": side(self.train),
+            "trainer": side(self.trainer),
             "first": first,
             "ops": [op(o) for o in self.ops],
             "only_rollout": list(self.only_rollout),
-            "only_train": list(self.only_train),
+            "only_trainer": list(self.only_trainer),
             "notes": list(self.notes),
         }
 
 
 def locate(
-    rollout: str | os.PathLike[str] | SideDump, train: str | os.PathLike[str] | SideDump, name_map: NameMap | str | os.PathLike[str] | None = None
+    rollout: str | os.PathLike[str] | SideDump, trainer: str | os.PathLike[str] | SideDump, name_map: NameMap | str | os.PathLike[str] | None = None
 ) -> LocateReport:
     """Compare two dumps and find the first operation whose output differs in any bit (see the module doc)."""
     r = rollout if isinstance(rollout, SideDump) else read_side(rollout, "rollout")
-    t = train if isinstance(train, SideDump) else read_side(train, "train")
+    t = trainer if isinstance(trainer, SideDump) else read_side(trainer, "trainer")
     if name_map is not None and not isinstance(name_map, NameMap):
         name_map = load_name_map(name_map)
     notes: list[str] = []
     if name_map is not None:
-        for side_name, dump_ in (("rollout", r), ("train", t)):
+        for side_name, dump_ in (("rollout", r), ("trainer", t)):
             for step in dump_.steps:
                 seen: dict[str, str] = {}
                 for rec in step.records:
@@ -539,7 +549,7 @@ def locate(
             "no operation is in both dumps",
             details=[
                 f"rollout: {_listing(sorted(r_ops))}",
-                f"train: {_listing(sorted(t_ops))}",
+                f"trainer: {_listing(sorted(t_ops))}",
                 "if the two sides name them differently, pass a name map (--map FILE)",
             ],
         )
@@ -599,7 +609,7 @@ def _check_rows(r: SideDump, t: SideDump) -> int:
     only_t = sorted(k for k in tu if k not in ru)
     if only_r or only_t:
         details = []
-        for label, keys, where in (("rollout", only_r, ru), ("train", only_t, tu)):
+        for label, keys, where in (("rollout", only_r, ru), ("trainer", only_t, tu)):
             if keys:
                 shown = ", ".join(f"({k[0]!r}, {k[1]}) in {where[k][1].path.name}" for k in keys[:_MAX_LISTED])
                 more = f", ... ({len(keys)} in all)" if len(keys) > _MAX_LISTED else ""
@@ -612,7 +622,7 @@ def _check_rows(r: SideDump, t: SideDump) -> int:
     bad = [(k, ru[k][0], tu[k][0]) for k in ru if ru[k][0] >= 0 and tu[k][0] >= 0 and ru[k][0] != tu[k][0]]
     if bad:
         bad.sort()
-        listed = [f"({k[0]!r}, {k[1]}): rollout token {a}, train token {b}" for k, a, b in bad[:_MAX_LISTED]]
+        listed = [f"({k[0]!r}, {k[1]}): rollout token {a}, trainer token {b}" for k, a, b in bad[:_MAX_LISTED]]
         raise ZmrError(
             f"{len(bad)} rows have different token ids on the two sides", details=[*listed, "both sides must run the same tokens (the rollout's sampled ones)"]
         )
@@ -682,9 +692,9 @@ class _FirstElement:
     slot: str
     element: int  # flat index within the row
     rollout_rows: Any  # the compared rows' bits, [n, elements per row]
-    train_rows: Any
+    trainer_rows: Any
     rollout_info: TensorInfo
-    train_info: TensorInfo
+    trainer_info: TensorInfo
     row_shape: tuple[int, ...]
 
 
@@ -694,7 +704,7 @@ def _compare_op(name: str, order: int, r_recs: list[Record], t_recs: list[Record
     r_index, r_dup = _row_index(r_recs)
     t_index, t_dup = _row_index(t_recs)
     if r_dup or t_dup:
-        result.notes.append(f"rows computed more than once (rollout {r_dup}, train {t_dup}): the first occurrence of each is compared")
+        result.notes.append(f"rows computed more than once (rollout {r_dup}, trainer {t_dup}): the first occurrence of each is compared")
     _note_unaligned(result, r_recs, t_recs)
     groups = _paired_groups(r_index, t_index)
     if not groups:
@@ -738,7 +748,7 @@ def _note_unaligned(result: OpResult, r_recs: list[Record], t_recs: list[Record]
     """Outputs that are not row-aligned cannot be compared row by row: say how many, with one example."""
     unaligned = [
         (side, rec)
-        for side, recs in (("rollout", r_recs), ("train", t_recs))
+        for side, recs in (("rollout", r_recs), ("trainer", t_recs))
         for rec in recs
         if any(ti.slot.startswith("out") and not ti.aligned for ti in rec.tensors.values())
     ]
@@ -755,7 +765,7 @@ def _note_unaligned(result: OpResult, r_recs: list[Record], t_recs: list[Record]
 def _paired_groups(
     r_index: dict[tuple[str, int], tuple[int, int]], t_index: dict[tuple[str, int], tuple[int, int]]
 ) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """The rows both sides computed, grouped by (rollout record, train record): [(rollout row, train row), ...]."""
+    """The rows both sides computed, grouped by (rollout record, trainer record): [(rollout row, trainer row), ...]."""
     groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for key, (ri, rrow) in r_index.items():
         hit = t_index.get(key)
@@ -788,7 +798,7 @@ def _compare_outputs(name: str, rrec: Record, trec: Record, r_rows, t_rows, resu
         if ri_info.dtype == ti_info.dtype:
             neq = a != b
         else:
-            _note_once(result, f"{slot}: dtype {ri_info.dtype} on the rollout side, {ti_info.dtype} on the train side (compared as values)")
+            _note_once(result, f"{slot}: dtype {ri_info.dtype} on the rollout side, {ti_info.dtype} on the trainer side (compared as values)")
             neq = av.view(np.uint64) != bv.view(np.uint64)
         result.elements += neq.size
         ndiff = int(neq.sum())
@@ -817,11 +827,11 @@ def _note_once(result: OpResult, note: str) -> None:
 def _shape_error(name: str, slot: str, rrec: Record, trec: Record, r_shape: tuple[int, ...], t_shape: tuple[int, ...]) -> ZmrError:
     ri_info, ti_info = rrec.tensors[slot], trec.tensors[slot]
     return ZmrError(
-        f"operation {name!r}, output {slot!r}: per-row shape {list(r_shape)} on the rollout side but {list(t_shape)} on the train side",
+        f"operation {name!r}, output {slot!r}: per-row shape {list(r_shape)} on the rollout side but {list(t_shape)} on the trainer side",
         details=[
             f"rollout: {rrec.step.path} (step {rrec.step.number}, {rrec.original!r},"
             f" tensor shape {list(ri_info.shape)}, rows {list(rrec.step.rowset_shapes[rrec.rowset])})",
-            f"train: {trec.step.path} (step {trec.step.number}, {trec.original!r},"
+            f"trainer: {trec.step.path} (step {trec.step.number}, {trec.original!r},"
             f" tensor shape {list(ti_info.shape)}, rows {list(trec.step.rowset_shapes[trec.rowset])})",
             "the two operations do not compute the same thing per row: check the name map, or the rows given to the step",
         ],
@@ -834,11 +844,11 @@ def _divergence(
     """The divergence at paired row *row* (rollout row *r_row*): its first differing element, both values, and the inputs' verdict."""
     np = numpy()
     assert found is not None  # a differing row has a first differing element
-    a, b, elem = found.rollout_rows, found.train_rows, found.element
+    a, b, elem = found.rollout_rows, found.trainer_rows, found.element
     rv, rb = show_value(int(a[row, elem]), found.rollout_info.dtype)
-    tv, tb = show_value(int(b[row, elem]), found.train_info.dtype)
+    tv, tb = show_value(int(b[row, elem]), found.trainer_info.dtype)
     fa = float(tensor_values(a[row : row + 1, elem], found.rollout_info.dtype)[0])
-    fb = float(tensor_values(b[row : row + 1, elem], found.train_info.dtype)[0])
+    fb = float(tensor_values(b[row : row + 1, elem], found.trainer_info.dtype)[0])
     seq_key = rrec.step.row_keys(rrec.rowset)[r_row]
     assert seq_key is not None  # a differing row is a real row, never padding
     tok = int(rrec.step.row_tokens(rrec.rowset)[r_row])
@@ -854,20 +864,20 @@ def _divergence(
         element=tuple(int(x) for x in np.unravel_index(elem, found.row_shape)) if found.row_shape else (),
         row_shape=found.row_shape,
         rollout_value=rv,
-        train_value=tv,
+        trainer_value=tv,
         rollout_bits=rb,
-        train_bits=tb,
+        trainer_bits=tb,
         abs_diff=abs(fa - fb) if math.isfinite(fa) and math.isfinite(fb) else None,
         rollout_step=rrec.step.number,
         rollout_file=str(rrec.step.path),
         rollout_label=rrec.step.label,
         rollout_site=rrec.site,
         rollout_name=rrec.original,
-        train_step=trec.step.number,
-        train_file=str(trec.step.path),
-        train_label=trec.step.label,
-        train_site=trec.site,
-        train_name=trec.original,
+        trainer_step=trec.step.number,
+        trainer_file=str(trec.step.path),
+        trainer_label=trec.step.label,
+        trainer_site=trec.site,
+        trainer_name=trec.original,
         inputs=inputs,
         inputs_verdict=verdict,
         kind=_difference_kind(fa, fb),
@@ -891,7 +901,7 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
         pairs.append((lone_r[0][0], lone_r[0][1], lone_t[0][2], f"{lone_r[0][3]}~{lone_t[0][3]}"))
     for _slot, ri, ti, short in pairs:
         if ri is None or ti is None:
-            side = "train" if ri is not None else "rollout"
+            side = "trainer" if ri is not None else "rollout"
             checks.append(_fixed(short, "not compared", f"not recorded on the {side} side"))
             continue
         if ri.aligned and ti.aligned:
@@ -927,7 +937,7 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
             comparable[:] = True
             checks.append(_fixed(short, "equal" if same else "differs", "whole"))
         else:
-            which = "rollout" if ri.aligned else "train"
+            which = "rollout" if ri.aligned else "trainer"
             checks.append(_fixed(short, "not compared", f"row-aligned on the {which} side only"))
     return equal, comparable, checks
 

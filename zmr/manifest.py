@@ -19,6 +19,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from yaml.nodes import MappingNode, ScalarNode
 
@@ -26,6 +27,9 @@ from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
 from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, invisible_character, one_of, read_file
 from zmr.yamlnodes import Problems, display_path, line_of, scalar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.project import Project
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -105,6 +109,51 @@ class Manifest:
         except KeyError:
             known = ", ".join(self.components) or "none"
             raise ZmrError(f"model {self.model!r} has no component {key!r} (it has: {known})") from None
+
+
+@dataclass(frozen=True)
+class ModelListing:
+    """One model in ``zmr list``: its manifest and the number of patches in each component's series."""
+
+    manifest: Manifest
+    patch_counts: dict[str, int]
+
+    def to_json(self) -> dict:
+        components = [
+            {
+                "component": c.key,
+                "upstream": c.upstream,
+                "commit": c.commit,
+                "track": c.track,
+                "branch": c.branch,
+                "release": c.release,
+                "patches": self.patch_counts[c.key],
+                "series": c.patches,
+            }
+            for c in self.manifest.components.values()
+        ]
+        return {"model": self.manifest.model, "title": self.manifest.title, "components": components, "smoke": [t.name for t in self.manifest.smoke]}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``zmr list`` shows: every model of the project."""
+
+    models: list[ModelListing]
+
+    def to_json(self) -> dict:
+        return {"models": [m.to_json() for m in self.models]}
+
+
+def list_models(project: Project) -> Listing:
+    """Every manifest of *project*, with the patch count of each series (read, so a broken series fails here)."""
+    from zmr.series import read_series
+
+    listed = []
+    for manifest in project.manifests():
+        counts = {c.key: len(read_series(project.root / c.patches, c.patches, origin=c.patches_origin).patches) for c in manifest.components.values()}
+        listed.append(ModelListing(manifest, counts))
+    return Listing(listed)
 
 
 @dataclass(frozen=True)

@@ -25,19 +25,19 @@ Both are also counted and listed on their own. A NaN or infinity on either
 side leaves that token out of the numeric figures (it is counted as
 `nonfinite`); it still counts for the bitwise verdict.
 
-Figures (per step and overall), with d = lp_train - lp_rollout per token
+Figures (per step and overall), with d = lp_trainer - lp_rollout per token
 ---------------------------------------------------------------------------
 - `tokens`, `bitwise_equal`, `fraction_bitwise_equal`, `sequences`,
   `sequences_diverged` (sequences with at least one token not bitwise equal),
   `signed_zero`, `nan_mismatch` (not equal, NaN on a side), `nonfinite`,
   `finite_pairs` (the tokens the figures below are computed over).
 - `max_abs_diff`, `mean_abs_diff`: max and mean of |d|.
-- `k1` = mean(lp_rollout - lp_train) = mean(-d); it can cancel to zero
+- `k1` = mean(lp_rollout - lp_trainer) = mean(-d); it can cancel to zero
   while tokens differ, so the verdict is always bitwise, never k1.
 - `k3` = mean(exp(d) - 1 - d) (computed without cancellation).
 - `ratio_max`, `ratio_median`, `ratio_max_over_median` of exp(d).
 - `probs_diff_max`, `probs_diff_mean`, `probs_diff_std` of
-  |exp(lp_train) - exp(lp_rollout)|; the std divides by n - 1 like
+  |exp(lp_trainer) - exp(lp_rollout)|; the std divides by n - 1 like
   `torch.std`.
 - `sample_mean_abs_diff`: mean over sequences of each sequence's mean |d|.
 All in float64; a figure over no tokens is null. In `to_json`, an infinite
@@ -51,11 +51,11 @@ names RL frameworks log, to hold zmr's numbers against a dashboard:
 verl and slime compute in the tensors' dtype, zmr in float64, so the last
 digits can differ.
 
-Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 1
+Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 2
 ------------------------------------------------------------------------------
-- `schema_version` (1), `tool` {`name`, `version`}, `verdict`
+- `schema_version` (2; 1 named the trainer side `train`), `tool` {`name`, `version`}, `verdict`
   ("bitwise_equal" or "mismatch"), `bitwise_equal` (bool).
-- `rollout`, `train`: {`path`, `format`, `records`, `tokens`, `dtypes`,
+- `rollout`, `trainer`: {`path`, `format`, `records`, `tokens`, `dtypes`,
   `trees` (component -> commit id, from the provenance; {} when the dump has
   none), `provenance` (verbatim, or null)}.
 - `overall`: every figure above, `all_bitwise_equal`, `aliases`.
@@ -64,8 +64,8 @@ Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 1
   `first_diverging` (position, or null), `max_abs_diff`, `mean_abs_diff`}].
 - `signed_zero_tokens`: {`count`, `listed`}; `nan_tokens`: {`count`,
   `not_bitwise_equal`, `listed`}; a listed token is {`kind`, `step`, `id`,
-  `position`, `rollout`, `train` (values in dump notation), `rollout_bits`,
-  `train_bits` (hex, in each dump's dtype)}; at most 100 are listed.
+  `position`, `rollout`, `trainer` (values in dump notation), `rollout_bits`,
+  `trainer_bits` (hex, in each dump's dtype)}; at most 100 are listed.
 - `notes`: sentences for a human (dtypes differ, commits differ, k1
   cancelled, ...).
 """
@@ -111,8 +111,11 @@ __all__ = [
 ]
 
 
-SCHEMA_VERSION = 1
-"""`schema_version` of `MismatchReport.to_json`; bump it when a key changes meaning or goes away."""
+SCHEMA_VERSION = 2
+"""`schema_version` of `MismatchReport.to_json`; bump it when a key changes meaning or goes away.
+
+2: the trainer side's keys are `trainer` and `trainer_bits` (1: `train`, `train_bits`).
+"""
 
 ALIASES = {
     "training/rollout_probs_diff_max": "probs_diff_max",
@@ -187,9 +190,9 @@ class SpecialToken:
     id: str
     position: int
     rollout: str
-    train: str
+    trainer: str
     rollout_bits: str
-    train_bits: str
+    trainer_bits: str
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ class MismatchReport:
     """
 
     rollout: DumpInfo
-    train: DumpInfo
+    trainer: DumpInfo
     overall: Stats
     steps: list[StepStats]
     sequences: list[SequenceResult]
@@ -265,7 +268,7 @@ class MismatchReport:
             "verdict": "bitwise_equal" if self.bitwise_equal else "mismatch",
             "bitwise_equal": self.bitwise_equal,
             "rollout": info(self.rollout),
-            "train": info(self.train),
+            "trainer": info(self.trainer),
             "overall": stats(self.overall),
             "steps": steps,
             "sequences": [{k: _json_num(v) for k, v in q.__dict__.items()} for q in self.sequences],
@@ -339,7 +342,7 @@ def _index(records: list[DumpRecord], label: str) -> dict[tuple[int, str], DumpR
     return index
 
 
-def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) -> MismatchReport:
+def compare(rollout_records: Any, trainer_records: Any, *, max_listed: int = 100) -> MismatchReport:
     """Pair the records by (step, id) and compute the mismatch report.
 
     Each side is a `Dump` (from `read_dump`) or an iterable of records
@@ -347,19 +350,19 @@ def compare(rollout_records: Any, train_records: Any, *, max_listed: int = 100) 
     when a record has no partner, a (step, id) repeats, or token ids differ.
     """
     r_recs, r_info, r_label = _records_of(rollout_records, "rollout")
-    t_recs, t_info, t_label = _records_of(train_records, "train")
+    t_recs, t_info, t_label = _records_of(trainer_records, "trainer")
     if not r_recs or not t_recs:
         raise ZmrError(f"{r_label if not r_recs else t_label}: no records to compare")
     pairs = _pairs(_index(r_recs, r_label), _index(t_recs, t_label), r_label, t_label)
     _check_tokens(pairs, r_label, t_label)
     flat = _Flat.of(pairs)
-    tok = _token_arrays(flat.rollout, flat.train)
+    tok = _token_arrays(flat.rollout, flat.trainer)
     sequences, first_div, seq_mean = _sequence_results(flat, tok)
     overall = _stats(tok, slice(0, flat.tokens), first_div, seq_mean)
     nan_any = tok["nan_r"] | tok["nan_t"]
     return MismatchReport(
         rollout=r_info,
-        train=t_info,
+        trainer=t_info,
         overall=overall,
         steps=_step_stats(flat, tok, first_div, seq_mean),
         sequences=sequences,
@@ -418,7 +421,7 @@ class _Flat:
     lengths: Any
     starts: Any
     rollout: Any  # float64 log-probs
-    train: Any
+    trainer: Any
     seg: Any
 
     @property
@@ -488,7 +491,7 @@ def _listing(flat: _Flat, mask: ndarray, kind: str, max_listed: int) -> list[Spe
     """The first *max_listed* tokens of *mask*, listed on their own with both values and bits."""
     np = numpy()
     out = []
-    rb, tb = flat.rollout.view(np.uint64), flat.train.view(np.uint64)
+    rb, tb = flat.rollout.view(np.uint64), flat.trainer.view(np.uint64)
     for idx in np.flatnonzero(mask)[:max_listed].tolist():
         i = int(flat.seg[idx])
         r, t = flat.pairs[i]
@@ -499,9 +502,9 @@ def _listing(flat: _Flat, mask: ndarray, kind: str, max_listed: int) -> list[Spe
                 id=r.id,
                 position=idx - int(flat.starts[i]),
                 rollout=format_value(int(rb[idx]), r.dtype),
-                train=format_value(int(tb[idx]), t.dtype),
+                trainer=format_value(int(tb[idx]), t.dtype),
                 rollout_bits=native_hex(int(rb[idx]), r.dtype),
-                train_bits=native_hex(int(tb[idx]), t.dtype),
+                trainer_bits=native_hex(int(tb[idx]), t.dtype),
             )
         )
     return out
@@ -610,10 +613,10 @@ def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mea
 def _notes(r: DumpInfo, t: DumpInfo, overall: Stats, nan_tokens: int, nan_equal: int) -> list[str]:
     notes = []
     if r.dtypes != t.dtypes:
-        notes.append(f"the rollout dump holds {'/'.join(r.dtypes)} and the train dump {'/'.join(t.dtypes)}: values are compared exactly as float64")
+        notes.append(f"the rollout dump holds {'/'.join(r.dtypes)} and the trainer dump {'/'.join(t.dtypes)}: values are compared exactly as float64")
     for comp in sorted(set(r.trees) & set(t.trees)):
         if r.trees[comp].lower() != t.trees[comp].lower():
-            notes.append(f"the dumps name different commits for {comp}: {r.trees[comp]} (rollout) and {t.trees[comp]} (train)")
+            notes.append(f"the dumps name different commits for {comp}: {r.trees[comp]} (rollout) and {t.trees[comp]} (trainer)")
     if overall.signed_zero:
         notes.append(f"{overall.signed_zero} token(s) differ only in the sign of zero (+0.0 vs -0.0)")
     if nan_tokens:

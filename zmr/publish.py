@@ -297,7 +297,17 @@ def needs_gpu(test: SmokeTest) -> bool:
     return any(name.upper() == "GPU" and amount > 0 for name, amount in test.resources)
 
 
-def ci_matrix(manifests: Sequence[Manifest]) -> dict:
+@dataclass(frozen=True)
+class CiMatrix:
+    """The CI job matrix: one job per model × component (``ci_matrix``)."""
+
+    include: list[dict]
+
+    def to_json(self) -> dict:
+        return {"include": self.include}
+
+
+def ci_matrix(manifests: Sequence[Manifest]) -> CiMatrix:
     """``{"include": [...]}``: one job per model × component, for ``strategy.matrix``.
 
     A component's own smoke tests go to its job; a model-level test goes to
@@ -334,4 +344,4 @@ def ci_matrix(manifests: Sequence[Manifest]) -> dict:
                     "gpu_smoke": gpu,
                 }
             )
-    return {"include": include}
+    return CiMatrix(include)

@@ -74,6 +74,19 @@ class BranchUpdate:
             return "created"
         return "unchanged" if self.old == self.new else "updated"
 
+    def to_json(self) -> dict:
+        return {"branch": self.branch, "old": self.old, "new": self.new, "status": self.status, "old_tip_kept_as": self.kept}
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What ``zmr build`` moved: one update per release branch."""
+
+    updates: list[BranchUpdate]
+
+    def to_json(self) -> dict:
+        return {"branches": [u.to_json() for u in self.updates]}
+
 
 @dataclass
 class VerifyResult:
@@ -83,6 +96,32 @@ class VerifyResult:
     expected: str
     actual: str | None
     reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "branch": self.branch,
+            "status": self.status,
+            "expected": self.expected,
+            "actual": self.actual,
+            "reasons": self.reasons,
+        }
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``zmr verify`` found: one result per release branch, compared with local branches or *remote*'s."""
+
+    results: list[VerifyResult]
+    remote: str | None
+
+    @property
+    def drifted(self) -> list[VerifyResult]:
+        return [r for r in self.results if r.status != "ok"]
+
+    def to_json(self) -> dict:
+        return {"ok": not self.drifted, "remote": self.remote, "branches": [r.to_json() for r in self.results]}
 
 
 # -- computing release commits -------------------------------------------------------

@@ -204,7 +204,18 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
             raise ZmrError(f"zmr new {model}: the case template does not validate (a bug in zmr)", details=[str(p) for p in problems])
 
 
-def create(project: "Project", model: str, components: Sequence[str], title: str | None = None, tracks: Sequence[str] = ()) -> list[str]:
+@dataclass(frozen=True)
+class Scaffolded:
+    """What ``zmr new`` wrote: *files*, repository-relative, in order."""
+
+    model: str
+    files: list[str]
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "files": self.files}
+
+
+def create(project: "Project", model: str, components: Sequence[str], title: str | None = None, tracks: Sequence[str] = ()) -> Scaffolded:
     """Scaffold *model*; returns the repository-relative paths written, in order."""
     from zmr import transaction
     from zmr.manifest import COMPONENT_RE, MODEL_RE, load_manifests
@@ -252,4 +263,4 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
             for rel in files:
                 txn.remove(root / rel)
         raise
-    return list(files)
+    return Scaffolded(model, list(files))

@@ -475,7 +475,7 @@ def summarize(data: dict) -> dict:
 def compare(args, folder: Path, dtype: str, check: int, a: Path, b: Path, label: str | None = None) -> dict:
     name = label or CHECKS[check]
     base = Path(args.artifacts)
-    entry: dict = {"check": check, "name": name, "dtype": dtype, "rollout": str(a), "train": str(b)}
+    entry: dict = {"check": check, "name": name, "dtype": dtype, "rollout": str(a), "trainer": str(b)}
     diverged = []
     if check == 1:
         a, b, diverged = align_tokens(a, b, folder, name)

@@ -141,8 +141,8 @@ def test_cpu_reports_are_zmr_mismatch_reports(cpu_run):
         for check in ("batch-invariance", "decode-prefill", "rollout-trainer"):
             assert f"{dtype}.{check}.mismatch.json" in names and f"{dtype}.{check}.control.mismatch.json" in names
     report = json.loads((artifacts / "fp32.decode-prefill.mismatch.json").read_text())
-    assert report["schema_version"] == 1 and report["verdict"] == "bitwise_equal"
-    assert report["rollout"]["provenance"]["run"] == "batch" and "prefill" in report["train"]["provenance"]["run"]
+    assert report["schema_version"] == 2 and report["verdict"] == "bitwise_equal"
+    assert report["rollout"]["provenance"]["run"] == "batch" and "prefill" in report["trainer"]["provenance"]["run"]
     if record_enabled("ZMR_RECORD_EVIDENCE"):
         EVIDENCE.mkdir(parents=True, exist_ok=True)
         (EVIDENCE / "template-cpu-compiled-split-kv-off.json").write_text(json.dumps(strip_paths(summary), indent=1) + "\n")
@@ -218,7 +218,7 @@ def strip_paths(summary: dict) -> dict:
     data = json.loads(text)
     data["model"] = "tiny-llama (scripts/make_tiny_model.py defaults)"
     for r in data["results"]:
-        for key in ("rollout", "train", "report"):
+        for key in ("rollout", "trainer", "report"):
             if key in r:
                 r[key] = Path(r[key]).name
     for run in data["runs"].values():

@@ -24,7 +24,7 @@ def build(models: Models = None, all_models: All = False, components: Components
     for note in cache.notes:
         warn(note)
     if json_out:
-        print_json({"branches": [{"branch": u.branch, "old": u.old, "new": u.new, "status": u.status, "old_tip_kept_as": u.kept} for u in updates]})
+        print_json(release.BuildReport(updates).to_json())
         return
     width = max((len(u.branch) for u in updates), default=0)
     for u in updates:
@@ -53,26 +53,10 @@ def verify(
         results = release.verify(project, chosen, remote=remote, cache=cache, progress=progress)
     for note in cache.notes:
         warn(note)
-    bad = [r for r in results if r.status != "ok"]
+    report = release.VerifyReport(results, remote)
+    bad = report.drifted
     if json_out:
-        print_json(
-            {
-                "ok": not bad,
-                "remote": remote,
-                "branches": [
-                    {
-                        "model": r.component.model,
-                        "component": r.component.key,
-                        "branch": r.branch,
-                        "status": r.status,
-                        "expected": r.expected,
-                        "actual": r.actual,
-                        "reasons": r.reasons,
-                    }
-                    for r in results
-                ],
-            }
-        )
+        print_json(report.to_json())
     else:
         width = max((len(r.branch) for r in results), default=0)
         for r in results:

@@ -48,25 +48,7 @@ def checkout(
             path = _dir_for(directory, comp.key, len(targets))
             results.append(checkouts.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
     if json_out:
-        print_json(
-            {
-                "checkouts": [
-                    {
-                        "model": r.component.model,
-                        "component": r.component.key,
-                        "path": str(r.path),
-                        "branch": r.branch,
-                        "base": r.base,
-                        "tip": r.tip,
-                        "patches": r.patches,
-                        "action": r.action,
-                        "backups": r.backups,
-                        "history": r.history,
-                    }
-                    for r in results
-                ]
-            }
-        )
+        print_json(checkouts.CheckoutReport(results).to_json())
         return
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
@@ -97,8 +79,7 @@ def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, a
     else:
         result = checkouts.merge_abort(project, comp, directory)
     if json_out:
-        keys = ("action", "replayed", "left", "commit", "subject", "files")
-        print_json({"model": comp.model, "component": comp.key, "path": str(result.path), **{k: getattr(result, k) for k in keys}})
+        print_json(result.to_json())
     elif result.action == "merged":
         print(f"merged    {result.path}: {result.replayed} commit(s) replayed on the repository's series")
         print(f"now run `zmr export {comp.model} -c {comp.key}`")
@@ -136,27 +117,7 @@ def export(
             raise ZmrError(f"model {model!r} has no checkout", details=[f"run `zmr checkout {model}` first"])
     results = [checkouts.export(project, c, _dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
     if json_out:
-        print_json(
-            {
-                "dry_run": dry_run,
-                "exports": [
-                    {
-                        "model": r.component.model,
-                        "component": r.component.key,
-                        "series": r.component.patches,
-                        "checkout": str(r.path),
-                        "changed": r.plan.changed,
-                        "patches": [
-                            {"name": p.name, "status": p.status, "written": p.data is not None, "old_name": p.old_name, "subject": p.subject}
-                            for p in r.plan.patches
-                        ],
-                        "removed": r.plan.removed,
-                        "series_rewritten": r.plan.series_text is not None,
-                    }
-                    for r in results
-                ],
-            }
-        )
+        print_json(checkouts.ExportReport(results, dry_run).to_json())
         return
     for r in results:
         verb = "would change" if dry_run else "exported"

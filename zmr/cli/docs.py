@@ -30,16 +30,7 @@ def docs(
     if not check:
         gen.write(outcome)
     if json_out:
-        print_json(
-            {
-                "readme": outcome.display,
-                "check": check,
-                "up_to_date": not outcome.stale,
-                "changed": outcome.changed,
-                "written": outcome.stale and not check,
-                "warnings": outcome.warnings,
-            }
-        )
+        print_json(outcome.to_json(check))
     elif check and outcome.stale:
         sys.stdout.write(outcome.diff())
     elif not outcome.stale:

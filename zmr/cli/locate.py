@@ -25,7 +25,7 @@ def locate(
         Path,
         typer.Argument(metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file."),
     ],
-    train: Annotated[Path, typer.Argument(metavar="TRAIN_DUMP", help="The trainer side's tensor dump, on the same tokens.")],
+    trainer: Annotated[Path, typer.Argument(metavar="TRAINER_DUMP", help="The trainer side's tensor dump, on the same tokens.")],
     name_map: Annotated[
         Path | None, typer.Option("--map", metavar="FILE", help="YAML or JSON name map, when the two sides name operations differently.")
     ] = None,
@@ -35,7 +35,7 @@ def locate(
     """First operation whose output differs in any bit between rollout and trainer. Exit 1 when one is found."""
     from zmr import locate as loc
 
-    report = loc.locate(rollout, train, name_map)
+    report = loc.locate(rollout, trainer, name_map)
     if json_out:
         import json
 
@@ -56,9 +56,9 @@ def _num(x: float | None) -> str:
 
 
 def _render(report: "LocateReport", limit: int) -> None:
-    r, t = report.rollout, report.train
+    r, t = report.rollout, report.trainer
     print(f"rollout: {r.path} ({r.files} steps, {r.records} records, {r.ops} operations)")
-    print(f"train:   {t.path} ({t.files} steps, {t.records} records, {t.ops} operations)")
+    print(f"trainer: {t.path} ({t.files} steps, {t.records} records, {t.ops} operations)")
     print(f"rows paired: {r.rows} (sequence id, position); operations in both: {len(report.ops)}")
     f = report.first
     if f is None:
@@ -75,16 +75,16 @@ def _render(report: "LocateReport", limit: int) -> None:
             + (f" ({f.rollout_label})" if f.rollout_label else "")
         )
         print(
-            f"  train:   {f.train_name}"
-            + (f" at {f.train_site}" if f.train_site else "")
-            + f", step {f.train_step}"
-            + (f" ({f.train_label})" if f.train_label else "")
+            f"  trainer: {f.trainer_name}"
+            + (f" at {f.trainer_site}" if f.trainer_site else "")
+            + f", step {f.trainer_step}"
+            + (f" ({f.trainer_label})" if f.trainer_label else "")
         )
         token = f", token {f.token}" if f.token is not None else ""
         print(f"  row:     sequence {f.seq_id!r}, position {f.position}{token}")
         where = f"[{', '.join(map(str, f.element))}] of {list(f.row_shape)}" if f.row_shape else "the scalar"
         print(
-            f"  element: {f.slot} {where}: rollout {f.rollout_value} ({f.rollout_bits}), train {f.train_value} ({f.train_bits})"
+            f"  element: {f.slot} {where}: rollout {f.rollout_value} ({f.rollout_bits}), trainer {f.trainer_value} ({f.trainer_bits})"
             + (f", |Δ| {_num(f.abs_diff)}" if f.abs_diff is not None else "")
             + (f" [{f.kind}]" if f.kind != "value" else "")
         )
@@ -113,7 +113,7 @@ def _render(report: "LocateReport", limit: int) -> None:
         )
         if len(shown) < len(after):
             print(f"... {len(after) - len(shown)} more (--limit 0 shows all)")
-    for label, names in (("rollout", report.only_rollout), ("train", report.only_train)):
+    for label, names in (("rollout", report.only_rollout), ("trainer", report.only_trainer)):
         if names:
             shown_names = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
             print(f"only in {label} (not compared): {shown_names}")

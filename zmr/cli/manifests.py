@@ -9,43 +9,27 @@ from zmr.cli.render import Progress, print_json, table, warn
 
 def list_models(json_out: Json = False) -> None:
     """Models, components, pins and patch counts."""
-    from zmr.series import read_series
+    from zmr.manifest import list_models as listing_of
 
-    project = find_project()
-    rows = []
-    data = []
-    for manifest in project.manifests():
-        comps = []
-        for comp in manifest.components.values():
-            series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
-            comps.append(
-                {
-                    "component": comp.key,
-                    "upstream": comp.upstream,
-                    "commit": comp.commit,
-                    "track": comp.track,
-                    "branch": comp.branch,
-                    "release": comp.release,
-                    "patches": len(series.patches),
-                    "series": comp.patches,
-                }
-            )
-            rows.append([manifest.model, comp.key, comp.commit[:12], len(series.patches), comp.branch, comp.upstream])
-        data.append({"model": manifest.model, "title": manifest.title, "components": comps, "smoke": [t.name for t in manifest.smoke]})
+    listing = listing_of(find_project())
     if json_out:
-        print_json({"models": data})
-    else:
-        table(["model", "component", "pin", "patches", "branch", "upstream"], rows)
+        print_json(listing.to_json())
+        return
+    rows = [
+        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream] for m in listing.models for c in m.manifest.components.values()
+    ]
+    table(["model", "component", "pin", "patches", "branch", "upstream"], rows)
 
 
 def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
-    from zmr.cases import check_project
-    from zmr.errors import CaseError, ZmrError
+    from zmr.cases import ValidateReport, check_project
+    from zmr.errors import CaseError, Located, ZmrError
     from zmr.series import read_series
+    from zmr.yamlnodes import Problem
 
     project = find_project(untrusted)
-    problems: list[dict] = []  # for --json
+    problems: list[Located] = []  # for --json
     manifests: list = []
     cases: list = []
     try:
@@ -53,7 +37,7 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     except CaseError as err:  # every problem of the manifests and cases
         if not json_out:
             raise
-        problems += [_problem(p) for p in err.problems]
+        problems += err.problems
     failed: list[ZmrError] = []
     warnings: list[str] = []
     count = 0
@@ -64,20 +48,19 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
             except ZmrError as err:
                 failed.append(err)
                 listed = getattr(err, "problems", [])
-                problems += [_problem(p) for p in listed] or [{"file": comp.patches, "line": None, "message": err.message, "hint": "; ".join(err.details)}]
+                problems += listed or [Problem(comp.patches, 0, err.message, "; ".join(err.details))]
                 continue
             count += len(series.patches)
             warnings.extend(series.warnings)
             split = _message_problems(comp.patches, series.patches)
             if split:
-                problems += [_problem(p) for p in split]
+                problems += split
                 failed.append(ZmrError(f"{len(split)} problem{'s' if len(split) != 1 else ''} in {comp.patches}/series", details=[str(p) for p in split]))
     for text in warnings:
         warn(text)
     if json_out:
         # The problems are the report (stdout); the exit status still says there are some.
-        models_seen, cases_seen = [m.model for m in manifests], [c.model for c in cases]
-        print_json({"ok": not problems, "models": models_seen, "cases": cases_seen, "patches": count, "problems": problems, "warnings": warnings})
+        print_json(ValidateReport([m.model for m in manifests], [c.model for c in cases], count, problems, warnings).to_json())
         if problems:
             raise ZmrError(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}, listed in the JSON report")
         return
@@ -101,17 +84,9 @@ def _message_problems(folder: str, patches: list) -> list:
     return found
 
 
-def _problem(p) -> dict:
-    """One problem (`zmr.yamlnodes.Problem`) in `zmr validate --json`.
-
-    The file (relative to the repository), its line (null: the whole file), what is wrong, what to do.
-    """
-    return {"file": p.path, "line": p.line or None, "message": getattr(p, "text", str(p)), "hint": getattr(p, "fix", "")}
-
-
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
-    from zmr.cache import Cache, resolve_upstream
+    from zmr.cache import Cache, Fetched, FetchReport, resolve_upstream
 
     project = find_project()
     chosen = targets(project, models, components, all_models, writes=False)
@@ -121,11 +96,11 @@ def fetch(models: Models = None, all_models: All = False, components: Components
         for comp in chosen:
             progress(f"{comp.label}: {comp.upstream} {comp.commit[:12]}")
             mirror = cache.ensure(resolve_upstream(comp.upstream, project.root), [comp.commit], display=f"{comp.label} ({comp.upstream})")
-            results.append({"model": comp.model, "component": comp.key, "commit": comp.commit, "mirror": str(mirror.path)})
+            results.append(Fetched(comp.model, comp.key, comp.commit, mirror.path))
     for note in cache.notes:
         warn(note)
     if json_out:
-        print_json({"fetched": results})
+        print_json(FetchReport(results).to_json())
     else:
         for item in results:
-            print(f"fetched {item['model']}/{item['component']} {item['commit'][:12]}")
+            print(f"fetched {item.model}/{item.component} {item.commit[:12]}")

@@ -33,7 +33,7 @@ _LISTED = 10
 
 def mismatch(
     rollout: Annotated[Path, typer.Argument(metavar="ROLLOUT", help="Log-prob dump of the rollout engine (.jsonl, .npz, .safetensors).")],
-    train: Annotated[Path, typer.Argument(metavar="TRAIN", help="Log-prob dump of the trainer, same (step, id) pairs.")],
+    trainer: Annotated[Path, typer.Argument(metavar="TRAINER", help="Log-prob dump of the trainer, same (step, id) pairs.")],
     json_out: Json = False,
     plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Write a PNG of per-step max |Δ| and k3.")] = None,
     require_zero: Annotated[bool, typer.Option("--require-zero", help="Exit 1 unless every token is bitwise equal.")] = False,
@@ -42,7 +42,7 @@ def mismatch(
     from zmr import mismatch as mm
     from zmr.errors import CheckFailed
 
-    report = mm.compare(mm.read_dump(rollout), mm.read_dump(train))
+    report = mm.compare(mm.read_dump(rollout), mm.read_dump(trainer))
     if plot is not None:
         mm.plot_report(report, plot)
     if json_out:
@@ -113,16 +113,16 @@ def _lines(report: "MismatchReport") -> list[str]:
     o = report.overall
     out = [
         (
-            f"importance ratio exp(lp_train - lp_rollout): max {_num(o.ratio_max, 9)}, "
+            f"importance ratio exp(lp_trainer - lp_rollout): max {_num(o.ratio_max, 9)}, "
             f"median {_num(o.ratio_median, 9)}, max/median {_num(o.ratio_max_over_median, 9)}"
         ),
         (
-            f"probabilities |exp(lp_train) - exp(lp_rollout)|: max {_num(o.probs_diff_max)}, "
+            f"probabilities |exp(lp_trainer) - exp(lp_rollout)|: max {_num(o.probs_diff_max)}, "
             f"mean {_num(o.probs_diff_mean)}, std {_num(o.probs_diff_std)}; "
             f"mean |Δ| per sequence {_num(o.sample_mean_abs_diff)}"
         ),
     ]
-    for side, info in (("rollout", report.rollout), ("train", report.train)):
+    for side, info in (("rollout", report.rollout), ("trainer", report.trainer)):
         out.append(
             f"{side}: {info.path or '-'} ({info.format or 'records'}, {info.records:,} records, "
             f"{info.tokens:,} tokens, {'/'.join(info.dtypes)}; {_trees(info.trees)})"
@@ -134,7 +134,7 @@ def _lines(report: "MismatchReport") -> list[str]:
         if total:
             out.append(f"{title}: {total}")
             for t in items[:_LISTED]:
-                out.append(f"  step {t.step} id {t.id} position {t.position}: rollout {t.rollout} ({t.rollout_bits}), train {t.train} ({t.train_bits})")
+                out.append(f"  step {t.step} id {t.id} position {t.position}: rollout {t.rollout} ({t.rollout_bits}), trainer {t.trainer} ({t.trainer_bits})")
             if total > min(len(items), _LISTED):
                 out.append(f"  ... and {total - min(len(items), _LISTED)} more (--json lists up to {len(items)})")
     diverged = [q for q in report.sequences if q.first_diverging is not None]
@@ -180,7 +180,7 @@ def _render_rich(report: "MismatchReport") -> None:
 
     console = make_console()
     table = Table(
-        title="zmr mismatch: rollout vs train log-probs",
+        title="zmr mismatch: rollout vs trainer log-probs",
         box=box.SIMPLE_HEAD,
         padding=0,
         pad_edge=False,

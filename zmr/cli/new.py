@@ -39,10 +39,10 @@ def new(
     from zmr import scaffold
 
     project = find_project()
-    written = scaffold.create(project, model, components or [], title, tracks or [])
+    created = scaffold.create(project, model, components or [], title, tracks or [])
     if json_out:
-        print_json({"model": model, "files": written})
+        print_json(created.to_json())
         return
-    for path in written:
+    for path in created.files:
         print(f"created  {path}")
     print(f"next: fill in cases/{model}/, add patches (zmr checkout {model} -c <component>, then zmr export), zmr validate {model}, zmr docs")

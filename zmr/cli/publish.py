@@ -85,4 +85,4 @@ def ci_matrix(models: Models = None, untrusted: Untrusted = False, json_out: Jso
 
     project = find_project(untrusted)
     matrix = pub.ci_matrix(project.manifests(models))
-    sys.stdout.write(json.dumps(matrix, separators=(",", ":"), sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(matrix.to_json(), separators=(",", ":"), sort_keys=True) + "\n")
