@@ -66,7 +66,7 @@ from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import TempIndex, build_chain
-from zmr.series import Series, read_series
+from zmr.series import Series
 
 BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
@@ -377,7 +377,7 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
         return False, [moved.message]
     try:
         commits = list_commits(co.repo, base, head, component.label)
-        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches)
+        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, series=project.series(component))
     except ZmrError as err:
         return False, [] if fresh else [err.message]
     if not plan.changed:
@@ -560,7 +560,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
                 _remember(project, component, co)
                 count = len(co.repo.commits_between(component.commit, head))
                 return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
-    series = read_series(project.series_folder(component), component.patches, origin=component.patches_origin)
+    series = project.series(component, no_links=True)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]}")
     mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
@@ -616,7 +616,7 @@ def series_fingerprint(project: Project, component: Component, pin: str, series:
     (export keeps the repository's). The "three sides" of export compare it
     (docs/reference.md §7.7).
     """
-    series = series or read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = series or project.series(component)
     digest = hashlib.sha256(f"zmr-series 1\n{pin}\n".encode())
     for patch in series.patches:
         digest.update(f"{patch.name}\0{patch.strip}\0{len(patch.data)}\0".encode("utf-8", "surrogateescape") + patch.data)
@@ -949,7 +949,7 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
         )
     mine = list_commits(co.repo, exported, head, component.label)
     cache = cache or Cache()
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = project.series(component)
     mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
@@ -1115,7 +1115,8 @@ def export(project: Project, component: Component, path: Path | None = None, dry
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
     commits = list_commits(co.repo, base, head, component.label)
     journal = project.pending_removals(component)
-    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal)
+    series = project.series(component, no_links=True)
+    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
     _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:

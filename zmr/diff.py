@@ -4,7 +4,7 @@ Two sides, BASE and HEAD, each a revision of the zmr repository or (HEAD's
 default) its working tree::
 
     revision ──ls-tree + cat-file (zmr.yaml, manifests/, the folders they name)──▶ revisions/v1-<commit>/ in the cache
-             ──load_manifests, read_series (the working tree's validation, same limits)──▶ components
+             ──load_manifests, Project.series (the working tree's validation, same limits)──▶ components
     component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
     otherwise ──zmr.release.compute, partial like verify──▶ tree and branch id of each side
               ──zmr.replay.build_chain + zmr.rebase.range_diff──▶ patches added, removed, changed, reordered
@@ -38,7 +38,7 @@ from zmr.errors import ZmrError
 from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
 from zmr.project import Project, load_settings
-from zmr.series import MAX_PATCH_BYTES, Series, read_series
+from zmr.series import MAX_PATCH_BYTES, Series
 from zmr.yamlnodes import MAX_FILE_BYTES
 
 
@@ -462,7 +462,7 @@ def compare_component(
             inputs[side.name] = None
             continue
         try:
-            inputs[side.name] = _Input(side, comp, read_series(side.project.root / comp.patches, comp.patches, origin=comp.patches_origin))
+            inputs[side.name] = _Input(side, comp, side.project.series(comp))
         except ZmrError as err:
             return _broken(result, side, err)
     before, after = inputs["base"], inputs["head"]

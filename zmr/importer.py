@@ -51,7 +51,7 @@ from zmr.git import Progress
 from zmr.cache import Cache, CacheError, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
-from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, parse_manifest
+from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, manifest_file, parse_manifest
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import read_series
@@ -108,7 +108,7 @@ class ImportResult:
             "manifests": [
                 {
                     "model": model,
-                    "path": f"manifests/{model}.yaml",
+                    "path": manifest_file(model),
                     "added": model in self.added,
                     "components": [
                         {
@@ -562,21 +562,21 @@ def _series_files(folder: Path, item: Imported) -> dict[Path, bytes]:
 
 def _check_targets(project: Project, result: ImportResult) -> None:
     for model, items in result.manifests.items():
-        path = project.root / "manifests" / f"{model}.yaml"
+        path = project.manifest_path(model)
         have: dict[str, str] = {}
         if path.exists():
             manifest, problems = parse_manifest(path, project.root, project.policy)
             if manifest is None or problems:
                 raise ImportBranchError(
-                    f"manifests/{model}.yaml is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems]
+                    f"{manifest_file(model)} is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems]
                 )
-            have = {key: f"manifests/{model}.yaml" for key in manifest.components}
+            have = {key: manifest_file(model) for key in manifest.components}
             result.added.add(model)
         keys: dict[str, str] = {}
         for item in items:
             if item.key in have:
                 raise ImportBranchError(
-                    f"manifests/{model}.yaml already exists; zmr import never overwrites a manifest, and it has component {item.key!r} already",
+                    f"{manifest_file(model)} already exists; zmr import never overwrites a manifest, and it has component {item.key!r} already",
                     details=[f"import {item.branch} under another --model, or remove component {item.key} from the manifest first"],
                 )
             if item.key in keys:
@@ -668,16 +668,16 @@ def _write(project: Project, result: ImportResult) -> None:
     texts: dict[str, str] = {}
     old: dict[str, bytes | None] = {}
     for model, items in result.manifests.items():
-        path = project.root / "manifests" / f"{model}.yaml"
+        path = project.manifest_path(model)
         before = old[model] = path.read_bytes() if path.exists() else None
-        text = add_components(before.decode("utf-8"), f"manifests/{model}.yaml", items) if before is not None else manifest_text(model, items)
+        text = add_components(before.decode("utf-8"), manifest_file(model), items) if before is not None else manifest_text(model, items)
         with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
             probe = Path(tmp) / f"{model}.yaml"
             probe.write_text(text)
             manifest, problems = parse_manifest(probe, project.root)
         if problems or manifest is None or any(item.key not in manifest.components for item in items):
             raise ImportBranchError(
-                f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems]
+                f"{manifest_file(model)} would be invalid", details=[str(p).replace(str(probe), manifest_file(model)) for p in problems]
             )
         texts[model] = text
     files: dict[Path, bytes] = {}
@@ -685,7 +685,7 @@ def _write(project: Project, result: ImportResult) -> None:
         for item in items:
             if item.patches:
                 files.update(_series_files(project.root / item.folder, item))
-        files[project.root / "manifests" / f"{model}.yaml"] = texts[model].encode()
+        files[project.manifest_path(model)] = texts[model].encode()
     with transaction.begin(project, IMPORT_TRANSACTION) as txn:  # every series and manifest, or none
         for path, data in files.items():
             txn.write(path, data)
@@ -697,5 +697,5 @@ def _write(project: Project, result: ImportResult) -> None:
                 txn.remove(path)
             for model, before in old.items():
                 if before is not None:
-                    txn.write(project.root / "manifests" / f"{model}.yaml", before)
+                    txn.write(project.manifest_path(model), before)
         raise

@@ -86,7 +86,7 @@ class Component:
     @property
     def patches_origin(self) -> str:
         """Where the series folder is named: ``manifests/<model>.yaml:<line>``."""
-        return f"manifests/{self.model}.yaml:{self.patches_line or self.line}"
+        return f"{manifest_file(self.model)}:{self.patches_line or self.line}"
 
 
 @dataclass(frozen=True)
@@ -618,6 +618,11 @@ def _check_branch_collisions(components: dict[str, Component], problems: Problem
                     "give each component its own branch",
                 )
         seen[comp.branch] = comp.key
+
+
+def manifest_file(model: str) -> str:
+    """``manifests/<model>.yaml``: where the manifest of *model* is, relative to the repository root (``Project.manifest_path``)."""
+    return f"manifests/{model}.yaml"
 
 
 def manifest_paths(root: Path) -> list[Path]:

@@ -27,13 +27,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import SettingsError, ZmrError
 from zmr.files import atomic_write
-from zmr.manifest import Component, Manifest, Policy, load_manifests
+from zmr.manifest import Component, Manifest, Policy, load_manifests, manifest_file
 from zmr.schema import At, Check, Field, Record, Text, read_file
 from zmr.yamlnodes import Problems
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.series import Series
 
 SETTINGS_FILE = "zmr.yaml"
 STATE_DIR = "zmr"  # in the git directory
@@ -160,6 +164,20 @@ class Project:
         if b"/work/" in old.split(b"\n"):
             return
         atomic_write(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + b"# zmr: checkouts (zmr checkout)\n/work/\n")
+
+    def manifest_path(self, model: str) -> Path:
+        """``manifests/<model>.yaml``: the manifest of *model* (whether or not it exists yet)."""
+        return self.root / manifest_file(model)
+
+    def series(self, component: Component, *, no_links: bool = False) -> Series:
+        """*component*'s series as on disk now; a missing folder names the manifest line that sets it (``patches_origin``).
+
+        *no_links*: the folder is refused when it is a symbolic link (``series_folder``), for a command whose work ends in writing there.
+        """
+        from zmr.series import read_series
+
+        folder = self.series_folder(component) if no_links else self.root / component.patches
+        return read_series(folder, component.patches, origin=component.patches_origin)
 
     def series_folder(self, component: Component) -> Path:
         """The folder of *component*'s series, refused when it or a folder above it in the repository is a symbolic link."""

@@ -38,7 +38,7 @@ from zmr.project import Project
 # The trailer names live beside the check that reads them (zmr.provenance); zmr.release.TRAILER_* stay importable.
 from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
-from zmr.series import Series, is_dotgit, read_series
+from zmr.series import Series, is_dotgit
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def compute(
 
 def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool, series: Series | None) -> Release:
     if series is None:
-        series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+        series = project.series(component)
     url = resolve_upstream(component.upstream, project.root)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")

@@ -9,15 +9,13 @@ from zmr.cli.render import Progress, print_json, table, warn
 
 def list_models(json_out: Json = False) -> None:
     """Models, components, pins and patch counts."""
-    from zmr.series import read_series
-
     project = find_project()
     rows = []
     data = []
     for manifest in project.manifests():
         comps = []
         for comp in manifest.components.values():
-            series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
+            series = project.series(comp)
             comps.append(
                 {
                     "component": comp.key,
@@ -42,7 +40,6 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
     from zmr.cases import check_project
     from zmr.errors import CaseError, ZmrError
-    from zmr.series import read_series
 
     project = find_project(untrusted)
     problems: list[dict] = []  # for --json
@@ -60,7 +57,7 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     for manifest in manifests:
         for comp in manifest.components.values():
             try:
-                series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
+                series = project.series(comp)
             except ZmrError as err:
                 failed.append(err)
                 listed = getattr(err, "problems", [])
