@@ -676,9 +676,7 @@ def _write(project: Project, result: ImportResult) -> None:
             probe.write_text(text)
             manifest, problems = parse_manifest(probe, project.root)
         if problems or manifest is None or any(item.key not in manifest.components for item in items):
-            raise ImportBranchError(
-                f"{manifest_file(model)} would be invalid", details=[str(p).replace(str(probe), manifest_file(model)) for p in problems]
-            )
+            raise ImportBranchError(f"{manifest_file(model)} would be invalid", details=[str(p).replace(str(probe), manifest_file(model)) for p in problems])
         texts[model] = text
     files: dict[Path, bytes] = {}
     for model, items in result.manifests.items():
