@@ -63,16 +63,24 @@ from zmr.errors import ZmrError
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
 
-PINS = "refs/zmr/pins/"
-PARTIAL_PINS = "refs/zmr/partial/"
+# The ref prefixes of a mirror, declared here only (checkout, findbase and rebase import them).
+PINS = "refs/zmr/pins/"  # + oid: a pin, every object of its tree present
+PARTIAL_PINS = "refs/zmr/partial/"  # + oid: a pin fetched blobless (every tree present, blobs maybe not)
+HEADS = "refs/zmr/heads/"  # upstream's branches, fetched with history (ensure_history)
+TAGS = "refs/zmr/tags/"  # upstream's tags, likewise
+TRACK = "refs/zmr/track/"  # a branch, tag or commit fetched by name (fetch_ref)
+HISTORY = "refs/zmr/history/"  # + oid: in a commits-only history repository (commit_history), not a mirror
+# Refs that name upstream's commits (refs/zmr/chains/ and patch-ids/, zmr.replay's, hold zmr's own).
+UPSTREAM_REFS = (PINS, PARTIAL_PINS, HEADS, TAGS, TRACK)
+# Those whose objects are all present: the only haves a full fetch into a partial mirror may offer.
+COMPLETE_REFS = (PINS, HEADS, TAGS, TRACK)
+HISTORY_REFS = (HEADS, TAGS)  # upstream's branches and tags, with their history: where zmr import looks for a base
 PARTIAL_KEY = "zmr.partial"
-# Refs whose objects are all present: the only haves a full fetch into a partial mirror may offer.
-_COMPLETE_REFS = (PINS, "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
 _PROMISOR = "zmr-upstream"  # the remote name filtered fetches use, defined with -c for that fetch only
 _FILTER_IGNORED = "filtering not recognized by server"
-_ALL_REFS = ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"]  # every branch and tag, for history
+_ALL_REFS = [f"+refs/heads/*:{HEADS}*", f"+refs/tags/*:{TAGS}*"]  # every branch and tag, for history
 # Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
-_FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
+_FETCHED_REFS = tuple(prefix.rstrip("/") for prefix in UPSTREAM_REFS)
 _MIRROR_OID_HEX = 40  # mirrors are made by `git init` with no object format: SHA-1
 _HASH_NAMES = {40: "SHA-1", 64: "SHA-256"}
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
@@ -315,7 +323,7 @@ class Cache:
                 self._unshallow(mirror)
                 return mirror, ref
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
-            target = f"refs/zmr/track/{safe}"
+            target = f"{TRACK}{safe}"
             try:
                 self._fetch(
                     mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url)
@@ -357,7 +365,7 @@ class Cache:
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
             self._fetch(
-                mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url)
+                mirror, mirror.url, [f"+refs/heads/*:{HEADS}*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url)
             )
             mirror.repo.write_commit_graph()
 
@@ -397,7 +405,7 @@ class Cache:
                     proc = self._fetch(
                         history,
                         _PROMISOR,
-                        [f"+{c}:refs/zmr/history/{c}" for c in missing],
+                        [f"+{c}:{HISTORY}{c}" for c in missing],
                         extra=["--filter=tree:0"],
                         config=config,
                         progress=self._reporter(display or url),
@@ -634,7 +642,7 @@ class Cache:
         if not self._is_partial(mirror):
             return []
         present = {name.split("/", 3)[2] for name in mirror.repo.refs("refs/zmr/")}
-        tips = [f"--negotiation-tip={prefix}*" for prefix in _COMPLETE_REFS if prefix.split("/")[2] in present]
+        tips = [f"--negotiation-tip={prefix}*" for prefix in COMPLETE_REFS if prefix.split("/")[2] in present]
         # No complete ref: offer nothing (a --negotiation-tip that matches no ref would be ignored).
         return tips or ["--refetch"]
 

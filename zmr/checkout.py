@@ -57,7 +57,7 @@ from pathlib import Path
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.cache import HEADS, TAGS, UPSTREAM_REFS, Cache, Mirror, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
@@ -385,9 +385,6 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     return False, [] if fresh else ["commits not exported: " + "; ".join(plan.summary())]
 
 
-# Refs of a mirror that name upstream's history (zmr.cache); refs/zmr/chains/ and patch-ids/ hold zmr's own commits.
-_MIRROR_UPSTREAM_REFS = ("refs/zmr/pins/", "refs/zmr/partial/", "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
-
 
 def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str) -> list[str]:
     """The commits of base..head that are upstream's, oldest first: what ``git rebase --onto <newer upstream>`` leaves there.
@@ -424,8 +421,8 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
         repo = git.Repo(mirror)
         missing = set(repo.missing_objects(candidates))
         present = [c for c in candidates if c not in missing]
-        if present and any(ref.startswith(_MIRROR_UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
-            unreached = set(repo.rev_list(["--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)], stdin=present))
+        if present and any(ref.startswith(UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
+            unreached = set(repo.rev_list(["--not", *(f"--glob={prefix}*" for prefix in UPSTREAM_REFS)], stdin=present))
             foreign |= set(present) - unreached
     return [c for c in commits if c in foreign]
 
@@ -525,7 +522,7 @@ def add_history(co: Checkout, mirror: Mirror) -> None:
     asking the upstream again.
     """
     shallow = ["--unshallow"] if (co.git_dir / "shallow").exists() else []
-    refspecs = [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"]
+    refspecs = [f"+{HEADS}*:refs/remotes/{UPSTREAM_REMOTE}/*", f"+{TAGS}*:refs/tags/*"]
     co.repo.fetch(str(mirror.path), refspecs, extra=[*shallow, "--update-shallow"], own_source=True)
 
 
