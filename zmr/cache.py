@@ -56,9 +56,13 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.manifest import Component
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
@@ -189,6 +193,42 @@ class Mirror:
         return self.path.with_suffix(".writers")
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream as the cache reaches it: the URL git fetches and the name messages give it (``Cache.for_component``).
+
+    Every fetch of a component's upstream goes through one of these, so the
+    URL is resolved and the upstream named one way everywhere.
+    """
+
+    cache: Cache
+    url: str  # resolve_upstream's: network URLs as written, paths absolute
+    display: str
+
+    @property
+    def mirror(self) -> Mirror:
+        """Its mirror in the cache, which may not exist yet (nothing is fetched)."""
+        return self.cache.mirror_for(self.url)
+
+    def ensure(self, commits: Sequence[str], *, paths: Collection[str] | None = None) -> Mirror:
+        return self.cache.ensure(self.url, commits, display=self.display, paths=paths)
+
+    def ensure_history(self) -> Mirror:
+        return self.cache.ensure_history(self.url, display=self.display)
+
+    def fetch_ref(self, ref: str) -> tuple[Mirror, str]:
+        return self.cache.fetch_ref(self.url, ref, display=self.display)
+
+    def try_commit(self, commit: str) -> Mirror | None:
+        return self.cache.try_commit(self.url, commit)
+
+    def commit_history(self, commits: Sequence[str]) -> git.Repo:
+        return self.cache.commit_history(self.url, commits, display=self.display)
+
+    def recover(self, err: git.DamagedRepoError) -> bool:
+        return self.cache.recover(self.mirror, err, self.display)
+
+
 class Cache:
     """Mirrors of upstream repositories, shared by every model and run."""
 
@@ -207,6 +247,14 @@ class Cache:
     @property
     def mirrors_dir(self) -> Path:
         return self.root / "mirrors"
+
+    def for_component(self, component: Component, root: Path) -> Upstream:
+        """*component*'s upstream (a path in it relative to the repository at *root*), named ``<model>/<component> (<upstream>)`` in messages."""
+        return self.for_upstream(component.upstream, root, component.label)
+
+    def for_upstream(self, upstream: str, root: Path, name: str = "") -> Upstream:
+        """The upstream written as *upstream* (a URL, or a path relative to *root*), named ``<name> (<upstream>)`` in messages (bare without *name*)."""
+        return Upstream(self, resolve_upstream(upstream, root), f"{name} ({upstream})" if name else upstream)
 
     def mirror_for(self, url: str) -> Mirror:
         digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
@@ -364,9 +412,7 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            self._fetch(
-                mirror, mirror.url, [f"+refs/heads/*:{HEADS}*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url)
-            )
+            self._fetch(mirror, mirror.url, [f"+refs/heads/*:{HEADS}*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:

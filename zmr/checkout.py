@@ -57,7 +57,7 @@ from pathlib import Path
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import HEADS, TAGS, UPSTREAM_REFS, Cache, Mirror, resolve_upstream
+from zmr.cache import HEADS, TAGS, UPSTREAM_REFS, Cache, Mirror
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
@@ -355,7 +355,7 @@ def _few(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bool, list[str]]:
+def sync_state(project: Project, component: Component, co: Checkout, cache: Cache | None = None) -> tuple[bool, list[str]]:
     """(the checkout's commits equal the series, the work that exporting would save).
 
     Work is reported only when HEAD moved since the last checkout or export
@@ -372,7 +372,7 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
         return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
-    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head)
+    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         return False, [moved.message]
     try:
@@ -385,8 +385,7 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     return False, [] if fresh else ["commits not exported: " + "; ".join(plan.summary())]
 
 
-
-def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str) -> list[str]:
+def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None = None) -> list[str]:
     """The commits of base..head that are upstream's, oldest first: what ``git rebase --onto <newer upstream>`` leaves there.
 
     A commit is upstream's when the checkout reaches it from a remote-tracking
@@ -398,8 +397,8 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
     commits = co.repo.commits_between(base, head)
     if not commits:
         return []
-    url = resolve_upstream(component.upstream, project.root)
-    urls = {_same_url(url), _same_url(component.upstream)}
+    upstream = (cache or Cache()).for_component(component, project.root)
+    urls = {_same_url(upstream.url), _same_url(component.upstream)}
     tips = []
     remotes = co.repo.run(["config", "--get-regexp", r"^remote\..*\.url$"], check=False).stdout.decode("utf-8", "surrogateescape")
     for line in remotes.splitlines():
@@ -415,7 +414,7 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
                 tips.append(oid)
     own = set(co.repo.rev_list([head, "--not", base, *tips])) if tips else set(commits)
     foreign = {c for c in commits if c not in own}
-    mirror = Cache().mirror_for(url).path
+    mirror = upstream.mirror.path
     candidates = [c for c in commits if c in own]
     if candidates and mirror.is_dir():
         repo = git.Repo(mirror)
@@ -432,9 +431,9 @@ def _same_url(url: str) -> str:
     return url.strip().rstrip("/").removesuffix(".git")
 
 
-def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str) -> CheckoutError | None:
+def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None) -> CheckoutError | None:
     """An error when base..head holds upstream's commits (the branch was rebased with git, not with ``zmr rebase``)."""
-    found = upstream_commits_in(project, component, co, base, head)
+    found = upstream_commits_in(project, component, co, base, head, cache)
     if not found:
         return None
     newest = found[-1]
@@ -491,15 +490,16 @@ def checkout(
     The checkout is shallow (the pin and the series: fast) with an ``upstream``
     remote; *history* also gives it upstream's history and branches (``add_history``).
     """
-    result = _checkout(project, component, cache or Cache(), path, force, progress)
+    cache = cache or Cache()
+    result = _checkout(project, component, cache, path, force, progress)
     co = open_checkout(result.path)
     assert co is not None
-    url = resolve_upstream(component.upstream, project.root)
-    ensure_upstream_remote(co, url)
+    upstream = cache.for_component(component, project.root)
+    ensure_upstream_remote(co, upstream.url)
     if history:
         if progress:
             progress(f"{component.label}: fetching upstream's history")
-        add_history(co, (cache or Cache()).ensure_history(url, display=f"{component.label} ({component.upstream})"))
+        add_history(co, upstream.ensure_history())
         result.history = True
     return result
 
@@ -536,7 +536,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
         refuse_during_merge(co, component)
         if not co.half_refreshed:
             problems = dirty(co)
-            in_sync, work = sync_state(project, component, co)
+            in_sync, work = sync_state(project, component, co, cache)
             problems += work
             if problems and not force:
                 recorded = co.config.get(SERIES_KEY)
@@ -560,7 +560,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
     series = project.series(component, no_links=True)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]}")
-    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
@@ -947,7 +947,7 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     mine = list_commits(co.repo, exported, head, component.label)
     cache = cache or Cache()
     series = project.series(component)
-    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
@@ -1080,7 +1080,7 @@ class ExportResult:
 
 
 @locked
-def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False) -> ExportResult:
+def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False, cache: Cache | None = None) -> ExportResult:
     """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
     _refuse_during_rebase(project, component, "an export")
     co = require_checkout(project, component, path)
@@ -1104,7 +1104,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
                 f"to move the series to another upstream commit, use `zmr rebase {component.model} -c {component.key} --onto REV`",
             ],
         )
-    moved = _upstream_commits_problem(project, component, co, base, head)
+    moved = _upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         raise moved
     problems = dirty(co, untracked_files=False)

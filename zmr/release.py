@@ -29,7 +29,7 @@ from pathlib import Path
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.cache import Cache, Mirror
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
@@ -104,7 +104,7 @@ def compute(
     try:
         return _compute(project, component, cache, progress, partial=partial, series=series)
     except git.DamagedRepoError as err:
-        if not cache.recover(cache.mirror_for(resolve_upstream(component.upstream, project.root)), err, component.label):
+        if not cache.for_component(component, project.root).recover(err):
             raise
         return _compute(project, component, cache, progress, partial=partial, series=series)
 
@@ -112,11 +112,10 @@ def compute(
 def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool, series: Series | None) -> Release:
     if series is None:
         series = project.series(component)
-    url = resolve_upstream(component.upstream, project.root)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")
     paths = _series_paths(project, series) if partial else None
-    mirror = cache.ensure(url, [component.commit], display=f"{component.label} ({component.upstream})", paths=paths)
+    mirror = cache.for_component(component, project.root).ensure([component.commit], paths=paths)
     repo = mirror.repo
     upstream = repo.commit_info(component.commit)
     upstream_tree = upstream.tree

@@ -108,7 +108,7 @@ def _problem(p) -> dict:
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
-    from zmr.cache import Cache, resolve_upstream
+    from zmr.cache import Cache
 
     project = find_project()
     chosen = targets(project, models, components, all_models, writes=False)
@@ -117,7 +117,7 @@ def fetch(models: Models = None, all_models: All = False, components: Components
         cache = Cache(progress=progress)
         for comp in chosen:
             progress(f"{comp.label}: {comp.upstream} {comp.commit[:12]}")
-            mirror = cache.ensure(resolve_upstream(comp.upstream, project.root), [comp.commit], display=f"{comp.label} ({comp.upstream})")
+            mirror = cache.for_component(comp, project.root).ensure([comp.commit])
             results.append({"model": comp.model, "component": comp.key, "commit": comp.commit, "mirror": str(mirror.path)})
     for note in cache.notes:
         warn(note)
