@@ -1172,10 +1172,3 @@ def show_path(project: Project, path: Path) -> str:
         return str(path.relative_to(project.root))
     except ValueError:
         return str(path)
-
-
-def select_components(project: Project, model: str, keys: Sequence[str] | None) -> list[Component]:
-    manifest = project.manifests([model])[0]
-    if keys:
-        return [manifest.component(k) for k in keys]
-    return list(manifest.components.values())

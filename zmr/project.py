@@ -205,25 +205,6 @@ class Project:
     def manifests(self, models: list[str] | None = None) -> list[Manifest]:
         return load_manifests(self.root, models or None, self.policy)
 
-    def targets(self, models: list[str] | None, components: list[str] | None, all_models: bool) -> list[Component]:
-        """The components a command acts on, in manifest order."""
-        if not models and not all_models:
-            raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
-        manifests = self.manifests(None if all_models else models)
-        result = []
-        for manifest in manifests:
-            if components:
-                for key in components:
-                    if key in manifest.components:
-                        result.append(manifest.components[key])
-                    elif len(manifests) == 1:
-                        manifest.component(key)  # raises with the known keys
-            else:
-                result.extend(manifest.components.values())
-        if components and not result:
-            raise ZmrError(f"no component named {', '.join(components)} in the selected models")
-        return result
-
 
 def _state_dir_of(root: Path) -> Path:
     """``zmr/`` in the git directory of the work tree at *root*; an error when there is no git repository or it is not a real folder."""

@@ -3,7 +3,7 @@
 The work is `zmr.manifest`, `zmr.series`, `zmr.cases` and `zmr.cache`.
 """
 
-from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project, targets
+from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
 
@@ -108,10 +108,11 @@ def _problem(p) -> dict:
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
+    from zmr import selection
     from zmr.cache import Cache
 
     project = find_project()
-    chosen = targets(project, models, components, all_models, writes=False)
+    chosen = selection.components(project, models, components, all_models, writes=False)
     results = []
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
