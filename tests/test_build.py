@@ -269,7 +269,8 @@ def test_every_command_that_reads_a_series_names_the_manifest_line_of_a_missing_
     shutil.rmtree(project.root / "patches/toy/rollout")
     line = (project.root / "manifests/toy.yaml").read_text().splitlines().index("  rollout:") + 1
     # (`zmr update` joins this list when zmr/update.py reads the series through Project.series too.)
-    for args in (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"], ["rebase", "toy", "--onto", "main"]):
+    readers = (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"])
+    for args in (*readers, ["rebase", "toy", "--onto", "main"]):
         result = zmr(*args, cwd=project.root)
         assert result.returncode == 2, (args, result.stdout)
         assert f"manifests/toy.yaml:{line}: series folder patches/toy/rollout does not exist" in result.stderr, (args, result.stderr)
