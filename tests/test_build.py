@@ -260,3 +260,17 @@ def test_a_ref_update_that_finds_its_result_already_there_succeeds(project, upst
     with pytest.raises(zgit.GitError):
         repo.update_refs([zgit.RefUpdate("refs/heads/x", c, b), zgit.RefUpdate("refs/heads/z", c, None)], "test")
     assert (project.ref("refs/heads/x"), project.ref("refs/heads/z")) == (a, None)  # nothing moved
+
+
+def test_every_command_that_reads_a_series_names_the_manifest_line_of_a_missing_folder(project, upstream):
+    """Project.series is the one reader: export named no manifest line before (it read the folder itself)."""
+    simple_model(project, upstream)
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    shutil.rmtree(project.root / "patches/toy/rollout")
+    line = (project.root / "manifests/toy.yaml").read_text().splitlines().index("  rollout:") + 1
+    # (`zmr update` joins this list when zmr/update.py reads the series through Project.series too.)
+    readers = (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"])
+    for args in (*readers, ["rebase", "toy", "--onto", "main"]):
+        result = zmr(*args, cwd=project.root)
+        assert result.returncode == 2, (args, result.stdout)
+        assert f"manifests/toy.yaml:{line}: series folder patches/toy/rollout does not exist" in result.stderr, (args, result.stderr)

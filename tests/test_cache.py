@@ -447,3 +447,29 @@ def test_a_temp_pack_of_a_live_fast_import_is_kept(tmp_path, project, upstream):
         fcntl.flock(handle.fileno(), fcntl.LOCK_SH)  # as Repo.fast_import holds it
         assert zmr("fetch", cwd=project.root).returncode == 0
     assert live.exists()
+
+
+def test_checkout_and_export_look_for_upstream_commits_in_the_cache_they_are_given(project, upstream, tmp_path):
+    """The checkout's upstream commits are found in the caller's cache, not in a second default one made on the way."""
+    from zmr import checkout as checkouts
+    from zmr.project import Project
+
+    simple_model(project, upstream)
+    zmr_project = Project.find(project.root)
+    component = zmr_project.manifests(["toy"])[0].components["rollout"]
+    cache = Cache(tmp_path / "own-cache")
+    made = checkouts.checkout(zmr_project, component, cache=cache, history=True)
+    assert made.history and cache.for_component(component, zmr_project.root).mirror.path.is_dir()
+    assert not (Path(os.environ["ZMR_CACHE"]) / "mirrors").exists()  # one cache: the history went where the pin did
+    # The branch moved onto upstream's tip with git; only the mirror (refs/zmr/heads/) still says those commits are upstream's.
+    co = made.path
+    git("reset", "-q", "--hard", "refs/remotes/upstream/main", cwd=co)
+    for ref in git("for-each-ref", "--format=%(refname)", "refs/remotes/", cwd=co).split():
+        git("update-ref", "-d", ref, cwd=co)
+    (co / ".git/FETCH_HEAD").unlink(missing_ok=True)
+    with pytest.raises(checkouts.CheckoutError) as refresh:
+        checkouts.checkout(zmr_project, component, cache=cache)
+    assert any("between zmr/base and HEAD are upstream's" in line for line in refresh.value.details), refresh.value.details
+    with pytest.raises(checkouts.CheckoutError) as export:
+        checkouts.export(zmr_project, component, cache=cache)
+    assert "between zmr/base and HEAD are upstream's" in export.value.message

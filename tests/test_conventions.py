@@ -138,6 +138,19 @@ def test_read_only_commands_default_to_every_model_writing_ones_need_a_model(tmp
     assert zmr("publish", "--all", cwd=project.root).returncode == 0
 
 
+def test_update_apply_is_the_one_writing_command_that_defaults_to_every_model(project, upstream):
+    """§6.4's exception (zmr.selection.UPDATE_WRITES): the scheduled job runs `zmr update --apply` without a model."""
+    import json
+
+    two_models(project, upstream)
+    result = zmr("update", "--apply", "--json", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    moved = json.loads(result.stdout)["components"]
+    assert [(c["model"], c["component"], c["applied"]) for c in moved] == [("toy", "rollout", True)]  # every model; the tracked components
+    assert upstream.commits[-1] in (project.root / "manifests/toy.yaml").read_text()
+    assert project.refs().keys() == {"refs/heads/main"}  # pins and series in the working tree, never a branch
+
+
 def test_plain_output_columns_are_aligned(project, upstream):
     two_models(project, upstream)
     built = zmr("build", "--all", cwd=project.root)

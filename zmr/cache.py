@@ -56,23 +56,35 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.manifest import Component
+
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
 
-PINS = "refs/zmr/pins/"
-PARTIAL_PINS = "refs/zmr/partial/"
+# The ref prefixes of a mirror, declared here only (checkout, findbase and rebase import them).
+PINS = "refs/zmr/pins/"  # + oid: a pin, every object of its tree present
+PARTIAL_PINS = "refs/zmr/partial/"  # + oid: a pin fetched blobless (every tree present, blobs maybe not)
+HEADS = "refs/zmr/heads/"  # upstream's branches, fetched with history (ensure_history)
+TAGS = "refs/zmr/tags/"  # upstream's tags, likewise
+TRACK = "refs/zmr/track/"  # a branch, tag or commit fetched by name (fetch_ref)
+HISTORY = "refs/zmr/history/"  # + oid: in a commits-only history repository (commit_history), not a mirror
+# Refs that name upstream's commits (refs/zmr/chains/ and patch-ids/, zmr.replay's, hold zmr's own).
+UPSTREAM_REFS = (PINS, PARTIAL_PINS, HEADS, TAGS, TRACK)
+# Those whose objects are all present: the only haves a full fetch into a partial mirror may offer.
+COMPLETE_REFS = (PINS, HEADS, TAGS, TRACK)
+HISTORY_REFS = (HEADS, TAGS)  # upstream's branches and tags, with their history: where zmr import looks for a base
 PARTIAL_KEY = "zmr.partial"
-# Refs whose objects are all present: the only haves a full fetch into a partial mirror may offer.
-_COMPLETE_REFS = (PINS, "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
 _PROMISOR = "zmr-upstream"  # the remote name filtered fetches use, defined with -c for that fetch only
 _FILTER_IGNORED = "filtering not recognized by server"
-_ALL_REFS = ["+refs/heads/*:refs/zmr/heads/*", "+refs/tags/*:refs/zmr/tags/*"]  # every branch and tag, for history
+_ALL_REFS = [f"+refs/heads/*:{HEADS}*", f"+refs/tags/*:{TAGS}*"]  # every branch and tag, for history
 # Ref namespaces only fetches (under the mirror's lock) write: a lock file there is always stale.
-_FETCHED_REFS = ("refs/zmr/pins", "refs/zmr/partial", "refs/zmr/heads", "refs/zmr/tags", "refs/zmr/track")
+_FETCHED_REFS = tuple(prefix.rstrip("/") for prefix in UPSTREAM_REFS)
 _MIRROR_OID_HEX = 40  # mirrors are made by `git init` with no object format: SHA-1
 _HASH_NAMES = {40: "SHA-1", 64: "SHA-256"}
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
@@ -204,6 +216,42 @@ class FetchReport:
         return {"fetched": [f.to_json() for f in self.fetched]}
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream as the cache reaches it: the URL git fetches and the name messages give it (``Cache.for_component``).
+
+    Every fetch of a component's upstream goes through one of these, so the
+    URL is resolved and the upstream named one way everywhere.
+    """
+
+    cache: Cache
+    url: str  # resolve_upstream's: network URLs as written, paths absolute
+    display: str
+
+    @property
+    def mirror(self) -> Mirror:
+        """Its mirror in the cache, which may not exist yet (nothing is fetched)."""
+        return self.cache.mirror_for(self.url)
+
+    def ensure(self, commits: Sequence[str], *, paths: Collection[str] | None = None) -> Mirror:
+        return self.cache.ensure(self.url, commits, display=self.display, paths=paths)
+
+    def ensure_history(self) -> Mirror:
+        return self.cache.ensure_history(self.url, display=self.display)
+
+    def fetch_ref(self, ref: str) -> tuple[Mirror, str]:
+        return self.cache.fetch_ref(self.url, ref, display=self.display)
+
+    def try_commit(self, commit: str) -> Mirror | None:
+        return self.cache.try_commit(self.url, commit)
+
+    def commit_history(self, commits: Sequence[str]) -> git.Repo:
+        return self.cache.commit_history(self.url, commits, display=self.display)
+
+    def recover(self, err: git.DamagedRepoError) -> bool:
+        return self.cache.recover(self.mirror, err, self.display)
+
+
 class Cache:
     """Mirrors of upstream repositories, shared by every model and run."""
 
@@ -222,6 +270,14 @@ class Cache:
     @property
     def mirrors_dir(self) -> Path:
         return self.root / "mirrors"
+
+    def for_component(self, component: Component, root: Path) -> Upstream:
+        """*component*'s upstream (a path in it relative to the repository at *root*), named ``<model>/<component> (<upstream>)`` in messages."""
+        return self.for_upstream(component.upstream, root, component.label)
+
+    def for_upstream(self, upstream: str, root: Path, name: str = "") -> Upstream:
+        """The upstream written as *upstream* (a URL, or a path relative to *root*), named ``<name> (<upstream>)`` in messages (bare without *name*)."""
+        return Upstream(self, resolve_upstream(upstream, root), f"{name} ({upstream})" if name else upstream)
 
     def mirror_for(self, url: str) -> Mirror:
         digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
@@ -338,7 +394,7 @@ class Cache:
                 self._unshallow(mirror)
                 return mirror, ref
             safe = re.sub(r"[^A-Za-z0-9._/-]", "_", ref)
-            target = f"refs/zmr/track/{safe}"
+            target = f"{TRACK}{safe}"
             try:
                 self._fetch(
                     mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url)
@@ -379,9 +435,7 @@ class Cache:
 
     def _unshallow(self, mirror: Mirror) -> None:
         if (mirror.path / "shallow").exists():
-            self._fetch(
-                mirror, mirror.url, ["+refs/heads/*:refs/zmr/heads/*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url)
-            )
+            self._fetch(mirror, mirror.url, [f"+refs/heads/*:{HEADS}*"], extra=["--unshallow", *self._haves(mirror)], progress=self._reporter(mirror.url))
             mirror.repo.write_commit_graph()
 
     def ensure_history(self, url: str, *, display: str = "") -> Mirror:
@@ -420,7 +474,7 @@ class Cache:
                     proc = self._fetch(
                         history,
                         _PROMISOR,
-                        [f"+{c}:refs/zmr/history/{c}" for c in missing],
+                        [f"+{c}:{HISTORY}{c}" for c in missing],
                         extra=["--filter=tree:0"],
                         config=config,
                         progress=self._reporter(display or url),
@@ -657,7 +711,7 @@ class Cache:
         if not self._is_partial(mirror):
             return []
         present = {name.split("/", 3)[2] for name in mirror.repo.refs("refs/zmr/")}
-        tips = [f"--negotiation-tip={prefix}*" for prefix in _COMPLETE_REFS if prefix.split("/")[2] in present]
+        tips = [f"--negotiation-tip={prefix}*" for prefix in COMPLETE_REFS if prefix.split("/")[2] in present]
         # No complete ref: offer nothing (a --negotiation-tip that matches no ref would be ignored).
         return tips or ["--refetch"]
 

@@ -66,7 +66,7 @@ from typing import Literal
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.cache import HEADS, TAGS, UPSTREAM_REFS, Cache, Mirror
 from zmr.errors import ZmrError
 from zmr.export import ExportPlan, list_commits, plan_export, write_plan
 from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
@@ -75,7 +75,7 @@ from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import TempIndex, build_chain
-from zmr.series import Series, read_series
+from zmr.series import Series
 
 BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
@@ -443,7 +443,7 @@ def _few(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bool, list[str]]:
+def sync_state(project: Project, component: Component, co: Checkout, cache: Cache | None = None) -> tuple[bool, list[str]]:
     """(the checkout's commits equal the series, the work that exporting would save).
 
     Work is reported only when HEAD moved since the last checkout or export
@@ -460,12 +460,12 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
         return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
-    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head)
+    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         return False, [moved.message]
     try:
         commits = list_commits(co.repo, base, head, component.label)
-        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches)
+        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, series=project.series(component))
     except ZmrError as err:
         return False, [] if fresh else [err.message]
     if not plan.changed:
@@ -473,11 +473,7 @@ def sync_state(project: Project, component: Component, co: Checkout) -> tuple[bo
     return False, [] if fresh else ["commits not exported: " + "; ".join(plan.summary())]
 
 
-# Refs of a mirror that name upstream's history (zmr.cache); refs/zmr/chains/ and patch-ids/ hold zmr's own commits.
-_MIRROR_UPSTREAM_REFS = ("refs/zmr/pins/", "refs/zmr/partial/", "refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/")
-
-
-def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str) -> list[str]:
+def upstream_commits_in(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None = None) -> list[str]:
     """The commits of base..head that are upstream's, oldest first: what ``git rebase --onto <newer upstream>`` leaves there.
 
     A commit is upstream's when the checkout reaches it from a remote-tracking
@@ -489,8 +485,8 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
     commits = co.repo.commits_between(base, head)
     if not commits:
         return []
-    url = resolve_upstream(component.upstream, project.root)
-    urls = {_same_url(url), _same_url(component.upstream)}
+    upstream = (cache or Cache()).for_component(component, project.root)
+    urls = {_same_url(upstream.url), _same_url(component.upstream)}
     tips = []
     remotes = co.repo.run(["config", "--get-regexp", r"^remote\..*\.url$"], check=False).stdout.decode("utf-8", "surrogateescape")
     for line in remotes.splitlines():
@@ -506,14 +502,14 @@ def upstream_commits_in(project: Project, component: Component, co: Checkout, ba
                 tips.append(oid)
     own = set(co.repo.rev_list([head, "--not", base, *tips])) if tips else set(commits)
     foreign = {c for c in commits if c not in own}
-    mirror = Cache().mirror_for(url).path
+    mirror = upstream.mirror.path
     candidates = [c for c in commits if c in own]
     if candidates and mirror.is_dir():
         repo = git.Repo(mirror)
         missing = set(repo.missing_objects(candidates))
         present = [c for c in candidates if c not in missing]
-        if present and any(ref.startswith(_MIRROR_UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
-            unreached = set(repo.rev_list(["--not", *(f"--glob={prefix}*" for prefix in _MIRROR_UPSTREAM_REFS)], stdin=present))
+        if present and any(ref.startswith(UPSTREAM_REFS) for ref in repo.refs("refs/zmr/")):
+            unreached = set(repo.rev_list(["--not", *(f"--glob={prefix}*" for prefix in UPSTREAM_REFS)], stdin=present))
             foreign |= set(present) - unreached
     return [c for c in commits if c in foreign]
 
@@ -523,9 +519,9 @@ def _same_url(url: str) -> str:
     return url.strip().rstrip("/").removesuffix(".git")
 
 
-def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str) -> CheckoutError | None:
+def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None) -> CheckoutError | None:
     """An error when base..head holds upstream's commits (the branch was rebased with git, not with ``zmr rebase``)."""
-    found = upstream_commits_in(project, component, co, base, head)
+    found = upstream_commits_in(project, component, co, base, head, cache)
     if not found:
         return None
     newest = found[-1]
@@ -606,15 +602,16 @@ def checkout(
     The checkout is shallow (the pin and the series: fast) with an ``upstream``
     remote; *history* also gives it upstream's history and branches (``add_history``).
     """
-    result = _checkout(project, component, cache or Cache(), path, force, progress)
+    cache = cache or Cache()
+    result = _checkout(project, component, cache, path, force, progress)
     co = open_checkout(result.path)
     assert co is not None
-    url = resolve_upstream(component.upstream, project.root)
-    ensure_upstream_remote(co, url)
+    upstream = cache.for_component(component, project.root)
+    ensure_upstream_remote(co, upstream.url)
     if history:
         if progress:
             progress(f"{component.label}: fetching upstream's history")
-        add_history(co, (cache or Cache()).ensure_history(url, display=f"{component.label} ({component.upstream})"))
+        add_history(co, upstream.ensure_history())
         result.history = True
     return result
 
@@ -637,7 +634,7 @@ def add_history(co: Checkout, mirror: Mirror) -> None:
     asking the upstream again.
     """
     shallow = ["--unshallow"] if (co.git_dir / "shallow").exists() else []
-    refspecs = [f"+refs/zmr/heads/*:refs/remotes/{UPSTREAM_REMOTE}/*", "+refs/zmr/tags/*:refs/tags/*"]
+    refspecs = [f"+{HEADS}*:refs/remotes/{UPSTREAM_REMOTE}/*", f"+{TAGS}*:refs/tags/*"]
     co.repo.fetch(str(mirror.path), refspecs, extra=[*shallow, "--update-shallow"], own_source=True)
 
 
@@ -651,7 +648,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
         refuse_during_merge(co, component)
         if not co.half_refreshed:
             problems = dirty(co)
-            in_sync, work = sync_state(project, component, co)
+            in_sync, work = sync_state(project, component, co, cache)
             problems += work
             if problems and not force:
                 recorded = co.config.get(SERIES_KEY)
@@ -672,10 +669,10 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
                 _remember(project, component, co)
                 count = len(co.repo.commits_between(component.commit, head))
                 return CheckoutResult(component, target, co.branch, component.commit, head, count, "unchanged")
-    series = read_series(project.series_folder(component), component.patches, origin=component.patches_origin)
+    series = project.series(component, no_links=True)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]}")
-    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
@@ -728,7 +725,7 @@ def series_fingerprint(project: Project, component: Component, pin: str, series:
     (export keeps the repository's). The "three sides" of export compare it
     (docs/reference.md §7.7).
     """
-    series = series or read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    series = series or project.series(component)
     digest = hashlib.sha256(f"zmr-series 1\n{pin}\n".encode())
     for patch in series.patches:
         digest.update(f"{patch.name}\0{patch.strip}\0{len(patch.data)}\0".encode("utf-8", "surrogateescape") + patch.data)
@@ -1081,8 +1078,8 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
         )
     mine = list_commits(co.repo, exported, head, component.label)
     cache = cache or Cache()
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
-    mirror = cache.ensure(resolve_upstream(component.upstream, project.root), [component.commit], display=f"{component.label} ({component.upstream})")
+    series = project.series(component)
+    mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
@@ -1233,7 +1230,7 @@ class ExportReport:
 
 
 @locked
-def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False) -> ExportResult:
+def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False, cache: Cache | None = None) -> ExportResult:
     """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
     _refuse_during_rebase(project, component, "an export")
     co = require_checkout(project, component, path)
@@ -1257,7 +1254,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
                 f"to move the series to another upstream commit, use `zmr rebase {component.model} -c {component.key} --onto REV`",
             ],
         )
-    moved = _upstream_commits_problem(project, component, co, base, head)
+    moved = _upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         raise moved
     problems = dirty(co, untracked_files=False)
@@ -1265,7 +1262,8 @@ def export(project: Project, component: Component, path: Path | None = None, dry
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
     commits = list_commits(co.repo, base, head, component.label)
     journal = project.pending_removals(component)
-    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal)
+    series = project.series(component, no_links=True)
+    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
     _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:
@@ -1324,10 +1322,3 @@ def show_path(project: Project, path: Path) -> str:
         return str(path.relative_to(project.root))
     except ValueError:
         return str(path)
-
-
-def select_components(project: Project, model: str, keys: Sequence[str] | None) -> list[Component]:
-    manifest = project.manifests([model])[0]
-    if keys:
-        return [manifest.component(k) for k in keys]
-    return list(manifest.components.values())

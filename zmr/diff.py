@@ -4,7 +4,7 @@ Two sides, BASE and HEAD, each a revision of the zmr repository or (HEAD's
 default) its working tree::
 
     revision ──ls-tree + cat-file (zmr.yaml, manifests/, the folders they name)──▶ revisions/v1-<commit>/ in the cache
-             ──load_manifests, read_series (the working tree's validation, same limits)──▶ components
+             ──load_manifests, Project.series (the working tree's validation, same limits)──▶ components
     component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
     otherwise ──zmr.release.compute, partial like verify──▶ tree and branch id of each side
               ──zmr.replay.build_chain + zmr.rebase.range_diff──▶ patches added, removed, changed, reordered
@@ -32,13 +32,13 @@ from typing import Any
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import Cache, CacheError, resolve_upstream
+from zmr.cache import Cache, CacheError, Upstream
 from zmr.diffmarkdown import COMMENT_LIMIT, render
 from zmr.errors import ZmrError
 from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
 from zmr.project import Project, load_settings
-from zmr.series import MAX_PATCH_BYTES, Series, read_series
+from zmr.series import MAX_PATCH_BYTES, Series
 from zmr.yamlnodes import MAX_FILE_BYTES
 
 
@@ -462,7 +462,7 @@ def compare_component(
             inputs[side.name] = None
             continue
         try:
-            inputs[side.name] = _Input(side, comp, read_series(side.project.root / comp.patches, comp.patches, origin=comp.patches_origin))
+            inputs[side.name] = _Input(side, comp, side.project.series(comp))
         except ZmrError as err:
             return _broken(result, side, err)
     before, after = inputs["base"], inputs["head"]
@@ -534,15 +534,15 @@ def _pin_move(old: Any, new: Any, cache: Cache, before: _Input | None, after: _I
     if a == b:
         return PinMove(a, b, 0, "same")
     assert before is not None and after is not None
-    url = resolve_upstream(new.component.upstream, after.side.project.root)
-    return _moved(cache, url, a, b, new.component.upstream)  # the upstream, not the component: the key of the memo
+    # Named by the upstream, not the component: the key of the memo.
+    return _moved(cache.for_upstream(new.component.upstream, after.side.project.root), a, b)
 
 
 @functools.lru_cache(maxsize=256)
-def _moved(cache: Cache, url: str, a: str, b: str, display: str) -> PinMove:
-    """How far *a* is from *b* in *url*'s history; once per pair (components on one pin share it)."""
+def _moved(upstream: Upstream, a: str, b: str) -> PinMove:
+    """How far *a* is from *b* in *upstream*'s history; once per pair (components on one pin share it)."""
     try:
-        history = cache.commit_history(url, [a, b], display=display)
+        history = upstream.commit_history([a, b])
     except CacheError:
         return PinMove(a, b, None, "unrelated")  # the new upstream does not have the old pin
 
@@ -673,26 +673,20 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
     if old is None or new is None:
         return TreeDiff(old.tree if old else None, new.tree if new else None, series_files_old=files_old, series_files_new=files_new)
     assert before is not None and after is not None
-    sides = tuple(
-        (resolve_upstream(rel.component.upstream, item.side.project.root), rel.component.commit, rel.component.upstream)
-        for rel, item in ((old, before), (new, after))
-    )
+    sides = tuple((cache.for_upstream(rel.component.upstream, item.side.project.root), rel.component.commit) for rel, item in ((old, before), (new, after)))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
     count_lines = stat or old.upstream_tree == new.upstream_tree
-    files, insertions, deletions = _diff_stat(
-        cache, str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides, count_lines
-    )
+    files, insertions, deletions = _diff_stat(str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides, count_lines)
     return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
 
 
 @functools.lru_cache(maxsize=256)
 def _diff_stat(
-    cache: Cache,
     git_dir: str,
     alternate: str,
     upstream_trees: tuple[str, str],
     trees: tuple[str, str],
-    sides: tuple[tuple[str, str, str], ...],
+    sides: tuple[tuple[Upstream, str], ...],
     count_lines: bool,
 ) -> tuple[int, int | None, int | None]:
     """Files changed, insertions, deletions from one tree to the other; first the blobs of the files upstream changed between the pins.
@@ -707,11 +701,11 @@ def _diff_stat(
     if upstream_trees[0] != upstream_trees[1]:
         out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
         moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
-        by_url: dict[str, list[str]] = {}
-        for url, commit, _display in sides:
-            by_url.setdefault(url, []).append(commit)
-        for url, commits in by_url.items():  # one fetch for both pins of an upstream
-            cache.ensure(url, commits, display=sides[0][2], paths=moved)
+        by_url: dict[str, tuple[Upstream, list[str]]] = {}
+        for upstream, commit in sides:
+            by_url.setdefault(upstream.url, (upstream, []))[1].append(commit)
+        for upstream, commits in by_url.values():  # one fetch for both pins of an upstream
+            upstream.ensure(commits, paths=moved)
     out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
     files = insertions = deletions = 0
     for record in out.split(b"\0"):

@@ -62,7 +62,7 @@ from zmr.patchfile import (
     patch_name,
 )
 from zmr.replay import TempIndex, _moved_by_patch, patch_file_sets
-from zmr.series import Patch, SeriesEntry, parse_series_file, read_series
+from zmr.series import Patch, Series, SeriesEntry, parse_series_file, read_series
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.transaction import Transaction
@@ -161,14 +161,17 @@ def plan_export(
     display: str,
     journal: Path | None = None,
     replayed: dict[str, tuple[str, bool]] | None = None,
+    *,
+    series: Series | None = None,
 ) -> ExportPlan:
     """What exporting *commits* (on *base*, in *repo*) into the series in *folder* would write.
 
     *replayed* names, for commits a replay made, the patch each was made from
     and whether it applied with an offset: the same answer a second replay
-    would give, without it.
+    would give, without it. *series*: the one in *folder*, when the caller has
+    read it (``Project.series``, whose errors name the manifest line).
     """
-    series = read_series(folder, display)
+    series = series or read_series(folder, display)
     old = list(series.patches)
     series_file = folder / "series"
     old_text = series_file.read_bytes() if series_file.is_file() else None

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from zmr import git
+from zmr.cache import HISTORY_REFS
 
-# Where a history mirror keeps the upstream's branches and tags (zmr.cache, docs/reference.md §8.4).
-HISTORY_REFS = ("--glob=refs/zmr/heads/*", "--glob=refs/zmr/tags/*")
+# Where a history mirror keeps the upstream's branches and tags (zmr.cache, docs/reference.md §8.4), as git log takes them.
+HISTORY_GLOBS = tuple(f"--glob={prefix}*" for prefix in HISTORY_REFS)
 SHOWN = 5
 
 Entry = tuple[str, str]  # (mode, object id) of a path in a tree
@@ -55,7 +56,7 @@ class BaseSearch:
         return [f"{c.commit[:12]}  {c.distance} path{'s' if c.distance != 1 else ''} differ{'s' if c.distance == 1 else ''}" for c in self.candidates[:SHOWN]]
 
 
-def find_base(repo: git.Repo, tree: str, refs: Sequence[str] = HISTORY_REFS) -> BaseSearch:
+def find_base(repo: git.Repo, tree: str, refs: Sequence[str] = HISTORY_GLOBS) -> BaseSearch:
     """Every commit on the first-parent lines of *refs* in *repo*, by its distance to *tree*."""
     listing = repo.out(["log", "--first-parent", "--topo-order", "--format=%H %T %ct %P", *refs])
     order: list[str] = []

@@ -48,10 +48,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from zmr import git, transaction
 from zmr.git import Progress
-from zmr.cache import Cache, CacheError, Mirror, resolve_upstream
+from zmr.cache import Cache, CacheError, Mirror, Upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
-from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, parse_manifest
+from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, manifest_file, parse_manifest
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import read_series
@@ -108,7 +108,7 @@ class ImportResult:
             "manifests": [
                 {
                     "model": model,
-                    "path": f"manifests/{model}.yaml",
+                    "path": manifest_file(model),
                     "added": model in self.added,
                     "components": [
                         {
@@ -279,7 +279,7 @@ def _read_branch(run: _Run, name: str) -> Imported:
     else:
         url, pin, found_by = _pin_of_snapshot(run, name, key, root, ref)
         notes = []
-    mirror = run.cache.ensure(resolve_upstream(url, run.project.root), [pin], display=f"{name} ({url})")
+    mirror = run.cache.for_upstream(url, run.project.root, name).ensure([pin])
     mrepo = mirror.repo
     _bring_branch(run, mrepo, ref, tip)
     upstream_tree = mrepo.tree_of(pin)
@@ -339,7 +339,7 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: 
         urls = _urls_for(run, key, root.message)
         if not urls:
             raise ImportBranchError(f"{name}: --commit {run.commit[:12]} given, but no upstream repository", details=["pass --upstream URL too"])
-        mirror = run.cache.ensure(resolve_upstream(urls[0], run.project.root), [run.commit], display=f"{name} ({urls[0]})")
+        mirror = run.cache.for_upstream(urls[0], run.project.root, name).ensure([run.commit])
         tree = mirror.repo.tree_of(run.commit)
         if tree != root.tree:
             from zmr.release import changed_paths
@@ -383,15 +383,15 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: 
 
 def _look_up(run: _Run, url: str, commit: str) -> tuple[list[tuple[str, Mirror]], str]:
     """The commits *commit* (full or abbreviated) may be in *url*, or why none."""
-    fetch_url = resolve_upstream(url, run.project.root)
+    upstream = run.cache.for_upstream(url, run.project.root)
     if len(commit) in (40, 64):
         try:
-            mirror = run.cache.try_commit(fetch_url, commit)
+            mirror = upstream.try_commit(commit)
         except (git.GitError, CacheError) as err:
             return [], f"cannot fetch ({err.message})"
         return ([(commit, mirror)], "") if mirror else ([], "no such commit")
     try:
-        mirror = _history(run, fetch_url, url)
+        mirror = _history(run, upstream)
     except CacheError as err:
         return [], f"cannot fetch ({err.message})"
     proc = mirror.repo.run(["rev-parse", f"--disambiguate={commit}"], check=False)
@@ -399,12 +399,12 @@ def _look_up(run: _Run, url: str, commit: str) -> tuple[list[tuple[str, Mirror]]
     return ([(oid, mirror) for oid in found], "" if found else "no commit with this abbreviated id")
 
 
-def _history(run: _Run, fetch_url: str, display: str) -> Mirror:
-    if fetch_url not in run.histories:
+def _history(run: _Run, upstream: Upstream) -> Mirror:
+    if upstream.url not in run.histories:
         if run.progress:
-            run.progress(f"fetching the history of {display}")
-        run.histories[fetch_url] = run.cache.ensure_history(fetch_url, display=display)
-    return run.histories[fetch_url]
+            run.progress(f"fetching the history of {upstream.display}")
+        run.histories[upstream.url] = upstream.ensure_history()
+    return run.histories[upstream.url]
 
 
 def _distance(repo: git.Repo, tree: str, other: str) -> int:
@@ -429,7 +429,6 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
             details=["pass --upstream URL (and --base REV or --find-base)"],
         )
     url = urls[0]
-    fetch_url = resolve_upstream(url, run.project.root)
     if run.base:
         if re.fullmatch(r"[0-9a-fA-F]{7,39}", run.base):
             commits, why = _look_up(run, url, run.base.lower())
@@ -439,14 +438,14 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
                     details=[*(f"candidate {oid}" for oid, _ in commits), "give more digits, or the full id"],
                 )
             return url, commits[0][0], "--base", []
-        mirror, oid = run.cache.fetch_ref(fetch_url, run.base, display=f"{name} ({url})")
+        mirror, oid = run.cache.for_upstream(url, run.project.root, name).fetch_ref(run.base)
         return url, oid, "--base", []
     if run.find_base:
         from zmr.findbase import find_base
 
         if run.progress:
             run.progress(f"{name}: looking for the base in {url}")
-        mirror = _history(run, fetch_url, url)
+        mirror = _history(run, run.cache.for_upstream(url, run.project.root))
         _bring_branch(run, mirror.repo, ref, root.oid)
         search = find_base(mirror.repo, root.tree)
         notes = ["--find-base: closest upstream commits:", *[f"  {line}" for line in search.lines()]]
@@ -562,21 +561,21 @@ def _series_files(folder: Path, item: Imported) -> dict[Path, bytes]:
 
 def _check_targets(project: Project, result: ImportResult) -> None:
     for model, items in result.manifests.items():
-        path = project.root / "manifests" / f"{model}.yaml"
+        path = project.manifest_path(model)
         have: dict[str, str] = {}
         if path.exists():
             manifest, problems = parse_manifest(path, project.root, project.policy)
             if manifest is None or problems:
                 raise ImportBranchError(
-                    f"manifests/{model}.yaml is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems]
+                    f"{manifest_file(model)} is not valid; zmr import adds components only to a valid manifest", details=[str(p) for p in problems]
                 )
-            have = {key: f"manifests/{model}.yaml" for key in manifest.components}
+            have = {key: manifest_file(model) for key in manifest.components}
             result.added.add(model)
         keys: dict[str, str] = {}
         for item in items:
             if item.key in have:
                 raise ImportBranchError(
-                    f"manifests/{model}.yaml already exists; zmr import never overwrites a manifest, and it has component {item.key!r} already",
+                    f"{manifest_file(model)} already exists; zmr import never overwrites a manifest, and it has component {item.key!r} already",
                     details=[f"import {item.branch} under another --model, or remove component {item.key} from the manifest first"],
                 )
             if item.key in keys:
@@ -668,24 +667,22 @@ def _write(project: Project, result: ImportResult) -> None:
     texts: dict[str, str] = {}
     old: dict[str, bytes | None] = {}
     for model, items in result.manifests.items():
-        path = project.root / "manifests" / f"{model}.yaml"
+        path = project.manifest_path(model)
         before = old[model] = path.read_bytes() if path.exists() else None
-        text = add_components(before.decode("utf-8"), f"manifests/{model}.yaml", items) if before is not None else manifest_text(model, items)
+        text = add_components(before.decode("utf-8"), manifest_file(model), items) if before is not None else manifest_text(model, items)
         with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
             probe = Path(tmp) / f"{model}.yaml"
             probe.write_text(text)
             manifest, problems = parse_manifest(probe, project.root)
         if problems or manifest is None or any(item.key not in manifest.components for item in items):
-            raise ImportBranchError(
-                f"manifests/{model}.yaml would be invalid", details=[str(p).replace(str(probe), f"manifests/{model}.yaml") for p in problems]
-            )
+            raise ImportBranchError(f"{manifest_file(model)} would be invalid", details=[str(p).replace(str(probe), manifest_file(model)) for p in problems])
         texts[model] = text
     files: dict[Path, bytes] = {}
     for model, items in result.manifests.items():
         for item in items:
             if item.patches:
                 files.update(_series_files(project.root / item.folder, item))
-        files[project.root / "manifests" / f"{model}.yaml"] = texts[model].encode()
+        files[project.manifest_path(model)] = texts[model].encode()
     with transaction.begin(project, IMPORT_TRANSACTION) as txn:  # every series and manifest, or none
         for path, data in files.items():
             txn.write(path, data)
@@ -697,5 +694,5 @@ def _write(project: Project, result: ImportResult) -> None:
                 txn.remove(path)
             for model, before in old.items():
                 if before is not None:
-                    txn.write(project.root / "manifests" / f"{model}.yaml", before)
+                    txn.write(project.manifest_path(model), before)
         raise

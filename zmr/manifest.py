@@ -90,7 +90,7 @@ class Component:
     @property
     def patches_origin(self) -> str:
         """Where the series folder is named: ``manifests/<model>.yaml:<line>``."""
-        return f"manifests/{self.model}.yaml:{self.patches_line or self.line}"
+        return f"{manifest_file(self.model)}:{self.patches_line or self.line}"
 
 
 @dataclass(frozen=True)
@@ -147,11 +147,9 @@ class Listing:
 
 def list_models(project: Project) -> Listing:
     """Every manifest of *project*, with the patch count of each series (read, so a broken series fails here)."""
-    from zmr.series import read_series
-
     listed = []
     for manifest in project.manifests():
-        counts = {c.key: len(read_series(project.root / c.patches, c.patches, origin=c.patches_origin).patches) for c in manifest.components.values()}
+        counts = {c.key: len(project.series(c).patches) for c in manifest.components.values()}
         listed.append(ModelListing(manifest, counts))
     return Listing(listed)
 
@@ -667,6 +665,11 @@ def _check_branch_collisions(components: dict[str, Component], problems: Problem
                     "give each component its own branch",
                 )
         seen[comp.branch] = comp.key
+
+
+def manifest_file(model: str) -> str:
+    """``manifests/<model>.yaml``: where the manifest of *model* is, relative to the repository root (``Project.manifest_path``)."""
+    return f"manifests/{model}.yaml"
 
 
 def manifest_paths(root: Path) -> list[Path]:

@@ -27,13 +27,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import SettingsError, ZmrError
 from zmr.files import atomic_write
-from zmr.manifest import Component, Manifest, Policy, load_manifests
+from zmr.manifest import Component, Manifest, Policy, load_manifests, manifest_file
 from zmr.schema import At, Check, Field, Record, Text, read_file
 from zmr.yamlnodes import Problems
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.series import Series
 
 SETTINGS_FILE = "zmr.yaml"
 STATE_DIR = "zmr"  # in the git directory
@@ -161,6 +165,20 @@ class Project:
             return
         atomic_write(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + b"# zmr: checkouts (zmr checkout)\n/work/\n")
 
+    def manifest_path(self, model: str) -> Path:
+        """``manifests/<model>.yaml``: the manifest of *model* (whether or not it exists yet)."""
+        return self.root / manifest_file(model)
+
+    def series(self, component: Component, *, no_links: bool = False) -> Series:
+        """*component*'s series as on disk now; a missing folder names the manifest line that sets it (``patches_origin``).
+
+        *no_links*: the folder is refused when it is a symbolic link (``series_folder``), for a command whose work ends in writing there.
+        """
+        from zmr.series import read_series
+
+        folder = self.series_folder(component) if no_links else self.root / component.patches
+        return read_series(folder, component.patches, origin=component.patches_origin)
+
     def series_folder(self, component: Component) -> Path:
         """The folder of *component*'s series, refused when it or a folder above it in the repository is a symbolic link."""
         return self.no_links(component.patches, "a series folder")
@@ -186,25 +204,6 @@ class Project:
 
     def manifests(self, models: list[str] | None = None) -> list[Manifest]:
         return load_manifests(self.root, models or None, self.policy)
-
-    def targets(self, models: list[str] | None, components: list[str] | None, all_models: bool) -> list[Component]:
-        """The components a command acts on, in manifest order."""
-        if not models and not all_models:
-            raise ZmrError("name one or more models, or pass --all", details=["`zmr list` shows the models"])
-        manifests = self.manifests(None if all_models else models)
-        result = []
-        for manifest in manifests:
-            if components:
-                for key in components:
-                    if key in manifest.components:
-                        result.append(manifest.components[key])
-                    elif len(manifests) == 1:
-                        manifest.component(key)  # raises with the known keys
-            else:
-                result.extend(manifest.components.values())
-        if components and not result:
-            raise ZmrError(f"no component named {', '.join(components)} in the selected models")
-        return result
 
 
 def _state_dir_of(root: Path) -> Path:

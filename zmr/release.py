@@ -29,7 +29,7 @@ from pathlib import Path
 
 from zmr import git
 from zmr.git import Progress
-from zmr.cache import Cache, Mirror, resolve_upstream
+from zmr.cache import Cache, Mirror
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
@@ -38,7 +38,7 @@ from zmr.project import Project
 # The trailer names live beside the check that reads them (zmr.provenance); zmr.release.TRAILER_* stay importable.
 from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
-from zmr.series import Series, is_dotgit, read_series
+from zmr.series import Series, is_dotgit
 
 
 @dataclass(frozen=True)
@@ -143,19 +143,18 @@ def compute(
     try:
         return _compute(project, component, cache, progress, partial=partial, series=series)
     except git.DamagedRepoError as err:
-        if not cache.recover(cache.mirror_for(resolve_upstream(component.upstream, project.root)), err, component.label):
+        if not cache.for_component(component, project.root).recover(err):
             raise
         return _compute(project, component, cache, progress, partial=partial, series=series)
 
 
 def _compute(project: Project, component: Component, cache: Cache, progress: Progress | None, *, partial: bool, series: Series | None) -> Release:
     if series is None:
-        series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
-    url = resolve_upstream(component.upstream, project.root)
+        series = project.series(component)
     if progress:
         progress(f"{component.label}: fetching {component.commit[:12]} from {component.upstream}")
     paths = _series_paths(project, series) if partial else None
-    mirror = cache.ensure(url, [component.commit], display=f"{component.label} ({component.upstream})", paths=paths)
+    mirror = cache.for_component(component, project.root).ensure([component.commit], paths=paths)
     repo = mirror.repo
     upstream = repo.commit_info(component.commit)
     upstream_tree = upstream.tree

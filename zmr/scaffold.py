@@ -94,7 +94,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
 
     A branch or tag becomes the component's ``track`` unless ``--track`` says otherwise.
     """
-    from zmr.cache import Cache, CacheError, resolve_upstream
+    from zmr.cache import Cache, CacheError
 
     resolved = []
     cache: Cache | None = None
@@ -103,11 +103,11 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
             resolved.append(c)
             continue
         cache = cache or Cache()
-        url = resolve_upstream(c.upstream, project.root)
+        upstream = cache.for_upstream(c.upstream, project.root)
         where = f"run `git rev-parse {c.commit}` in a clone of {c.upstream} and pass the full id: {c.key}={c.upstream}@<40-hex id>"
         try:
             if _SHORT_ID_RE.match(c.commit):
-                repo = cache.ensure_history(url, display=c.upstream).repo
+                repo = upstream.ensure_history().repo
                 out = repo.run(["rev-parse", f"--disambiguate={c.commit.lower()}"], check=False).stdout.decode().split()
                 found = [oid for oid in out if repo.has_object(oid, "commit")]
                 if len(found) != 1:
@@ -115,7 +115,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
                     raise ZmrError(f"--component {c.spec!r}: {c.commit!r} names {what} in {c.upstream}", details=[where])
                 resolved.append(dataclasses.replace(c, commit=found[0]))
             else:
-                _, oid = cache.fetch_ref(url, c.commit, display=c.upstream)
+                _, oid = upstream.fetch_ref(c.commit)
                 resolved.append(dataclasses.replace(c, commit=oid, track=c.track or c.commit))
         except CacheError as err:
             raise ZmrError(f"--component {c.spec!r}: cannot resolve {c.commit!r} in {c.upstream}", details=[*err.details, where]) from None

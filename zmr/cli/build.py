@@ -7,17 +7,18 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import All, Components, Json, Models, find_project, targets
+from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Write release branches into this repository (all move together, or none)."""
+    from zmr import selection
     from zmr import release
     from zmr.cache import Cache
 
     project = find_project()
-    chosen = targets(project, models, components, all_models, writes=True)
+    chosen = selection.components(project, models, components, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
         updates = release.build(project, chosen, cache=cache, progress=progress)
@@ -42,12 +43,13 @@ def verify(
     json_out: Json = False,
 ) -> None:
     """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
+    from zmr import selection
     from zmr import release
     from zmr.cache import Cache
     from zmr.errors import CheckFailed
 
     project = find_project()
-    chosen = targets(project, models, components, all_models, writes=False)
+    chosen = selection.components(project, models, components, all_models, writes=False)
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
         results = release.verify(project, chosen, remote=remote, cache=cache, progress=progress)

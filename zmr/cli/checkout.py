@@ -33,11 +33,12 @@ def checkout(
 
     The checkout is shallow, with an `upstream` remote: `--history` (or `git fetch --unshallow upstream` there) adds the rest.
     """
+    from zmr import selection
     from zmr import checkout as checkouts
     from zmr.cache import Cache
 
     project = find_project()
-    targets = checkouts.select_components(project, model, components)
+    targets = selection.components(project, [model], components, writes=True)
     if merge or go_on or abort:
         _merge(project, targets, directory, merge, go_on, abort, json_out)
         return
@@ -106,11 +107,12 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Write the checkout's commits back into the series (byte-stable)."""
+    from zmr import selection
     from zmr import checkout as checkouts
     from zmr.errors import ZmrError
 
     project = find_project()
-    targets = checkouts.select_components(project, model, components)
+    targets = selection.components(project, [model], components, writes=True)
     if not components:
         targets = [c for c in targets if checkouts.open_checkout(checkouts.checkout_path(project, c, _dir_for(directory, c.key, len(targets))))]
         if not targets:

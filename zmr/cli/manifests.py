@@ -3,7 +3,7 @@
 The work is `zmr.manifest`, `zmr.series`, `zmr.cases` and `zmr.cache`.
 """
 
-from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project, targets
+from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
 
@@ -25,7 +25,6 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
     from zmr.cases import ValidateReport, check_project
     from zmr.errors import CaseError, Located, ZmrError
-    from zmr.series import read_series
     from zmr.yamlnodes import Problem
 
     project = find_project(untrusted)
@@ -44,7 +43,7 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
     for manifest in manifests:
         for comp in manifest.components.values():
             try:
-                series = read_series(project.root / comp.patches, comp.patches, origin=comp.patches_origin)
+                series = project.series(comp)
             except ZmrError as err:
                 failed.append(err)
                 listed = getattr(err, "problems", [])
@@ -86,16 +85,17 @@ def _message_problems(folder: str, patches: list) -> list:
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
-    from zmr.cache import Cache, Fetched, FetchReport, resolve_upstream
+    from zmr import selection
+    from zmr.cache import Cache, Fetched, FetchReport
 
     project = find_project()
-    chosen = targets(project, models, components, all_models, writes=False)
+    chosen = selection.components(project, models, components, all_models, writes=False)
     results = []
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
         for comp in chosen:
             progress(f"{comp.label}: {comp.upstream} {comp.commit[:12]}")
-            mirror = cache.ensure(resolve_upstream(comp.upstream, project.root), [comp.commit], display=f"{comp.label} ({comp.upstream})")
+            mirror = cache.for_component(comp, project.root).ensure([comp.commit])
             results.append(Fetched(comp.model, comp.key, comp.commit, mirror.path))
     for note in cache.notes:
         warn(note)

@@ -2,8 +2,8 @@
 
 A command takes ``models: Models = None`` or ``json_out: Json = False``; the
 flag, its help and its default live here, so ``--json`` means the same thing
-everywhere. `targets` is the one rule for what a command acts on when no
-model is named (docs/reference.md §6.4).
+everywhere. Which components a command acts on is `zmr.selection`'s one
+rule (docs/reference.md §6.4).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.manifest import Component
     from zmr.project import Project
 
 _MODEL_HELP = "Model name (manifests/<model>.yaml)."
@@ -49,26 +48,3 @@ def find_project(untrusted: bool = False) -> Project:
         for line in finish_all(project):
             warn(line)
     return project
-
-
-def acts_on_all(models: list[str] | None, all_models: bool, *, writes: bool) -> bool:
-    """Whether a command acts on every model: with --all, or, for a read-only command, when no model is named.
-
-    A command that writes branches, pushes or runs code (*writes*) never
-    defaults to every model: it needs MODEL or --all.
-    """
-    if all_models or models:
-        return all_models
-    if writes:
-        from zmr.errors import ZmrError
-
-        raise ZmrError(
-            "name one or more models, or pass --all",
-            details=["`zmr list` shows the models; commands that write branches, push or run code act on every model only with --all"],
-        )
-    return True
-
-
-def targets(project: Project, models: list[str] | None, components: list[str] | None, all_models: bool, *, writes: bool) -> list[Component]:
-    """The components a command acts on (`acts_on_all` decides what no model named means), in manifest order."""
-    return project.targets(models, components, acts_on_all(models, all_models, writes=writes))

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import All, Json, Models, Untrusted, find_project, targets
+from zmr.cli.options import All, Json, Models, Untrusted, find_project
 from zmr.cli.render import Progress, print_json
 
 
@@ -23,11 +23,12 @@ def publish(
     json_out: Json = False,
 ) -> None:
     """Verify, then push the release branches of MODEL... (or --all) in one atomic push with lease."""
+    from zmr import selection
     from zmr import publish as pub
     from zmr.cache import Cache
 
     project = find_project()
-    chosen = targets(project, models, None, all_models, writes=True)
+    chosen = selection.components(project, models, None, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
         result = pub.publish(project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress)
     if json_out:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project, targets
+from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +35,7 @@ def rebase(
 
     MODEL may be left out with --continue, --skip and --abort while one rebase is in progress.
     """
+    from zmr import selection
     from zmr import rebase as rb
     from zmr.errors import ZmrError
 
@@ -42,7 +43,7 @@ def rebase(
     chosen = sum(bool(x) for x in (onto, cont, skip, abort))
     if chosen > 1:
         raise ZmrError("give one of --onto REV, --continue, --skip, --abort")
-    comp = rb.pick_component(project, model, components, in_progress=cont or skip or abort)
+    comp = selection.one_component(project, model, components, in_progress=cont or skip or abort)
     with Progress() as progress:
         if abort:
             aborted = rb.abort(project, comp)
@@ -91,13 +92,14 @@ def upstreamed(
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
+    from zmr import selection
     from zmr import rebase as rb
     from zmr.errors import ZmrError
 
     project = find_project()
     if model and all_models:
         raise ZmrError("name one model, or pass --all, not both", details=["`zmr list` shows the models"])
-    chosen = targets(project, [model] if model else None, components, all_models, writes=False)
+    chosen = selection.components(project, [model] if model else None, components, all_models, writes=False)
     # One component the user named is compared or refused (no track: the library says to pass --rev);
     # of several, those that follow no upstream ref have nothing to compare with: skipped, and the rest go on.
     named_one = bool(model) and len(chosen) == 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 import typer
 
-from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
+from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,12 +75,13 @@ def smoke(
     ] = None,
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
+    from zmr import selection
     from zmr import smoke as sm
     from zmr.errors import ZmrError
 
     options = sm.Options(
         models=list(models or []),
-        all_models=acts_on_all(models, all_models, writes=True),
+        all_models=selection.acts_on_all(models, all_models, writes=True),
         components=list(components or []),
         only=list(only or []),
         build=not no_build,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import All, Components, Json, Models, acts_on_all, find_project
+from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,13 +36,15 @@ def update(
     json_out: Json = False,
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
+    from zmr import selection
     from zmr import update as up
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
     project = find_project()
-    # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job).
-    targets = [c for c in project.targets(models, components, acts_on_all(models, all_models, writes=False)) if to is not None or c.track is not None]
+    # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job; selection.UPDATE_WRITES).
+    chosen = selection.components(project, models, components, all_models, writes=selection.UPDATE_WRITES)
+    targets = [c for c in chosen if to is not None or c.track is not None]
     if not targets:
         if not models and not components:
             print("no component has a `track`: nothing to update")  # the scheduled job of a repository that follows nothing
