@@ -76,7 +76,7 @@ class BlockedBy:
     files: list[str]
 
     def to_json(self) -> dict:
-        return {"commit": self.commit, "patch": self.patch, "files": self.files}
+        return {"commit": self.commit, "patch": self.patch, "files": self.files}  # the keys of `zmr update --json` (docs/reference.md §7.19)
 
 
 @dataclass
