@@ -4,7 +4,7 @@ commits touch the series' files, which patches upstream already holds, whether t
 ``zmr rebase`` (the stateful move), ``zmr upstreamed`` and ``zmr update`` (the search for how far a pin can move)
 stand on it; ``zmr diff`` takes ``range_diff``. Nothing here touches a checkout, the manifest, the series folder
 or zmr's state: it writes only to the mirror (fetched history, a series' commits on its pin, kept patch ids) and
-to throwaway indexes.
+to throwaway indexes. The questions::
 
     REV ──resolve_rev (Cache.fetch_ref, history)──▶ commit
     upstream old..new touching the series' files ──upstream_patch_ids──▶ patch id → upstream commit (a hint: it names the commit)
