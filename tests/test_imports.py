@@ -187,3 +187,50 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     (package / "checkout.py").write_text(driving)  # the one module allowed to
     (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
     assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]
+
+
+def names_imported_from(path: Path, module: str) -> set[str]:
+    """The names *path* takes from *module* (``from MODULE import NAME``, anywhere in it); ``*`` for the module itself.
+
+    ``import zmr.rebase`` and ``from zmr import rebase`` give the whole module (``*``): any name can be used through it.
+    """
+    package, _, last = module.rpartition(".")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == package and any(alias.name == last for alias in node.names):
+            found.add("*")
+        elif isinstance(node, ast.Import) and any(alias.name == module for alias in node.names):
+            found.add("*")
+    return found
+
+
+# What ``zmr update --apply`` needs of the stateful rebase; the read-only analysis comes from zmr.upstream.
+UPDATE_FROM_REBASE = {"Outcome", "Stopped", "abort", "finishing_onto", "resume", "start"}
+
+
+def test_update_takes_from_rebase_only_the_stateful_move():
+    assert names_imported_from(ZMR / "update.py", "zmr.rebase") == UPDATE_FROM_REBASE
+    assert "resolve_rev" in names_imported_from(ZMR / "update.py", "zmr.upstream")
+
+
+def test_upstream_analysis_reaches_no_stateful_module():
+    graph = import_graph()
+    reached, todo = set(), ["zmr.upstream"]
+    while todo:  # everything zmr.upstream loads, directly or through another module
+        for other in graph[todo.pop()] - reached:
+            reached.add(other)
+            todo.append(other)
+    assert "zmr.replay" in reached
+    assert reached.isdisjoint({"zmr.rebase", "zmr.checkout", "zmr.transaction", "zmr.lock", "zmr.update"})
+
+
+def test_the_import_reader_sees_every_way_to_take_a_module(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from zmr.rebase import start, abort\n\ndef f():\n    from zmr.rebase import Outcome\n")
+    assert names_imported_from(source, "zmr.rebase") == {"start", "abort", "Outcome"}
+    source.write_text("from zmr import git, rebase\n")
+    assert names_imported_from(source, "zmr.rebase") == {"*"}
+    source.write_text("import zmr.rebase\n")
+    assert names_imported_from(source, "zmr.rebase") == {"*"}

@@ -393,3 +393,35 @@ def test_the_replay_driver_says_what_it_did_with_each_patch_and_batches_change_n
     with Replayer(repo, new, paths) as r:
         kept = [s.status for s in r.replay(patches[:3], files[:3], keep_empty=True)]
         assert kept == ["applied"] * 3 and len(r.commits) == 3
+
+
+def test_trial_pick_merges_3_way_drops_a_pick_that_changes_nothing_and_stops_at_a_conflict(tmp_path):
+    from zmr.replay import trial_pick
+
+    text = "".join(f"line {i}\n" for i in range(1, 21))
+    up = make_upstream(tmp_path / "upstream", [{"a.txt": text, "b.txt": "b\n", "c.txt": "c\n"}])
+    base = up.commits[0]
+    steps = [
+        ("Edit a", {"a.txt": text.replace("line 10\n", "line 10 (ours)\n")}, {}),
+        ("Fix b", {"b.txt": "b (fixed)\n"}, {}),
+        ("Edit c", {"c.txt": "c (ours)\n"}, {}),
+    ]
+    patches = series_from(up, base, steps, tmp_path / "series")
+    # Upstream edits a line of patch a's context (a plain apply fails there), takes patch b as it is, and changes c its own way.
+    new = up.commit({"a.txt": text.replace("line 12\n", "line 12 (theirs)\n"), "b.txt": "b (fixed)\n", "c.txt": "c (theirs)\n"}, "upstream")
+    repo = zgit.Repo(up.path / ".git")
+    component = Component(model="toy", key="rollout", upstream=str(up.path), commit=base, branch="rollout/toy")
+    chain = build_chain(repo, component, base, patches)
+    with Replayer(repo, new, None) as r:
+        assert not r.try_apply(patches[0])[0]  # only the 3-way apply takes it
+
+    picks = trial_pick(repo, new, patches, chain, 0)
+    assert [j for _, j in picks.made] == [0] and picks.tip == picks.made[0][0]
+    assert (picks.empty, picks.conflict, picks.files) == ([1], 2, ["c.txt"])
+    assert git("rev-parse", f"{picks.tip}^", cwd=up.path) == new
+    assert git("log", "-1", "--format=%s|%an", picks.tip, cwd=up.path) == "Edit a|Patch Author"
+    assert up.file_at(picks.tip, "a.txt") == text.replace("line 10\n", "line 10 (ours)\n").replace("line 12\n", "line 12 (theirs)\n").rstrip("\n")
+
+    # From a later start, and without the conflicting patch: every pick goes in, nothing conflicts.
+    rest = trial_pick(repo, new, patches[:2], chain[:2], 1)
+    assert (rest.tip, rest.made, rest.empty, rest.conflict, rest.files) == (new, [], [1], None, [])

@@ -244,3 +244,22 @@ def test_first_parent_line_keeps_only_descendants_of_a_pin_merged_from_a_side_br
     repo = zgit.Repo(upstream.path / ".git")
     assert first_parent_line(repo, pin, after) == [merge, after]  # not upstream's commits 2 and 3: they lack the pin
     assert first_parent_line(repo, upstream.commits[1], after) == [upstream.commits[2], merge, after]
+
+
+def test_every_result_of_update_and_upstream_says_itself_as_json():
+    import json
+
+    from zmr.update import BlockedBy, Trial
+    from zmr.upstream import Dropped, InMemory
+
+    dropped = Dropped("0002-b.patch", "B", "empty", "c" * 40, "B upstream")
+    assert dropped.to_json() == {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
+    trial = Trial("a" * 40, False, [dropped], "t" * 40, [("m1", 0), ("m2", 2)], {2, 0}, conflict=3, files=["src/x.py"])
+    data = json.loads(json.dumps(trial.to_json()))  # a set (merged) or a dataclass would not dump
+    assert data["merged"] == [0, 2] and data["made"] == [["m1", 0], ["m2", 2]] and data["dropped"] == [dropped.to_json()]
+    assert (data["conflict"], data["files"], data["ok"]) == (3, ["src/x.py"], False)
+    memory = InMemory("t" * 40, [("m1", "0001-a.patch", None)], [dropped], conflict_at=1)
+    expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1}
+    assert json.loads(json.dumps(memory.to_json())) == expected
+    # The keys docs/reference.md §7.19 gives for blocked_by in `zmr update --json`.
+    assert BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"]).to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"]}

@@ -7,7 +7,7 @@ default) its working tree::
              ──load_manifests, Project.series (the working tree's validation, same limits)──▶ components
     component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
     otherwise ──zmr.release.compute, partial like verify──▶ tree and branch id of each side
-              ──zmr.replay.build_chain + zmr.rebase.range_diff──▶ patches added, removed, changed, reordered
+              ──zmr.replay.build_chain + zmr.upstream.range_diff──▶ patches added, removed, changed, reordered
               ──Cache.commit_history (commits only)──▶ how far the pin moved
 
 A revision is never checked out: its files are read from git objects and
@@ -583,8 +583,8 @@ class _WithAlternate(git.Repo):
 
 @functools.lru_cache(maxsize=256)
 def _range_diff(git_dir: str, alternate: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
-    """``zmr.rebase.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
-    from zmr.rebase import range_diff
+    """``zmr.upstream.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
+    from zmr.upstream import range_diff
 
     repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
     return range_diff(repo, old_base, old_tip, new_base, new_tip)

@@ -25,7 +25,9 @@ The callers keep only their policy on top of ``Replayer.replay``:
 a patch that is already upstream (``upstream_holds``, the one definition)
 and stops at the first conflict, ``zmr upstreamed`` reports both. ``apply_series`` (build, verify) needs only
 the final tree: one ``git apply`` of the whole series, then one by one to
-name the patch that fails.
+name the patch that fails. ``trial_pick`` (``zmr update``) goes on where a
+replay stopped the way rebase's cherry-picks would: a 3-way apply of each
+remaining commit in a throwaway index.
 
 The git-object helpers that compare a series with upstream (``patch_ids``,
 ``file_sets``, ``files_unchanged``) live here too. How patches are applied:
@@ -741,6 +743,61 @@ def kept_chain(repo: git.Repo, base: str, patches: Sequence[Patch]) -> list[str]
     if len(line) != len(patches) + 1 or line[-1] != base:
         return None
     return line[-2::-1]
+
+
+# -- a 3-way trial: what cherry-picks would do -------------------------------------------------------
+
+
+@dataclass
+class TrialPicks:
+    """What ``trial_pick`` made on *tip*'s tree.
+
+    *made*: (commit, patch index) of each commit, in order, *tip* the last
+    (the starting commit when none); *empty*: the indexes of the patches
+    whose pick changed nothing (upstream holds them: ``upstream_holds``);
+    *conflict*: the index of the patch that does not go in, with *files*
+    the paths git left unmerged (empty when it names none); the trial
+    stopped there.
+    """
+
+    tip: str
+    made: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    empty: list[int] = dataclasses.field(default_factory=list)
+    conflict: int | None = None
+    files: list[str] = dataclasses.field(default_factory=list)
+
+
+def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Sequence[str], start: int) -> TrialPicks:
+    """Apply, 3-way, the commits of *old_chain* (one per patch, on the old pin) from *start* on, on *tip*, in a throwaway index.
+
+    What ``zmr rebase``'s cherry-picks do in its checkout, without one: each
+    commit's diff goes in with ``git apply --3way``; a pick that changes
+    nothing is upstream's (dropped as ``empty``); the first that does not
+    go in is the conflict. Commits are made with each patch's author, date
+    and message, as the replay makes them; nothing but objects is written.
+    """
+    picks = TrialPicks(tip)
+    with TempIndex(repo) as index:
+        tree = repo.tree_of(tip)
+        index.read_tree(tree)
+        for j in range(start, len(patches)):
+            old = old_chain[j]
+            diff = repo.run(diff_tree_args(f"{old}^", old)).stdout
+            proc = repo.run([*apply_args(1), "--3way"], input=diff, env=index.env, check=False)
+            if proc.returncode != 0:
+                unmerged = repo.run(["ls-files", "-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
+                picks.conflict = j
+                picks.files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+                return picks
+            new_tree = index.write_tree()
+            if new_tree == tree:
+                picks.empty.append(j)
+                continue
+            meta = CommitMeta.for_patch(patches[j])
+            picks.tip = repo.commit_tree(new_tree, [picks.tip], meta.message, meta.identity, meta.identity)
+            picks.made.append((picks.tip, j))
+            tree = new_tree
+    return picks
 
 
 # -- commits compared: patch ids and file sets ----------------------------------------------------------

@@ -2,13 +2,13 @@
 
 Pipeline, per component with a ``track`` (or ``--to REV``)::
 
-    REV ──Cache.fetch_ref (history)──▶ tip
-    pin..tip, first parent, descendants of the pin only ──▶ c1 .. cN (cN = tip; c0 = the pin)
+    REV ──upstream.resolve_rev (Cache.fetch_ref, history)──▶ tip
+    pin..tip, first parent, descendants of the pin only (upstream.first_parent_line) ──▶ c1 .. cN (cN = tip; c0 = the pin)
     good(c): the series replays onto c as ``zmr rebase`` would finish it without stopping:
-        rebase.replay_onto (in memory: patches upstream dropped: empty or
-        reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply, a 3-way apply of each
-        remaining commit of the series (what the rebase's cherry-picks do) in a throwaway
-        index; a conflict there is the blocking patch
+        upstream.replay_onto (in memory: patches upstream dropped: empty or
+        reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply,
+        ``replay.trial_pick``: a 3-way apply of each remaining commit of the series (what the
+        rebase's cherry-picks do) in a throwaway index; a conflict there is the blocking patch
     good(tip) ──▶ clean;  else binary search on c0..cN
     --apply: ``rebase.start(target)`` for each component that can move and holds no work
 
@@ -23,7 +23,7 @@ the newest commit the series replays onto; when it is not (upstream broke
 the series, then repaired it), c_lo is still a commit onto which the series
 replays and c_hi one onto which it does not, right after it.
 
-Only ``zmr.rebase`` writes anything (with ``--apply``); the rest is read-only
+Only ``zmr.rebase`` writes anything (``start``, with ``--apply``); the rest is read-only
 but for the mirror (fetched history, the series' commits on the pin, kept
 patch ids).
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache as memoize
 
 from zmr import checkout, git, transaction
@@ -41,24 +41,21 @@ from zmr.cache import Cache, resolve_upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
-from zmr.patchfile import CommitMeta, diff_tree_args
 from zmr.project import Project
-from zmr.rebase import (
+from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
+from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
+from zmr.series import Patch, read_series
+from zmr.upstream import (
     Dropped,
-    Outcome,
-    Stopped,
-    abort,
+    commit_subject,
     containing_commit,
-    finishing_onto,
+    first_parent_line,
+    is_ancestor,
     range_diff,
     replay_onto,
     resolve_rev,
-    resume,
-    start,
     upstream_patch_ids,
 )
-from zmr.replay import TempIndex, apply_args, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids
-from zmr.series import Patch, read_series
 
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
@@ -77,6 +74,9 @@ class BlockedBy:
     patch: str
     patch_subject: str
     files: list[str]
+
+    def to_json(self) -> dict:
+        return {"commit": self.commit, "patch": self.patch, "files": self.files}  # the keys of `zmr update --json` (docs/reference.md §7.19)
 
 
 @dataclass
@@ -97,6 +97,18 @@ class Trial:
     merged: set[int] = field(default_factory=set)
     conflict: int | None = None
     files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "commit": self.commit,
+            "ok": self.ok,
+            "dropped": [d.to_json() for d in self.dropped],
+            "tip": self.tip,
+            "made": [list(m) for m in self.made],
+            "merged": sorted(self.merged),
+            "conflict": self.conflict,
+            "files": self.files,
+        }
 
 
 @dataclass
@@ -135,7 +147,6 @@ class Update:
         return self.status != UP_TO_DATE and not (self.applied and self.target == self.tip)
 
     def to_json(self) -> dict:
-        b = self.blocked_by
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -144,8 +155,8 @@ class Update:
             "target": self.target,
             "tip": self.tip,
             "behind": self.behind,
-            "dropped": [asdict(d) for d in self.dropped],
-            "blocked_by": {"commit": b.commit, "patch": b.patch, "files": b.files} if b else None,
+            "dropped": [d.to_json() for d in self.dropped],
+            "blocked_by": self.blocked_by.to_json() if self.blocked_by else None,
             "rev": self.rev,
             "steps": self.steps,
             "replays": self.replays,
@@ -154,32 +165,12 @@ class Update:
         }
 
 
-# -- history --------------------------------------------------------------------------------------
-
-
-def first_parent_line(repo: git.Repo, pin: str, tip: str) -> list[str]:
-    """The commits from the pin (excluded) to *tip* along first parents, oldest first, that descend from the pin."""
-    line = repo.rev_list(["--first-parent", "--reverse", tip, "--not", pin])
-    if not line or repo.out(["rev-parse", f"{line[0]}^"]) == pin:
-        return line  # the line starts at the pin: every commit on it descends from it
-    # The pin came in through a merge: first-parent commits older than that merge do not descend from it.
-    descendants = set(repo.rev_list(["--ancestry-path", tip, "--not", pin]))
-    return [c for c in line if c in descendants]
-
-
-def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-    return older == newer or repo.ok(["merge-base", "--is-ancestor", older, newer])
-
-
-def commit_subject(repo: git.Repo, commit: str | None) -> str:
-    return CommitMeta.for_commit(repo.commit_info(commit)).subject if commit else ""
-
-
 # -- one replay -----------------------------------------------------------------------------------
 
 
-class Series:
-    """The series of one component against its upstream, ready to be replayed onto any commit of pin..tip."""
+class SeriesAtPin:
+    """The series of one component as commits on its pin (*old_chain*), with the upstream commits of pin..tip that
+    have a patch's patch id: ready to be replayed onto any commit of pin..tip (``trial``)."""
 
     def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str):
         self.repo = repo
@@ -207,37 +198,16 @@ class Series:
         index_of = {p.name: i for i, p in enumerate(self.patches)}
         trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
         if memory.conflict_at is not None:
-            self._pick_rest(trial, memory.conflict_at)
+            # From the first patch that does not apply on, what ``zmr rebase``'s cherry-picks do (3-way).
+            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at)
+            trial.dropped += [Dropped(self.patches[j].name, self.patches[j].subject, "empty") for j in picks.empty]  # upstream's: the pick changed nothing
+            trial.tip = picks.tip
+            trial.made += picks.made
+            trial.merged.update(j for _, j in picks.made)
+            trial.ok, trial.conflict = picks.conflict is None, picks.conflict
+            if picks.conflict is not None:
+                trial.files = picks.files or sorted(self.chain_files[self.old_chain[picks.conflict]])
         return trial
-
-    def _pick_rest(self, trial: Trial, start: int) -> None:
-        """What ``zmr rebase`` does from the first patch that does not apply on: cherry-pick each remaining
-        commit (3-way); a result that changes nothing is upstream's (``upstream_holds``) and dropped as empty."""
-        repo = self.repo
-        with TempIndex(repo) as index:
-            tree = repo.tree_of(trial.tip)
-            index.read_tree(tree)
-            for j in range(start, len(self.patches)):
-                patch = self.patches[j]
-                old = self.old_chain[j]
-                diff = repo.run(diff_tree_args(f"{old}^", old)).stdout
-                proc = repo.run([*apply_args(1), "--3way"], input=diff, env=index.env, check=False)
-                if proc.returncode != 0:
-                    unmerged = repo.run(["ls-files", "-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
-                    conflicted = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
-                    trial.ok, trial.conflict = False, j
-                    trial.files = conflicted or sorted(self.chain_files[old])
-                    return
-                new_tree = index.write_tree()
-                if new_tree == tree:
-                    trial.dropped.append(Dropped(patch.name, patch.subject, "empty"))
-                    continue
-                meta = CommitMeta.for_patch(patch)
-                trial.tip = repo.commit_tree(new_tree, [trial.tip], meta.message, meta.identity, meta.identity)
-                trial.made.append((trial.tip, j))
-                trial.merged.add(j)
-                tree = new_tree
-        trial.ok, trial.conflict = True, None
 
     def name_upstream(self, trial: Trial) -> None:
         """Fill in the upstream commit of each patch dropped as empty or reverse-applying (only for the trial reported)."""
@@ -326,7 +296,7 @@ def examine(project: Project, component: Component, to: str | None = None, cache
         progress(f"{label}: {behind} commits behind {rev}; preparing the series")
     replays = 0
     expected = expected_replays(len(line))
-    prepared = Series(repo, component, series.patches, tip)
+    prepared = SeriesAtPin(repo, component, series.patches, tip)
 
     def good(commit: str) -> Trial:
         nonlocal replays

@@ -21,7 +21,7 @@ stays instant::
     checkout     zmr/cli/checkout.py   zmr.checkout
     export       zmr/cli/checkout.py   zmr.checkout
     rebase       zmr/cli/rebase.py     zmr.rebase
-    upstreamed   zmr/cli/rebase.py     zmr.rebase
+    upstreamed   zmr/cli/rebase.py     zmr.upstream
     update       zmr/cli/update.py     zmr.update (moves pins with zmr.rebase)
     diff         zmr/cli/diff.py       zmr.diff
     import       zmr/cli/import_.py    zmr.importer

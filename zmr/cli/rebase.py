@@ -1,8 +1,9 @@
 """`zmr rebase`, `zmr upstreamed`: move a series to a new upstream commit; find the patches upstream has taken.
 
-The work is `zmr.rebase`; it returns data (`Outcome`, `Stopped`, `Aborted`,
-`UpstreamedReport`, each with `to_json()` for --json), rendered here as text
-and as the markdown report (written where `Outcome.report` says).
+The work is `zmr.rebase` (the move) and `zmr.upstream` (`upstreamed`); they
+return data (`Outcome`, `Stopped`, `Aborted`, `UpstreamedReport`, each with
+`to_json()` for --json), rendered here as text and as the markdown report
+(written where `Outcome.report` says).
 """
 
 from pathlib import Path
@@ -14,7 +15,8 @@ from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.rebase import Dropped, Outcome, Stopped, UpstreamedReport
+    from zmr.rebase import Outcome, Stopped
+    from zmr.upstream import Dropped, UpstreamedReport
 
 
 def rebase(
@@ -92,8 +94,7 @@ def upstreamed(
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
-    from zmr import selection
-    from zmr import rebase as rb
+    from zmr import selection, upstream
     from zmr.errors import ZmrError
 
     project = find_project()
@@ -104,20 +105,20 @@ def upstreamed(
     # of several, those that follow no upstream ref have nothing to compare with: skipped, and the rest go on.
     named_one = bool(model) and len(chosen) == 1
     compared = [c for c in chosen if named_one or rev is not None or c.track is not None]
-    skipped = [c for c in chosen if c not in compared]
+    skipped = [upstream.NotCompared(c) for c in chosen if c not in compared]
     with Progress(steps=[c.label for c in compared]) as progress:
-        reports = [rb.upstreamed(project, comp, rev, progress=progress) for comp in compared]
+        reports = [upstream.upstreamed(project, comp, rev, progress=progress) for comp in compared]
     if json_out:
         print_json(
             {
                 "components": [r.to_json() for r in reports],
-                "skipped": [{"model": c.model, "component": c.key, "reason": "no track"} for c in skipped],
+                "skipped": [s.to_json() for s in skipped],
             }
         )
         return
     for r in reports:
         print(upstreamed_text(r), end="")
-    for c in skipped:
+    for c in (s.component for s in skipped):
         print(f"{c.label}: skipped (no `track` in manifests/{c.model}.yaml; pass --rev REV to compare with a revision)")
 
 

@@ -1,0 +1,353 @@
+"""Read-only questions about upstream history against a series: what a revision names, which upstream
+commits touch the series' files, which patches upstream already holds, whether the series replays onto a commit.
+
+``zmr rebase`` (the stateful move), ``zmr upstreamed`` and ``zmr update`` (the search for how far a pin can move)
+stand on it; ``zmr diff`` takes ``range_diff``. Nothing here touches a checkout, the manifest, the series folder
+or zmr's state: it writes only to the mirror (fetched history, a series' commits on its pin, kept patch ids) and
+to throwaway indexes. The questions::
+
+    REV ──resolve_rev (Cache.fetch_ref, history)──▶ commit
+    upstream old..new touching the series' files ──upstream_patch_ids──▶ patch id → upstream commit (a hint: it names the commit)
+    series on new ──replay_onto (zmr.replay, in memory)──▶ InMemory: commits made, patches upstream holds dropped, first conflict
+    a dropped patch ──containing_commit──▶ the first upstream commit on which it reverse-applies
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from zmr import git
+from zmr.cache import Cache, resolve_upstream
+from zmr.errors import ZmrError
+from zmr.git import Progress
+from zmr.manifest import Component
+from zmr.patchfile import CommitMeta
+from zmr.project import Project
+from zmr.replay import (
+    Replayer,
+    TempIndex,
+    build_chain,
+    chain_patch_ids,
+    file_sets,
+    files_unchanged,
+    kept_chain,
+    patch_ids,
+    series_applies,
+    upstream_holds,
+)
+from zmr.series import Patch, Series, read_series
+
+MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
+
+
+class UpstreamError(ZmrError):
+    """A revision names no upstream commit, or there is nothing to compare the series with."""
+
+
+# -- revisions and history ------------------------------------------------------------------------
+
+
+_REV_RE = re.compile(r"(?P<name>.+?)(?P<walk>(?:[~^][0-9]*)*)")
+_ABBREV_RE = re.compile(r"[0-9a-f]{4,39}")
+_UPSTREAM_REFS = ("refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/", "refs/zmr/pins/")
+
+
+def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Repo, str]:
+    """The mirror and the commit id of *rev*, with history: what git takes, resolved against the upstream.
+
+    A full or abbreviated id, a tag or a branch, each optionally followed by
+    ``~N`` / ``^N`` (``main~5``, ``v1.2^``). An abbreviated id must name an
+    upstream commit (the mirror also holds the commits zmr makes from series).
+    """
+    match = _REV_RE.fullmatch(rev)
+    name, walk = (match.group("name"), match.group("walk")) if match else (rev, "")
+    oid = None
+    if _ABBREV_RE.fullmatch(name):
+        repo = cache.ensure_history(url, display=display).repo
+        oid = repo.resolve(name)
+        if oid is not None and not repo.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", oid, *_UPSTREAM_REFS]):
+            oid = None  # a commit zmr made, not upstream's
+        if oid is None:
+            raise UpstreamError(f"{display}: no upstream commit {name!r}", details=["give a full commit id, a tag or a branch of the upstream"])
+    else:
+        try:
+            mirror, oid = cache.fetch_ref(url, name, display=display)
+        except ZmrError as err:
+            # git's text names zmr's own refspec (refs/zmr/track/...): not something the engineer wrote.
+            raise UpstreamError(err.message, details=[d for d in err.details if "refs/zmr/" not in d]) from None
+        repo = mirror.repo
+    if walk:
+        walked = repo.resolve(oid + walk)
+        if walked is None:
+            raise UpstreamError(f"{display}: {rev!r} names no commit (the history of {name} is shorter)", details=[f"{name} is {oid}"])
+        oid = walked
+    return repo, oid
+
+
+def first_parent_line(repo: git.Repo, pin: str, tip: str) -> list[str]:
+    """The commits from the pin (excluded) to *tip* along first parents, oldest first, that descend from the pin."""
+    line = repo.rev_list(["--first-parent", "--reverse", tip, "--not", pin])
+    if not line or repo.out(["rev-parse", f"{line[0]}^"]) == pin:
+        return line  # the line starts at the pin: every commit on it descends from it
+    # The pin came in through a merge: first-parent commits older than that merge do not descend from it.
+    descendants = set(repo.rev_list(["--ancestry-path", tip, "--not", pin]))
+    return [c for c in line if c in descendants]
+
+
+def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
+    return older == newer or repo.ok(["merge-base", "--is-ancestor", older, newer])
+
+
+def commit_subject(repo: git.Repo, commit: str | None) -> str:
+    """The subject line of *commit*; "" for None or a commit the mirror lacks."""
+    if not commit or not repo.has_object(commit, "commit"):
+        return ""
+    return CommitMeta.for_commit(repo.commit_info(commit)).subject
+
+
+# -- upstream commits against the series' patches ----------------------------------------------------
+
+
+def upstream_commits(repo: git.Repo, old: str, new: str, paths: Sequence[str]) -> list[str]:
+    """Non-merge commits of old..new that touch *paths*, oldest first."""
+    if not paths:
+        return []
+    # The paths on stdin (one a line; there can be more than the arguments of a process hold), those with a newline as arguments.
+    lines = [p for p in paths if "\n" not in p]
+    odd = [p for p in paths if "\n" in p]
+    args = ["--no-merges", "--full-history", "--reverse", "--topo-order", new, "--not", old, *(["--", *odd] if odd else [])]
+    return repo.rev_list(args, stdin=["--", *lines])
+
+
+def upstream_patch_ids(repo: git.Repo, old: str, new: str, paths: Sequence[str], shapes: set[frozenset[str]] | None = None) -> dict[str, str]:
+    """patch id → the oldest upstream commit of old..new with that patch id.
+
+    A patch id covers the names of the files a diff touches, so only an
+    upstream commit that changes exactly the files of one of *shapes* (the
+    series' patches) can match: only those are diffed (git's own patch-id
+    comparison skips by file names first for the same reason).
+    """
+    commits = upstream_commits(repo, old, new, paths)
+    if shapes is not None and commits:
+        changed = file_sets(repo, commits)
+        commits = [c for c in commits if changed[c] in shapes]
+    ids = patch_ids(repo, commits)
+    result: dict[str, str] = {}
+    for commit in commits:
+        if commit in ids:
+            result.setdefault(ids[commit], commit)
+    return result
+
+
+def containing_commit(repo: git.Repo, old: str, new: str, patch: Patch, paths: Sequence[str]) -> str | None:
+    """The first upstream commit of old..new on whose tree *patch* reverse-applies (and no longer applies)."""
+    candidates = upstream_commits(repo, old, new, paths)[:MAX_SEARCH]
+    with TempIndex(repo) as index:
+        for commit in candidates:
+            index.read_tree(repo.tree_of(commit))
+            if index.apply(patch, reverse=True, check=True).returncode == 0 and index.apply(patch, check=True).returncode != 0:
+                return commit
+    return None
+
+
+@dataclass
+class Dropped:
+    """A patch left out because upstream has it (``upstream_holds``), or by ``--skip``; *upstream* names the commit, when found.
+
+    *method* ``patch-id``: the target holds the change and an upstream commit
+    in between has the patch's patch id (it names that commit).
+    """
+
+    name: str
+    subject: str
+    method: str  # patch-id | reverse-apply | empty | resolved-empty | skipped
+    upstream: str | None = None
+    upstream_subject: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# -- the in-memory replay --------------------------------------------------------------------------
+
+
+@dataclass
+class InMemory:
+    """The series replayed on a new upstream commit in memory, by rebase's policy (``replay_onto``).
+
+    *replayed*: (commit, patch name, a hunk applied at an offset: None when
+    unknown) per commit made, in order, the first on the new commit and
+    *tip* the last (the new commit when none was made). *conflict_at*: the
+    index of the first patch that neither applies nor is upstream; the
+    replay stopped there.
+    """
+
+    tip: str
+    replayed: list[tuple[str, str, bool | None]]
+    dropped: list[Dropped]
+    conflict_at: int | None = None
+
+    def to_json(self) -> dict:
+        return {"tip": self.tip, "replayed": [list(r) for r in self.replayed], "dropped": [d.to_json() for d in self.dropped], "conflict_at": self.conflict_at}
+
+
+def replay_onto(
+    repo: git.Repo,
+    old: str,
+    new: str,
+    patches: Sequence[Patch],
+    old_chain: Sequence[str],
+    chain_files: dict[str, frozenset[str]],
+    hits: Sequence[str | None],
+    name_upstream: bool = True,
+) -> InMemory:
+    """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
+
+    The policy on top of the replay: what upstream holds is dropped
+    (``upstream_holds``: empty once applied, or reverse-applies); any other
+    patch that does not apply is a conflict: stop there. *hits* (the
+    upstream commit with each patch's patch id, or None) only name the
+    upstream commit of a dropped patch; *name_upstream*: else look for it.
+    """
+    paths = sorted(set().union(*chain_files.values()))
+    dropped: list[Dropped] = []
+    made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
+    conflict_at = None
+    with Replayer(repo, new, paths) as replay:
+        for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
+            i, patch = step.index, step.patch
+            method = upstream_holds(replay, step)
+            if step.status == "applied":
+                made.append((patch.name, step.moved))
+            elif method:
+                found = hits[i] or (containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None)
+                dropped.append(Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found)))
+            else:
+                conflict_at = i
+                break
+        replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
+        return InMemory(replay.tip, replayed, dropped, conflict_at)
+
+
+def files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:
+    """The series' files (*files*: each patch's) are byte for byte as they were, and the series applies to the old pin:
+    so it applies to the new one exactly as it did (checked without building its commits: a first rebase needs none)."""
+    if files is None:
+        return False
+    paths = sorted(set().union(*files))
+    if not files_unchanged(repo, old, new, paths):
+        return False
+    if kept_chain(repo, old, series.patches) is not None:
+        return True  # it applied when its commits were made
+    return series_applies(repo, old, series.patches, paths)
+
+
+# -- upstreamed ----------------------------------------------------------------------------
+
+
+@dataclass
+class UpstreamedReport:
+    """What ``zmr upstreamed`` found for one component: the patches upstream holds at *rev_commit* (*upstreamed*),
+    and those that would conflict there (*conflicts*); *patches*: how many the series has."""
+
+    component: Component
+    rev: str
+    rev_commit: str
+    patches: int
+    upstreamed: list[Dropped] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.component.model,
+            "component": self.component.key,
+            "pin": self.component.commit,
+            "rev": self.rev,
+            "rev_commit": self.rev_commit,
+            "patches": self.patches,
+            "upstreamed": [
+                {"name": d.name, "subject": d.subject, "upstream_commit": d.upstream, "upstream_subject": d.upstream_subject, "method": d.method}
+                for d in self.upstreamed
+            ],
+            "conflicts": self.conflicts,
+        }
+
+
+@dataclass
+class NotCompared:
+    """A component ``zmr upstreamed`` leaves out of a run over several: it follows no upstream ref and no revision was named."""
+
+    component: Component
+    reason: str = "no track"
+
+    def to_json(self) -> dict:
+        return {"model": self.component.model, "component": self.component.key, "reason": self.reason}
+
+
+def component_inputs(project: Project, component: Component, cache: Cache | None) -> tuple[Cache, str, str, Series]:
+    """What upstreamed and rebase both start from: the cache, the upstream URL, its label, the series."""
+    cache = cache or Cache()
+    url = resolve_upstream(component.upstream, project.root)
+    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
+    return cache, url, f"{component.label} ({component.upstream})", series
+
+
+def upstreamed(project: Project, component: Component, rev: str | None, cache: Cache | None = None, progress: Progress | None = None) -> UpstreamedReport:
+    """Patches of the series already in upstream between the pin and *rev* (default: ``track``)."""
+    rev = rev or component.track
+    if not rev:
+        raise UpstreamError(
+            f"{component.label}: no upstream revision to compare with",
+            details=[f"pass --rev REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+        )
+    cache, url, display, series = component_inputs(project, component, cache)
+    if progress:
+        progress(f"{component.label}: fetching {rev}")
+    cache.ensure(url, [component.commit], display=display)
+    repo, new = resolve_rev(cache, url, rev, display)
+    report = UpstreamedReport(component, rev, new, len(series.patches))
+    if not series.patches:
+        return report
+    chain = build_chain(repo, component, component.commit, series.patches)
+    chain_files = file_sets(repo, chain)
+    paths = sorted(set().union(*chain_files.values()))
+    pids = chain_patch_ids(repo, chain)
+    upstream = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
+    hits = [upstream.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
+    with Replayer(repo, new, paths) as replay:
+        for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
+            patch, hit = step.patch, hits[step.index]
+            method = upstream_holds(replay, step)
+            if method:
+                found = hit or containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
+                report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found)))
+            elif step.status == "failed":
+                report.conflicts.append(patch.name)
+    return report
+
+
+# -- range-diff ------------------------------------------------------------------------------------
+
+
+_RANGE_HEAD_RE = re.compile(r"^\s*(?:-|\d+):\s+(?:-+|[0-9a-f]+) [<>=!] \s*(?:-|\d+):\s+(-+|[0-9a-f]+) ")
+
+
+def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
+    """``git range-diff`` old series vs new series: new commit → its block of the output."""
+    proc = repo.run(["range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}"], check=False)
+    if proc.returncode != 0:
+        return {}
+    blocks: dict[str, str] = {}
+    current = None
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        match = _RANGE_HEAD_RE.match(line)
+        if match:
+            current = match.group(1) if not match.group(1).startswith("-") else None
+            if current:
+                blocks[current] = line + "\n"
+            continue
+        if current:
+            blocks[current] += line + "\n"
+    return blocks
