@@ -269,7 +269,7 @@ def test_every_command_that_reads_a_series_names_the_manifest_line_of_a_missing_
     shutil.rmtree(project.root / "patches/toy/rollout")
     line = (project.root / "manifests/toy.yaml").read_text().splitlines().index("  rollout:") + 1
     # (`zmr update` joins this list when zmr/update.py reads the series through Project.series too.)
-    readers = (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"])
+    readers = (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"], ["update", "toy"])
     for args in (*readers, ["rebase", "toy", "--onto", "main"]):
         result = zmr(*args, cwd=project.root)
         assert result.returncode == 2, (args, result.stdout)

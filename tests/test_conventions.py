@@ -218,7 +218,7 @@ def test_upstreamed_skips_components_without_track_and_goes_on(project, upstream
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("toy/rollout: 1 of 2 patches upstream between")
-    assert lines[-1] == "toy/trainer: skipped (no `track` in manifests/toy.yaml; pass --rev REV to compare with a revision)"
+    assert lines[-1] == "toy/trainer: skipped (no `track` in manifests/toy.yaml; pass --onto REV to compare with a revision)"
     everything = json.loads(zmr("upstreamed", "--all", "--json", cwd=project.root).stdout)
     assert [c["component"] for c in everything["components"]] == ["rollout"]
     assert everything["skipped"] == [
@@ -227,7 +227,7 @@ def test_upstreamed_skips_components_without_track_and_goes_on(project, upstream
     ]
     # One component named: told what to do, as before.
     named = zmr("upstreamed", "toy", "-c", "trainer", cwd=project.root)
-    assert named.returncode == 2 and "--rev REV" in named.stderr
+    assert named.returncode == 2 and "--onto REV" in named.stderr
 
 
 # -- a closed pipe -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from conftest import two_models, zmr
 
 CLI = Path(__file__).resolve().parent.parent / "zmr" / "cli"
 # Restructured in parallel (issue #26), which adds their to_json(); checked here once that lands.
-NOT_YET = {"rebase.py", "update.py"}
+NOT_YET: set[str] = set()  # CLI modules not yet held to the rule (none)
 
 
 def _json_calls(tree: ast.AST) -> list[ast.Call]:

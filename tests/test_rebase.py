@@ -113,7 +113,7 @@ def test_upstreamed_and_rebase_drop_patches_that_landed_upstream(proj, upstream)
     manifest.write_text(manifest.read_text().replace("    track: main\n", ""))
     missing = zmr("upstreamed", "toy", cwd=proj.root)
     assert missing.returncode == 2
-    assert "toy/rollout: no upstream revision to compare with" in missing.stderr and "--rev REV" in missing.stderr
+    assert "toy/rollout: no upstream revision to compare with" in missing.stderr and "--onto REV" in missing.stderr
 
 
 def _conflicting_upstream(upstream, model_py: str) -> str:

@@ -44,7 +44,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -242,7 +242,7 @@ def _snapshot(project: Project, component: Component, state: RebaseState, co: Ch
         shutil.rmtree(stale, ignore_errors=True)  # an interrupted start changed nothing else
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        manifest = _manifest_path(project, component)
+        manifest = project.manifest_path(component.model)
         shutil.copyfile(manifest, tmp / "manifest.orig")
         folder = project.series_folder(component)
         files = []
@@ -265,13 +265,9 @@ def _snapshot(project: Project, component: Component, state: RebaseState, co: Ch
         raise
 
 
-def _manifest_path(project: Project, component: Component) -> Path:
-    return project.root / "manifests" / f"{component.model}.yaml"
-
-
 def pinned_manifest(project: Project, component: Component, old: str, new: str) -> bytes | None:
     """The manifest's bytes with just the text of *component*'s ``commit:`` value moved from *old* to *new* (checked by parsing); None: done already."""
-    path = _manifest_path(project, component)
+    path = project.manifest_path(component.model)
     display = f"manifests/{component.model}.yaml"
     data = path.read_bytes()
     lines = data.split(b"\n")
@@ -313,36 +309,7 @@ def _write_result(project: Project, component: Component, old: str, new: str, pl
             txn.write(project.root / component.patches / "series", series_text)
         manifest = pinned_manifest(project, _reload(project, component), old, new)
         if manifest is not None:
-            txn.write(_manifest_path(project, component), manifest)
-
-
-def pick_component(project: Project, model: str | None, keys: Sequence[str] | None, in_progress: bool = False) -> Component:
-    """The one component a rebase acts on: -c, the model's only one, or (with *in_progress*) the one being rebased.
-
-    Without *model* (``--continue``, ``--skip``, ``--abort``, as git takes them): the one rebase under way.
-    """
-    if model is None:
-        going = [c for m in project.manifests() for c in m.components.values() if project.rebase_state(c).is_file()] if in_progress else []
-        going = [c for c in going if not keys or c.key in keys]
-        if len(going) == 1:
-            return going[0]
-        if not in_progress:
-            raise RebaseError("name the model to rebase", details=["e.g. zmr rebase MODEL -c COMPONENT --onto REV (`zmr list` shows the models)"])
-        if not going:
-            raise RebaseError("no rebase in progress", details=["start one with `zmr rebase MODEL -c COMPONENT --onto REV`"])
-        raise RebaseError("several rebases are in progress; name the model (and -c)", details=[f"zmr rebase {c.model} -c {c.key} ..." for c in going])
-    manifest = project.manifests([model])[0]
-    if not keys and in_progress:
-        going = [c for c in manifest.components.values() if project.rebase_state(c).is_file()]
-        if len(going) == 1:
-            return going[0]
-    if keys and len(keys) > 1:
-        raise RebaseError("rebase one component at a time", details=[f"e.g. zmr rebase {model} -c {keys[0]} ..."])
-    if keys:
-        return manifest.component(keys[0])
-    if len(manifest.components) == 1:
-        return next(iter(manifest.components.values()))
-    raise RebaseError(f"model {model!r} has several components; name one with -c", details=[f"components: {', '.join(manifest.components)}"])
+            txn.write(project.manifest_path(component.model), manifest)
 
 
 # -- rebase: results -----------------------------------------------------------------------------
@@ -465,7 +432,8 @@ def _start(
             f"{component.label}: a rebase is already in progress",
             details=[f"go on with `zmr rebase {component.model} -c {component.key} --continue`, or undo it with `--abort`"],
         )
-    cache, url, display, series = component_inputs(project, component, cache)
+    upstream, series = component_inputs(project, component, cache)
+    cache = upstream.cache
     old = component.commit
     co_path = checkout.checkout_path(project, component, checkout_dir)
     co = checkout.open_checkout(co_path)
@@ -474,7 +442,7 @@ def _start(
         checkout.check_not_half_refreshed(co, component)
         checkout.refuse_during_merge(co, component)
         uncommitted = checkout.dirty(co)
-        problems = uncommitted + checkout.sync_state(project, component, co)[1]
+        problems = uncommitted + checkout.sync_state(project, component, co, cache)[1]
         if problems:
             export = f"zmr export {component.model} -c {component.key}"
             # export reads commits and refuses a dirty tree: uncommitted work is committed (or stashed) first.
@@ -485,8 +453,8 @@ def _start(
             )
     if progress:
         progress(f"{component.label}: fetching {rev}")
-    cache.ensure(url, [old], display=display)
-    repo, new = resolve_rev(cache, url, rev, display)
+    upstream.ensure([old])
+    repo, new = resolve_rev(upstream, rev)
     if new == old:
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if warn is not None and repo.ok(["merge-base", "--is-ancestor", new, old]):
@@ -500,10 +468,10 @@ def _start(
     old_chain = build_chain(repo, component, old, series.patches, files, progress=progress)
     chain_files = file_sets(repo, old_chain)
     paths = sorted(set().union(*chain_files.values()))
-    upstream = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
+    upstream_ids = upstream_patch_ids(repo, old, new, paths, set(chain_files.values()))
     # No upstream commit changes the same files as a patch: nothing can have landed, no ids to compare.
-    pids = chain_patch_ids(repo, old_chain) if upstream else {}
-    hits = [upstream.get(pids.get(commit, "")) for commit in old_chain]  # the upstream commit with each patch's patch id
+    pids = chain_patch_ids(repo, old_chain) if upstream_ids else {}
+    hits = [upstream_ids.get(pids.get(commit, "")) for commit in old_chain]  # the upstream commit with each patch's patch id
     if co is None and not any(hits) and series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
         return _pin_only(project, component, repo, series, old, new, rev)
@@ -515,7 +483,7 @@ def _start(
         old=old,
         new=new,
         rev=rev,
-        url=url,
+        url=upstream.url,
         old_chain=old_chain,
         names=[p.name for p in series.patches],
         subjects=[p.subject for p in series.patches],
@@ -784,7 +752,7 @@ def abort(project: Project, component: Component) -> Aborted:
     shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
     if journal.exists() and not saved.journal_existed:
         forget_journal(journal)
-    manifest = _manifest_path(project, component)
+    manifest = project.manifest_path(component.model)
     original = (folder / "manifest.orig").read_bytes()
     if manifest.read_bytes() != original:
         atomic_write(manifest, original)
@@ -886,7 +854,7 @@ def _header_with_pin(text: bytes | None, old: str, new: str) -> bytes | None:
 
 
 def _reload(project: Project, component: Component) -> Component:
-    manifest, problems = parse_manifest(_manifest_path(project, component), project.root)
+    manifest, problems = parse_manifest(project.manifest_path(component.model), project.root)
     if manifest is None or component.key not in manifest.components:
         raise RebaseError(f"manifests/{component.model}.yaml: no longer valid", details=[str(p) for p in problems] + ["fix it, then run --continue again"])
     return manifest.components[component.key]

@@ -1,6 +1,6 @@
 """``zmr update``: move every pin as far as its series allows, and say exactly what blocks the rest.
 
-Pipeline, per component with a ``track`` (or ``--to REV``)::
+Pipeline, per component with a ``track`` (or ``--onto REV``)::
 
     REV ──upstream.resolve_rev (Cache.fetch_ref, history)──▶ tip
     pin..tip, first parent, descendants of the pin only (upstream.first_parent_line) ──▶ c1 .. cN (cN = tip; c0 = the pin)
@@ -37,14 +37,14 @@ from functools import cache as memoize
 
 from zmr import checkout, git, transaction
 from zmr.git import Progress
-from zmr.cache import Cache, resolve_upstream
+from zmr.cache import Cache
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
 from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
-from zmr.series import Patch, read_series
+from zmr.series import Patch
 from zmr.upstream import (
     Dropped,
     commit_subject,
@@ -273,17 +273,16 @@ def examine(project: Project, component: Component, to: str | None = None, cache
     if not rev:
         raise UpdateError(
             f"{component.label}: no upstream revision to update to",
-            details=[f"pass --to REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+            details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
         )
     cache = cache or Cache()
-    url = resolve_upstream(component.upstream, project.root)
-    display = f"{component.label} ({component.upstream})"
-    series = read_series(project.root / component.patches, component.patches)
+    upstream = cache.for_component(component, project.root)
+    series = project.series(component)
     label = component.label
     if progress:
         progress(f"{label}: fetching {rev}")
-    cache.ensure(url, [component.commit], display=display)
-    repo, tip = resolve_rev(cache, url, rev, display)
+    upstream.ensure([component.commit])
+    repo, tip = resolve_rev(upstream, rev)
     pin = component.commit
     if tip == pin or is_ancestor(repo, tip, pin):
         return Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
@@ -386,6 +385,16 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
     found.dropped = outcome.dropped
     if outcome.changed:
         found.changed = list(outcome.changed)
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    """What ``zmr update --json`` prints: one ``Update`` per component, in the order examined."""
+
+    components: list[Update]
+
+    def to_json(self) -> dict:
+        return {"components": [u.to_json() for u in self.components]}
 
 
 def update(

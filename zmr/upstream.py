@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from zmr import git
-from zmr.cache import Cache, resolve_upstream
+from zmr.cache import COMPLETE_REFS, Cache, Upstream
 from zmr.errors import ZmrError
 from zmr.git import Progress
 from zmr.manifest import Component
@@ -37,7 +37,7 @@ from zmr.replay import (
     series_applies,
     upstream_holds,
 )
-from zmr.series import Patch, Series, read_series
+from zmr.series import Patch, Series
 
 MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
 
@@ -51,10 +51,9 @@ class UpstreamError(ZmrError):
 
 _REV_RE = re.compile(r"(?P<name>.+?)(?P<walk>(?:[~^][0-9]*)*)")
 _ABBREV_RE = re.compile(r"[0-9a-f]{4,39}")
-_UPSTREAM_REFS = ("refs/zmr/heads/", "refs/zmr/tags/", "refs/zmr/track/", "refs/zmr/pins/")
 
 
-def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Repo, str]:
+def resolve_rev(upstream: Upstream, rev: str) -> tuple[git.Repo, str]:
     """The mirror and the commit id of *rev*, with history: what git takes, resolved against the upstream.
 
     A full or abbreviated id, a tag or a branch, each optionally followed by
@@ -65,15 +64,15 @@ def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Rep
     name, walk = (match.group("name"), match.group("walk")) if match else (rev, "")
     oid = None
     if _ABBREV_RE.fullmatch(name):
-        repo = cache.ensure_history(url, display=display).repo
+        repo = upstream.ensure_history().repo
         oid = repo.resolve(name)
-        if oid is not None and not repo.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", oid, *_UPSTREAM_REFS]):
+        if oid is not None and not repo.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", oid, *COMPLETE_REFS]):
             oid = None  # a commit zmr made, not upstream's
         if oid is None:
-            raise UpstreamError(f"{display}: no upstream commit {name!r}", details=["give a full commit id, a tag or a branch of the upstream"])
+            raise UpstreamError(f"{upstream.display}: no upstream commit {name!r}", details=["give a full commit id, a tag or a branch of the upstream"])
     else:
         try:
-            mirror, oid = cache.fetch_ref(url, name, display=display)
+            mirror, oid = upstream.fetch_ref(name)
         except ZmrError as err:
             # git's text names zmr's own refspec (refs/zmr/track/...): not something the engineer wrote.
             raise UpstreamError(err.message, details=[d for d in err.details if "refs/zmr/" not in d]) from None
@@ -81,7 +80,7 @@ def resolve_rev(cache: Cache, url: str, rev: str, display: str) -> tuple[git.Rep
     if walk:
         walked = repo.resolve(oid + walk)
         if walked is None:
-            raise UpstreamError(f"{display}: {rev!r} names no commit (the history of {name} is shorter)", details=[f"{name} is {oid}"])
+            raise UpstreamError(f"{upstream.display}: {rev!r} names no commit (the history of {name} is shorter)", details=[f"{name} is {oid}"])
         oid = walked
     return repo, oid
 
@@ -286,12 +285,20 @@ class NotCompared:
         return {"model": self.component.model, "component": self.component.key, "reason": self.reason}
 
 
-def component_inputs(project: Project, component: Component, cache: Cache | None) -> tuple[Cache, str, str, Series]:
-    """What upstreamed and rebase both start from: the cache, the upstream URL, its label, the series."""
-    cache = cache or Cache()
-    url = resolve_upstream(component.upstream, project.root)
-    series = read_series(project.root / component.patches, component.patches, origin=component.patches_origin)
-    return cache, url, f"{component.label} ({component.upstream})", series
+@dataclass(frozen=True)
+class UpstreamedReports:
+    """What ``zmr upstreamed --json`` prints: a report per component compared, and those skipped (no ``track``)."""
+
+    components: list[UpstreamedReport]
+    skipped: list[NotCompared]
+
+    def to_json(self) -> dict:
+        return {"components": [r.to_json() for r in self.components], "skipped": [s.to_json() for s in self.skipped]}
+
+
+def component_inputs(project: Project, component: Component, cache: Cache | None) -> tuple[Upstream, Series]:
+    """What upstreamed and rebase both start from: the upstream as the cache (a new one without *cache*) reaches it, and the series."""
+    return (cache or Cache()).for_component(component, project.root), project.series(component)
 
 
 def upstreamed(project: Project, component: Component, rev: str | None, cache: Cache | None = None, progress: Progress | None = None) -> UpstreamedReport:
@@ -300,13 +307,13 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     if not rev:
         raise UpstreamError(
             f"{component.label}: no upstream revision to compare with",
-            details=[f"pass --rev REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
+            details=[f"pass --onto REV, or add `track: <branch>` to the component in manifests/{component.model}.yaml"],
         )
-    cache, url, display, series = component_inputs(project, component, cache)
+    upstream, series = component_inputs(project, component, cache)
     if progress:
         progress(f"{component.label}: fetching {rev}")
-    cache.ensure(url, [component.commit], display=display)
-    repo, new = resolve_rev(cache, url, rev, display)
+    upstream.ensure([component.commit])
+    repo, new = resolve_rev(upstream, rev)
     report = UpstreamedReport(component, rev, new, len(series.patches))
     if not series.patches:
         return report
@@ -314,8 +321,8 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     chain_files = file_sets(repo, chain)
     paths = sorted(set().union(*chain_files.values()))
     pids = chain_patch_ids(repo, chain)
-    upstream = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
-    hits = [upstream.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
+    upstream_ids = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
+    hits = [upstream_ids.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
             patch, hit = step.patch, hits[step.index]

@@ -101,7 +101,7 @@ def upstreamed(
     if model and all_models:
         raise ZmrError("name one model, or pass --all, not both", details=["`zmr list` shows the models"])
     chosen = selection.components(project, [model] if model else None, components, all_models, writes=False)
-    # One component the user named is compared or refused (no track: the library says to pass --rev);
+    # One component the user named is compared or refused (no track: the library says to pass --onto);
     # of several, those that follow no upstream ref have nothing to compare with: skipped, and the rest go on.
     named_one = bool(model) and len(chosen) == 1
     compared = [c for c in chosen if named_one or rev is not None or c.track is not None]
@@ -109,17 +109,12 @@ def upstreamed(
     with Progress(steps=[c.label for c in compared]) as progress:
         reports = [upstream.upstreamed(project, comp, rev, progress=progress) for comp in compared]
     if json_out:
-        print_json(
-            {
-                "components": [r.to_json() for r in reports],
-                "skipped": [s.to_json() for s in skipped],
-            }
-        )
+        print_json(upstream.UpstreamedReports(reports, skipped).to_json())
         return
     for r in reports:
         print(upstreamed_text(r), end="")
     for c in (s.component for s in skipped):
-        print(f"{c.label}: skipped (no `track` in manifests/{c.model}.yaml; pass --rev REV to compare with a revision)")
+        print(f"{c.label}: skipped (no `track` in manifests/{c.model}.yaml; pass --onto REV to compare with a revision)")
 
 
 # -- rendering: the library's reports as text (stdout) and markdown (stdout, --report FILE) --

@@ -49,13 +49,13 @@ def update(
         if not models and not components:
             print("no component has a `track`: nothing to update")  # the scheduled job of a repository that follows nothing
             return
-        raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --to REV"])
+        raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
         results = up.update(project, targets, to, apply_moves=apply, progress=progress)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     if json_out:
-        print_json({"components": [r.to_json() for r in results]})
+        print_json(up.UpdateReport(results).to_json())
     else:
         print_text(results, apply)
     for r in results:
