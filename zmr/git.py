@@ -1101,15 +1101,19 @@ def parse_cat_file_batch(out: bytes) -> Iterator[GitObject | None]:
         end = out.find(b"\n", pos)
         if end < 0:
             raise ValueError(f"cat-file: output ends inside a header at byte {pos}")
-        info = _object_header(out[pos:end])
+        header = out[pos:end]
         pos = end + 1
-        if info is None:
+        if header.endswith(_NO_OBJECT_SUFFIXES):
             yield None
             continue
-        if out[pos + info.size : pos + info.size + 1] != b"\n":
-            raise ValueError(f"cat-file: {info.oid} holds fewer than its {info.size} bytes")
-        yield GitObject(info.oid, info.type, info.size, out[pos : pos + info.size])
-        pos += info.size + 1
+        fields = header.split(b" ")
+        if len(fields) != 3 or not fields[2].isdigit():
+            raise ValueError(f"cat-file: unreadable header {header[:200]!r}")
+        size = int(fields[2])
+        if out[pos + size : pos + size + 1] != b"\n":
+            raise ValueError(f"cat-file: {fields[0].decode()} holds fewer than its {size} bytes")
+        yield GitObject(fields[0].decode(), fields[1].decode(), size, out[pos : pos + size])
+        pos += size + 1
 
 
 def _batch_answers(queries: Sequence[str], answers: Iterator[_Answer]) -> list[_Answer]:
