@@ -531,12 +531,7 @@ class Cache:
     def _missing_blobs(self, mirror: Mirror, commit: str, paths: Collection[str]) -> list[str]:
         """Blob ids at *paths* in *commit*'s tree that *mirror* lacks (paths not in the tree need none)."""
         repo = mirror.repo
-        wanted = []
-        for item in repo.run(["ls-tree", "-r", "-z", "--full-tree", commit]).stdout.split(b"\0"):
-            meta, _, name = item.partition(b"\t")
-            fields = meta.split()
-            if len(fields) == 3 and fields[1] == b"blob" and name.decode("utf-8", "surrogateescape") in paths:
-                wanted.append(fields[2].decode())
+        wanted = [entry.oid for entry in repo.ls_tree(commit) if entry.type == "blob" and entry.path in paths]
         return repo.missing_objects(wanted)
 
     def _is_partial(self, mirror: Mirror) -> bool:

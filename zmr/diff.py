@@ -318,27 +318,21 @@ def _write_entries(repo: git.Repo, commit: str, dest: Path, paths: Sequence[str]
     """The blobs and links of *commit* at or under *paths*, written under *dest*."""
     if not paths:
         return
-    # Literal pathspecs: a name with `*` in a manifest is a name, not a pattern.
-    out = repo.run(["ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", *paths], env={"GIT_LITERAL_PATHSPECS": "1"}).stdout
     blobs: list[tuple[str, Path]] = []
     links: list[tuple[str, Path]] = []
-    for record in out.split(b"\0"):
-        if not record:
-            continue
-        meta, _, raw_name = record.partition(b"\t")
-        mode, kind, oid, size = meta.decode("ascii").split()
-        name = raw_name.decode("utf-8", "surrogateescape")
-        target = _entry_path(dest, name, display)
-        if kind != "blob":
+    # Literal pathspecs (ls_tree's): a name with `*` in a manifest is a name, not a pattern.
+    for entry in repo.ls_tree(commit, paths, long=True):
+        target = _entry_path(dest, entry.path, display)
+        if entry.type != "blob" or entry.size is None:
             continue  # a submodule: nothing zmr reads
-        if mode == "120000":
-            if int(size) <= _LINK_LIMIT:
-                links.append((oid, target))
-        elif int(size) > MAX_PATCH_BYTES:
+        if entry.mode == "120000":
+            if entry.size <= _LINK_LIMIT:
+                links.append((entry.oid, target))
+        elif entry.size > MAX_PATCH_BYTES:
             with open(target, "xb") as handle:  # the loaders refuse it by its size, as in a working tree
-                handle.truncate(int(size))
+                handle.truncate(entry.size)
         else:
-            blobs.append((oid, target))
+            blobs.append((entry.oid, target))
     contents = _blob_contents(repo, [oid for oid, _ in blobs + links])
     for oid, target in blobs:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -364,18 +358,11 @@ def _blob_contents(repo: git.Repo, oids: Sequence[str]) -> dict[str, bytes]:
     """The bytes of each blob, in one ``cat-file --batch``."""
     if not oids:
         return {}
-    out = repo.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in oids).encode()).stdout
     contents: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(out):
-        end = out.index(b"\n", pos)
-        fields = out[pos:end].decode("ascii", "replace").split()
-        if len(fields) != 3:  # "<oid> missing": a partial clone of the zmr repository
-            raise ZmrError(f"{fields[0]}: object missing from {repo.git_dir}", details=["fetch it (git fetch --refetch), then run zmr diff again"])
-        oid, _kind, size = fields
-        start = end + 1
-        contents[oid] = out[start : start + int(size)]
-        pos = start + int(size) + 1
+    for oid, obj in zip(oids, repo.cat_file_batch(oids)):
+        if obj is None:  # a partial clone of the zmr repository
+            raise ZmrError(f"{oid}: object missing from {repo.git_dir}", details=["fetch it (git fetch --refetch), then run zmr diff again"])
+        contents[obj.oid] = obj.content
     return contents
 
 

@@ -372,12 +372,9 @@ def _replays_in_bulk(
     touched = set().union(*keys.values())
     state: dict[bytes, tuple[str, str]] = {}
     pathspecs = sorted(p.decode("utf-8", "surrogateescape") for p in touched)
-    listing = repo.ls_tree_paths(parent_trees[0], pathspecs)
-    for item in listing.split(b"\0"):
-        meta, _, path = item.partition(b"\t")
-        if path in touched:
-            mode, _, oid = meta.decode().split(" ")
-            state[path] = (mode, oid)
+    for listed in repo.ls_tree(parent_trees[0], pathspecs):
+        if listed.path_bytes in touched:
+            state[listed.path_bytes] = (listed.mode, listed.oid)
     changes = _commit_changes(repo, commits)
     before: dict[int, dict[bytes, tuple[str, str]]] = {}
     after: dict[int, dict[bytes, tuple[str, str] | None]] = {}
@@ -419,34 +416,19 @@ def _replays_in_bulk(
 
 def _commit_changes(repo: git.Repo, commits: Sequence[str]) -> dict[str, dict[bytes, tuple[str, str] | None]]:
     """Per commit, the entries it changes against its parent: path → (mode, id), None where it deletes; one ``diff-tree --stdin``."""
-    out = repo.run(["diff-tree", "--stdin", "-r", "--raw", "-z", "--no-renames", "--no-abbrev", "--always"], input=("\n".join(commits) + "\n").encode()).stdout
-    result: dict[str, dict[bytes, tuple[str, str] | None]] = {}
-    current: dict[bytes, tuple[str, str] | None] = {}
-    tokens = iter(out.split(b"\0"))
-    for token in tokens:
-        if token.startswith(b":"):
-            _, new_mode, _, new_oid, _ = token[1:].decode().split(" ")
-            current[next(tokens)] = None if new_mode == "000000" else (new_mode, new_oid)
-        elif token:
-            current = result.setdefault(token.decode(), {})
-    return result
+    changes = repo.diff_tree_raw(commits, always=True)
+    return {commit: {change.path_bytes: change.new_entry for change in entries} for commit, entries in changes.items()}
 
 
 def commit_infos(repo: git.Repo, commits: Sequence[str]) -> list[git.CommitInfo]:
     """Parsed commit objects, read with one ``git cat-file --batch``."""
     if not commits:
         return []
-    out = repo.run(["cat-file", "--batch"], input=("\n".join(commits) + "\n").encode()).stdout
     infos = []
-    pos = 0
-    for commit in commits:
-        end = out.index(b"\n", pos)
-        oid, kind, size = out[pos:end].decode().split()
-        if kind != "commit":
-            raise ExportError(f"{commit} is a {kind}, not a commit")
-        start = end + 1
-        infos.append(git.CommitInfo.parse(oid, out[start : start + int(size)]))
-        pos = start + int(size) + 1
+    for commit, obj in zip(commits, repo.cat_file_batch(commits)):
+        if obj is None or obj.type != "commit":
+            raise ExportError(f"{commit} is {'missing' if obj is None else 'a ' + obj.type}, not a commit")
+        infos.append(git.CommitInfo.parse(obj.oid, obj.content))
     return infos
 
 

@@ -119,14 +119,7 @@ def find_base(repo: git.Repo, tree: str, refs: Sequence[str] = HISTORY_GLOBS) ->
 
 def _entries(repo: git.Repo, tree: str) -> dict[bytes, Entry]:
     """Path → (mode, id) of every blob and gitlink of *tree*."""
-    out = repo.run(["ls-tree", "-r", "-z", "--full-tree", tree]).stdout
-    entries: dict[bytes, Entry] = {}
-    for item in out.split(b"\0"):
-        if item:
-            meta, _, path = item.partition(b"\t")
-            mode, _, oid = meta.decode().split(" ")
-            entries[path] = (mode, oid)
-    return entries
+    return {entry.path_bytes: (entry.mode, entry.oid) for entry in repo.ls_tree(tree)}
 
 
 def _pair_changes(repo: git.Repo, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[bytes, tuple[Entry | None, Entry | None]]]:
@@ -134,24 +127,10 @@ def _pair_changes(repo: git.Repo, pairs: Sequence[tuple[str, str]]) -> dict[tupl
     unique = list(dict.fromkeys(pairs))
     if not unique:
         return {}
-    stdin = "".join(f"{old} {new}\n" for old, new in unique).encode()
-    out = repo.run(["diff-tree", "--stdin", "-r", "--raw", "-z", "--no-renames", "--no-abbrev"], input=stdin).stdout
     result: dict[tuple[str, str], dict[bytes, tuple[Entry | None, Entry | None]]] = {}
-    current: dict[bytes, tuple[Entry | None, Entry | None]] = {}
-    tokens = iter(out.split(b"\0"))
-    for token in tokens:
-        # A pair's line, "<parent tree> <tree>\n", runs straight into its first entry (-z ends only entries with NUL);
-        # a pair of equal trees is its line alone, straight before the next pair's.
-        while token and not token.startswith(b":"):
-            header, _, token = token.partition(b"\n")
-            old, new = header.decode().split()
-            current = result.setdefault((old, new), {})
-        if not token:
-            continue
-        old_mode, new_mode, old_oid, new_oid, _ = token[1:].decode().split(" ")
-        before = None if old_mode == "000000" else (old_mode, old_oid)
-        after = None if new_mode == "000000" else (new_mode, new_oid)
-        current[next(tokens)] = (before, after)
+    for line, changes in repo.diff_tree_raw([f"{old} {new}" for old, new in unique]).items():
+        old, new = line.split()
+        result[(old, new)] = {change.path_bytes: (change.old_entry, change.new_entry) for change in changes}
     return result
 
 

@@ -50,6 +50,7 @@ Progress = Callable[[str], None]
 
 ZERO_OID = "0" * 40
 _Item = TypeVar("_Item")
+_Answer = TypeVar("_Answer")
 # A full object id: SHA-1 or SHA-256, lower case, as git prints it.
 FULL_OID_RE = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
 
@@ -702,36 +703,70 @@ class Repo:
         Raw, so that a name git would never write (``a/b``, ``..``) is seen as
         it is stored, not as ``ls-tree`` joins it into a path.
         """
-        listing = self.run(["ls-tree", "-r", "-d", "-z", "--full-tree", tree]).stdout
         paths = {tree: ""}
-        for item in listing.split(b"\0"):
-            meta, _, name = item.partition(b"\t")
-            fields = meta.split()
-            if len(fields) == 3 and fields[1] == b"tree":  # -d lists submodules (commits) too: not objects of this repository
-                paths.setdefault(fields[2].decode(), name.decode("utf-8", "surrogateescape"))
-        data = self.run(["cat-file", "--batch"], input="".join(f"{oid}\n" for oid in paths).encode()).stdout
+        for entry in self.ls_tree(tree, trees_only=True):
+            if entry.type == "tree":  # -d lists submodules (commits) too: not objects of this repository
+                paths.setdefault(entry.oid, entry.path)
         result = []
-        pos = 0
-        for path in paths.values():  # cat-file answers in the order asked
-            header_end = data.index(b"\n", pos)
-            header = data[pos:header_end].split()
-            if len(header) != 3 or header[1] != b"tree":
-                raise ZmrError(f"{self.git_dir}: tree object at {path or '.'!r} is not readable: {data[pos:header_end].decode('utf-8', 'replace')}")
-            size = int(header[2])
-            result.append((path, data[header_end + 1 : header_end + 1 + size]))
-            pos = header_end + 1 + size + 1
+        for (oid, path), obj in zip(paths.items(), self.cat_file_batch(list(paths))):
+            if obj is None or obj.type != "tree":
+                found = "missing" if obj is None else f"a {obj.type}"
+                raise ZmrError(f"{self.git_dir}: tree object at {path or '.'!r} is not readable: {oid} {found}")
+            result.append((path, obj.content))
         return result
+
+    def ls_tree(self, tree: str, paths: Sequence[str] | None = None, *, trees_only: bool = False, long: bool = False) -> list[TreeEntry]:
+        """``ls-tree -r -z --full-tree`` of *tree*: every entry, or those at *paths* (literal; a folder: all below it; none for no paths).
+
+        *trees_only*: ``-d``, the folders (and submodules) instead of what is in them; *long*: ``-l``, with blob sizes.
+        *paths* go in batches that fit in the arguments of a process (ls-tree reads no pathspec from stdin);
+        an entry two batches list (a folder and a file in it) is given once.
+        """
+        args = ["ls-tree", "-r", "-z", "--full-tree", *(["-d"] if trees_only else []), *(["-l"] if long else []), tree]
+        if paths is None:
+            return parse_ls_tree(self.run(args).stdout)
+        entries: dict[str, TreeEntry] = {}
+        for batch in argument_batches(paths):
+            for entry in parse_ls_tree(self.run(["--literal-pathspecs", *args, "--", *batch]).stdout):
+                entries.setdefault(entry.path, entry)
+        return list(entries.values())
 
     def ls_tree_paths(self, tree: str, paths: Sequence[str]) -> bytes:
         """``ls-tree -r -z --full-tree`` of *tree* at *paths* (literal; a folder: all below it); nothing for no paths.
 
-        In batches of paths that fit in the arguments of a process (ls-tree reads no pathspec from stdin).
+        Unparsed, as ``update-index --index-info`` reads it. In batches of paths that fit in the arguments
+        of a process (ls-tree reads no pathspec from stdin).
         A path in two batches (a folder and a file in it) is listed twice: the entries are the same.
         """
         listing = bytearray()
         for batch in argument_batches(paths):
             listing += self.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *batch]).stdout
         return bytes(listing)
+
+    def diff_tree_raw(self, lines: Sequence[str], *, always: bool = False) -> dict[str, list[RawDiffEntry]]:
+        """``diff-tree --stdin -r --raw -z --no-renames``: for each line (a commit, or "<tree> <tree>"), the entries that differ.
+
+        Keyed by the line as git repeats it; a line with nothing to show is absent, unless *always* (``--always``, commits only).
+        """
+        if not lines:
+            return {}
+        args = ["diff-tree", "--stdin", "-r", "--raw", "-z", "--no-renames", "--no-abbrev", *(["--always"] if always else [])]
+        return parse_raw_diff(self.run(args, input="".join(f"{line}\n" for line in lines).encode()).stdout)
+
+    def cat_file_batch(self, queries: Sequence[str]) -> list[GitObject | None]:
+        """The object each of *queries* (an id, or any name ``rev-parse`` reads) names, in one ``cat-file --batch``; None where it names none."""
+        return _batch_answers(queries, parse_cat_file_batch(self._cat_file_stdin("--batch", queries)))
+
+    def object_infos(self, queries: Sequence[str]) -> list[ObjectInfo | None]:
+        """Id, type and size of the object each of *queries* names, in one ``cat-file --batch-check``; None where it names none."""
+        return _batch_answers(queries, parse_cat_file_check(self._cat_file_stdin("--batch-check", queries)))
+
+    def _cat_file_stdin(self, mode: str, queries: Sequence[str]) -> bytes:
+        if any("\n" in query for query in queries):
+            raise ValueError("cat-file reads one name a line: a name with a newline cannot be asked about")
+        if not queries:
+            return b""
+        return self.run(["cat-file", mode], input="".join(f"{query}\n" for query in queries).encode("utf-8", "surrogateescape")).stdout
 
     def cat_file(self, kind: str, oid: str) -> bytes:
         return self.run(["cat-file", kind, oid]).stdout
@@ -763,10 +798,7 @@ class Repo:
 
     def missing_objects(self, oids: Sequence[str]) -> list[str]:
         """Those of *oids* this repository does not have."""
-        if not oids:
-            return []
-        text = self.out(["cat-file", "--batch-check=%(objectname)"], input="".join(f"{oid}\n" for oid in oids).encode())
-        return [line.split()[0] for line in text.splitlines() if line.endswith(" missing")]
+        return [oid for oid, info in zip(oids, self.object_infos(oids)) if info is None]
 
     # -- index and commits --------------------------------------------------
     def commit_tree(self, tree: str, parents: Iterable[str], message: str, author: Identity, committer: Identity) -> str:
@@ -919,6 +951,177 @@ def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:
         entries.append((raw[pos:space], raw[space + 1 : nul]))
         pos = nul + 1 + oid_bytes
     return entries
+
+
+# -- git's listings, parsed once here ------------------------------------------------------------
+# Paths are decoded as UTF-8 with surrogateescape: a name that is not UTF-8 survives (``.encode("utf-8", "surrogateescape")``
+# gives git's bytes back). Output that does not parse is a ValueError, never a shorter result.
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One record of ``ls-tree -z``: *type* is ``blob``, ``tree`` or ``commit`` (a submodule); *size* only with ``-l``, for blobs."""
+
+    mode: str
+    type: str
+    oid: str
+    path: str
+    size: int | None = None
+
+    @property
+    def path_bytes(self) -> bytes:
+        return self.path.encode("utf-8", "surrogateescape")
+
+
+def parse_ls_tree(out: bytes) -> list[TreeEntry]:
+    """The entries of ``ls-tree -z`` output, with or without ``-l``, in git's order."""
+    entries = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue  # the NUL after the last entry
+        meta, tab, raw_path = record.partition(b"\t")
+        fields = meta.split()
+        if not tab or not raw_path or len(fields) not in (3, 4):
+            raise ValueError(f"ls-tree: unreadable entry {record[:200]!r}")
+        size = int(fields[3]) if len(fields) == 4 and fields[3] != b"-" else None
+        entries.append(TreeEntry(fields[0].decode(), fields[1].decode(), fields[2].decode(), raw_path.decode("utf-8", "surrogateescape"), size))
+    return entries
+
+
+_ABSENT_MODE = "000000"  # diff-tree's mode for the side of a path that is not there
+
+
+@dataclass(frozen=True, slots=True)
+class RawDiffEntry:
+    """One record of ``diff-tree --raw -z``. A side where the path is absent has mode ``000000`` and the zero id.
+
+    *status* is git's letter, with a score for a rename or copy (``R100``); then *old_path* is where it came from.
+    """
+
+    old_mode: str
+    new_mode: str
+    old_oid: str
+    new_oid: str
+    status: str
+    path: str
+    old_path: str | None = None
+
+    @property
+    def path_bytes(self) -> bytes:
+        return self.path.encode("utf-8", "surrogateescape")
+
+    @property
+    def old_entry(self) -> tuple[str, str] | None:
+        """(mode, id) before; None where the path was absent."""
+        return None if self.old_mode == _ABSENT_MODE else (self.old_mode, self.old_oid)
+
+    @property
+    def new_entry(self) -> tuple[str, str] | None:
+        """(mode, id) after; None where the path is deleted."""
+        return None if self.new_mode == _ABSENT_MODE else (self.new_mode, self.new_oid)
+
+
+def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
+    """The records of ``diff-tree -r --raw -z`` output, under the line each follows with ``--stdin`` ("" before any line).
+
+    With ``-z`` a commit's line ends with NUL; a "<tree> <tree>" line ends with a newline and runs straight into its first
+    record (and a pair of equal trees is its line alone, straight before the next one's). Paths are taken by count after
+    each record (two for a rename or copy), so no name is ever read as a line.
+    """
+    result: dict[str, list[RawDiffEntry]] = {}
+    current: list[RawDiffEntry] | None = None
+    tokens = out.split(b"\0")
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        while token and not token.startswith(b":"):
+            line, _, token = token.partition(b"\n")
+            current = result.setdefault(line.decode(), [])
+        if not token:
+            continue
+        fields = token[1:].decode().split(" ")
+        count = 2 if fields[-1][:1] in ("R", "C") else 1
+        if len(fields) != 5 or i + count > len(tokens) or not all(tokens[i : i + count]):  # a path is never empty: after the last NUL is none
+            raise ValueError(f"diff-tree: unreadable record {token[:200]!r}")
+        paths = [name.decode("utf-8", "surrogateescape") for name in tokens[i : i + count]]
+        i += count
+        if current is None:
+            current = result.setdefault("", [])
+        old_mode, new_mode, old_oid, new_oid, status = fields
+        current.append(RawDiffEntry(old_mode, new_mode, old_oid, new_oid, status, paths[-1], paths[0] if count == 2 else None))
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What ``cat-file --batch-check`` says of an object that exists."""
+
+    oid: str
+    type: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GitObject:
+    """An object read by ``cat-file --batch``: its id, type, size and bytes."""
+
+    oid: str
+    type: str
+    size: int
+    content: bytes
+
+
+_NO_OBJECT_SUFFIXES = (b" missing", b" ambiguous")  # "<name as asked> missing": the name could hold spaces
+
+
+def _object_header(line: bytes) -> ObjectInfo | None:
+    """``<id> <type> <size>``; None for a name that names no object."""
+    if line.endswith(_NO_OBJECT_SUFFIXES):
+        return None
+    fields = line.split(b" ")
+    if len(fields) != 3 or not fields[2].isdigit():
+        raise ValueError(f"cat-file: unreadable header {line[:200]!r}")
+    return ObjectInfo(fields[0].decode(), fields[1].decode(), int(fields[2]))
+
+
+def parse_cat_file_check(out: bytes) -> Iterator[ObjectInfo | None]:
+    """Each line of ``cat-file --batch-check`` output (its default format), None where the name asked names no object."""
+    for line in out.split(b"\n")[:-1]:
+        yield _object_header(line)
+
+
+def parse_cat_file_batch(out: bytes) -> Iterator[GitObject | None]:
+    """Each object of ``cat-file --batch`` output in turn, None where the name asked names no object.
+
+    An object's bytes are taken by the size its header gives and must be followed by the newline git adds.
+    """
+    pos = 0
+    while pos < len(out):
+        end = out.find(b"\n", pos)
+        if end < 0:
+            raise ValueError(f"cat-file: output ends inside a header at byte {pos}")
+        header = out[pos:end]
+        pos = end + 1
+        if header.endswith(_NO_OBJECT_SUFFIXES):
+            yield None
+            continue
+        fields = header.split(b" ")
+        if len(fields) != 3 or not fields[2].isdigit():
+            raise ValueError(f"cat-file: unreadable header {header[:200]!r}")
+        size = int(fields[2])
+        if out[pos + size : pos + size + 1] != b"\n":
+            raise ValueError(f"cat-file: {fields[0].decode()} holds fewer than its {size} bytes")
+        yield GitObject(fields[0].decode(), fields[1].decode(), size, out[pos : pos + size])
+        pos += size + 1
+
+
+def _batch_answers(queries: Sequence[str], answers: Iterator[_Answer]) -> list[_Answer]:
+    """The answers, one per query; git answers each line it reads, in order, so any other count is a fault."""
+    result = list(answers)
+    if len(result) != len(queries):
+        raise ValueError(f"cat-file: {len(result)} answers to {len(queries)} names")
+    return result
 
 
 @dataclass(frozen=True)

@@ -462,12 +462,7 @@ def changed_paths(expected_repo: git.Repo, expected_tree: str, actual_repo: git.
     return shown or "trees differ"
 
 
-def _tree_entries(repo: git.Repo, tree: str) -> dict[str, str]:
+def _tree_entries(repo: git.Repo, tree: str) -> dict[str, git.TreeEntry]:
     if not repo.has_object(tree, "tree"):
         return {}
-    entries = {}
-    for item in repo.out(["ls-tree", "-r", "-z", "--full-tree", tree]).split("\0"):
-        if item:
-            meta, _, path = item.partition("\t")
-            entries[path] = meta
-    return entries
+    return {entry.path: entry for entry in repo.ls_tree(tree)}

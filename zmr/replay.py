@@ -239,9 +239,7 @@ def _paths_fit(repo: git.Repo, commit: str, paths: tuple[str, ...]) -> bool:
     folders = sorted({parent.as_posix() for p in paths for parent in PurePosixPath(p).parents if parent.parts})
     if not folders:
         return True
-    query = "".join(f"{commit}:{folder}\n" for folder in folders).encode()
-    kinds = repo.run(["cat-file", "--batch-check=%(objecttype)"], input=query).stdout.decode("utf-8", "surrogateescape").splitlines()
-    return len(kinds) == len(folders) and all(kind == "tree" or kind.endswith(" missing") for kind in kinds)
+    return all(info is None or info.type == "tree" for info in repo.object_infos([f"{commit}:{folder}" for folder in folders]))
 
 
 # -- trees: the whole series at once ---------------------------------------------------------------
@@ -586,11 +584,11 @@ class Replayer:
         marks = self.repo.fast_import(bytes(stream))
         made = [marks[f":{n}"] for n in range(1, len(pending) + 1)]
         if not exact:
-            query = "".join(f"{c}^{{tree}}\n" for c in made).encode()
-            trees = self.repo.out(["cat-file", "--batch-check=%(objectname)"], input=query).split()
-            made = []
-            for (meta, _), tree in zip(pending, trees):
-                self._tip = self.repo.commit_tree(tree, [self._tip], meta.message, meta.identity, meta.identity)
+            built, made = made, []
+            for (meta, _), commit, tree in zip(pending, built, self.repo.object_infos([f"{c}^{{tree}}" for c in built])):
+                if tree is None:
+                    raise ValueError(f"{commit}: a commit fast-import made is not in {self.repo.git_dir}")
+                self._tip = self.repo.commit_tree(tree.oid, [self._tip], meta.message, meta.identity, meta.identity)
                 made.append(self._tip)
         self._commits.extend(made)
         self._tip = made[-1]
@@ -856,18 +854,5 @@ def file_sets(repo: git.Repo, commits: Sequence[str]) -> dict[str, frozenset[str
     """The paths each commit changes (against its first parent): commit → paths."""
     if not commits:
         return {}
-    raw = repo.run(["diff-tree", "--stdin", "-r", "-z", "--raw", "--no-renames"], input=("\n".join(commits) + "\n").encode()).stdout
-    tokens = raw.decode("utf-8", "surrogateescape").split("\0")
-    result: dict[str, set[str]] = {}
-    current: set[str] = set()
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if token.startswith(":"):  # ":<modes> <ids> <status>", then the path
-            current.add(tokens[i + 1])
-            i += 2
-            continue
-        if token:
-            current = result.setdefault(token.strip(), set())
-        i += 1
-    return {commit: frozenset(result.get(commit, ())) for commit in commits}
+    changes = repo.diff_tree_raw(commits)
+    return {commit: frozenset(change.path for change in changes.get(commit, ())) for commit in commits}

@@ -1,0 +1,198 @@
+"""The parsers of git's listings in zmr/git.py (ls-tree, diff-tree --raw, cat-file --batch and --batch-check), on real git output.
+
+The repository is made with fast-import, so that it holds names a working tree could not: a newline, bytes that
+are not UTF-8, a submodule entry (gitlink) whose commit is not in the repository.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import git
+
+from zmr import git as zgit
+from zmr.git import GitObject, ObjectInfo, RawDiffEntry, TreeEntry
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+SUBMODULE = "1234567890abcdef1234567890abcdef12345678"  # a gitlink need not name an object of this repository
+HELLO = b"hello\n"
+BINARY = b"\0two\nlines\0"
+NON_UTF8 = "caf\udce9.txt"  # b"caf\xe9.txt" as zmr decodes it (surrogateescape)
+
+
+def _commit(mark: int, parent: int | None, message: str, changes: bytes) -> bytes:
+    head = b"commit refs/heads/main\nmark :%d\ncommitter Dev <dev@example.invalid> 1700000000 +0000\ndata %d\n%s\n" % (mark, len(message), message.encode())
+    return head + (b"from :%d\n" % parent if parent else b"") + changes + b"\n"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> zgit.Repo:
+    """main~2: every kind of entry; main~1: changes of every kind; main: an empty commit."""
+    path = tmp_path_factory.mktemp("parsers") / "repo.git"
+    git("init", "-q", "--bare", str(path))
+    blobs = b"".join(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data) for mark, data in ((1, HELLO), (2, BINARY), (3, b"a b/file with space.txt")))
+    first = (
+        b'M 100644 :1 "a b/file with space.txt"\n'
+        b'M 100644 :2 "new\\nline"\n'
+        b'M 100644 :1 "caf\\351.txt"\n'
+        b"M 100755 :2 bin/run.sh\n"
+        b"M 120000 :3 link\n"
+        b"M 160000 " + SUBMODULE.encode() + b" sub\n"
+    )
+    second = (
+        b'D "a b/file with space.txt"\n'
+        b'M 100644 :1 "a b/moved.txt"\n'  # the same blob elsewhere: a rename for -M
+        b'M 100644 :1 "new\\nline"\n'
+        b'D "caf\\351.txt"\n'
+        b"M 100644 :1 link\n"  # a symbolic link becomes a file
+        b"M 160000 " + SUBMODULE[::-1].encode() + b" sub\n"
+    )
+    stream = blobs + _commit(10, None, "first", first) + _commit(11, 10, "second", second) + _commit(12, 11, "empty", b"") + b"done\n"
+    git("fast-import", "--quiet", "--done", cwd=path, input=stream)
+    return zgit.Repo(path)
+
+
+def _rev(repo: zgit.Repo, rev: str) -> str:
+    return repo.out(["rev-parse", rev])
+
+
+# -- ls-tree -------------------------------------------------------------------------------------
+
+
+def test_ls_tree_lists_every_kind_of_entry(repo):
+    hello, binary, target = (_rev(repo, f"main~2:{name}") for name in ("a b/file with space.txt", "bin/run.sh", "link"))
+    assert repo.ls_tree("main~2") == [
+        TreeEntry("100644", "blob", hello, "a b/file with space.txt"),
+        TreeEntry("100755", "blob", binary, "bin/run.sh"),
+        TreeEntry("100644", "blob", hello, NON_UTF8),
+        TreeEntry("120000", "blob", target, "link"),
+        TreeEntry("100644", "blob", binary, "new\nline"),
+        TreeEntry("160000", "commit", SUBMODULE, "sub"),
+    ]
+    assert [e.path_bytes for e in repo.ls_tree("main~2")][2] == b"caf\xe9.txt"  # git's bytes back
+
+
+def test_ls_tree_long_gives_blob_sizes_and_none_for_a_submodule(repo):
+    sizes = {e.path: e.size for e in repo.ls_tree("main~2", long=True)}
+    assert sizes == {"a b/file with space.txt": 6, "bin/run.sh": len(BINARY), NON_UTF8: 6, "link": 23, "new\nline": len(BINARY), "sub": None}
+
+
+def test_ls_tree_trees_only_lists_folders_and_submodules(repo):
+    assert [(e.type, e.path) for e in repo.ls_tree("main~2", trees_only=True)] == [("tree", "a b"), ("tree", "bin"), ("commit", "sub")]
+
+
+def test_ls_tree_paths_are_literal_and_an_entry_two_batches_list_comes_once(repo, monkeypatch):
+    assert [e.path for e in repo.ls_tree("main~2", ["a b", "new\nline", "*"])] == ["a b/file with space.txt", "new\nline"]
+    monkeypatch.setattr(zgit, "ARGUMENT_BUDGET", 1)  # one path a batch: a folder and the file in it in two ls-tree processes
+    assert [e.path for e in repo.ls_tree("main~2", ["a b", "a b/file with space.txt", NON_UTF8])] == ["a b/file with space.txt", NON_UTF8]
+
+
+def test_ls_tree_of_nothing(repo):
+    assert repo.out(["hash-object", "-w", "-t", "tree", "--stdin"], input=b"") == EMPTY_TREE
+    assert repo.ls_tree(EMPTY_TREE) == [] and repo.ls_tree("main", []) == [] and repo.ls_tree("main", ["absent"]) == []
+    assert zgit.parse_ls_tree(b"") == []
+
+
+@pytest.mark.parametrize("out", [b"100644 blob abc\0", b"100644 blob\tname\0", b"100644 blob abc 12 x\tname\0", b"100644 blob abc\t\0"])
+def test_ls_tree_output_that_does_not_parse_is_refused(out):
+    with pytest.raises(ValueError, match="ls-tree: unreadable entry"):
+        zgit.parse_ls_tree(out)
+
+
+# -- diff-tree --raw -----------------------------------------------------------------------------
+
+
+def test_diff_tree_raw_of_commits(repo):
+    first, second, empty = (_rev(repo, rev) for rev in ("main~2", "main~1", "main"))
+    hello, binary, target = (_rev(repo, f"main~2:{name}") for name in ("a b/file with space.txt", "bin/run.sh", "link"))
+    zero, absent = zgit.ZERO_OID, "000000"
+    changes = repo.diff_tree_raw([first, second, empty])
+    assert list(changes) == [second]  # a root commit and an empty one show nothing
+    assert changes[second] == [
+        RawDiffEntry("100644", absent, hello, zero, "D", "a b/file with space.txt"),
+        RawDiffEntry("000000", "100644", zero, hello, "A", "a b/moved.txt"),
+        RawDiffEntry("100644", absent, hello, zero, "D", NON_UTF8),
+        RawDiffEntry("120000", "100644", target, hello, "T", "link"),
+        RawDiffEntry("100644", "100644", binary, hello, "M", "new\nline"),
+        RawDiffEntry("160000", "160000", SUBMODULE, SUBMODULE[::-1], "M", "sub"),
+    ]
+    assert [(c.old_entry, c.new_entry) for c in changes[second][:2]] == [(("100644", hello), None), (None, ("100644", hello))]
+    assert changes[second][2].path_bytes == b"caf\xe9.txt"
+    assert repo.diff_tree_raw([first, second, empty], always=True) == {first: [], second: changes[second], empty: []}
+
+
+def test_diff_tree_raw_of_tree_pairs_equal_pairs_included(repo):
+    t1, t2 = _rev(repo, "main~2^{tree}"), _rev(repo, "main~1^{tree}")
+    pairs = [f"{t1} {t1}", f"{t1} {t2}", f"{t2} {t2}", f"{t2} {t1}", f"{t1} {t1}"]
+    changes = repo.diff_tree_raw(pairs)
+    assert list(changes) == pairs[:4]  # each line once, in git's order; an equal pair is its line alone
+    assert changes[pairs[0]] == changes[pairs[2]] == []
+    assert [c.path for c in changes[pairs[1]]] == ["a b/file with space.txt", "a b/moved.txt", NON_UTF8, "link", "new\nline", "sub"]
+    assert [c.status for c in changes[pairs[3]]] == ["A", "D", "A", "T", "M", "M"]
+    assert repo.diff_tree_raw([]) == {}
+
+
+def test_parse_raw_diff_reads_renames_and_output_without_stdin(repo):
+    out = repo.run(["diff-tree", "-r", "-z", "--raw", "-M", "--no-abbrev", "main~2", "main~1"]).stdout
+    changes = zgit.parse_raw_diff(out)
+    assert list(changes) == [""]  # no --stdin: no line to file them under
+    renamed = [c for c in changes[""] if c.status.startswith("R")]
+    assert [(c.status, c.old_path, c.path, c.old_entry == c.new_entry) for c in renamed] == [("R100", "a b/file with space.txt", "a b/moved.txt", True)]
+    assert {c.path for c in changes[""]} == {"a b/moved.txt", NON_UTF8, "link", "new\nline", "sub"}
+    assert zgit.parse_raw_diff(b"") == {}
+
+
+@pytest.mark.parametrize(
+    "out", [b":100644 100644 abc def\0name\0", b":100644 100644 abc def M\0", b"c1\0:100644 100644 a b R100\0only-one\0", b":100644 100644 a b R100\0only-one"]
+)
+def test_diff_tree_output_that_does_not_parse_is_refused(out):
+    with pytest.raises(ValueError, match="diff-tree: unreadable record"):
+        zgit.parse_raw_diff(out)
+
+
+# -- cat-file --batch and --batch-check --------------------------------------------------------------
+
+
+def test_cat_file_batch_reads_each_object_in_the_order_asked(repo):
+    blob, tree, commit = _rev(repo, "main~2:bin/run.sh"), _rev(repo, "main~2^{tree}"), _rev(repo, "main~2")
+    names = [blob, SUBMODULE, f"main~2:{NON_UTF8}", "main~2:a b/file with space.txt", tree, "main~2", blob]
+    objects = repo.cat_file_batch(names)
+    hello = _rev(repo, "main~2:a b/file with space.txt")
+    assert objects[:4] == [GitObject(blob, "blob", len(BINARY), BINARY), None, GitObject(hello, "blob", 6, HELLO), GitObject(hello, "blob", 6, HELLO)]
+    assert (objects[4].type, objects[4].content) == ("tree", repo.cat_file("tree", tree))  # type: ignore[union-attr]
+    assert (objects[5].oid, objects[5].type, objects[5].content) == (commit, "commit", repo.cat_file("commit", commit))  # type: ignore[union-attr]
+    assert objects[6] == objects[0]
+    assert repo.cat_file_batch([]) == []
+
+
+def test_object_infos(repo):
+    blob = _rev(repo, "main~2:bin/run.sh")
+    infos = repo.object_infos([blob, "main~2:absent", "main~2:a b", SUBMODULE, f"main~2:{NON_UTF8}"])
+    assert infos[0] == ObjectInfo(blob, "blob", len(BINARY)) and infos[1] is None and infos[3] is None
+    assert infos[2] is not None and infos[2].type == "tree" and infos[4] is not None and infos[4].size == 6
+    assert repo.missing_objects([blob, SUBMODULE]) == [SUBMODULE] and repo.missing_objects([]) == []
+
+
+def test_a_name_with_a_newline_is_refused_before_git_reads_it(repo):
+    for ask in (repo.cat_file_batch, repo.object_infos):
+        with pytest.raises(ValueError, match="newline"):
+            ask(["main~2:new\nline"])
+
+
+def test_cat_file_output_that_does_not_parse_is_refused(repo):
+    out = repo.run(["cat-file", "--batch"], input=_rev(repo, "main~2:bin/run.sh").encode() + b"\n").stdout
+    assert [o.content for o in zgit.parse_cat_file_batch(out) if o] == [BINARY]
+    for bad, why in (
+        (out[:-2], "fewer than"),
+        (out[:20], "ends inside a header"),
+        (b"abc blob x\n", "unreadable header"),
+        (b"abc blob\n", "unreadable header"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            list(zgit.parse_cat_file_batch(bad))
+    with pytest.raises(ValueError, match="unreadable header"):
+        list(zgit.parse_cat_file_check(b"abc\n"))
+
+
+def test_subtrees_reads_every_tree_and_skips_submodules(repo):
+    tree = _rev(repo, "main~2^{tree}")
+    assert [(path, raw) for path, raw in repo.subtrees(tree)] == [(p, repo.cat_file("tree", _rev(repo, f"{tree}:{p}"))) for p in ("", "a b", "bin")]
