@@ -7,7 +7,8 @@
 #   3. scripts/demo_throughput.py: three arms interleaved (toy upstream, fastest standard path,
 #      zero-mismatch), hidden 2048, 4 layers, 128 requests x 32 new tokens, REPS reps, per dtype in
 #      DTYPES and per --max-running in BATCHES; then one profiled run per arm (--reps 0 --profile:
-#      dispatched ops and GPU kernel time per token, by kernel), in a process of its own.
+#      dispatched ops and GPU kernel time per token, by kernel, over the first PROFILE_WAVES waves of
+#      --max-running requests), in a process of its own.
 # Writes $OUT/demo_gpu_eval.json (commit ids, versions, every summary) and $OUT/demo_gpu_eval.log.
 # With every default, more than 10 minutes on one H200 (the toy upstream arm at batch 8 takes minutes;
 # THROUGHPUT_ARMS leaves it out); each step has a time limit (STEP_TIMEOUT) and no step starts that could
@@ -38,6 +39,7 @@ BITWISE_GEMMS=${BITWISE_GEMMS:-native fp32}
 DTYPES=${DTYPES:-bf16 fp32}
 BATCHES=${BATCHES:-128 8}
 THROUGHPUT_ARMS=${THROUGHPUT_ARMS:-upstream,standard,zero_mismatch}
+PROFILE_WAVES=${PROFILE_WAVES:-4}
 PROFILE_ARMS=${PROFILE_ARMS:-standard,zero_mismatch}  # the profiler's per-op cost makes the upstream arm's run long
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 DEADLINE=${DEADLINE:-560}
@@ -107,7 +109,8 @@ if [ "$KERNEL_TESTS" = 1 ]; then
 fi
 first_gemm=${BITWISE_GEMMS%% *}
 if [ "$BITWISE" = 1 ] && [ -n "$first_gemm" ]; then step "bitwise-$first_gemm" "bitwise $first_gemm"; fi
-profile() { step "profile-$1-$2" "throughput $1 $2 0 --profile --arms $PROFILE_ARMS >$WORK/profile-$1-$2.json"; }
+# profiled runs serve the first PROFILE_WAVES waves of requests (per-token figures; the profiler takes minutes over all at batch 8)
+profile() { step "profile-$1-$2" "throughput $1 $2 0 --profile --profile-requests $(($2 * PROFILE_WAVES)) --arms $PROFILE_ARMS >$WORK/profile-$1-$2.json"; }
 for dtype in $DTYPES; do
     for batch in $BATCHES; do
         step "throughput-$dtype-$batch" "throughput $dtype $batch $REPS >$WORK/throughput-$dtype-$batch.json"
