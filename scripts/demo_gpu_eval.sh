@@ -15,7 +15,7 @@
 # end after DEADLINE seconds (what is skipped is recorded as null). DEVICE, HIDDEN, LAYERS, HEADS, REQUESTS,
 # NEW_TOKENS, REPS, BITWISE_BATCHES override the defaults (e.g. DEVICE=cpu HIDDEN=64 LAYERS=2 HEADS=4
 # for a dry run); INSTALL=0 skips the pip install (keeps a shared virtual environment as it is);
-# BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests;
+# BUILD=0 uses release branches built elsewhere; BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests;
 # THROUGHPUT_ARMS picks the timed arms (the toy upstream at batch 8 takes minutes).
 set -euo pipefail
 
@@ -78,7 +78,11 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     say "no git repository here: git init (the release commit ids do not depend on it)"
     git init -q .
 fi
-"$PY" -m zmr build demo 2>&1 | tee -a "$LOG"
+if [ "${BUILD:-1}" = 1 ]; then
+    "$PY" -m zmr build demo 2>&1 | tee -a "$LOG"
+else  # BUILD=0: the release branches are already in this repository (built elsewhere with zmr build demo)
+    say "BUILD=0: using the rollout/demo and trainer/demo branches as they are"
+fi
 ROLLOUT_COMMIT=$(git rev-parse rollout/demo)
 TRAINER_COMMIT=$(git rev-parse trainer/demo)
 for c in rollout trainer; do
