@@ -7,14 +7,15 @@
 #   3. scripts/demo_throughput.py: three arms interleaved (toy upstream, fastest standard path,
 #      zero-mismatch), hidden 2048, 4 layers, 128 requests x 32 new tokens, REPS reps, per dtype in
 #      DTYPES and per --max-running in BATCHES; then one profiled run per arm (--reps 0 --profile:
-#      dispatched ops and GPU kernel time per token, by kernel), in a process of its own.
+#      dispatched ops and GPU kernel time per token, by kernel, over the first PROFILE_WAVES waves of
+#      --max-running requests), in a process of its own.
 # Writes $OUT/demo_gpu_eval.json (commit ids, versions, every summary) and $OUT/demo_gpu_eval.log.
 # With every default, more than 10 minutes on one H200 (the toy upstream arm at batch 8 takes minutes;
 # THROUGHPUT_ARMS leaves it out); each step has a time limit (STEP_TIMEOUT) and no step starts that could
 # end after DEADLINE seconds (what is skipped is recorded as null). DEVICE, HIDDEN, LAYERS, HEADS, REQUESTS,
 # NEW_TOKENS, REPS, BITWISE_BATCHES override the defaults (e.g. DEVICE=cpu HIDDEN=64 LAYERS=2 HEADS=4
 # for a dry run); INSTALL=0 skips the pip install (keeps a shared virtual environment as it is);
-# BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests;
+# BUILD=0 uses release branches built elsewhere; BITWISE=0 skips the bitwise runs, PROFILE=0 the profiled runs (PROFILE_ARMS: which arms), KERNEL_TESTS=0 the kernel tests;
 # THROUGHPUT_ARMS picks the timed arms (the toy upstream at batch 8 takes minutes).
 set -euo pipefail
 
@@ -38,6 +39,7 @@ BITWISE_GEMMS=${BITWISE_GEMMS:-native fp32}
 DTYPES=${DTYPES:-bf16 fp32}
 BATCHES=${BATCHES:-128 8}
 THROUGHPUT_ARMS=${THROUGHPUT_ARMS:-upstream,standard,zero_mismatch}
+PROFILE_WAVES=${PROFILE_WAVES:-4}
 PROFILE_ARMS=${PROFILE_ARMS:-standard,zero_mismatch}  # the profiler's per-op cost makes the upstream arm's run long
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 DEADLINE=${DEADLINE:-560}
@@ -76,7 +78,11 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     say "no git repository here: git init (the release commit ids do not depend on it)"
     git init -q .
 fi
-"$PY" -m zmr build demo 2>&1 | tee -a "$LOG"
+if [ "${BUILD:-1}" = 1 ]; then
+    "$PY" -m zmr build demo 2>&1 | tee -a "$LOG"
+else  # BUILD=0: the release branches are already in this repository (built elsewhere with zmr build demo)
+    say "BUILD=0: using the rollout/demo and trainer/demo branches as they are"
+fi
 ROLLOUT_COMMIT=$(git rev-parse rollout/demo)
 TRAINER_COMMIT=$(git rev-parse trainer/demo)
 for c in rollout trainer; do
@@ -107,7 +113,8 @@ if [ "$KERNEL_TESTS" = 1 ]; then
 fi
 first_gemm=${BITWISE_GEMMS%% *}
 if [ "$BITWISE" = 1 ] && [ -n "$first_gemm" ]; then step "bitwise-$first_gemm" "bitwise $first_gemm"; fi
-profile() { step "profile-$1-$2" "throughput $1 $2 0 --profile --arms $PROFILE_ARMS >$WORK/profile-$1-$2.json"; }
+# profiled runs serve the first PROFILE_WAVES waves of requests (per-token figures; the profiler takes minutes over all at batch 8)
+profile() { step "profile-$1-$2" "throughput $1 $2 0 --profile --profile-requests $(($2 * PROFILE_WAVES)) --arms $PROFILE_ARMS >$WORK/profile-$1-$2.json"; }
 for dtype in $DTYPES; do
     for batch in $BATCHES; do
         step "throughput-$dtype-$batch" "throughput $dtype $batch $REPS >$WORK/throughput-$dtype-$batch.json"
