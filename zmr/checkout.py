@@ -47,7 +47,7 @@ Everything else it does there only reads: checks (``check_identity``,
 ``is_ancestor``) and the commits it exports. Git porcelain that changes a
 working tree (cherry-pick, commit, reset, ...) and the files git keeps for
 an operation in progress (``CHERRY_PICK_HEAD``, ...) are used in no other
-module (tests/test_imports.py checks).
+module (tests/test_architecture.py checks).
 State and commands: docs/reference.md §8.1, §7.6, §7.7.
 """
 

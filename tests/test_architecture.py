@@ -1,4 +1,4 @@
-"""The import graph of zmr/: no cycles, read from the source with ast."""
+"""The architecture of zmr/, read from the source with ast: no import cycles, no function over 100 lines, checkouts driven only from checkout.py, update takes from rebase only the stateful move."""
 
 from __future__ import annotations
 
