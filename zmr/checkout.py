@@ -44,7 +44,7 @@ A checkout made with ``--dir`` is remembered in the git directory
 Everything else it does there only reads: checks (``check_identity``,
 ``dirty``, ``sync_state``, ``Checkout.pick_in_progress``, ``unmerged_paths``,
 ``unstaged_paths``, ``index_matches_head``, ``conflict_marked``,
-``is_ancestor``) and the commits it exports. Git porcelain that changes a
+``Repo.is_ancestor``) and the commits it exports. Git porcelain that changes a
 working tree (cherry-pick, commit, reset, ...) and the files git keeps for
 an operation in progress (``CHERRY_PICK_HEAD``, ...) are used in no other
 module (tests/test_architecture.py checks).
@@ -214,10 +214,6 @@ class Checkout:
     def conflict_marked(self, paths: Sequence[str]) -> list[str]:
         """Those of *paths* (relative to the checkout) whose file still holds a conflict marker line; links and folders are read as none."""
         return [p for p in paths if _has_markers(self.path / p)]
-
-    def is_ancestor(self, ancestor: str, commit: str) -> bool:
-        """*commit* descends from (or is) *ancestor*, in the checkout's history."""
-        return self.repo.ok(["merge-base", "--is-ancestor", ancestor, commit])
 
     def _diff_names(self, options: list[str]) -> list[str]:
         return self.repo.run(["diff", *options, "--name-only", "-z"]).stdout.decode("utf-8", "surrogateescape").split("\0")
@@ -455,7 +451,7 @@ def sync_state(project: Project, component: Component, co: Checkout, cache: Cach
         return False, []
     fresh = head == co.exported()
     base = co.base()
-    if base is None or not co.repo.ok(["merge-base", "--is-ancestor", base, head]):
+    if base is None or not co.repo.is_ancestor(base, head):
         return False, [] if fresh else [f"HEAD {head[:12]} is not on top of the checkout's base"]
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
@@ -1068,7 +1064,7 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     if problems:
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then merge again"])
     head, exported = co.head(), co.exported()
-    if head is None or exported is None or not co.repo.ok(["merge-base", "--is-ancestor", exported, head]):
+    if head is None or exported is None or not co.repo.is_ancestor(exported, head):
         raise CheckoutError(
             f"{where}: HEAD does not descend from the last exported tip ({(exported or '?')[:12]}): the checkout's commits were rewritten",
             details=[
@@ -1246,7 +1242,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
                 f"save your commits (git branch keep), then `zmr checkout {component.model} -c {component.key} --force` and cherry-pick them",
             ],
         )
-    if head is None or not co.repo.ok(["merge-base", "--is-ancestor", base, head]):
+    if head is None or not co.repo.is_ancestor(base, head):
         raise CheckoutError(
             f"{where}: HEAD is not on top of zmr/base ({base[:12]})",
             details=[
@@ -1299,7 +1295,7 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
                 f"refresh the checkout to the repository's series: `zmr checkout {m} -c {k}`",
             ],
         )
-    mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.ok(["merge-base", "--is-ancestor", exported, head]) else None
+    mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.is_ancestor(exported, head) else None
     if mine is None:
         combine = [
             "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",

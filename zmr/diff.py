@@ -536,9 +536,9 @@ def _moved(upstream: Upstream, a: str, b: str) -> PinMove:
     def first_parent(since: str, until: str) -> int:
         return int(history.out(["rev-list", "--first-parent", "--count", until, "--not", since]))
 
-    if history.ok(["merge-base", "--is-ancestor", a, b]):
+    if history.is_ancestor(a, b):
         return PinMove(a, b, first_parent(a, b), "forward")
-    if history.ok(["merge-base", "--is-ancestor", b, a]):
+    if history.is_ancestor(b, a):
         return PinMove(a, b, first_parent(b, a), "backward")
     return PinMove(a, b, first_parent(a, b), "unrelated")
 

@@ -682,6 +682,10 @@ class Repo:
     def ok(self, args: Sequence[str], **kwargs) -> bool:
         return self.run(args, check=False, **kwargs).returncode == 0
 
+    def is_ancestor(self, ancestor: str, commit: str) -> bool:
+        """*commit* descends from (or is) *ancestor* (``merge-base --is-ancestor``; no git for one id given twice)."""
+        return ancestor == commit or self.ok(["merge-base", "--is-ancestor", ancestor, commit])
+
     # -- objects ----------------------------------------------------------
     def has_object(self, oid: str, kind: str | None = None) -> bool:
         spec = f"{oid}^{{{kind}}}" if kind else oid

@@ -457,7 +457,7 @@ def _start(
     repo, new = resolve_rev(upstream, rev)
     if new == old:
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
-    if warn is not None and repo.ok(["merge-base", "--is-ancestor", new, old]):
+    if warn is not None and repo.is_ancestor(new, old):
         behind = repo.out(["rev-list", "--count", old, "--not", new])
         warn(f"{component.label}: {rev} ({new[:12]}) is an ancestor of the pin {old[:12]}: this moves the pin back {behind} commits (a downgrade)")
     if progress:
@@ -805,7 +805,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
             )
         repo = co.repo  # read only: the commits to export and compare
         tip = co.head() or new
-        if not co.is_ancestor(new, tip):
+        if not co.repo.is_ancestor(new, tip):
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
         commits = list_commits(repo, new, tip, component.label)
         plan = plan_export(repo, new, commits, folder, component.patches, journal)

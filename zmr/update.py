@@ -50,7 +50,6 @@ from zmr.upstream import (
     commit_subject,
     containing_commit,
     first_parent_line,
-    is_ancestor,
     range_diff,
     replay_onto,
     resolve_rev,
@@ -184,7 +183,7 @@ class SeriesAtPin:
         upstream = upstream_patch_ids(repo, self.pin, tip, self.paths, set(self.chain_files.values())) if self.paths else {}
         pids = chain_patch_ids(repo, self.old_chain) if upstream else {}
         self.hits_at_tip = [upstream.get(pids.get(c, "")) for c in self.old_chain]
-        self._contains = memoize(lambda older, newer: is_ancestor(repo, older, newer))
+        self._contains = memoize(repo.is_ancestor)
 
     def hits(self, commit: str) -> list[str | None]:
         return [hit if hit and self._contains(hit, commit) else None for hit in self.hits_at_tip]
@@ -284,9 +283,9 @@ def examine(project: Project, component: Component, to: str | None = None, cache
     upstream.ensure([component.commit])
     repo, tip = resolve_rev(upstream, rev)
     pin = component.commit
-    if tip == pin or is_ancestor(repo, tip, pin):
+    if repo.is_ancestor(tip, pin):
         return Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
-    line = first_parent_line(repo, pin, tip) if is_ancestor(repo, pin, tip) else []
+    line = first_parent_line(repo, pin, tip) if repo.is_ancestor(pin, tip) else []
     behind = len(line)
     if not line:
         line = [tip]  # not a descendant of the pin: nothing in between to move to

@@ -95,10 +95,6 @@ def first_parent_line(repo: git.Repo, pin: str, tip: str) -> list[str]:
     return [c for c in line if c in descendants]
 
 
-def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-    return older == newer or repo.ok(["merge-base", "--is-ancestor", older, newer])
-
-
 def commit_subject(repo: git.Repo, commit: str | None) -> str:
     """The subject line of *commit*; "" for None or a commit the mirror lacks."""
     if not commit or not repo.has_object(commit, "commit"):
