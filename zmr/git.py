@@ -730,8 +730,8 @@ class Repo:
         if paths is None:
             return parse_ls_tree(self.run(args).stdout)
         entries: dict[str, TreeEntry] = {}
-        for batch in argument_batches(paths):
-            for entry in parse_ls_tree(self.run(["--literal-pathspecs", *args, "--", *batch]).stdout):
+        for listing in self._ls_tree_batches(args, paths):
+            for entry in parse_ls_tree(listing):
                 entries.setdefault(entry.path, entry)
         return list(entries.values())
 
@@ -742,10 +742,12 @@ class Repo:
         of a process (ls-tree reads no pathspec from stdin).
         A path in two batches (a folder and a file in it) is listed twice: the entries are the same.
         """
-        listing = bytearray()
+        return b"".join(self._ls_tree_batches(["ls-tree", "-r", "-z", "--full-tree", tree], paths))
+
+    def _ls_tree_batches(self, args: list[str], paths: Sequence[str]) -> Iterator[bytes]:
+        """The output of ``ls-tree`` *args* at literal *paths*, one batch of paths (that fits in a process's arguments) at a time."""
         for batch in argument_batches(paths):
-            listing += self.run(["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *batch]).stdout
-        return bytes(listing)
+            yield self.run(["--literal-pathspecs", *args, "--", *batch]).stdout
 
     def diff_tree_raw(self, lines: Sequence[str], *, always: bool = False) -> dict[str, list[RawDiffEntry]]:
         """``diff-tree --stdin -r --raw -z --no-renames``: for each line (a commit, or "<tree> <tree>"), the entries that differ.
