@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time ``zmr import --find-base``'s search (``zmr.findbase.find_base``) on a real upstream history.
+"""Time ``zmr import --find-base``'s search (``zmr.importing.findbase.find_base``) on a real upstream history.
 
     python scripts/bench_findbase.py --upstream PATH [--name NAME] [--age-days 400] [--repeat 3] [--out benchmarks/results-findbase.md]
 
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zmr import git  # noqa: E402
-from zmr.findbase import find_base, tree_distances  # noqa: E402
+from zmr.importing.findbase import find_base, tree_distances  # noqa: E402
 
 
 def _cpu() -> float:

@@ -26,7 +26,6 @@ import argparse
 import importlib
 import importlib.util
 import json
-import math
 import os
 import random
 import struct
@@ -134,12 +133,12 @@ def import_trees(rollout: Path, trainer: Path):
 def write_dump(path: Path, records: list[dict], provenance: dict | None = None) -> None:
     """JSON Lines per docs/reference.md §10; floats as repr(float) so they read back bit-exactly.
 
-    Uses zmr.mismatch.write_dump where the zmr package has it, else writes the
+    Uses zmr.evidence.mismatch.write_dump where the zmr package has it, else writes the
     plain format itself.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        from zmr.mismatch import write_dump as zmr_write_dump  # type: ignore
+        from zmr.evidence.mismatch import write_dump as zmr_write_dump  # type: ignore
     except Exception:
         zmr_write_dump = None
     if zmr_write_dump is not None:

@@ -3,9 +3,9 @@
 
 Runs the toy rollout engine (continuous batching, seeded sampling) and then
 the toy trainer on the sampled tokens, like scripts/demo_bitwise.py, with
-zmr.locate recording every GEMM, RMSNorm, SiLU and attention call of both
+zmr.evidence.locate recording every GEMM, RMSNorm, SiLU and attention call of both
 and the log-probability of every sampled token. Neither tree is edited: the
-functions are wrapped while the run lasts (zmr.locate.trace_functions).
+functions are wrapped while the run lasts (zmr.evidence.locate.trace_functions).
 
   python scripts/demo_locate.py --rollout T/rollout --trainer T/trainer --out build/locate
   zmr locate build/locate/rollout build/locate/trainer --map build/locate/names.yaml
@@ -80,7 +80,7 @@ def make_requests(count: int, vocab: int, prompt_len, new_tokens, seed: int):
 
 
 def _traced(stack: contextlib.ExitStack, functions: dict[str, list[str]]) -> None:
-    from zmr import locate
+    from zmr.evidence import locate
 
     for module, names in functions.items():
         stack.enter_context(locate.trace_functions(importlib.import_module(module), names))
@@ -90,7 +90,7 @@ def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_ru
     """Serve *requests* with the engine, one step file per prefill or decode; returns the completions."""
     import torch
 
-    from zmr import locate
+    from zmr.evidence import locate
 
     model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
     engine = toy_rollout.Engine(model, max_running=max_running, seed=seed)
@@ -150,7 +150,7 @@ def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> 
     """Score the completions teacher-forced in one batch, as one step."""
     import torch
 
-    from zmr import locate
+    from zmr.evidence import locate
 
     policy = toy_trainer.ToyPolicy(cfg, weights, dtype=dtype)
     prompts = [c.prompt for c in completions]

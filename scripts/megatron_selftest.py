@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Self-test of zmr.adapters.megatron on a tiny GPTModel: a GPU with megatron-core (the CPU runs a dry run of the plumbing).
+"""Self-test of zmr.evidence.adapters.megatron on a tiny GPTModel: a GPU with megatron-core (the CPU runs a dry run of the plumbing).
 
     python scripts/megatron_selftest.py [float32|bfloat16 ...]   # prints JSON
 
@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any
 
-from zmr.adapters import megatron as zm
-from zmr.adapters.common import Sequence, response_logits, unpack
+from zmr.evidence.adapters import megatron as zm
+from zmr.evidence.adapters.common import Sequence, response_logits, unpack
 
 
 def tiny_gpt(dtype: str, seed: int, device: str) -> Any:

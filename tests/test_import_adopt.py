@@ -7,7 +7,7 @@ import os
 from conftest import git, make_project, make_upstream, zmr
 from test_adopt import _hand_made_branch
 
-from zmr.importer import Imported, add_components
+from zmr.importing.importer import Imported, add_components
 
 
 def _maker(tmp_path, project):

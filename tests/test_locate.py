@@ -1,4 +1,4 @@
-"""`zmr locate` and `zmr.locate`: tensor dumps, pairing, the first diverging operation, the demo walk.
+"""`zmr locate` and `zmr.evidence.locate`: tensor dumps, pairing, the first diverging operation, the demo walk.
 
 Synthetic dumps are written with the real recorder (`Recorder`, `dump`) from
 rows computed here, with divergences planted by hand; the command runs as a
@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REPO_ROOT, git, zmr
 from zmr.errors import ZmrError
-from zmr.locate import Recorder, Rows, dump, hook_modules, load_name_map, padded_rows, read_side, trace_functions
+from zmr.evidence.locate import Recorder, Rows, dump, hook_modules, load_name_map, padded_rows, read_side, trace_functions
 
 DATA = Path(__file__).parent / "data" / "locate"
 H = 4
@@ -468,7 +468,7 @@ def test_rows_layouts():
 
 
 def test_importing_the_module_loads_neither_numpy_nor_torch():
-    code = "import sys, zmr.locate, zmr.cli; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
+    code = "import sys, zmr.evidence.locate, zmr.cli; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""`zmr mismatch` and `zmr.mismatch`: dumps, bits, figures, errors, CLI.
+"""`zmr mismatch` and `zmr.evidence.mismatch`: dumps, bits, figures, errors, CLI.
 
 Figures are checked against numbers worked out here with `math`; CLI
 behaviour runs the real command in a subprocess; bad inputs are files under
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zmr.errors import ZmrError
-from zmr.mismatch import (
+from zmr.evidence.mismatch import (
     ALIASES,
     SCHEMA_VERSION,
     compare,
@@ -535,7 +535,7 @@ def test_json_writes_non_finite_figures_as_strings(tmp_path):
 
 def test_report_names_the_trainer_side_trainer_and_version_1_reports_still_read(tmp_path):
     """schema_version 2 says `trainer` (1 said `train`); `zmr smoke`'s metrics read reports of either version."""
-    from zmr.smoke import read_mismatch
+    from zmr.smoke.runner import read_mismatch
 
     r, t = _pair(tmp_path, differ=True)
     out = strict_json(zmr(r, t, "--json").stdout)
@@ -572,7 +572,7 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_help_and_import_never_load_numpy_torch_or_matplotlib():
     code = (
-        "import sys, zmr.cli, zmr.mismatch\n"
+        "import sys, zmr.cli, zmr.evidence.mismatch\n"
         "from zmr.cli import main\n"
         "rc = main(['--help'])\n"
         "loaded = sorted({'numpy', 'torch', 'matplotlib'} & set(sys.modules))\n"

@@ -129,7 +129,7 @@ BAD_SPECS = [
     ([f"rollout={URL}@{SHA_A.upper()}"], f"has upper-case hex digits; write it in lower case: {SHA_A}"),
     ([f"rollout=ext::sh -c touch% /tmp/x@{SHA_A}"], "transport 'ext':: runs commands and is not allowed"),
     # Checked before zmr new fetches anything to resolve a branch (tests/test_new_resolve.py resolves them).
-    ([f"rollout=ext::sh -c touch% /tmp/x@main"], "transport 'ext':: runs commands and is not allowed"),
+    (["rollout=ext::sh -c touch% /tmp/x@main"], "transport 'ext':: runs commands and is not allowed"),
     ([f"rollout=upstreams/missing.bundle@{SHA_A}"], "components.rollout.upstream: 'upstreams/missing.bundle' does not exist"),
     ([f"rollout={URL}@{SHA_A}", f"rollout={URL}@{SHA_B}"], "component 'rollout' is given twice"),
     ([], "zmr new qwen3: name at least one component"),

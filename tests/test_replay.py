@@ -18,7 +18,7 @@ from zmr import git as zgit
 from zmr.patchfile import commit_diff, commit_diffs
 from zmr.series import read_series
 from zmr.manifest import Component
-from zmr.export import plan_export
+from zmr.patchplan import plan_export
 from zmr.replay import Replayer, TempIndex, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, paths_fit
 
 AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"}

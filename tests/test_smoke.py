@@ -553,7 +553,7 @@ def test_help_imports_neither_ray_nor_rich_live():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "zmr", "--help"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "smoke" in proc.stdout
     modules = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "ray" not in modules and "rich.live" not in modules and "zmr.smoke" not in modules
+    assert "ray" not in modules and "rich.live" not in modules and "zmr.smoke.runner" not in modules
 
 
 # -- the Ray executor ---------------------------------------------------------------------------
@@ -637,7 +637,7 @@ def test_trees_too_large_for_ray_point_to_shared_dir(template, tmp_path, monkeyp
     """Ray refuses a working_dir package over its gRPC limit; zmr says what to do instead."""
     from zmr.errors import ZmrError
     from zmr.project import Project as ZmrProject
-    from zmr.smoke_ray import RayExecutor
+    from zmr.smoke.ray_executor import RayExecutor
 
     class FakeRay:
         def init(self, **kwargs):

@@ -175,7 +175,7 @@ def _mismatch(*args) -> subprocess.CompletedProcess:
 
 
 def _good_dump(path: Path) -> Path:
-    from zmr.mismatch import write_dump
+    from zmr.evidence.mismatch import write_dump
 
     write_dump(path, [{"id": "a", "step": 0, "tokens": [1, 2], "logprobs": np.asarray([-0.5, -1.0], dtype=np.float32)}])
     return path

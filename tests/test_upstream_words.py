@@ -1,4 +1,4 @@
-"""Reading the upstream commit out of a hand-made snapshot message (zmr.upstream_words)."""
+"""Reading the upstream commit out of a hand-made snapshot message (zmr.importing.upstream_words)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmr.upstream_words import named_commits, named_urls
+from zmr.importing.upstream_words import named_commits, named_urls
 
 FULL = "0123456789abcdef0123456789abcdef01234567"
 

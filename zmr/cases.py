@@ -65,7 +65,6 @@ from zmr.schema import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Nu
 from zmr.yamlnodes import Problems, display_path, line_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.errors import Located
     from zmr.manifest import Manifest
     from zmr.project import Project
 
@@ -479,21 +478,6 @@ def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case],
         if case is not None:
             cases.append(case)
     return cases, problems
-
-
-@dataclass(frozen=True)
-class ValidateReport:
-    """``zmr validate --json``: the models and cases checked, the patches read, every problem found and the warnings."""
-
-    models: list[str]
-    cases: list[str]
-    patches: int
-    problems: list[Located]
-    warnings: list[str]
-
-    def to_json(self) -> dict:
-        problems = [p.to_json() for p in self.problems]
-        return {"ok": not problems, "models": self.models, "cases": self.cases, "patches": self.patches, "problems": problems, "warnings": self.warnings}
 
 
 def check_project(project: Project, models: list[str] | None = None) -> tuple[list[Manifest], list[Case]]:

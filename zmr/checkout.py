@@ -2,14 +2,14 @@
 
 ``zmr checkout`` turns a series into commits and ``zmr export`` turns commits
 back into a series; both commands live here, on top of ``zmr.replay``
-(series → commits) and ``zmr.export`` (commits → series, planned and written).
-``zmr.export`` knows nothing of checkouts, so that checkout (is there
+(series → commits) and ``zmr.export`` (commits → series, planned by ``zmr.patchplan``).
+``zmr.patchplan`` knows nothing of checkouts, so that checkout (is there
 unexported work?), export and rebase all plan with it and no import goes
 in a circle::
 
     series ──build_chain (zmr.replay: a temp index in the mirror, one fast-import)──▶ chain of commits
            ──(local fetch: objects copied, never borrowed)──▶ checkout: branch <model>/<component>
-    checkout ──(rev-list zmr/base..HEAD)──▶ zmr.export.plan_export ──▶ write_plan ──▶ series
+    checkout ──(rev-list zmr/base..HEAD)──▶ zmr.patchplan.plan_export ──▶ write_plan ──▶ series
 
 Where state is kept, inside the checkout's ``.git``:
 
@@ -68,7 +68,7 @@ from zmr import git
 from zmr.git import Progress
 from zmr.cache import HEADS, TAGS, UPSTREAM_REFS, Cache, Mirror
 from zmr.errors import ZmrError
-from zmr.export import ExportPlan, list_commits, plan_export, write_plan
+from zmr.patchplan import list_commits, plan_export
 from zmr.files import FileRefused, atomic_write, current_umask, read_repo_file
 from zmr.lock import locked
 from zmr.manifest import Component
@@ -456,7 +456,7 @@ def sync_state(project: Project, component: Component, co: Checkout, cache: Cach
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
         return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
-    moved = None if fresh else _upstream_commits_problem(project, component, co, base, head, cache)
+    moved = None if fresh else upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         return False, [moved.message]
     try:
@@ -515,7 +515,7 @@ def _same_url(url: str) -> str:
     return url.strip().rstrip("/").removesuffix(".git")
 
 
-def _upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None) -> CheckoutError | None:
+def upstream_commits_problem(project: Project, component: Component, co: Checkout, base: str, head: str, cache: Cache | None) -> CheckoutError | None:
     """An error when base..head holds upstream's commits (the branch was rebased with git, not with ``zmr rebase``)."""
     found = upstream_commits_in(project, component, co, base, head, cache)
     if not found:
@@ -538,7 +538,7 @@ def rebase_in_progress(project: Project, component: Component) -> bool:
     return project.rebase_state(component).is_file()
 
 
-def _refuse_during_rebase(project: Project, component: Component, what: str) -> None:
+def refuse_during_rebase(project: Project, component: Component, what: str) -> None:
     if rebase_in_progress(project, component):
         raise CheckoutError(
             f"{component.label}: a rebase is in progress; {what} would interfere",
@@ -635,7 +635,7 @@ def add_history(co: Checkout, mirror: Mirror) -> None:
 
 
 def _checkout(project: Project, component: Component, cache: Cache, path: Path | None, force: bool, progress: Progress | None) -> CheckoutResult:
-    _refuse_during_rebase(project, component, "a checkout")
+    refuse_during_rebase(project, component, "a checkout")
     target = checkout_path(project, component, path)
     co = open_checkout(target)
     in_sync = False
@@ -1056,7 +1056,7 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     Before anything moves, ``snapshot`` saves the checkout in its own
     ``.git`` (``merge_state``), so ``--abort`` puts it back exactly.
     """
-    _refuse_during_rebase(project, component, "a merge")
+    refuse_during_rebase(project, component, "a merge")
     co = require_checkout(project, component, path)
     refuse_during_merge(co, component)
     where = show_path(project, co.path)
@@ -1193,124 +1193,6 @@ def _has_markers(path: Path) -> bool:
 
 
 # -- export ---------------------------------------------------------------------------------
-
-
-@dataclass
-class ExportResult:
-    component: Component
-    path: Path
-    plan: ExportPlan
-
-    def to_json(self) -> dict:
-        return {
-            "model": self.component.model,
-            "component": self.component.key,
-            "series": self.component.patches,
-            "checkout": str(self.path),
-            "changed": self.plan.changed,
-            "patches": [p.to_json() for p in self.plan.patches],
-            "removed": self.plan.removed,
-            "series_rewritten": self.plan.series_text is not None,
-        }
-
-
-@dataclass(frozen=True)
-class ExportReport:
-    """What ``zmr export`` wrote (or, *dry_run*, would write): one result per component."""
-
-    exports: list[ExportResult]
-    dry_run: bool
-
-    def to_json(self) -> dict:
-        return {"dry_run": self.dry_run, "exports": [r.to_json() for r in self.exports]}
-
-
-@locked
-def export(project: Project, component: Component, path: Path | None = None, dry_run: bool = False, cache: Cache | None = None) -> ExportResult:
-    """Write the checkout's commits (zmr/base..HEAD) back into the series, byte-stable."""
-    _refuse_during_rebase(project, component, "an export")
-    co = require_checkout(project, component, path)
-    refuse_during_merge(co, component)
-    where = show_path(project, co.path)
-    base = co.base()
-    head = co.head()
-    if co.pin != component.commit or base != component.commit:
-        raise CheckoutError(
-            f"{where}: the base moved: the checkout is on {(base or co.pin)[:12]}, the manifest pins {component.commit[:12]}",
-            details=[
-                "the series belongs to the new pin now; exporting would write patches made for the old one",
-                f"save your commits (git branch keep), then `zmr checkout {component.model} -c {component.key} --force` and cherry-pick them",
-            ],
-        )
-    if head is None or not co.repo.is_ancestor(base, head):
-        raise CheckoutError(
-            f"{where}: HEAD is not on top of zmr/base ({base[:12]})",
-            details=[
-                "rebase your branch onto zmr/base (git rebase zmr/base), then export again",
-                f"to move the series to another upstream commit, use `zmr rebase {component.model} -c {component.key} --onto REV`",
-            ],
-        )
-    moved = _upstream_commits_problem(project, component, co, base, head, cache)
-    if moved is not None:
-        raise moved
-    problems = dirty(co, untracked_files=False)
-    if problems:
-        raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
-    commits = list_commits(co.repo, base, head, component.label)
-    journal = project.pending_removals(component)
-    series = project.series(component, no_links=True)
-    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
-    _check_three_sides(project, component, co, head, plan)
-    if not dry_run:
-        if plan.needs_writing:
-            write_plan(plan, journal)
-        mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
-    return ExportResult(component, co.path, plan)
-
-
-def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
-    """Refuse an export that would write one side over the other (docs/reference.md §7.7).
-
-    The sides: the series the checkout was made from or last exported to
-    (``zmr.series``, with ``refs/zmr/exported``), the series in the
-    repository now, and the checkout's commits. Only the checkout moved:
-    export. Only the repository moved (a colleague's change pulled): the
-    checkout is stale; writing it back would revert that change. Both moved:
-    a conflict. An export that changes nothing, or finishes an interrupted
-    one, overwrites nobody.
-    """
-    recorded = co.config.get(SERIES_KEY)
-    if recorded is None or not plan.changed or plan.interrupted:
-        return  # a checkout made before zmr recorded its series: two sides only
-    if recorded == series_fingerprint(project, component, component.commit):
-        return
-    where = show_path(project, co.path)
-    m, k = component.model, component.key
-    exported = co.exported()
-    if head == exported:
-        raise CheckoutError(
-            f"{where}: the series {component.patches} changed in the repository since this checkout was made or exported; the checkout has no work of its own",
-            details=[
-                "exporting would write the checkout's older patches over that change (a colleague's, pulled?)",
-                f"refresh the checkout to the repository's series: `zmr checkout {m} -c {k}`",
-            ],
-        )
-    mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.is_ancestor(exported, head) else None
-    if mine is None:
-        combine = [
-            "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
-            f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
-        ]
-    else:
-        combine = [
-            f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
-            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
-        ]
-    raise CheckoutError(
-        f"{where}: both sides moved: the series {component.patches} changed in the repository since this checkout was made or exported, "
-        + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
-        details=["exporting would write one side over the other", *combine],
-    )
 
 
 def show_path(project: Project, path: Path) -> str:

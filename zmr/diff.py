@@ -6,7 +6,7 @@ default) its working tree::
     revision ──ls-tree + cat-file (zmr.yaml, manifests/, the folders they name)──▶ revisions/v1-<commit>/ in the cache
              ──load_manifests, Project.series (the working tree's validation, same limits)──▶ components
     component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
-    otherwise ──zmr.release.compute, partial like verify──▶ tree and branch id of each side
+    otherwise ──zmr.build.compute, partial like verify──▶ tree and branch id of each side
               ──zmr.replay.build_chain + zmr.upstream.range_diff──▶ patches added, removed, changed, reordered
               ──Cache.commit_history (commits only)──▶ how far the pin moved
 
@@ -477,7 +477,7 @@ def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
 
 
 def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, stat: bool) -> ComponentDiff:
-    from zmr.release import Release, compute
+    from zmr.build import Release, compute
 
     from concurrent.futures import ThreadPoolExecutor
 

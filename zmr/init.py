@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
-from zmr.scaffold import template_text
+from zmr.new import template_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.transaction import Transaction
@@ -157,7 +157,7 @@ def zmr_requirement() -> str:
 
 
 def settings_text(settings) -> str:
-    from zmr.scaffold import _yaml_str
+    from zmr.new import _yaml_str
 
     lines = [
         "# zmr settings (written by `zmr init`). The release identity is an input of",

@@ -29,7 +29,7 @@ from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Rec
 from zmr.yamlnodes import Problems, display_path, line_of, scalar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.project import Project
+    pass
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -109,49 +109,6 @@ class Manifest:
         except KeyError:
             known = ", ".join(self.components) or "none"
             raise ZmrError(f"model {self.model!r} has no component {key!r} (it has: {known})") from None
-
-
-@dataclass(frozen=True)
-class ModelListing:
-    """One model in ``zmr list``: its manifest and the number of patches in each component's series."""
-
-    manifest: Manifest
-    patch_counts: dict[str, int]
-
-    def to_json(self) -> dict:
-        components = [
-            {
-                "component": c.key,
-                "upstream": c.upstream,
-                "commit": c.commit,
-                "track": c.track,
-                "branch": c.branch,
-                "release": c.release,
-                "patches": self.patch_counts[c.key],
-                "series": c.patches,
-            }
-            for c in self.manifest.components.values()
-        ]
-        return {"model": self.manifest.model, "title": self.manifest.title, "components": components, "smoke": [t.name for t in self.manifest.smoke]}
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What ``zmr list`` shows: every model of the project."""
-
-    models: list[ModelListing]
-
-    def to_json(self) -> dict:
-        return {"models": [m.to_json() for m in self.models]}
-
-
-def list_models(project: Project) -> Listing:
-    """Every manifest of *project*, with the patch count of each series (read, so a broken series fails here)."""
-    listed = []
-    for manifest in project.manifests():
-        counts = {c.key: len(project.series(c).patches) for c in manifest.components.values()}
-        listed.append(ModelListing(manifest, counts))
-    return Listing(listed)
 
 
 @dataclass(frozen=True)

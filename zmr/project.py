@@ -284,3 +284,46 @@ def load_settings(root: Path) -> Settings:
     if problems:
         raise SettingsError(problems.items)
     return settings
+
+
+@dataclass(frozen=True)
+class ModelListing:
+    """One model in ``zmr list``: its manifest and the number of patches in each component's series."""
+
+    manifest: Manifest
+    patch_counts: dict[str, int]
+
+    def to_json(self) -> dict:
+        components = [
+            {
+                "component": c.key,
+                "upstream": c.upstream,
+                "commit": c.commit,
+                "track": c.track,
+                "branch": c.branch,
+                "release": c.release,
+                "patches": self.patch_counts[c.key],
+                "series": c.patches,
+            }
+            for c in self.manifest.components.values()
+        ]
+        return {"model": self.manifest.model, "title": self.manifest.title, "components": components, "smoke": [t.name for t in self.manifest.smoke]}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``zmr list`` shows: every model of the project."""
+
+    models: list[ModelListing]
+
+    def to_json(self) -> dict:
+        return {"models": [m.to_json() for m in self.models]}
+
+
+def list_models(project: Project) -> Listing:
+    """Every manifest of *project*, with the patch count of each series (read, so a broken series fails here)."""
+    listed = []
+    for manifest in project.manifests():
+        counts = {c.key: len(project.series(c).patches) for c in manifest.components.values()}
+        listed.append(ModelListing(manifest, counts))
+    return Listing(listed)

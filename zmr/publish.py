@@ -131,7 +131,7 @@ def publish(
     A dry run returns the plan with ``refusal`` set where the real run would
     raise it, so the plan can be shown either way.
     """
-    from zmr import release
+    from zmr.verify import verify
 
     if not remote.strip() or remote.startswith("-") or any(ord(c) < 32 for c in remote):
         raise ZmrError(f"--remote {remote!r} is not a remote name or URL", details=["name a remote of `git remote -v`, e.g. origin"])
@@ -139,7 +139,7 @@ def publish(
     if git.missing_remote(repo, remote):
         raise ZmrError(f"no remote {remote!r}: `git remote add {remote} URL` or `--remote`", details=["`git remote -v` lists this repository's remotes"])
     repo.check_remote(remote)  # fd::0 would hang, ext:: run a command: refused before any work
-    results = release.verify(project, components, cache=cache, progress=progress)
+    results = verify(project, components, cache=cache, progress=progress)
     bad = [r for r in results if r.status != "ok"]
     if bad:
         raise CheckFailed(

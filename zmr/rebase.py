@@ -53,7 +53,7 @@ from zmr.git import Progress
 from zmr.cache import Cache
 from zmr.checkout import Checkout, SavedCheckout
 from zmr.errors import ZmrError
-from zmr.export import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
+from zmr.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest

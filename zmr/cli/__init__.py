@@ -1,30 +1,30 @@
 """The `zmr` command line: parses arguments and renders what the library returns.
 
-Each command lives in the cli module named after it; the work is done by a
-library module, imported inside the command function so that `zmr --help`
+Each command lives in the cli module named after it; the work is done by the
+library module named after it (the exceptions are in the table), imported inside the command function so that `zmr --help`
 stays instant::
 
-    command      cli module            library module
-    init         zmr/cli/init.py       zmr.init
-    list         zmr/cli/manifests.py  zmr.manifest, zmr.series
-    validate     zmr/cli/manifests.py  zmr.cases, zmr.series
-    fetch        zmr/cli/manifests.py  zmr.cache
-    build        zmr/cli/build.py      zmr.release
-    verify       zmr/cli/build.py      zmr.release
-    locate       zmr/cli/locate.py     zmr.locate
-    new          zmr/cli/new.py        zmr.scaffold
-    mismatch     zmr/cli/mismatch.py   zmr.mismatch
-    docs         zmr/cli/docs.py       zmr.docs
-    publish      zmr/cli/publish.py    zmr.publish
-    ci-matrix    zmr/cli/publish.py    zmr.publish
-    smoke        zmr/cli/smoke.py      zmr.smoke (zmr.smoke_ray for --executor ray)
-    checkout     zmr/cli/checkout.py   zmr.checkout
-    export       zmr/cli/checkout.py   zmr.checkout
-    rebase       zmr/cli/rebase.py     zmr.rebase
-    upstreamed   zmr/cli/rebase.py     zmr.upstream
-    update       zmr/cli/update.py     zmr.update (moves pins with zmr.rebase)
-    diff         zmr/cli/diff.py       zmr.diff
-    import       zmr/cli/import_.py    zmr.importer
+    command      cli module               library module
+    init         zmr/cli/init.py          zmr.init
+    list         zmr/cli/list_.py         zmr.project (list_models)
+    validate     zmr/cli/validate.py      zmr.validate
+    fetch        zmr/cli/fetch.py         zmr.cache
+    build        zmr/cli/build.py         zmr.build
+    verify       zmr/cli/verify.py        zmr.verify
+    locate       zmr/cli/locate.py        zmr.evidence.locate
+    new          zmr/cli/new.py           zmr.new
+    mismatch     zmr/cli/mismatch.py      zmr.evidence.mismatch
+    docs         zmr/cli/docs.py          zmr.docs
+    publish      zmr/cli/publish.py       zmr.publish
+    ci-matrix    zmr/cli/ci_matrix.py     zmr.publish (ci_matrix)
+    smoke        zmr/cli/smoke.py         zmr.smoke (runner; ray_executor for --executor ray)
+    checkout     zmr/cli/checkout.py      zmr.checkout
+    export       zmr/cli/export.py        zmr.export
+    rebase       zmr/cli/rebase.py        zmr.rebase
+    upstreamed   zmr/cli/upstreamed.py    zmr.upstream (upstreamed)
+    update       zmr/cli/update.py        zmr.update (moves pins with zmr.rebase)
+    diff         zmr/cli/diff.py          zmr.diff
+    import       zmr/cli/import_.py       zmr.importing
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
 once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
@@ -42,7 +42,31 @@ import click
 import typer
 import typer.core
 
-from zmr.cli import build, checkout, diff, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
+from zmr.cli import (
+    build,
+    checkout,
+    ci_matrix,
+    diff,
+    docs,
+    export,
+    fetch,
+    import_,
+    init,
+    list_,
+    locate,
+    mismatch,
+    new,
+    options,
+    publish,
+    rebase,
+    render,
+    smoke,
+    update,
+    upstreamed,
+    validate,
+    verify,
+)
+
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -147,22 +171,22 @@ def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argumen
 # In this order in `zmr --help`.
 for _name, _command in (
     ("init", init.init),
-    ("list", manifests.list_models),
-    ("validate", manifests.validate),
-    ("fetch", manifests.fetch),
+    ("list", list_.list_models),
+    ("validate", validate.validate),
+    ("fetch", fetch.fetch),
     ("build", build.build),
-    ("verify", build.verify),
+    ("verify", verify.verify),
     ("locate", locate.locate),
     ("new", new.new),
     ("mismatch", mismatch.mismatch),
     ("docs", docs.docs),
     ("publish", publish.publish),
-    ("ci-matrix", publish.ci_matrix),
+    ("ci-matrix", ci_matrix.ci_matrix),
     ("smoke", smoke.smoke),
     ("checkout", checkout.checkout),
-    ("export", checkout.export),
+    ("export", export.export),
     ("rebase", rebase.rebase),
-    ("upstreamed", rebase.upstreamed),
+    ("upstreamed", upstreamed.upstreamed),
     ("update", update.update),
     ("diff", diff.diff),
     ("import", import_.import_),

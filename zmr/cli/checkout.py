@@ -8,14 +8,8 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, Model, find_project
+from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import Progress, print_json
-
-
-def _dir_for(base: Path | None, key: str, count: int) -> Path | None:
-    if base is None:
-        return None
-    return base if count == 1 else base / key
 
 
 def checkout(
@@ -34,7 +28,7 @@ def checkout(
     The checkout is shallow, with an `upstream` remote: `--history` (or `git fetch --unshallow upstream` there) adds the rest.
     """
     from zmr import selection
-    from zmr import checkout as checkouts
+    import zmr.checkout
     from zmr.cache import Cache
 
     project = find_project()
@@ -46,10 +40,10 @@ def checkout(
     with Progress(steps=[c.label for c in targets]) as progress:
         cache = Cache(progress=progress)
         for comp in targets:
-            path = _dir_for(directory, comp.key, len(targets))
-            results.append(checkouts.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
+            path = dir_for(directory, comp.key, len(targets))
+            results.append(zmr.checkout.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
     if json_out:
-        print_json(checkouts.CheckoutReport(results).to_json())
+        print_json(zmr.checkout.CheckoutReport(results).to_json())
         return
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
@@ -63,7 +57,7 @@ def checkout(
 
 def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, abort: bool, json_out: bool) -> None:
     """`zmr checkout --merge | --continue | --abort` for one component."""
-    from zmr import checkout as checkouts
+    import zmr.checkout
     from zmr.cache import Cache
     from zmr.errors import CheckFailed, ZmrError
 
@@ -74,11 +68,11 @@ def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, a
     comp = targets[0]
     if merge:
         with Progress(steps=[comp.label]) as progress:
-            result = checkouts.merge(project, comp, cache=Cache(progress=progress), path=directory, progress=progress)
+            result = zmr.checkout.merge(project, comp, cache=Cache(progress=progress), path=directory, progress=progress)
     elif go_on:
-        result = checkouts.merge_continue(project, comp, directory)
+        result = zmr.checkout.merge_continue(project, comp, directory)
     else:
-        result = checkouts.merge_abort(project, comp, directory)
+        result = zmr.checkout.merge_abort(project, comp, directory)
     if json_out:
         print_json(result.to_json())
     elif result.action == "merged":
@@ -97,36 +91,3 @@ def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, a
                 f"or give up: `zmr checkout {m} -c {k} --abort` puts the checkout back as it was",
             ],
         )
-
-
-def export(
-    model: Model,
-    components: Components = None,
-    directory: Dir = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would change; write nothing.")] = False,
-    json_out: Json = False,
-) -> None:
-    """Write the checkout's commits back into the series (byte-stable)."""
-    from zmr import selection
-    from zmr import checkout as checkouts
-    from zmr.errors import ZmrError
-
-    project = find_project()
-    targets = selection.components(project, [model], components, writes=True)
-    if not components:
-        targets = [c for c in targets if checkouts.open_checkout(checkouts.checkout_path(project, c, _dir_for(directory, c.key, len(targets))))]
-        if not targets:
-            raise ZmrError(f"model {model!r} has no checkout", details=[f"run `zmr checkout {model}` first"])
-    results = [checkouts.export(project, c, _dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
-    if json_out:
-        print_json(checkouts.ExportReport(results, dry_run).to_json())
-        return
-    for r in results:
-        verb = "would change" if dry_run else "exported"
-        source = f"from {checkouts.show_path(project, r.path)}"  # which checkout was read: the selection rule's answer
-        if not r.plan.changed:
-            print(f"unchanged {r.component.patches}: {len(r.plan.patches)} patches, {source}")
-            continue
-        print(f"{verb} {r.component.patches}: {len(r.plan.patches)} patches, {source}")
-        for line in r.plan.summary():
-            print(f"  {line}")

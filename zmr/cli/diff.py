@@ -34,16 +34,16 @@ def diff(
     untrusted: Untrusted = False,
 ) -> None:
     """Compare the release branches of two revisions (default: the merge-base with main and the working tree), built in memory."""
-    from zmr import diff as zdiff
+    import zmr.diff
     from zmr.cache import Cache
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
     project = find_project(untrusted)
-    base, head, models = zdiff.split_arguments(project, arguments or [])
+    base, head, models = zmr.diff.split_arguments(project, arguments or [])
     with Progress() as progress:
         cache = Cache(progress=progress)
-        report = zdiff.diff(project, base, head, models, components or [], cache=cache, progress=progress, stat=stat)
+        report = zmr.diff.diff(project, base, head, models, components or [], cache=cache, progress=progress, stat=stat)
     for note in cache.notes:
         warn(note)
     if markdown is not None:

@@ -21,14 +21,14 @@ def docs(
     json_out: Json = False,
 ) -> None:
     """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
-    from zmr import docs as gen
+    import zmr.docs
 
     project = find_project()
-    outcome = gen.generate(project, readme)
+    outcome = zmr.docs.generate(project, readme)
     for text in outcome.warnings:
         warn(text)
     if not check:
-        gen.write(outcome)
+        zmr.docs.write(outcome)
     if json_out:
         print_json(outcome.to_json(check))
     elif check and outcome.stale:
@@ -38,4 +38,4 @@ def docs(
     else:
         print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
     if check and outcome.stale:
-        raise gen.stale_error(outcome)
+        raise zmr.docs.stale_error(outcome)

@@ -1,6 +1,6 @@
 """`zmr import`: turn existing release branches into a manifest and series that rebuild them.
 
-The work is `zmr.importer`; its `ImportResult` is rendered here.
+The work is `zmr.importing.importer`; its `ImportResult` is rendered here.
 """
 
 from typing import TYPE_CHECKING, Annotated
@@ -11,7 +11,7 @@ from zmr.cli.options import Json, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.importer import ImportResult
+    from zmr.importing.importer import ImportResult
 
 
 def import_(
@@ -30,7 +30,7 @@ def import_(
     json_out: Json = False,
 ) -> None:
     """Turn existing release branches into a manifest and series that rebuild them."""
-    from zmr import importer
+    from zmr.importing import importer
 
     project = find_project()
     with Progress() as progress:

@@ -34,9 +34,9 @@ def init(
     import os
     from pathlib import Path
 
-    from zmr import init as setup
+    import zmr.init
 
-    result = setup.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections)
+    result = zmr.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections)
     if json_out:
         print_json(result.to_json())
         return

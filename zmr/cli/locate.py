@@ -1,6 +1,6 @@
 """`zmr locate`: the first operation whose output differs between rollout and trainer tensor dumps.
 
-Parses arguments and renders; the work is `zmr.locate`, imported inside the
+Parses arguments and renders; the work is `zmr.evidence.locate`, imported inside the
 command so that `zmr --help` does not load numpy.
 """
 
@@ -15,7 +15,7 @@ from zmr.cli.options import Json
 from zmr.cli.render import table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.locate import LocateReport
+    from zmr.evidence.locate import LocateReport
 
 _TABLE_LIMIT = 40
 
@@ -23,7 +23,9 @@ _TABLE_LIMIT = 40
 def locate(
     rollout: Annotated[
         Path,
-        typer.Argument(metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.locate.Recorder) or one step file."),
+        typer.Argument(
+            metavar="ROLLOUT_DUMP", help="The rollout side's tensor dump: a folder of step-*.safetensors (zmr.evidence.locate.Recorder) or one step file."
+        ),
     ],
     trainer: Annotated[Path, typer.Argument(metavar="TRAINER_DUMP", help="The trainer side's tensor dump, on the same tokens.")],
     name_map: Annotated[
@@ -33,16 +35,16 @@ def locate(
     json_out: Json = False,
 ) -> None:
     """First operation whose output differs in any bit between rollout and trainer. Exit 1 when one is found."""
-    from zmr import locate as loc
+    import zmr.evidence.locate
 
-    report = loc.locate(rollout, trainer, name_map)
+    report = zmr.evidence.locate.locate(rollout, trainer, name_map)
     if json_out:
         import json
 
         sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
     else:
         _render(report, limit)
-    loc.check(report)
+    zmr.evidence.locate.check(report)
 
 
 def _num(x: float | None) -> str:

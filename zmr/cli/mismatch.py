@@ -1,6 +1,6 @@
 """`zmr mismatch`: compare rollout and trainer log-prob dumps.
 
-Parses arguments and renders; the work is `zmr.mismatch` (imported inside
+Parses arguments and renders; the work is `zmr.evidence.mismatch` (imported inside
 the command, so `zmr --help` never loads numpy). A terminal gets a rich
 table, a pipe plain text, `--json` the report's JSON on stdout.
 """
@@ -15,7 +15,7 @@ import typer
 from zmr.cli.options import Json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.mismatch import MismatchReport, Stats
+    from zmr.evidence.mismatch import MismatchReport, Stats
 
 _COLUMNS = (
     "step",
@@ -39,12 +39,12 @@ def mismatch(
     require_zero: Annotated[bool, typer.Option("--require-zero", help="Exit 1 unless every token is bitwise equal.")] = False,
 ) -> None:
     """Compare rollout and trainer log-probs, bit for bit, per step and overall."""
-    from zmr import mismatch as mm
+    import zmr.evidence.mismatch
     from zmr.errors import CheckFailed
 
-    report = mm.compare(mm.read_dump(rollout), mm.read_dump(trainer))
+    report = zmr.evidence.mismatch.compare(zmr.evidence.mismatch.read_dump(rollout), zmr.evidence.mismatch.read_dump(trainer))
     if plot is not None:
-        mm.plot_report(report, plot)
+        zmr.evidence.mismatch.plot_report(report, plot)
     if json_out:
         import json
 
@@ -176,9 +176,9 @@ def _render_rich(report: "MismatchReport") -> None:
     from rich import box
     from rich.table import Table
 
-    from zmr.cli.render import console as make_console
+    from zmr.cli import render
 
-    console = make_console()
+    console = render.console()
     table = Table(
         title="zmr mismatch: rollout vs trainer log-probs",
         box=box.SIMPLE_HEAD,

@@ -1,6 +1,6 @@
 """`zmr new`: scaffold a model (manifest, empty series, case folder); never overwrites.
 
-The work is `zmr.scaffold`.
+The work is `zmr.new`.
 """
 
 from typing import Annotated
@@ -36,10 +36,10 @@ def new(
     json_out: Json = False,
 ) -> None:
     """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
-    from zmr import scaffold
+    import zmr.new
 
     project = find_project()
-    created = scaffold.create(project, model, components or [], title, tracks or [])
+    created = zmr.new.create(project, model, components or [], title, tracks or [])
     if json_out:
         print_json(created.to_json())
         return

@@ -48,3 +48,9 @@ def find_project(untrusted: bool = False) -> Project:
         for line in finish_all(project):
             warn(line)
     return project
+
+
+def dir_for(base: Path | None, key: str, count: int) -> Path | None:
+    if base is None:
+        return None
+    return base if count == 1 else base / key

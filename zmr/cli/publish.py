@@ -3,12 +3,11 @@
 The work is `zmr.publish`.
 """
 
-import sys
 from typing import Annotated
 
 import typer
 
-from zmr.cli.options import All, Json, Models, Untrusted, find_project
+from zmr.cli.options import All, Json, Models, find_project
 from zmr.cli.render import Progress, print_json
 
 
@@ -24,32 +23,34 @@ def publish(
 ) -> None:
     """Verify, then push the release branches of MODEL... (or --all) in one atomic push with lease."""
     from zmr import selection
-    from zmr import publish as pub
+    import zmr.publish
     from zmr.cache import Cache
 
     project = find_project()
     chosen = selection.components(project, models, None, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
-        result = pub.publish(project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress)
+        result = zmr.publish.publish(
+            project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress
+        )
     if json_out:
         print_json(result.to_json())
         if result.refusal:
             raise result.refusal
         return
     width = max((len(b.branch) for b in result.branches), default=0)
-    verbs = {pub.CREATED: "would create", pub.UPDATED: "would update", pub.REPLACED: "would replace"} if dry_run else {}
+    verbs = {zmr.publish.CREATED: "would create", zmr.publish.UPDATED: "would update", zmr.publish.REPLACED: "would replace"} if dry_run else {}
     for b in result.branches:
         status = "refused" if b.refused else verbs.get(b.status, b.status)
-        if b.status == pub.UP_TO_DATE:
+        if b.status == zmr.publish.UP_TO_DATE:
             change = b.new[:12]
-        elif b.status == pub.CREATED:
+        elif b.status == zmr.publish.CREATED:
             change = f"(none) -> {b.new[:12]}"
         else:
             change = f"{b.old[:12]} -> {b.new[:12]}"  # type: ignore[index]
         print(f"{status:12} {b.branch.ljust(width)}  {change}")
         if b.refused:
             print(f"{'':12} {''.ljust(width)}  {b.refused}")
-        elif b.status == pub.REPLACED:
+        elif b.status == zmr.publish.REPLACED:
             print(f"{'':12} {''.ljust(width)}  not built by zmr ({b.foreign}); {_kept(b, replace_foreign, result.refusal is not None)}")
     moved, same = len(result.moving), len(result.branches) - len(result.moving)
     if dry_run:
@@ -73,17 +74,3 @@ def _kept(b, replace_foreign: bool, refused: bool) -> str:
     if not replace_foreign:
         return "needs --replace-foreign"
     return "old tip to be kept under refs/zmr/replaced/" if refused else "old tip kept already"
-
-
-def ci_matrix(models: Models = None, untrusted: Untrusted = False, json_out: Json = False) -> None:
-    """Print the CI job matrix as one line of JSON: {"include": [one job per model × component]}.
-
-    Its output is JSON with or without --json: the flag is accepted, as by every reporting command.
-    """
-    import json
-
-    from zmr import publish as pub
-
-    project = find_project(untrusted)
-    matrix = pub.ci_matrix(project.manifests(models))
-    sys.stdout.write(json.dumps(matrix.to_json(), separators=(",", ":"), sort_keys=True) + "\n")

@@ -16,7 +16,7 @@ from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.rebase import Outcome, Stopped
-    from zmr.upstream import Dropped, UpstreamedReport
+    from zmr.upstream import Dropped
 
 
 def rebase(
@@ -38,7 +38,7 @@ def rebase(
     MODEL may be left out with --continue, --skip and --abort while one rebase is in progress.
     """
     from zmr import selection
-    from zmr import rebase as rb
+    import zmr.rebase
     from zmr.errors import ZmrError
 
     project = find_project()
@@ -48,27 +48,27 @@ def rebase(
     comp = selection.one_component(project, model, components, in_progress=cont or skip or abort)
     with Progress() as progress:
         if abort:
-            aborted = rb.abort(project, comp)
+            aborted = zmr.rebase.abort(project, comp)
             if json_out:
                 print_json(aborted.to_json())
             else:
                 print(f"aborted the rebase of {comp.label}: pin, series and checkout are as before")
             return
         if cont:
-            outcome = rb.resume(project, comp, progress=progress, report=report)
+            outcome = zmr.rebase.resume(project, comp, progress=progress, report=report)
         elif skip:
-            outcome = rb.skip(project, comp, progress=progress, report=report)
+            outcome = zmr.rebase.skip(project, comp, progress=progress, report=report)
         else:
-            outcome = rb.start(project, comp, onto, checkout_dir=directory, progress=progress, report=report, warn=warn)
+            outcome = zmr.rebase.start(project, comp, onto, checkout_dir=directory, progress=progress, report=report, warn=warn)
     _finish_rebase(outcome, json_out)
 
 
 def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
-    from zmr import rebase as rb
+    import zmr.rebase
     from zmr.errors import CheckFailed
     from zmr.files import atomic_write
 
-    if isinstance(outcome, rb.Stopped):
+    if isinstance(outcome, zmr.rebase.Stopped):
         if json_out:
             print_json(outcome.to_json())
         else:
@@ -81,40 +81,6 @@ def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
         print_json(outcome.to_json())
     else:
         print(text, end="")
-
-
-def upstreamed(
-    model: OptionalModel = None,
-    all_models: Annotated[bool, typer.Option("--all", help="Every component of every model (the default when no MODEL is named).")] = False,
-    components: Components = None,
-    rev: Annotated[
-        str | None,
-        typer.Option("--onto", "--rev", help="Upstream commit, tag or branch (default: the component's track; --rev is the old name).", show_default=False),
-    ] = None,
-    json_out: Json = False,
-) -> None:
-    """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
-    from zmr import selection, upstream
-    from zmr.errors import ZmrError
-
-    project = find_project()
-    if model and all_models:
-        raise ZmrError("name one model, or pass --all, not both", details=["`zmr list` shows the models"])
-    chosen = selection.components(project, [model] if model else None, components, all_models, writes=False)
-    # One component the user named is compared or refused (no track: the library says to pass --onto);
-    # of several, those that follow no upstream ref have nothing to compare with: skipped, and the rest go on.
-    named_one = bool(model) and len(chosen) == 1
-    compared = [c for c in chosen if named_one or rev is not None or c.track is not None]
-    skipped = [upstream.NotCompared(c) for c in chosen if c not in compared]
-    with Progress(steps=[c.label for c in compared]) as progress:
-        reports = [upstream.upstreamed(project, comp, rev, progress=progress) for comp in compared]
-    if json_out:
-        print_json(upstream.UpstreamedReports(reports, skipped).to_json())
-        return
-    for r in reports:
-        print(upstreamed_text(r), end="")
-    for c in (s.component for s in skipped):
-        print(f"{c.label}: skipped (no `track` in manifests/{c.model}.yaml; pass --onto REV to compare with a revision)")
 
 
 # -- rendering: the library's reports as text (stdout) and markdown (stdout, --report FILE) --
@@ -203,14 +169,3 @@ def stopped_text(s: "Stopped") -> str:
     if not s.dropped:
         return text
     return text + "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
-
-
-def upstreamed_text(r: "UpstreamedReport") -> str:
-    c = r.component
-    lines = [f"{c.label}: {len(r.upstreamed)} of {r.patches} patches upstream between {c.commit[:12]} and {r.rev} ({r.rev_commit[:12]})"]
-    for d in r.upstreamed:
-        where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}]")
-    if r.conflicts:
-        lines.append(f"  would conflict at {r.rev}: {', '.join(r.conflicts)}")
-    return "\n".join(lines) + "\n"

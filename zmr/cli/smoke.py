@@ -1,8 +1,8 @@
 """`zmr smoke`: run the declared smoke tests in clean trees of the built release branches.
 
-Parses arguments, builds the executor (`zmr.smoke.LocalExecutor`, or
-`zmr.smoke_ray.RayExecutor` for `--executor ray`) and renders; the work is
-`zmr.smoke`, imported inside the command so `zmr --help` loads neither rich's
+Parses arguments, builds the executor (`zmr.smoke.runner.LocalExecutor`, or
+`zmr.smoke.ray_executor.RayExecutor` for `--executor ray`) and renders; the work is
+`zmr.smoke.runner`, imported inside the command so `zmr --help` loads neither rich's
 live display nor Ray. On a terminal a live table shows each
 test (running, elapsed, result); in CI or a pipe one quiet line per finished
 test goes to stderr. Then a summary table (stdout, or nothing with `--json`,
@@ -21,7 +21,7 @@ from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.smoke import Job, Report, Result
+    from zmr.smoke.runner import Job, Report, Result
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
 _STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "red", "running": "yellow", "queued": "dim"}
@@ -76,10 +76,10 @@ def smoke(
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
     from zmr import selection
-    from zmr import smoke as sm
+    import zmr.smoke.runner
     from zmr.errors import ZmrError
 
-    options = sm.Options(
+    options = zmr.smoke.runner.Options(
         models=list(models or []),
         all_models=selection.acts_on_all(models, all_models, writes=True),
         components=list(components or []),
@@ -89,18 +89,18 @@ def smoke(
         record=record,
     )
     project = find_project()
-    if executor not in sm.EXECUTORS:
-        raise ZmrError(f"unknown executor {executor!r}", details=[f"use one of: {', '.join(sm.EXECUTORS)}"])
+    if executor not in zmr.smoke.runner.EXECUTORS:
+        raise ZmrError(f"unknown executor {executor!r}", details=[f"use one of: {', '.join(zmr.smoke.runner.EXECUTORS)}"])
     if executor == "ray":
-        from zmr import smoke_ray
+        import zmr.smoke.ray_executor
 
-        smoke_ray.import_ray()  # exit 2 early when ray is not installed
+        zmr.smoke.ray_executor.import_ray()  # exit 2 early when ray is not installed
     elif shared_dir is not None or ray_address is not None or ray_cpus is not None:
         raise ZmrError("--ray-address, --ray-cpus and --shared-dir only apply to --executor ray")
     try:
         with _View() as view:
             if executor == "ray":
-                runner: sm.Executor = smoke_ray.RayExecutor(
+                runner: zmr.smoke.runner.Executor = zmr.smoke.ray_executor.RayExecutor(
                     project,
                     address=ray_address,
                     num_cpus=ray_cpus,
@@ -109,13 +109,13 @@ def smoke(
                     progress=view.progress,
                 )
             else:
-                runner = sm.LocalExecutor(project, jobs or 1)
-            report = sm.run(project, options, runner, events=view.event, progress=view.progress)
+                runner = zmr.smoke.runner.LocalExecutor(project, jobs or 1)
+            report = zmr.smoke.runner.run(project, options, runner, events=view.event, progress=view.progress)
     except KeyboardInterrupt:
         # Raised as a zmr error: typer would turn a KeyboardInterrupt into exit status 0 here.
-        raise sm.Interrupted("interrupted: the running smoke tests were stopped and their trees removed") from None
+        raise zmr.smoke.runner.Interrupted("interrupted: the running smoke tests were stopped and their trees removed") from None
     if junit is not None:
-        sm.write_junit(report, junit)
+        zmr.smoke.runner.write_junit(report, junit)
     if json_out:
         print_json(report.to_json())
     else:

@@ -37,7 +37,7 @@ def update(
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
     from zmr import selection
-    from zmr import update as up
+    import zmr.update
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
@@ -51,11 +51,11 @@ def update(
             return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
-        results = up.update(project, targets, to, apply_moves=apply, progress=progress)
+        results = zmr.update.update(project, targets, to, apply_moves=apply, progress=progress)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     if json_out:
-        print_json(up.UpdateReport(results).to_json())
+        print_json(zmr.update.UpdateReport(results).to_json())
     else:
         print_text(results, apply)
     for r in results:

@@ -1,1 +1,1 @@
-"""Templates of `zmr new` (package data; `zmr.scaffold` fills them in with `string.Template`)."""
+"""Templates of `zmr new` (package data; `zmr.new` fills them in with `string.Template`)."""

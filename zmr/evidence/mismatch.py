@@ -1,17 +1,17 @@
 """Log-prob dumps and the rollout/trainer mismatch report (docs/reference.md §10).
 
-The pipeline: `read_dump` (`zmr.dumps.logprobs`) turns a file into a `Dump`
+The pipeline: `read_dump` (`zmr.evidence.dumps.logprobs`) turns a file into a `Dump`
 of `DumpRecord`s whose log-probs are exact (every bit of the engine's value
 is kept); `compare`
 pairs the records of two dumps by (`step`, `id`), refuses when they do not
 line up, and computes a `MismatchReport`; `MismatchReport.to_json` gives the
 machine-readable form and `plot_report` the per-step figure. `write_dump` is
 the writer for engines and tests; it and the other dump names are handed on
-from `zmr.dumps` so ``from zmr.mismatch import write_dump`` keeps working. Nothing here prints; numpy (and, for
+from `zmr.evidence.dumps` so ``from zmr.evidence.mismatch import write_dump`` keeps working. Nothing here prints; numpy (and, for
 `plot_report`, matplotlib) is imported inside the functions, never at import
 time, so `zmr --help` stays instant and torch is never imported by zmr.
 
-The dump formats are `zmr.dumps.logprobs`'s; the bits, `zmr.dumps.bits`'s.
+The dump formats are `zmr.evidence.dumps.logprobs`'s; the bits, `zmr.evidence.dumps.bits`'s.
 
 Bitwise
 -------
@@ -78,9 +78,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The dump side, handed on: engines, templates and scripts import these from zmr.mismatch.
-from zmr.dumps.bits import DTYPES, format_value, narrow_bits, native_hex, numpy, widen_bits
-from zmr.dumps.logprobs import FORMAT_VERSION, MAX_LISTED_ERRORS, Dump, DumpRecord, make_record, read_dump, write_dump, write_rendered
+# The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
+from zmr.evidence.dumps.bits import DTYPES, format_value, narrow_bits, native_hex, numpy, widen_bits
+from zmr.evidence.dumps.logprobs import FORMAT_VERSION, MAX_LISTED_ERRORS, Dump, DumpRecord, make_record, read_dump, write_dump, write_rendered
 from zmr.errors import ZmrError
 
 if TYPE_CHECKING:  # pragma: no cover

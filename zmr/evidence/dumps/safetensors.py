@@ -1,6 +1,6 @@
 """The safetensors container: an 8-byte little-endian header length, a JSON header, then the data.
 
-Both dump formats use it (`zmr.dumps.logprobs`, `zmr.dumps.tensors`). A header
+Both dump formats use it (`zmr.evidence.dumps.logprobs`, `zmr.evidence.dumps.tensors`). A header
 comes from a file zmr did not write, so every size in it is checked before
 anything is allocated: `Malformed` says what is wrong, in words the callers put
 into their messages.

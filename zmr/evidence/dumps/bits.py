@@ -1,10 +1,10 @@
 """Floating-point formats as bits: dtype tables, exact widening, values shown with their bits.
 
-Log-prob dumps (`zmr.dumps.logprobs`) hold float32, bfloat16 or float64
+Log-prob dumps (`zmr.evidence.dumps.logprobs`) hold float32, bfloat16 or float64
 values widened exactly to float64 in integer arithmetic (`widen_bits`,
 `narrow_bits`): NaN payloads, the signalling bit and subnormals survive, so
 two values are bitwise equal exactly when their float64 bits are. Tensor
-dumps (`zmr.dumps.tensors`) hold any of ``TENSOR_DTYPES``; `tensor_values`
+dumps (`zmr.evidence.dumps.tensors`) hold any of ``TENSOR_DTYPES``; `tensor_values`
 and `show_value` turn their bits into numbers and text for reports.
 numpy is imported on first use (`numpy()`), never at import time.
 """

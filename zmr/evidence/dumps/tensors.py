@@ -1,4 +1,4 @@
-"""Tensor dumps: one safetensors file per step, written by `zmr.dumps.recording`, read by `zmr locate` (docs/reference.md §11).
+"""Tensor dumps: one safetensors file per step, written by `zmr.evidence.dumps.recording`, read by `zmr locate` (docs/reference.md §11).
 
 `read_side` reads a folder of ``step-*.safetensors`` (or one file) into a
 `SideDump` of `StepFile`s, each with its `Record`s (one per recorded
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zmr.dumps import safetensors
-from zmr.dumps.bits import TENSOR_CODES, TENSOR_DTYPES, numpy
+from zmr.evidence.dumps import safetensors
+from zmr.evidence.dumps.bits import TENSOR_CODES, TENSOR_DTYPES, numpy
 from zmr.errors import ZmrError
 from zmr.files import open_regular, parse_json
 
@@ -114,7 +114,9 @@ def read_side(path: str | os.PathLike[str], label: str) -> SideDump:
         if not files:
             files = sorted(p.glob("*.safetensors"))
         if not files:
-            raise ZmrError(f"{p}: no step files ({STEP_GLOB}) in this folder", details=[f"is it the folder a zmr.locate.Recorder wrote the {label} dump to?"])
+            raise ZmrError(
+                f"{p}: no step files ({STEP_GLOB}) in this folder", details=[f"is it the folder a zmr.evidence.locate.Recorder wrote the {label} dump to?"]
+            )
     elif p.exists() or p.is_symlink():
         files = [p]  # a FIFO or a device is refused by _read_step, unread
     else:
@@ -146,7 +148,7 @@ def _read_step(path: Path) -> StepFile:
     except safetensors.Malformed as err:
         raise ZmrError(f"{bad} (safetensors: {err})") from None
     if "zmr_locate" not in meta:
-        raise ZmrError(f"{bad} (no zmr_locate metadata)", details=["write dumps with zmr.locate.Recorder"])
+        raise ZmrError(f"{bad} (no zmr_locate metadata)", details=["write dumps with zmr.evidence.locate.Recorder"])
     try:
         version = int(meta["zmr_locate"])
     except (TypeError, ValueError):

@@ -2,29 +2,29 @@
 
 Optional extras, never imported by zmr's commands. Each module imports its
 framework (vLLM, torch, megatron-core) only inside its functions, so
-``import zmr.adapters.vllm`` works without vLLM installed, and records built
+``import zmr.evidence.adapters.vllm`` works without vLLM installed, and records built
 from saved outputs need no framework at all.
 
 Every adapter returns plain dicts ``{"id", "step", "tokens", "logprobs",
-"dtype"}`` that `zmr.mismatch.write_dump` writes bit-exactly (docs/reference.md
+"dtype"}`` that `zmr.evidence.mismatch.write_dump` writes bit-exactly (docs/reference.md
 §10), plus a provenance dict for the dump's metadata line:
 
-- `zmr.adapters.vllm`: the rollout side. `response_records` takes the
+- `zmr.evidence.adapters.vllm`: the rollout side. `response_records` takes the
   ``RequestOutput``s of ``LLM.generate(..., SamplingParams(logprobs=0 or 1))``
   (sampled tokens and their log-probs); `prompt_records` the prompt's
   log-probs (``prompt_logprobs=0``); `provenance` the vLLM version, dtype,
   batch size and the environment switches that change numerics
   (``VLLM_BATCH_INVARIANT`` and the like).
-- `zmr.adapters.hf`: the trainer side with a Hugging Face causal LM: a
+- `zmr.evidence.adapters.hf`: the trainer side with a Hugging Face causal LM: a
   teacher-forced forward over prompt + response giving the response tokens'
   log-probs, batched with padding (left or right), attention mask and
   position ids.
-- `zmr.adapters.megatron`: the same teacher-forced function for a
+- `zmr.evidence.adapters.megatron`: the same teacher-forced function for a
   Megatron-core ``GPTModel`` (its mask convention: True = masked out).
-- `zmr.adapters.verl`: records from a verl training step's ``DataProto``
+- `zmr.evidence.adapters.verl`: records from a verl training step's ``DataProto``
   (``rollout_log_probs`` and the actor's recomputed ``old_log_probs``, over
   ``responses`` and ``response_mask``).
-- `zmr.adapters.common`: what they share (torch only): `Sequence`, `pack`,
+- `zmr.evidence.adapters.common`: what they share (torch only): `Sequence`, `pack`,
   `gather_logprobs`, `unpack`.
 
 A record pairs across dumps by (``step``, ``id``): give the rollout and the

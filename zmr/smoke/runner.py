@@ -19,14 +19,14 @@ job ends -- also on Ctrl-C or SIGTERM. The user's checkout, index and
 branches are never touched; only git's worktree bookkeeping gains entries for
 the duration of a run.
 
-Processes. A test's ``run:`` goes through ``zmr.procgroup.run_command``:
+Processes. A test's ``run:`` goes through ``zmr.smoke.procgroup.run_command``:
 ``/bin/sh -c RUN`` in its own process group, output to the log, stdin closed;
 on timeout or cancel the whole group is ended (SIGTERM, then SIGKILL after
 ``ZMR_SMOKE_KILL_GRACE`` seconds, default 10), and so are processes a test
 leaves behind.
 
 Executors. ``run`` takes the executor that runs the jobs: ``LocalExecutor``
-(threads here) or ``zmr.smoke_ray.RayExecutor`` (Ray tasks); the caller (the
+(threads here) or ``zmr.smoke.ray_executor.RayExecutor`` (Ray tasks); the caller (the
 CLI) chooses and builds it. Both satisfy ``Executor``.
 
 Environment of a test: the caller's, without git variables that would
@@ -45,7 +45,7 @@ name them ``<test id>.<anything>.mismatch.json`` or put them in
 This module imports only the standard library and small zmr modules
 (``errors``, ``files``, ``procgroup``) at import time: Ray workers import it
 for ``smoke_environment`` and need nothing else. It never imports
-``zmr.smoke_ray``; that module imports this one.
+``zmr.smoke.ray_executor``; that module imports this one.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from xml.etree import ElementTree as ET
 from zmr.git import Progress
 from zmr.errors import CheckFailed, ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
-from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
+from zmr.smoke.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
@@ -324,12 +324,12 @@ def prepare(
 ) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
-    A branch is current when it points at what ``release.compute`` gives for
+    A branch is current when it points at what ``zmr.build.compute`` gives for
     the manifest and series as they are now. Stale or missing branches are
-    built with ``release.build`` (all in one transaction), or, with
+    built with ``zmr.build.build`` (all in one transaction), or, with
     ``build=False``, refused (exit 2). Returns (jobs with trees, branches built).
     """
-    from zmr import release
+    import zmr.build
     from zmr.cache import Cache
 
     by_model = {m.model: m for m in manifests}
@@ -344,7 +344,7 @@ def prepare(
     tips: dict[tuple[str, str], str] = {}
     stale: list[tuple[Component, str | None]] = []
     for ident, comp in needed.items():
-        rel = release.compute(project, comp, cache, progress)
+        rel = zmr.build.compute(project, comp, cache, progress)
         tips[ident] = rel.tip
         current = repo.ref_value(rel.ref)
         if current != rel.tip:
@@ -361,7 +361,7 @@ def prepare(
                 f"{len(stale)} release branch{'es are' if len(stale) != 1 else ' is'} not built or out of date, and --no-build was given",
                 details=[*lines, f"run `zmr build {' '.join(models)}` first, or drop --no-build"],
             )
-        updates = release.build(project, [comp for comp, _ in stale], cache, progress)
+        updates = zmr.build.build(project, [comp for comp, _ in stale], cache, progress)
         built = [u.branch for u in updates if u.status != "unchanged"]
     result = []
     for job in jobs:

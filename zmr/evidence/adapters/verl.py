@@ -22,7 +22,7 @@ computes its rollout-vs-actor debug metrics)::
 
     batch = batch.union(old_log_prob)
     if "rollout_log_probs" in batch.batch.keys():
-        from zmr.adapters import verl as zmr_verl
+        from zmr.evidence.adapters import verl as zmr_verl
         zmr_verl.write_step_dumps(batch, "/data/zmr-dumps", step=self.global_steps)
 
 then ``zmr mismatch /data/zmr-dumps/rollout-step000012.jsonl
@@ -147,8 +147,8 @@ def write_step_dumps(
     `provenance` goes into both files' metadata, with ``side`` set to
     ``rollout`` / ``trainer``. Returns the two paths.
     """
-    from zmr.adapters import env_switches, smoke_trees
-    from zmr.mismatch import read_dump, write_dump
+    from zmr.evidence.adapters import env_switches, smoke_trees
+    from zmr.evidence.mismatch import read_dump, write_dump
 
     rollout, train = step_records(batch, step=step, ids=ids)
     folder = Path(folder)

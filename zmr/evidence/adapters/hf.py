@@ -1,6 +1,6 @@
 """Trainer side with a Hugging Face causal LM: teacher-forced log-probs of the response tokens.
 
-    from zmr.adapters import hf
+    from zmr.evidence.adapters import hf
     seqs = [hf.Sequence(prompt_ids, response_ids, id="p0"), ...]
     lps = hf.teacher_forced_logprobs(model, seqs, padding="left", batch_size=8)
     write_dump("train.jsonl", hf.records(seqs, lps), provenance=hf.provenance(model))
@@ -8,7 +8,7 @@
 `teacher_forced_logprobs` runs ``model(input_ids=, attention_mask=,
 position_ids=)`` over prompt + response (no KV cache, one forward per batch,
 like a trainer's ``compute_log_prob``) and returns, per sequence, a float32
-tensor with the log-prob of each response token (`zmr.adapters.common`:
+tensor with the log-prob of each response token (`zmr.evidence.adapters.common`:
 layout and formula). `model` is any callable with that signature returning
 an object with ``.logits`` (a ``transformers`` ``PreTrainedModel``) or the
 logits tensor itself. Padding side, batch size and temperature are
@@ -27,8 +27,8 @@ import sys
 from collections.abc import Sequence as _Seq
 from typing import Any, cast
 
-from zmr.adapters import finish_provenance
-from zmr.adapters.common import Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
+from zmr.evidence.adapters import finish_provenance
+from zmr.evidence.adapters.common import Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
 
 __all__ = ["Sequence", "teacher_forced_logprobs", "records", "provenance", "load"]
 

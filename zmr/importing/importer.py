@@ -10,7 +10,7 @@ Accepted layouts of a branch (linear, one root):
 
 Which upstream commit. zmr's own trailers (``Zmr-Upstream``,
 ``Zmr-Upstream-Commit``) name it; a hand-made snapshot names it in words
-(``zmr.upstream_words``: a full or abbreviated id, a ``…/commit/<sha>`` URL,
+(``zmr.importing.upstream_words``: a full or abbreviated id, a ``…/commit/<sha>`` URL,
 ``<name> @ <sha>``, ``Upstream: URL SHA``). Each id is looked up in the
 upstream -- ``--upstream URL``, else a URL in the message, else the URL of
 the same component in any manifest -- and accepted only when that commit's
@@ -18,7 +18,7 @@ tree is the snapshot's tree; otherwise the error lists every candidate
 tried. ``--commit SHA`` names the commit outright. A single snapshot commit
 has no upstream tree to compare with: its base is ``--base REV``, the id its
 message names, or (``--find-base``) the closest commit of the upstream's
-history around its date (``zmr.findbase``).
+history around its date (``zmr.importing.findbase``).
 
 The model and component come from the changes commit's ``Zmr-Model``/
 ``Zmr-Component`` trailers, else from ``--model`` and the branch name
@@ -55,7 +55,7 @@ from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, manifes
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import read_series
-from zmr.upstream_words import Named, named_commits, named_urls
+from zmr.importing.upstream_words import Named, named_commits, named_urls
 
 MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's
@@ -342,7 +342,7 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: 
         mirror = run.cache.for_upstream(urls[0], run.project.root, name).ensure([run.commit])
         tree = mirror.repo.tree_of(run.commit)
         if tree != root.tree:
-            from zmr.release import changed_paths
+            from zmr.verify import changed_paths
 
             raise ImportBranchError(
                 f"{name}: the snapshot tree of {root.oid[:12]} differs from {urls[0]} at {run.commit}",
@@ -408,7 +408,7 @@ def _history(run: _Run, upstream: Upstream) -> Mirror:
 
 
 def _distance(repo: git.Repo, tree: str, other: str) -> int:
-    from zmr.findbase import tree_distances
+    from zmr.importing.findbase import tree_distances
 
     return tree_distances(repo, [tree], other)[0]
 
@@ -441,7 +441,7 @@ def _snapshot_base(run: _Run, name: str, key: str, root: git.CommitInfo, ref: st
         mirror, oid = run.cache.for_upstream(url, run.project.root, name).fetch_ref(run.base)
         return url, oid, "--base", []
     if run.find_base:
-        from zmr.findbase import find_base
+        from zmr.importing.findbase import find_base
 
         if run.progress:
             run.progress(f"{name}: looking for the base in {url}")

@@ -21,7 +21,7 @@ side does not arise. Forward only (no backward): enough for the
 rollout-vs-trainer check; a trainer would need backward passes for these
 kernels (TorchTitan writes them). CPU only; needs vLLM installed.
 
-    from zmr.adapters import hf, vllm_kernels
+    from zmr.evidence.adapters import hf, vllm_kernels
     model = hf.load(path, dtype="float32")
     lps = vllm_kernels.teacher_forced_logprobs(model, seqs)
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence as _Seq
 from typing import Any
 
-from zmr.adapters.common import as_sequences
+from zmr.evidence.adapters.common import as_sequences
 
 __all__ = ["teacher_forced_logprobs", "describe"]
 
@@ -222,7 +222,7 @@ def teacher_forced_logprobs(hf_model: Any, sequences: _Seq[Any], *, batch_size: 
     """Per sequence, float32 log-probs of the response tokens, computed with vLLM's CPU kernels (see the module doc)."""
     import torch
 
-    from zmr.adapters.common import chunks
+    from zmr.evidence.adapters.common import chunks
 
     seqs = as_sequences(sequences)
     m = _model(hf_model)

@@ -134,7 +134,7 @@ def unpack(values: Any, packed: Packed) -> list[Any]:
 
 
 def to_records(sequences: _Seq[Sequence], logprobs: _Seq[Any], *, dtype: str | None = None) -> list[dict]:
-    """Dump records (``zmr.mismatch.write_dump``) from sequences and their per-token log-probs."""
+    """Dump records (``zmr.evidence.mismatch.write_dump``) from sequences and their per-token log-probs."""
     out = []
     for s, lp in zip(as_sequences(sequences), logprobs):
         rec = {"id": s.id if isinstance(s.id, (str, int)) else str(s.id), "step": int(s.step), "tokens": [int(t) for t in s.response], "logprobs": lp}

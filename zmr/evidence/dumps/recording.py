@@ -1,7 +1,7 @@
 """What runs inside the engines: recording tensors for `zmr locate` (docs/reference.md §11).
 
 `Recorder(folder, side)` opens one step at a time (`Recorder.step`) and
-writes it as a safetensors file (`zmr.dumps.tensors`); inside a step,
+writes it as a safetensors file (`zmr.evidence.dumps.tensors`); inside a step,
 `dump(name, tensor)`, `trace_functions` (wrap named functions while a run
 lasts) and `hook_modules` (forward hooks on matching modules) record
 operations with the rows (`Rows`, `padded_rows`) that say which sequence
@@ -25,9 +25,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-from zmr.dumps.bits import TENSOR_DTYPES, numpy
-from zmr.dumps import safetensors
-from zmr.dumps.tensors import FORMAT_VERSION, STEP_GLOB, STEP_NAME
+from zmr.evidence.dumps.bits import TENSOR_DTYPES, numpy
+from zmr.evidence.dumps import safetensors
+from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, STEP_NAME
 from zmr.errors import ZmrError
 from zmr.files import atomic_write
 
@@ -617,7 +617,7 @@ def _bind(hook: Callable, name: str) -> Callable:
 
 
 def write_step(path: Path, side: str, step: _Step) -> None:
-    """Write *step* as one safetensors file (the format `zmr.dumps.tensors` reads)."""
+    """Write *step* as one safetensors file (the format `zmr.evidence.dumps.tensors` reads)."""
     np = numpy()
     seq_index: dict[str, int] = {}
     tensors: list[tuple[str, str, tuple[int, ...], bytes]] = []  # key, code, shape, bytes

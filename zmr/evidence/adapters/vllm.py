@@ -1,7 +1,7 @@
 """Rollout side with vLLM: dump records from ``LLM.generate`` outputs.
 
     from vllm import LLM, SamplingParams
-    from zmr.adapters import vllm as zv
+    from zmr.evidence.adapters import vllm as zv
     outs = llm.generate(prompts, SamplingParams(logprobs=0, prompt_logprobs=0, seed=1))
     recs = zv.response_records(outs, ids=[f"p{i}" for i in range(len(prompts))], step=0)
     write_dump("rollout.jsonl", recs, provenance=zv.provenance(llm, batch_size=len(prompts), sampling_params=sp))
@@ -19,7 +19,7 @@ way.
 
 The values are vLLM's float32 log-probs (its sampler computes
 ``log_softmax(logits.float())``, whatever the model dtype), as Python floats:
-the records say ``dtype: float32``, and `zmr.mismatch.write_dump` refuses a
+the records say ``dtype: float32``, and `zmr.evidence.mismatch.write_dump` refuses a
 value float32 cannot hold, so a widened or rounded value cannot slip in.
 What they are log-probs *of* depends on ``logprobs_mode`` (default
 ``raw_logprobs``: before temperature and other processing); `provenance`
@@ -37,7 +37,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zmr.adapters import finish_provenance
+from zmr.evidence.adapters import finish_provenance
 
 __all__ = ["response_records", "prompt_records", "records", "provenance", "output_to_json", "outputs_from_json"]
 

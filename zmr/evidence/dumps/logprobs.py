@@ -81,8 +81,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from zmr.dumps import safetensors
-from zmr.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, HEX_DIGITS, SIGN_BIT, DTYPES, format_value, narrow_bits, numpy, widen_bits
+from zmr.evidence.dumps import safetensors
+from zmr.evidence.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, HEX_DIGITS, SIGN_BIT, DTYPES, format_value, narrow_bits, numpy, widen_bits
 from zmr.errors import ZmrError
 from zmr.files import atomic_write, open_regular, parse_json
 

@@ -48,7 +48,7 @@ Recording: the toy engines of the demo (plain functions)
 --------------------------------------------------------
 ::
 
-    from zmr import locate
+    from zmr.evidence import locate
 
     with locate.Recorder("dumps/rollout", side="rollout") as rec, \\
          locate.trace_functions(toy_rollout.ops, ["linear", "rms_norm", "silu"]), \\
@@ -170,10 +170,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-# What runs inside the engines, handed on: adapters, templates and scripts import these from zmr.locate.
-from zmr.dumps.bits import numpy, show_value, tensor_values
-from zmr.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
-from zmr.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
+# What runs inside the engines, handed on: adapters, templates and scripts import these from zmr.evidence.locate.
+from zmr.evidence.dumps.bits import numpy, show_value, tensor_values
+from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
+from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
 from zmr.errors import CheckFailed, ZmrError
 from zmr.files import parse_json, read_repo_file
 

@@ -1,6 +1,6 @@
 """Trainer side with Megatron-core: teacher-forced log-probs of the response tokens from a ``GPTModel``.
 
-    from zmr.adapters import megatron as zm
+    from zmr.evidence.adapters import megatron as zm
     lps = zm.teacher_forced_logprobs(gpt_model, seqs, batch_size=8)      # on the last pipeline stage
     write_dump("train.jsonl", zm.records(seqs, lps), provenance=zm.provenance(gpt_model))
 
@@ -9,7 +9,7 @@ The forward is ``model(input_ids, position_ids, attention_mask)`` as
 ``[batch, seq, vocab / TP]`` (``labels=None``). The mask follows
 Megatron-core's convention: a bool ``[B, 1, T, T]`` tensor, **True where
 attention is masked out** (future keys and padding keys); `build_inputs`
-makes it with the input ids and position ids (`zmr.adapters.common.pack`).
+makes it with the input ids and position ids (`zmr.evidence.adapters.common.pack`).
 With right padding (the default) a causal mask alone already hides the
 padding from every real token, so models whose attention is built for a
 causal mask type (``AttnMaskType.causal``, Transformer Engine's default)
@@ -17,7 +17,7 @@ give correct results; left padding needs a kernel that honours the padding
 mask.
 
 Log-probs: with tensor parallelism 1, ``log_softmax(float32(logits))``
-gathered at the labels (vLLM's formula, `zmr.adapters.common`); with TP > 1
+gathered at the labels (vLLM's formula, `zmr.evidence.adapters.common`); with TP > 1
 the logits are split over the vocabulary and
 ``megatron.core.tensor_parallel.vocab_parallel_cross_entropy`` gives minus
 the log-prob (a different summation order: not bitwise comparable with a
@@ -35,8 +35,8 @@ import sys
 from collections.abc import Sequence as _Seq
 from typing import Any
 
-from zmr.adapters import finish_provenance
-from zmr.adapters.common import Packed, Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
+from zmr.evidence.adapters import finish_provenance
+from zmr.evidence.adapters.common import Packed, Sequence, as_sequences, chunks, gather_logprobs, pack, response_logits, to_records, unpack
 
 __all__ = ["Sequence", "build_inputs", "causal_padding_mask", "logprobs_from_logits", "teacher_forced_logprobs", "records", "provenance"]
 

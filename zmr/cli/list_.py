@@ -1,0 +1,21 @@
+"""`zmr list`: models, components, pins and patch counts.
+
+The work is `zmr.project.list_models`.
+"""
+
+from zmr.cli.options import Json, find_project
+from zmr.cli.render import print_json, table
+
+
+def list_models(json_out: Json = False) -> None:
+    """Models, components, pins and patch counts."""
+    import zmr.project
+
+    listing = zmr.project.list_models(find_project())
+    if json_out:
+        print_json(listing.to_json())
+        return
+    rows = [
+        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream] for m in listing.models for c in m.manifest.components.values()
+    ]
+    table(["model", "component", "pin", "patches", "branch", "upstream"], rows)

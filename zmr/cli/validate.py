@@ -1,0 +1,31 @@
+"""`zmr validate`: check manifests, cases and series; every problem at once.
+
+The work is `zmr.validate`.
+"""
+
+from zmr.cli.options import Json, Models, Untrusted, find_project
+from zmr.cli.render import print_json, warn
+
+
+def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
+    """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
+    import zmr.validate
+    from zmr.errors import CaseError, ZmrError
+
+    report = zmr.validate.validate(find_project(untrusted), models)
+    for text in report.warnings:
+        warn(text)
+    if json_out:
+        # The problems are the report (stdout); the exit status still says there are some.
+        print_json(report.to_json())
+        if report.failed():
+            count = len(report.problems)
+            raise ZmrError(f"{count} problem{'s' if count != 1 else ''}, listed in the JSON report")
+        return
+    if report.errors:
+        if isinstance(report.errors[0], CaseError):  # the manifests and cases could not be read: the series were not
+            raise report.errors[0]
+        texts = [str(err) for err in report.errors]
+        raise ZmrError(texts[0].splitlines()[0], details=[line for text in texts for line in text.splitlines()][1:])
+    models_n, cases_n = len(report.models), len(report.cases)
+    print(f"ok: {models_n} manifest{'s' if models_n != 1 else ''}, {cases_n} case{'s' if cases_n != 1 else ''}, {report.patches} patches")

@@ -1,0 +1,46 @@
+"""`zmr verify`: rebuild the release branches in memory and compare commit ids.
+
+The work is `zmr.verify`.
+"""
+
+from typing import Annotated
+
+import typer
+
+from zmr.cli.options import All, Components, Json, Models, find_project
+from zmr.cli.render import Progress, print_json, warn
+
+
+def verify(
+    models: Models = None,
+    all_models: All = False,
+    components: Components = None,
+    remote: Annotated[str | None, typer.Option("--remote", help="Compare with this remote's branches (ls-remote) instead of local ones.")] = None,
+    json_out: Json = False,
+) -> None:
+    """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
+    from zmr import selection
+    import zmr.verify
+    from zmr.cache import Cache
+    from zmr.errors import CheckFailed
+
+    project = find_project()
+    chosen = selection.components(project, models, components, all_models, writes=False)
+    with Progress(steps=[c.label for c in chosen]) as progress:
+        cache = Cache(progress=progress)
+        results = zmr.verify.verify(project, chosen, remote=remote, cache=cache, progress=progress)
+    for note in cache.notes:
+        warn(note)
+    report = zmr.verify.VerifyReport(results, remote)
+    bad = report.drifted
+    if json_out:
+        print_json(report.to_json())
+    else:
+        width = max((len(r.branch) for r in results), default=0)
+        for r in results:
+            line = f"{r.status:8} {r.branch.ljust(width)}  {r.expected[:12]}"
+            if r.reasons:
+                line += ": " + "; ".join(r.reasons)
+            print(line)
+    if bad:
+        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad))

@@ -1,0 +1,11 @@
+"""``zmr smoke``: run each model's declared smoke tests in clean trees of its release branches.
+
+- `zmr.smoke.runner`: selection, trees, the local executor, the summary and
+  JUnit report (the pipeline is its docstring; docs/reference.md §9);
+- `zmr.smoke.ray_executor`: the same jobs as Ray tasks (``--executor ray``);
+- `zmr.smoke.procgroup`: one test command in its own process group, ended as
+  a whole on timeout, Ctrl-C or SIGTERM.
+
+The patch-set core never imports this package; it imports the core's public
+modules (project, manifest, build, cache, git, errors, files).
+"""
