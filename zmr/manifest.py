@@ -19,17 +19,12 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
-
 from yaml.nodes import MappingNode, ScalarNode
 
 from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
 from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, invisible_character, one_of, read_file
 from zmr.yamlnodes import Problems, display_path, line_of, scalar
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
