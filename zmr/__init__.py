@@ -1,10 +1,48 @@
 """zmr: the tool behind zero-mismatch RL.
 
-The library is usable without the CLI: `zmr.manifest` loads and validates
-manifests, `zmr.series` reads patch series, `zmr.cache` keeps upstream
-mirrors, `zmr.replay` applies a series in a throwaway index (trees and
-commits), `zmr.build` builds and verifies release branches, and
-`zmr.evidence.mismatch` compares log-prob dumps. Only `zmr.git` starts git.
+The library is usable without the CLI. The patch-set core sits at the top:
+`zmr.manifest` loads and validates manifests, `zmr.series` reads patch
+series, `zmr.cache` keeps upstream mirrors, `zmr.replay` applies a series in
+a throwaway index (trees and commits), `zmr.build` and `zmr.verify` build and
+verify release branches. The products beside it are subpackages:
+`zmr.evidence` (mismatch, locate, dumps, engine adapters), `zmr.smoke` and
+`zmr.importing`. Only `zmr.git` starts git.
 """
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+
 __version__ = "0.1.0"
+
+# Public modules that moved into a subpackage, importable under the old name (with a DeprecationWarning) for one release.
+MOVED = {
+    "zmr.adapters": "zmr.evidence.adapters",
+    "zmr.dumps": "zmr.evidence.dumps",
+    "zmr.mismatch": "zmr.evidence.mismatch",
+    "zmr.locate": "zmr.evidence.locate",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves an old module name to the module at its new place: one module object under both names."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        for old, new in MOVED.items():
+            if fullname == old or fullname.startswith(old + "."):
+                return importlib.machinery.ModuleSpec(fullname, self, origin=new + fullname[len(old) :])
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        assert spec.origin is not None
+        warnings.warn(f"{spec.name} moved to {spec.origin}; import it from there", DeprecationWarning, stacklevel=3)
+        return importlib.import_module(spec.origin)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module was executed under its new name."""
+
+
+sys.meta_path.insert(0, _MovedModules())  # before the path finder, which would load a second copy of a submodule
