@@ -1,4 +1,9 @@
-"""The architecture of zmr/, read from the source with ast: no import cycles, no function over 100 lines, checkouts driven only from checkout.py, update takes from rebase only the stateful move."""
+"""The architecture of zmr/, read from the source with ast.
+
+No import cycles, no function over 100 lines, checkouts driven only from
+checkout.py, git argument lists only in git.py (and the checkout porcelain),
+update takes from rebase only the stateful move.
+"""
 
 from __future__ import annotations
 
@@ -187,6 +192,101 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     (package / "checkout.py").write_text(driving)  # the one module allowed to
     (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
     assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]
+
+
+# The commands of git (``git --list-cmds=main`` of git 2.39): the first word of a git argument list.
+GIT_COMMANDS = frozenset(
+    (
+        "add am annotate apply archive bisect blame branch bugreport bundle cat-file check-attr check-ignore check-mailmap check-ref-format checkout "
+        "checkout-index cherry cherry-pick clean clone column commit commit-graph commit-tree config count-objects credential credential-cache "
+        "credential-store daemon describe diagnose diff diff-files diff-index diff-tree difftool fast-export fast-import fetch fetch-pack "
+        "filter-branch fmt-merge-msg for-each-ref for-each-repo format-patch fsck fsck-objects gc get-tar-commit-id grep hash-object help hook "
+        "http-backend http-fetch http-push imap-send index-pack init init-db instaweb interpret-trailers log ls-files ls-remote ls-tree mailinfo "
+        "mailsplit maintenance merge merge-base merge-file merge-index merge-octopus merge-one-file merge-ours merge-recursive merge-recursive-ours "
+        "merge-recursive-theirs merge-resolve merge-subtree merge-tree mergetool mktag mktree multi-pack-index mv name-rev notes pack-objects "
+        "pack-redundant pack-refs patch-id pickaxe prune prune-packed pull push quiltimport range-diff read-tree rebase receive-pack reflog remote "
+        "repack replace request-pull rerere reset restore rev-list rev-parse revert rm send-pack shell shortlog show show-branch show-index show-ref "
+        "sparse-checkout stage stash status stripspace submodule subtree switch symbolic-ref tag unpack-file unpack-objects update-index update-ref "
+        "update-server-info upload-archive upload-pack var verify-commit verify-pack verify-tag whatchanged worktree write-tree"
+    ).split()
+)
+
+
+def _git_command(node: ast.List) -> str | None:
+    """The git command *node* runs when it is a git argument list: its first item that is neither an option nor unpacked (``*args``)."""
+    option_value = False
+    for item in node.elts:
+        if isinstance(item, ast.Starred):
+            continue
+        if not (isinstance(item, ast.Constant) and isinstance(item.value, str)):
+            return None
+        if option_value:
+            option_value = False
+        elif item.value in ("-c", "-C"):
+            option_value = True  # -c key=value, -C folder: the value is no command
+        elif not item.value.startswith("-"):
+            return item.value if item.value in GIT_COMMANDS else None
+    return None
+
+
+def _allowed_to_run_git(rel: str) -> bool:
+    """zmr/git.py runs git; zmr/checkout.py (or a package zmr/checkout/) drives an engineer's checkout with porcelain."""
+    return rel in ("git.py", "checkout.py") or rel.startswith("checkout/")
+
+
+def git_argv_outside_git(root: Path) -> list[str]:
+    """``path:line git COMMAND`` of each git argument list in *root* outside zmr/git.py and the checkout porcelain.
+
+    A git argument list is a list literal whose first item that is neither
+    an option nor unpacked is a git command (``["rev-parse", rev]``,
+    ``[*config, "diff-tree", *args]``). A one-item list counts only where it
+    is passed to a call: ``["apply"]`` as a column of a table is no argv.
+    Everything else asks ``git.Repo`` (or ``git.init_bare``), whose methods
+    are named after what they do.
+    """
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if _allowed_to_run_git(path.relative_to(root).as_posix()):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        passed = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) for arg in [*node.args, *(k.value for k in node.keywords)]}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.List):
+                command = _git_command(node)
+                if command is not None and (len(node.elts) > 1 or id(node) in passed):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} git {command}")
+    return sorted(found)
+
+
+def test_only_git_py_and_the_checkout_porcelain_spell_out_git_arguments():
+    assert git_argv_outside_git(ZMR) == []
+
+
+def test_the_git_argv_check_finds_an_argument_list(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "checkout").mkdir(parents=True)
+    (package / "project.py").write_text(
+        "def f(repo, key, args, config):\n"
+        '    repo.run(["config", "--get", key], check=False)\n'
+        '    argv = ["update-ref", "refs/x", "y"]\n'
+        '    repo.out([*config, "diff-tree", *args])\n'
+        '    repo.run(["-c", "core.x=y", "write-tree"])\n'
+        '    repo.ok(["prune"])\n'
+        "    return argv\n"
+    )
+    (package / "report.py").write_text(
+        'COLUMNS = ["component", "status", *(["apply"] if True else [])]\nOPTIONS = ["-r", "-z", "--name-only"]\nWORDS = ["none", "log in"]\n'
+    )
+    (package / "git.py").write_text('def run(args):\n    return ["rev-parse", *args]\n')  # the one module allowed to
+    (package / "checkout.py").write_text('def reset(repo):\n    repo.run(["reset", "--hard"])\n')
+    (package / "checkout" / "tree.py").write_text('def clean(repo):\n    repo.run(["clean", "-d"])\n')
+    assert git_argv_outside_git(package) == [
+        "pkg/project.py:2 git config",
+        "pkg/project.py:3 git update-ref",
+        "pkg/project.py:4 git diff-tree",
+        "pkg/project.py:5 git write-tree",
+        "pkg/project.py:6 git prune",
+    ]
 
 
 def names_imported_from(path: Path, module: str) -> set[str]:

@@ -339,7 +339,7 @@ def staged_size(folder: Path) -> int:
 
 def copy_repository(project: Project, target: Path, skip: Path | None = None) -> None:
     """The repository's files as the user sees them (tracked and untracked, not ignored), without .git."""
-    text = project.repo.out(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    text = project.repo.ls_files(["-z", "--cached", "--others", "--exclude-standard"]).stdout.decode("utf-8", "surrogateescape")
     root = project.root
     skip_rel = None
     if skip is not None:

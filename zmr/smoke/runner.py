@@ -379,16 +379,15 @@ def prepare(
 
 def _worktree_add(repo: git.Repo, path: Path, commit: str) -> None:
     # --detach: no branch is created or checked out; the tree is the commit's.
-    repo.run(["worktree", "add", "--detach", "--quiet", str(path), commit], hint="the tree of a smoke test could not be created")
+    repo.worktree_add(path, commit, hint="the tree of a smoke test could not be created")
 
 
 def _worktree_remove(repo: git.Repo, path: Path) -> bool:
-    return repo.ok(["worktree", "remove", "--force", "--force", str(path)])
+    return repo.worktree_remove(path)
 
 
 def _worktree_paths(repo: git.Repo) -> list[Path]:
-    text = repo.out(["worktree", "list", "--porcelain", "-z"])
-    return [Path(item[len("worktree ") :]) for item in text.split("\0") if item.startswith("worktree ")]
+    return [Path(tree["worktree"]) for tree in repo.worktrees()]
 
 
 class Worktrees:
@@ -427,7 +426,7 @@ class Worktrees:
         _rmtree(self.root)
         # An entry whose add was interrupted half-way: its folder is gone now, prune it.
         if any(_is_within(p, r) for p in _worktree_paths(self.repo) for r in roots):
-            self.repo.run(["worktree", "prune"], check=False)
+            self.repo.worktree_prune()
 
 
 def _is_within(path: Path, root: Path) -> bool:
