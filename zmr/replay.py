@@ -48,13 +48,16 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal
 
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree
 from zmr.series import Patch
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11
+    from typing_extensions import Self
 
 
 class ApplyError(ZmrError):

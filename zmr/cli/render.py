@@ -11,7 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11
+    from typing_extensions import Self
 
 # -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
 _verbosity = 0

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,8 @@ from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self  # typing.Self is Python 3.11
+
     from zmr.smoke.runner import Job, Report, Result
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
@@ -163,7 +165,7 @@ class _View:
         self._status = "preparing"
         self._live: Any = None  # a rich Live while drawing on a terminal
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> "Self":
         if self.live_enabled:
             from rich.live import Live
 
