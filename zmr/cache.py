@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -597,7 +597,7 @@ class Cache:
             self._fetch_blobs(mirror, commits, paths, display)
         self._settle(mirror, commits)
 
-    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         """``git fetch`` into *mirror*, under its lock: stale leftovers of killed fetches removed first, its own temp packs after a failure.
 
         git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from zmr.errors import ZmrError
 
@@ -563,7 +563,9 @@ def run(
 _PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
 
 
-def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Progress, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def _run_with_progress(
+    argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], progress: Progress, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin."""
     stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -593,19 +595,19 @@ def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Prog
     return subprocess.CompletedProcess(argv, proc.returncode, b"".join(chunks), b"".join(line + b"\n" for line in kept))
 
 
-def _feed(pipe, data: bytes) -> None:
+def _feed(pipe: IO[bytes], data: bytes) -> None:
     """Write *data* to a child's stdin and close it; a child that exits first (a failed fetch) is not an error here."""
     with contextlib.suppress(BrokenPipeError, OSError):
         with pipe:
             pipe.write(data)
 
 
-def out(args: Sequence[str], **kwargs) -> str:
+def out(args: Sequence[str], **kwargs: Any) -> str:
     """Run git and return stdout as text with the trailing newline removed."""
     return run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
-def ok(args: Sequence[str], **kwargs) -> bool:
+def ok(args: Sequence[str], **kwargs: Any) -> bool:
     """True when the git command exits 0."""
     return run(args, check=False, **kwargs).returncode == 0
 
@@ -675,16 +677,16 @@ class Repo:
         return cls(path, path)
 
     # -- raw access -------------------------------------------------------
-    def run(self, args: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+    def run(self, args: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         if self.work_tree is not None:
             kwargs.setdefault("cwd", self.work_tree)
             return run(args, **kwargs)
         return run(args, git_dir=self.git_dir, **kwargs)
 
-    def out(self, args: Sequence[str], **kwargs) -> str:
+    def out(self, args: Sequence[str], **kwargs: Any) -> str:
         return self.run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
 
-    def ok(self, args: Sequence[str], **kwargs) -> bool:
+    def ok(self, args: Sequence[str], **kwargs: Any) -> bool:
         return self.run(args, check=False, **kwargs).returncode == 0
 
     def is_ancestor(self, ancestor: str, commit: str) -> bool:

@@ -35,6 +35,7 @@ from zmr.errors import ZmrError
 from zmr.new import template_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zmr.project import Settings
     from zmr.transaction import Transaction
 
 IGNORED = ("work/", ".zmr/")
@@ -155,7 +156,7 @@ def zmr_requirement() -> str:
     return f"zmr @ git+{ZMR_SOURCE}@v{__version__}"
 
 
-def settings_text(settings) -> str:
+def settings_text(settings: Settings) -> str:
     from zmr.new import _yaml_str
 
     lines = [

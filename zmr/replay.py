@@ -129,7 +129,7 @@ class TempIndex:
         self.env = {"GIT_INDEX_FILE": os.path.join(self._tmp.name, "index")}
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -408,7 +408,7 @@ class Replayer:
             self._go_full()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._index.__exit__(*exc)
 
     @property

@@ -131,7 +131,7 @@ class Progress:
         else:
             print(message, file=sys.stderr, flush=True)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._held is not None:
             print(self._held, file=sys.stderr, flush=True)
             self._held = None

@@ -173,7 +173,7 @@ class _View:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             with self._lock:
                 self._status = "interrupted" if exc and exc[0] is KeyboardInterrupt else "done"
@@ -198,7 +198,7 @@ class _View:
                 line += f": {result.message}"
             print(line, file=sys.stderr, flush=True)
 
-    def _render(self):
+    def _render(self) -> Any:
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text

@@ -66,7 +66,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.git import Progress
@@ -76,6 +76,7 @@ from zmr.smoke.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_g
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
+    from zmr.cache import Cache
     from zmr.manifest import Component, Manifest, SmokeTest
     from zmr.project import Project
 
@@ -320,7 +321,7 @@ def select(manifests: Sequence[Manifest], components: Sequence[str] | None = Non
 
 
 def prepare(
-    project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None
+    project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache: Cache | None = None, progress: Progress | None = None
 ) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
@@ -438,7 +439,7 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _rmtree(path: Path) -> None:
-    def onerror(func, name, _exc):
+    def onerror(func: Callable[[str], object], name: str, _exc: object) -> None:
         # A test may leave read-only folders behind; make them writable and retry.
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(name), stat.S_IRWXU)
@@ -697,7 +698,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: object) -> NoReturn:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)
