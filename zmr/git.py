@@ -974,7 +974,10 @@ class Repo:
 
     def symbolic_full_name(self, name: str) -> str:
         """The full ref name *name* stands for (``main`` -> ``refs/heads/main``); '' when it names none."""
-        return self.out(["rev-parse", "--symbolic-full-name", "--end-of-options", name], check=False)
+        proc = self.run(["rev-parse", "--symbolic-full-name", "--end-of-options", name], check=False)
+        # rev-parse of git before 2.43 does not know --end-of-options: it echoes it as a line of its own.
+        lines = [line for line in proc.stdout.decode("utf-8", "surrogateescape").splitlines() if line != "--end-of-options"]
+        return lines[0] if proc.returncode == 0 and lines else ""
 
     def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
         """The values of those refs *names* that exist, by ``for-each-ref`` (its patterns also match below a name: filtered)."""
