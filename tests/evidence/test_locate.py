@@ -361,7 +361,7 @@ def test_dump_files_are_safetensors_with_rows_and_execution_order(tmp_path):
         {"slot": "in.x", "shape": [2, H], "dtype": "float32", "aligned": "lead", "key": "op.000002.in.x"},
         {"slot": "out", "shape": [2, H], "dtype": "float32", "aligned": "lead", "key": "op.000002.out"},
     ]
-    assert index["records"][2]["site"].startswith("tests/evidence/test_locate.py:")
+    assert index["records"][2]["site"].startswith("evidence/test_locate.py:")  # the last two parts of the path
     assert "op.000002.in.x" in keys
     assert seq.tolist() == [0, 1] and pos.tolist() == [3, 2] and tok.tolist() == [10, 11]
     assert out.dtype == np.float32 and np.array_equal(out[0], base("a", 3, 2))
