@@ -10,10 +10,21 @@ porcelain), update takes from rebase only the stateful move.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
 ZMR = Path(__file__).resolve().parent.parent / "zmr"
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def parse(path: Path) -> ast.Module:
+    """*path* parsed, once per content: every check reads the same files (the trees are only read)."""
+    return _parsed(path.read_text(encoding="utf-8"))
 
 
 def _modules() -> dict[str, Path]:
@@ -63,7 +74,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[st
 def import_graph() -> dict[str, set[str]]:
     """zmr module -> the zmr modules it imports."""
     modules = _modules()
-    return {module: _imported(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py", modules) for module, path in modules.items()}
+    return {module: _imported(parse(path), module, path.name == "__init__.py", modules) for module, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -157,7 +168,7 @@ def layering_problems(graph: dict[str, set[str]]) -> list[str]:
 def private_names_taken(path: Path, module: str, modules: Iterable[str]) -> list[str]:
     """``line name`` of each private name (``_x``, not ``__x__``) *path* takes from a core module: imported, or read as ``module._x``."""
     known = set(modules)
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path)
     bound: dict[str, str] = {}  # local name -> core module
     found = []
 
@@ -234,7 +245,7 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     """``path:line name (N lines)`` of every function or method under *root* longer than *limit* lines."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:
@@ -278,7 +289,7 @@ def porcelain_outside_checkout(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() in PORCELAIN_MODULES:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.List) and node.elts:
                 first = node.elts[0]
@@ -359,7 +370,7 @@ def git_argv_outside_git(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if _allowed_to_run_git(path.relative_to(root).as_posix()):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path)
         passed = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) for arg in [*node.args, *(k.value for k in node.keywords)]}
         for node in ast.walk(tree):
             if isinstance(node, ast.List):
@@ -407,7 +418,7 @@ def names_imported_from(path: Path, module: str) -> set[str]:
     """
     package, _, last = module.rpartition(".")
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.ImportFrom) and node.module == module:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module == package and any(alias.name == last for alias in node.names):
