@@ -39,7 +39,7 @@ assert "line 10 fixed split" in (rollout / "src/model.py").read_text(), "rollout
 assert "contiguous" in (rollout / "src/kernels/matmul.py").read_text()
 assert "math.fsum" in (trainer / "trainer.py").read_text(), "trainer tree is not the patched release"
 assert not (rollout / "trainer.py").exists() and not (trainer / "src").exists(), "trees are mixed up"
-assert Path.cwd().resolve() == Path(__file__).resolve().parents[2], f"cwd {Path.cwd()} is not the repository root"
+assert Path.cwd().resolve() == Path(__file__).resolve().parents[1], f"cwd {Path.cwd()} is not the repository root"
 assert (Path.cwd() / "manifests" / "toy.yaml").is_file()
 assert os.environ["EXTRA_SETTING"] == "from-manifest"
 assert os.environ["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
