@@ -1,12 +1,30 @@
-"""The architecture of zmr/, read from the source with ast: no import cycles, no function over 100 lines, checkouts driven only from checkout.py, update takes from rebase only the stateful move."""
+"""The architecture of zmr/, read from the source with ast.
+
+No import cycles (type-only imports count), no function over 100 lines,
+layers (the core imports no subpackage, subpackages take only the core's
+public names, nothing below zmr/cli/ imports it), checkouts driven only
+from checkout.py, git argument lists only in git.py (and the checkout
+porcelain), update takes from rebase only the stateful move.
+"""
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
 ZMR = Path(__file__).resolve().parent.parent / "zmr"
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def parse(path: Path) -> ast.Module:
+    """*path* parsed, once per content: every check reads the same files (the trees are only read)."""
+    return _parsed(path.read_text(encoding="utf-8"))
 
 
 def _modules() -> dict[str, Path]:
@@ -19,13 +37,11 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[str]) -> set[str]:
-    """The zmr modules an import in *tree* can load at run time: also inside functions, not under ``if TYPE_CHECKING:``.
+    """The zmr modules an import in *tree* names: also inside functions and under ``if TYPE_CHECKING:``.
+
+    A cycle through a type-only import is still a cycle: the two modules
+    know each other, and the import is one edit away from run time.
 
     ``from zmr import git`` imports the module ``zmr.git``; ``from zmr.git import run`` imports ``zmr.git`` too.
     """
@@ -34,10 +50,6 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[st
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking_only(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in known)
         elif isinstance(node, ast.ImportFrom):
@@ -62,7 +74,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[st
 def import_graph() -> dict[str, set[str]]:
     """zmr module -> the zmr modules it imports."""
     modules = _modules()
-    return {module: _imported(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py", modules) for module, path in modules.items()}
+    return {module: _imported(parse(path), module, path.name == "__init__.py", modules) for module, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -100,15 +112,130 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# Temporary (#34): diff.DiffReport.to_markdown imports diffmarkdown, which names diff's types for the
+# type checker. It goes when diffmarkdown moves into zmr/cli/ (the report renders in the CLI); then
+# the assertion below fails: empty this list.
+KNOWN_CYCLES: list[list[str]] = [["zmr.diff", "zmr.diffmarkdown"]]
+
+
 def test_no_import_cycle_in_zmr():
     graph = import_graph()
     assert "zmr.build" in graph["zmr.cli.build"]  # imports inside functions count
     assert "zmr.git" in graph["zmr.project"] and "zmr" not in graph["zmr.project"]  # `from zmr import git` is zmr.git
-    assert cycles(graph) == []
+    assert "zmr.manifest" in graph["zmr.cache"]  # so do imports under `if TYPE_CHECKING:` (its only one)
+    assert cycles(graph) == KNOWN_CYCLES
+
+
+def test_the_import_reader_counts_type_checking_imports(tmp_path):
+    source = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from zmr.b import B\n"
+    assert _imported(ast.parse(source), "zmr.a", False, ["zmr.a", "zmr.b"]) == {"zmr.b"}
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The products beside the patch-set core; the CLI above them all; zmr/__main__.py only starts the CLI.
+SUBPACKAGES = ("zmr.evidence", "zmr.smoke", "zmr.importing")
+CLI = "zmr.cli"
+ENTRY = "zmr.__main__"
+
+
+def layer(module: str) -> str:
+    """``cli``, ``entry``, one of SUBPACKAGES, or ``core`` (every other module of zmr)."""
+    for package in (CLI, *SUBPACKAGES):
+        if module == package or module.startswith(package + "."):
+            return "cli" if package == CLI else package
+    return "entry" if module == ENTRY else "core"
+
+
+def layering_problems(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b: why`` for each import against the layers: the core imports no subpackage, a subpackage no other one, nothing below the CLI imports it."""
+    found = []
+    for module in sorted(graph):
+        here = layer(module)
+        for other in sorted(graph[module]):
+            there = layer(other)
+            if there == "cli" and here not in ("cli", "entry"):
+                found.append(f"{module} -> {other}: an upward arrow (only the CLI and zmr.__main__ import zmr.cli)")
+            elif here == "core" and there in SUBPACKAGES:
+                found.append(f"{module} -> {other}: the core imports a subpackage")
+            elif here in SUBPACKAGES and there in SUBPACKAGES and here != there:
+                found.append(f"{module} -> {other}: a subpackage imports another one")
+    return found
+
+
+def private_names_taken(path: Path, module: str, modules: Iterable[str]) -> list[str]:
+    """``line name`` of each private name (``_x``, not ``__x__``) *path* takes from a core module: imported, or read as ``module._x``."""
+    known = set(modules)
+    tree = parse(path)
+    bound: dict[str, str] = {}  # local name -> core module
+    found = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                if target in known and layer(target) == "core":
+                    bound[alias.asname or alias.name] = target
+                    if private(alias.name):
+                        found.append(f"{node.lineno} {target}")
+                elif node.module in known and layer(node.module) == "core" and private(alias.name):
+                    found.append(f"{node.lineno} {node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known and layer(alias.name) == "core" and any(private(part) for part in alias.name.split(".")):
+                    found.append(f"{node.lineno} {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound and private(node.attr):
+            found.append(f"{node.lineno} {bound[node.value.id]}.{node.attr}")
+    return sorted(found)
+
+
+def test_the_core_imports_no_subpackage_and_nothing_imports_the_cli_from_below():
+    graph = import_graph()
+    assert layer("zmr.evidence.dumps.bits") == "zmr.evidence" and layer("zmr.cli.build") == "cli" and layer("zmr.build") == "core"
+    assert layering_problems(graph) == []
+
+
+def test_the_layer_check_finds_wrong_arrows():
+    graph = {
+        "zmr.build": {"zmr.git", "zmr.evidence.locate"},
+        "zmr.git": {"zmr.cli.render"},
+        "zmr.smoke.runner": {"zmr.build", "zmr.importing.findbase"},
+        "zmr.cli.build": {"zmr.build", "zmr.smoke.runner"},
+        "zmr.__main__": {"zmr.cli"},
+    }
+    assert layering_problems(graph) == [
+        "zmr.build -> zmr.evidence.locate: the core imports a subpackage",
+        "zmr.git -> zmr.cli.render: an upward arrow (only the CLI and zmr.__main__ import zmr.cli)",
+        "zmr.smoke.runner -> zmr.importing.findbase: a subpackage imports another one",
+    ]
+
+
+def test_subpackages_take_only_public_names_from_the_core():
+    modules = _modules()
+    found = {
+        module: taken for module, path in modules.items() if layer(module) in SUBPACKAGES for taken in [private_names_taken(path, module, modules)] if taken
+    }
+    assert found == {}
+
+
+def test_the_private_name_check_finds_private_names(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from zmr.git import _environment, run\n"
+        "from zmr import files, git\n"
+        "from zmr.evidence.dumps import _private_to_evidence\n"
+        "def f():\n"
+        "    files.atomic_write\n"
+        "    return git._subcommand, git.__name__\n"
+    )
+    modules = ["zmr", "zmr.git", "zmr.files", "zmr.evidence.dumps"]
+    assert private_names_taken(source, "zmr.evidence.m", modules) == ["1 zmr.git._environment", "6 zmr.git._subcommand"]
 
 
 MAX_FUNCTION_LINES = 100
@@ -118,7 +245,7 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     """``path:line name (N lines)`` of every function or method under *root* longer than *limit* lines."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:
@@ -162,7 +289,7 @@ def porcelain_outside_checkout(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() in PORCELAIN_MODULES:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.List) and node.elts:
                 first = node.elts[0]
@@ -189,6 +316,101 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]
 
 
+# The commands of git (``git --list-cmds=main`` of git 2.39): the first word of a git argument list.
+GIT_COMMANDS = frozenset(
+    (
+        "add am annotate apply archive bisect blame branch bugreport bundle cat-file check-attr check-ignore check-mailmap check-ref-format checkout "
+        "checkout-index cherry cherry-pick clean clone column commit commit-graph commit-tree config count-objects credential credential-cache "
+        "credential-store daemon describe diagnose diff diff-files diff-index diff-tree difftool fast-export fast-import fetch fetch-pack "
+        "filter-branch fmt-merge-msg for-each-ref for-each-repo format-patch fsck fsck-objects gc get-tar-commit-id grep hash-object help hook "
+        "http-backend http-fetch http-push imap-send index-pack init init-db instaweb interpret-trailers log ls-files ls-remote ls-tree mailinfo "
+        "mailsplit maintenance merge merge-base merge-file merge-index merge-octopus merge-one-file merge-ours merge-recursive merge-recursive-ours "
+        "merge-recursive-theirs merge-resolve merge-subtree merge-tree mergetool mktag mktree multi-pack-index mv name-rev notes pack-objects "
+        "pack-redundant pack-refs patch-id pickaxe prune prune-packed pull push quiltimport range-diff read-tree rebase receive-pack reflog remote "
+        "repack replace request-pull rerere reset restore rev-list rev-parse revert rm send-pack shell shortlog show show-branch show-index show-ref "
+        "sparse-checkout stage stash status stripspace submodule subtree switch symbolic-ref tag unpack-file unpack-objects update-index update-ref "
+        "update-server-info upload-archive upload-pack var verify-commit verify-pack verify-tag whatchanged worktree write-tree"
+    ).split()
+)
+
+
+def _git_command(node: ast.List) -> str | None:
+    """The git command *node* runs when it is a git argument list: its first item that is neither an option nor unpacked (``*args``)."""
+    option_value = False
+    for item in node.elts:
+        if isinstance(item, ast.Starred):
+            continue
+        if not (isinstance(item, ast.Constant) and isinstance(item.value, str)):
+            return None
+        if option_value:
+            option_value = False
+        elif item.value in ("-c", "-C"):
+            option_value = True  # -c key=value, -C folder: the value is no command
+        elif not item.value.startswith("-"):
+            return item.value if item.value in GIT_COMMANDS else None
+    return None
+
+
+def _allowed_to_run_git(rel: str) -> bool:
+    """zmr/git.py runs git; zmr/checkout.py (or a package zmr/checkout/) drives an engineer's checkout with porcelain."""
+    return rel in ("git.py", "checkout.py") or rel.startswith("checkout/")
+
+
+def git_argv_outside_git(root: Path) -> list[str]:
+    """``path:line git COMMAND`` of each git argument list in *root* outside zmr/git.py and the checkout porcelain.
+
+    A git argument list is a list literal whose first item that is neither
+    an option nor unpacked is a git command (``["rev-parse", rev]``,
+    ``[*config, "diff-tree", *args]``). A one-item list counts only where it
+    is passed to a call: ``["apply"]`` as a column of a table is no argv.
+    Everything else asks ``git.Repo`` (or ``git.init_bare``), whose methods
+    are named after what they do.
+    """
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if _allowed_to_run_git(path.relative_to(root).as_posix()):
+            continue
+        tree = parse(path)
+        passed = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) for arg in [*node.args, *(k.value for k in node.keywords)]}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.List):
+                command = _git_command(node)
+                if command is not None and (len(node.elts) > 1 or id(node) in passed):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} git {command}")
+    return sorted(found)
+
+
+def test_only_git_py_and_the_checkout_porcelain_spell_out_git_arguments():
+    assert git_argv_outside_git(ZMR) == []
+
+
+def test_the_git_argv_check_finds_an_argument_list(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "checkout").mkdir(parents=True)
+    (package / "project.py").write_text(
+        "def f(repo, key, args, config):\n"
+        '    repo.run(["config", "--get", key], check=False)\n'
+        '    argv = ["update-ref", "refs/x", "y"]\n'
+        '    repo.out([*config, "diff-tree", *args])\n'
+        '    repo.run(["-c", "core.x=y", "write-tree"])\n'
+        '    repo.ok(["prune"])\n'
+        "    return argv\n"
+    )
+    (package / "report.py").write_text(
+        'COLUMNS = ["component", "status", *(["apply"] if True else [])]\nOPTIONS = ["-r", "-z", "--name-only"]\nWORDS = ["none", "log in"]\n'
+    )
+    (package / "git.py").write_text('def run(args):\n    return ["rev-parse", *args]\n')  # the one module allowed to
+    (package / "checkout.py").write_text('def reset(repo):\n    repo.run(["reset", "--hard"])\n')
+    (package / "checkout" / "tree.py").write_text('def clean(repo):\n    repo.run(["clean", "-d"])\n')
+    assert git_argv_outside_git(package) == [
+        "pkg/project.py:2 git config",
+        "pkg/project.py:3 git update-ref",
+        "pkg/project.py:4 git diff-tree",
+        "pkg/project.py:5 git write-tree",
+        "pkg/project.py:6 git prune",
+    ]
+
+
 def names_imported_from(path: Path, module: str) -> set[str]:
     """The names *path* takes from *module* (``from MODULE import NAME``, anywhere in it); ``*`` for the module itself.
 
@@ -196,7 +418,7 @@ def names_imported_from(path: Path, module: str) -> set[str]:
     """
     package, _, last = module.rpartition(".")
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.ImportFrom) and node.module == module:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module == package and any(alias.name == last for alias in node.names):

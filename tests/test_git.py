@@ -196,3 +196,104 @@ def test_cat_file_output_that_does_not_parse_is_refused(repo):
 def test_subtrees_reads_every_tree_and_skips_submodules(repo):
     tree = _rev(repo, "main~2^{tree}")
     assert [(path, raw) for path, raw in repo.subtrees(tree)] == [(p, repo.cat_file("tree", _rev(repo, f"{tree}:{p}"))) for p in ("", "a b", "bin")]
+
+
+# -- the plumbing zmr's modules ask git.Repo for (no git argument lists outside zmr/git.py) ---------------------
+
+
+def _work_repo(path):
+    """A repository with a work tree: main = a <- b <- c (c touches f), a side branch off a with a merge into main."""
+    from conftest import make_upstream
+
+    up = make_upstream(path, [{"f": "1\n"}, {"f": "2\n"}, {"f": "3\n", "g": "x\n"}])
+    git("branch", "side", up.commits[0], cwd=path)
+    return up
+
+
+def test_repo_at_a_folder_asks_git_from_there(tmp_path):
+    up = _work_repo(tmp_path / "w")
+    (up.path / "sub").mkdir()
+    repo = zgit.Repo.at(up.path / "sub")
+    assert repo.toplevel() == str(up.path.resolve())
+    assert repo.absolute_git_dir() == (up.path / ".git").resolve()
+    assert repo.git_path("info/exclude") == (up.path / ".git/info/exclude").resolve()
+    (up.path / ".gitignore").write_text("work/\n")
+    assert repo.is_ignored("work/") and not repo.is_ignored("src/")
+    outside = zgit.Repo.at(tmp_path)
+    assert outside.toplevel() is None and outside.absolute_git_dir() is None and outside.git_path("info/exclude") is None
+
+
+def test_config_get_set_and_all_values(tmp_path):
+    up = _work_repo(tmp_path / "w")
+    repo = zgit.Repo.discover(up.path)
+    assert repo.config_get("zmr.partial") is None
+    repo.config_set("zmr.partial", "yes")
+    assert repo.config_get("zmr.partial") == "yes"
+    assert repo.config_get("zmr.partial", bool_type=True) == "true"  # --bool spells it the one way
+    assert repo.config_get("zmr.partial", local=True) == "yes"
+    assert repo.config_get_all("remote.up.fetch") == []
+    git("config", "--add", "remote.up.fetch", "+refs/heads/*:refs/remotes/up/*", cwd=up.path)
+    git("config", "--add", "remote.up.fetch", "^refs/heads/tmp/*", cwd=up.path)
+    assert repo.config_get_all("remote.up.fetch") == ["+refs/heads/*:refs/remotes/up/*", "^refs/heads/tmp/*"]
+
+
+def test_history_questions(tmp_path):
+    up = _work_repo(tmp_path / "w")
+    a, b, c = up.commits
+    repo = zgit.Repo.discover(up.path)
+    assert repo.count(c, exclude=[a]) == 2 and repo.count(c) == 3 and repo.count(c, max_count=1) == 1
+    assert repo.count(a, exclude=[c]) == 0
+    assert repo.merge_base(c, "side") == a
+    assert repo.parent(c) == b
+    assert c in repo.commits_with_prefix(c[:7])
+    assert repo.symbolic_full_name("main") == "refs/heads/main" and repo.symbolic_full_name("nothing") == ""
+    assert repo.first_ref_containing(b, ["refs/heads/main"]) == "refs/heads/main"
+    assert repo.first_ref_containing(b, ["refs/heads/side"]) == ""
+    assert repo.first_parent_log(["main"], "%H %P").splitlines() == [f"{c} {b}", f"{b} {a}", f"{a} "]
+    assert repo.range_diff(f"{a}..{b}", f"{a}..{c}") is not None
+
+
+def test_blobs_and_refs_zmr_keeps_for_itself(tmp_path):
+    repo = zgit.init_bare(tmp_path / "mirror.git")
+    assert (tmp_path / "mirror.git/HEAD").is_file() and repo.git_dir == tmp_path / "mirror.git"
+    assert repo.read_blob("refs/zmr/patch-ids/x") is None
+    blob = repo.hash_blob(b"a 1\nb 2\n")
+    repo.update_ref("refs/zmr/patch-ids/x", blob)
+    assert repo.ref_value("refs/zmr/patch-ids/x") == blob
+    assert repo.read_blob("refs/zmr/patch-ids/x") == b"a 1\nb 2\n"
+
+
+def test_a_temporary_index_holds_what_it_is_given(tmp_path):
+    up = _work_repo(tmp_path / "w")
+    repo = zgit.Repo(up.path / ".git")
+    env = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    tree = repo.tree_of(up.commits[2])
+    repo.read_tree(tree, env=env)
+    assert repo.write_tree(env=env) == tree
+    repo.read_tree(None, env=env)
+    assert repo.ls_files(["-s", "-z"], env=env).stdout == b""
+    repo.update_index(repo.ls_tree_paths(tree, ["g"]), env=env)
+    assert repo.ls_files(["-z"], env=env).stdout == b"g\0"
+    patch = b"--- a/g\n+++ b/g\n@@ -1 +1 @@\n-x\n+y\n"
+    assert repo.apply(["--cached", "--check"], input=patch, env=env).returncode == 0
+    assert repo.apply(["--cached", "--check", "--reverse"], input=patch, env=env).returncode != 0
+
+
+def test_worktrees_are_listed_in_both_forms_and_removed(tmp_path):
+    up = _work_repo(tmp_path / "w")
+    repo = zgit.Repo.discover(up.path)
+    tree = tmp_path / "trees" / "one"
+    repo.worktree_add(tree, up.commits[1])
+    assert (tree / "f").read_text() == "2\n"
+    for nul in (True, False):
+        listed = repo.worktrees(nul=nul)
+        assert [w["worktree"] for w in listed] == [str(up.path.resolve()), str(tree.resolve())]
+        assert listed[0]["branch"] == "refs/heads/main" and "detached" in listed[1] and listed[1]["HEAD"] == up.commits[1]
+    assert repo.worktree_remove(tree) and not tree.exists()
+    assert not repo.worktree_remove(tree)  # nothing there any more: False, not an error
+    repo.worktree_add(tree, up.commits[1])
+    import shutil
+
+    shutil.rmtree(tree)
+    repo.worktree_prune()
+    assert len(repo.worktrees()) == 1

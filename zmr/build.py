@@ -293,13 +293,7 @@ def _keep_ref(repo: git.Repo, rel: Release, old: str | None) -> str | None:
 
 def _refuse_checked_out(repo: git.Repo, refs: Sequence[str]) -> None:
     """Moving a branch under a worktree that has it checked out would make its files look changed."""
-    checked_out: dict[str, str] = {}
-    path = ""
-    for line in repo.out(["worktree", "list", "--porcelain"]).splitlines():
-        if line.startswith("worktree "):
-            path = line[len("worktree ") :]
-        elif line.startswith("branch "):
-            checked_out[line[len("branch ") :]] = path
+    checked_out = {tree["branch"]: tree["worktree"] for tree in repo.worktrees(nul=False) if "branch" in tree}
     busy = [(ref, checked_out[ref]) for ref in refs if ref in checked_out]
     if busy:
         ref, where = busy[0]
@@ -322,7 +316,7 @@ def copy_objects(repo: git.Repo, mirror: Mirror, tips: Sequence[str], haves: Seq
     objects = repo.git_dir / "objects"
     revs = "".join(f"{t}\n" for t in tips) + "".join(f"^{h}\n" for h in haves)
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(mirror.path / "objects")}
-    repo.run(["pack-objects", "--revs", "--quiet", str(objects / "pack" / "pack")], input=revs.encode(), env=env)
+    repo.pack_objects(objects / "pack" / "pack", revs.encode(), env=env)
     missing = [t for t in tips if not repo.has_object(t, "commit")]
     if missing:
         raise ZmrError(f"copying objects from the cache into {repo.git_dir} failed: {missing[0]} is missing", details=["run the command again"])

@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -535,7 +535,7 @@ class Cache:
         return repo.missing_objects(wanted)
 
     def _is_partial(self, mirror: Mirror) -> bool:
-        return mirror.repo.out(["config", "--bool", "--get", PARTIAL_KEY], check=False) == "true"
+        return mirror.repo.config_get(PARTIAL_KEY, bool_type=True) == "true"
 
     def _note(self, message: str) -> None:
         if message not in self.notes:
@@ -551,8 +551,7 @@ class Cache:
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{mirror.path.name}-", dir=self.mirrors_dir))
         try:
-            git.run(["init", "--quiet", "--bare", str(tmp)])
-            repo = git.Repo(tmp)
+            repo = git.init_bare(tmp)
             for key, value in (
                 ("gc.auto", "0"),  # no automatic gc racing parallel runs
                 ("core.logAllRefUpdates", "false"),
@@ -560,7 +559,7 @@ class Cache:
                 ("uploadpack.allowAnySHA1InWant", "true"),
                 ("fetch.unpackLimit", "1"),  # keep fetched objects packed: builds reuse packed data
             ):
-                repo.run(["config", key, value])
+                repo.config_set(key, value)
             os.rename(tmp, mirror.path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -598,7 +597,7 @@ class Cache:
             self._fetch_blobs(mirror, commits, paths, display)
         self._settle(mirror, commits)
 
-    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         """``git fetch`` into *mirror*, under its lock: stale leftovers of killed fetches removed first, its own temp packs after a failure.
 
         git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full
@@ -654,7 +653,7 @@ class Cache:
         """Fetch *commits* at depth 1 without blobs; False when the server cannot (then nothing is fetched)."""
         repo = mirror.repo
         if not self._is_partial(mirror):
-            repo.run(["config", PARTIAL_KEY, "true"])  # before any blobless pack arrives
+            repo.config_set(PARTIAL_KEY, "true")  # before any blobless pack arrives
         try:
             refspecs = [f"+{c}:{PARTIAL_PINS}{c}" for c in commits]
             proc = self._fetch(
@@ -790,4 +789,4 @@ class Cache:
                     f"{display}: upstream has no commit {commit}",
                     details=["it may have been force-pushed away; pin a commit that exists (git ls-remote <upstream>)"],
                 )
-            repo.run(["update-ref", f"{PINS}{commit}", commit])
+            repo.update_ref(f"{PINS}{commit}", commit)

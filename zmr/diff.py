@@ -205,9 +205,9 @@ def default_base(repo: git.Repo) -> tuple[str, str]:
     for ref in _DEFAULT_BRANCHES:
         tip = repo.resolve(ref)
         if tip is not None:
-            proc = repo.run(["merge-base", head, tip], check=False)
-            if proc.returncode == 0:
-                return proc.stdout.decode().strip(), f"merge-base of HEAD and {ref.removeprefix('refs/heads/').removeprefix('refs/remotes/')}"
+            base = repo.merge_base(head, tip)
+            if base is not None:
+                return base, f"merge-base of HEAD and {ref.removeprefix('refs/heads/').removeprefix('refs/remotes/')}"
     raise ZmrError("base: no default branch (main, master, origin/HEAD) to take the merge-base with", details=["name BASE: zmr diff BASE"])
 
 
@@ -534,7 +534,7 @@ def _moved(upstream: Upstream, a: str, b: str) -> PinMove:
         return PinMove(a, b, None, "unrelated")  # the new upstream does not have the old pin
 
     def first_parent(since: str, until: str) -> int:
-        return int(history.out(["rev-list", "--first-parent", "--count", until, "--not", since]))
+        return history.count(until, exclude=[since], first_parent=True)
 
     if history.is_ancestor(a, b):
         return PinMove(a, b, first_parent(a, b), "forward")
@@ -683,17 +683,17 @@ def _diff_stat(
     repo = git.Repo(git_dir)
     env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternate} if alternate else {}
     if not count_lines:  # trees only: no blob is read
-        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *trees], env=env).stdout
+        out = repo.diff_tree(["-r", "-z", "--name-only", "--no-renames", *trees], env=env).stdout
         return sum(1 for name in out.split(b"\0") if name), None, None
     if upstream_trees[0] != upstream_trees[1]:
-        out = repo.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
+        out = repo.diff_tree(["-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
         moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
         by_url: dict[str, tuple[Upstream, list[str]]] = {}
         for upstream, commit in sides:
             by_url.setdefault(upstream.url, (upstream, []))[1].append(commit)
         for upstream, commits in by_url.values():  # one fetch for both pins of an upstream
             upstream.ensure(commits, paths=moved)
-    out = repo.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
+    out = repo.diff_tree(["-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
     files = insertions = deletions = 0
     for record in out.split(b"\0"):
         fields = record.split(b"\t", 2)

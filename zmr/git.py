@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from zmr.errors import ZmrError
 
@@ -563,7 +563,9 @@ def run(
 _PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
 
 
-def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Progress, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def _run_with_progress(
+    argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], progress: Progress, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin."""
     stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -593,19 +595,19 @@ def _run_with_progress(argv: list[str], cwd, env: dict[str, str], progress: Prog
     return subprocess.CompletedProcess(argv, proc.returncode, b"".join(chunks), b"".join(line + b"\n" for line in kept))
 
 
-def _feed(pipe, data: bytes) -> None:
+def _feed(pipe: IO[bytes], data: bytes) -> None:
     """Write *data* to a child's stdin and close it; a child that exits first (a failed fetch) is not an error here."""
     with contextlib.suppress(BrokenPipeError, OSError):
         with pipe:
             pipe.write(data)
 
 
-def out(args: Sequence[str], **kwargs) -> str:
+def out(args: Sequence[str], **kwargs: Any) -> str:
     """Run git and return stdout as text with the trailing newline removed."""
     return run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
 
 
-def ok(args: Sequence[str], **kwargs) -> bool:
+def ok(args: Sequence[str], **kwargs: Any) -> bool:
     """True when the git command exits 0."""
     return run(args, check=False, **kwargs).returncode == 0
 
@@ -669,17 +671,22 @@ class Repo:
         top = lines[1] if len(lines) > 1 else None
         return cls(lines[0], top)
 
+    @classmethod
+    def at(cls, path: str | os.PathLike[str]) -> Repo:
+        """The repository git finds from *path*, asked from there (``cwd``, no ``--git-dir``): for questions put before it is known to exist."""
+        return cls(path, path)
+
     # -- raw access -------------------------------------------------------
-    def run(self, args: Sequence[str], **kwargs) -> subprocess.CompletedProcess[bytes]:
+    def run(self, args: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         if self.work_tree is not None:
             kwargs.setdefault("cwd", self.work_tree)
             return run(args, **kwargs)
         return run(args, git_dir=self.git_dir, **kwargs)
 
-    def out(self, args: Sequence[str], **kwargs) -> str:
+    def out(self, args: Sequence[str], **kwargs: Any) -> str:
         return self.run(args, **kwargs).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
 
-    def ok(self, args: Sequence[str], **kwargs) -> bool:
+    def ok(self, args: Sequence[str], **kwargs: Any) -> bool:
         return self.run(args, check=False, **kwargs).returncode == 0
 
     def is_ancestor(self, ancestor: str, commit: str) -> bool:
@@ -806,7 +813,82 @@ class Repo:
         """Those of *oids* this repository does not have."""
         return [oid for oid, info in zip(oids, self.object_infos(oids)) if info is None]
 
+    def count(self, tip: str, *, exclude: Sequence[str] = (), first_parent: bool = False, max_count: int | None = None) -> int:
+        """``git rev-list --count``: the commits of *tip* that none of *exclude* reaches."""
+        args = ["rev-list", *(["--first-parent"] if first_parent else []), "--count"]
+        args += [f"--max-count={max_count}"] if max_count is not None else []
+        return int(self.out([*args, tip, *(["--not", *exclude] if exclude else [])]))
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The best common ancestor of *a* and *b*; None when they have none."""
+        proc = self.run(["merge-base", a, b], check=False)
+        return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+    def commits_with_prefix(self, prefix: str) -> list[str]:
+        """Every object id starting with the abbreviated id *prefix* (``rev-parse --disambiguate``; any kind: callers keep the commits)."""
+        return self.run(["rev-parse", f"--disambiguate={prefix}"], check=False).stdout.decode().split()
+
+    def parent(self, commit: str) -> str:
+        """The first parent of *commit*."""
+        return self.out(["rev-parse", f"{commit}^"])
+
+    def first_parent_log(self, refs: Sequence[str], format: str) -> str:
+        """``git log --first-parent --topo-order`` of *refs*, one *format* line per commit."""
+        return self.out(["log", "--first-parent", "--topo-order", f"--format={format}", *refs])
+
+    def diff_tree(
+        self, args: Sequence[str], *, options: Sequence[str] = (), input: bytes | None = None, env: Mapping[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``git OPTIONS diff-tree ARGS``; *options* go before the command (``-c key=value``, ``--literal-pathspecs``)."""
+        return self.run([*options, "diff-tree", *args], input=input, env=env, check=check)
+
+    def range_diff(self, old_range: str, new_range: str) -> str | None:
+        """``git range-diff`` of two ``base..tip`` ranges; None when git cannot compare them."""
+        proc = self.run(["range-diff", "--no-color", old_range, new_range], check=False)
+        return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+    def patch_ids(self, diff: bytes) -> str:
+        """``git patch-id --stable`` of the diffs in *diff*: ``<patch id> <commit>`` lines."""
+        return self.run(["patch-id", "--stable"], input=diff).stdout.decode()
+
+    def hash_blob(self, data: bytes) -> str:
+        """Write *data* as a blob; its id."""
+        return self.out(["hash-object", "-w", "--stdin"], input=data)
+
+    def read_blob(self, rev: str) -> bytes | None:
+        """The bytes of the blob *rev* names; None when there is none."""
+        proc = self.run(["cat-file", "blob", rev], check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def pack_objects(self, pack_prefix: str | os.PathLike[str], revs: bytes, env: Mapping[str, str] | None = None) -> None:
+        """``git pack-objects --revs``: one pack (and its index) at *pack_prefix*-<hash> of the objects *revs* (stdin lines) reach."""
+        self.run(["pack-objects", "--revs", "--quiet", os.fspath(pack_prefix)], input=revs, env=env)
+
     # -- index and commits --------------------------------------------------
+    def read_tree(self, tree: str | None, *, env: Mapping[str, str] | None = None) -> None:
+        """Set the index (*env*'s ``GIT_INDEX_FILE``) to *tree*; None empties it."""
+        self.run(["read-tree", tree if tree is not None else "--empty"], env=env)
+
+    def update_index(self, index_info: bytes, *, env: Mapping[str, str] | None = None) -> None:
+        """``git update-index -z --index-info``: add the entries of *index_info* to the index."""
+        self.run(["update-index", "-z", "--index-info"], input=index_info, env=env)
+
+    def write_tree(self, *, missing_ok: bool = False, env: Mapping[str, str] | None = None) -> str:
+        """The tree of the index; *missing_ok*: its blobs need not be present."""
+        return self.out(["write-tree", *(["--missing-ok"] if missing_ok else [])], env=env)
+
+    def ls_files(
+        self, options: Sequence[str], paths: Sequence[str] = (), *, env: Mapping[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``git ls-files OPTIONS [-- PATHS]``: what the index (or work tree) holds."""
+        return self.run(["ls-files", *options, *(["--", *paths] if paths else [])], env=env, check=check)
+
+    def apply(
+        self, options: Sequence[str], paths: Sequence[str] = (), *, input: bytes | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``git apply OPTIONS PATHS`` (or the patch on *input*); the caller reads the exit status."""
+        return self.run(["apply", *options, *paths], input=input, env=env, check=False)
+
     def commit_tree(self, tree: str, parents: Iterable[str], message: str, author: Identity, committer: Identity) -> str:
         args = ["commit-tree", tree]
         for parent in parents:
@@ -882,6 +964,21 @@ class Repo:
                     raise
                 remaining = left  # fewer each time: this ends
 
+    def update_ref(self, ref: str, new: str) -> None:
+        """Set *ref* to *new* (no old value checked: refs zmr keeps for itself)."""
+        self.run(["update-ref", ref, new])
+
+    def first_ref_containing(self, commit: str, patterns: Sequence[str]) -> str:
+        """The name of one ref matching *patterns* whose history holds *commit*; '' when none does."""
+        return self.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", commit, *patterns])
+
+    def symbolic_full_name(self, name: str) -> str:
+        """The full ref name *name* stands for (``main`` -> ``refs/heads/main``); '' when it names none."""
+        proc = self.run(["rev-parse", "--symbolic-full-name", "--end-of-options", name], check=False)
+        # rev-parse of git before 2.43 does not know --end-of-options: it echoes it as a line of its own.
+        lines = [line for line in proc.stdout.decode("utf-8", "surrogateescape").splitlines() if line != "--end-of-options"]
+        return lines[0] if proc.returncode == 0 and lines else ""
+
     def _ref_values(self, names: Sequence[str]) -> dict[str, str]:
         """The values of those refs *names* that exist, by ``for-each-ref`` (its patterns also match below a name: filtered)."""
         wanted = set(names)
@@ -916,6 +1013,10 @@ class Repo:
         refspec_lines = "".join(f"{spec}\n" for spec in refspecs).encode("utf-8", "surrogateescape")
         return self.run(args, input=refspec_lines, transport=True, progress=progress, own_source=own_source)
 
+    def push(self, args: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
+        """``git push ARGS``; the caller reads the exit status and the porcelain output."""
+        return self.run(["push", *args], check=False, transport=True)
+
     def write_commit_graph(self) -> None:
         """Add the commits reachable from any ref to the commit-graph (a new layer; git merges small ones).
 
@@ -943,6 +1044,74 @@ class Repo:
             oid, _, name = line.partition("\t")
             result[name] = oid
         return result
+
+    # -- config, work tree, worktrees ------------------------------------------
+    def config_get(self, key: str, *, local: bool = False, bool_type: bool = False) -> str | None:
+        """The value of *key* (``git config --get``; *local*: this repository's file only; *bool_type*: as ``true``/``false``); None when unset."""
+        proc = self.run(["config", *(["--local"] if local else []), *(["--bool"] if bool_type else []), "--get", key], check=False)
+        return proc.stdout.decode("utf-8", "surrogateescape").rstrip("\n") if proc.returncode == 0 else None
+
+    def config_get_all(self, key: str) -> list[str]:
+        """Every value of the multi-valued *key*; empty when unset."""
+        proc = self.run(["config", "--get-all", key], check=False)
+        return proc.stdout.decode("utf-8", "replace").splitlines() if proc.returncode == 0 else []
+
+    def config_set(self, key: str, value: str) -> None:
+        """Write *key* = *value* into the repository's config."""
+        self.run(["config", key, value])
+
+    def toplevel(self) -> str | None:
+        """The top folder of the work tree; None outside one (or in a bare repository)."""
+        proc = self.run(["rev-parse", "--show-toplevel"], check=False)
+        top = proc.stdout.decode("utf-8", "surrogateescape").strip()
+        return top if proc.returncode == 0 and top else None
+
+    def absolute_git_dir(self) -> Path | None:
+        """The git directory as an absolute path (a worktree's own one); None outside a repository."""
+        proc = self.run(["rev-parse", "--path-format=absolute", "--git-dir"], check=False)
+        return Path(proc.stdout.decode("utf-8", "surrogateescape").strip()) if proc.returncode == 0 else None
+
+    def git_path(self, name: str) -> Path | None:
+        """Where git keeps *name* (``info/exclude``), absolute; None outside a repository."""
+        proc = self.run(["rev-parse", "--path-format=absolute", "--git-path", name], check=False)
+        return Path(proc.stdout.decode("utf-8", "surrogateescape").strip()) if proc.returncode == 0 else None
+
+    def is_ignored(self, path: str, *, no_index: bool = False) -> bool:
+        """git's ignore rules apply to *path*; *no_index*: also where it is tracked."""
+        return self.ok(["check-ignore", *(["--no-index"] if no_index else []), "-q", "--", path])
+
+    def worktrees(self, *, nul: bool = True) -> list[dict[str, str]]:
+        """``git worktree list --porcelain``: one record per worktree (``worktree``, ``HEAD``, ``branch``, ...; a bare word maps to '').
+
+        *nul*: read the ``-z`` form (git 2.36), where a path may hold a newline.
+        """
+        text = self.out(["worktree", "list", "--porcelain", *(["-z"] if nul else [])])
+        records: list[dict[str, str]] = []
+        for line in text.split("\0" if nul else "\n"):
+            key, _, value = line.partition(" ")
+            if key == "worktree":
+                records.append({})
+            if line and records:
+                records[-1][key] = value
+        return records
+
+    def worktree_add(self, path: str | os.PathLike[str], commit: str, *, hint: str = "") -> None:
+        """A detached worktree of *commit* at *path* (no branch is created or checked out)."""
+        self.run(["worktree", "add", "--detach", "--quiet", os.fspath(path), commit], hint=hint)
+
+    def worktree_remove(self, path: str | os.PathLike[str]) -> bool:
+        """Remove the worktree at *path*, changed or locked; False when git could not."""
+        return self.ok(["worktree", "remove", "--force", "--force", os.fspath(path)])
+
+    def worktree_prune(self) -> None:
+        """Forget worktrees whose folders are gone."""
+        self.run(["worktree", "prune"], check=False)
+
+
+def init_bare(path: str | os.PathLike[str]) -> Repo:
+    """A new bare repository at *path*."""
+    run(["init", "--quiet", "--bare", os.fspath(path)])
+    return Repo(path)
 
 
 def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:

@@ -35,6 +35,7 @@ from zmr.errors import ZmrError
 from zmr.new import template_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from zmr.project import Settings
     from zmr.transaction import Transaction
 
 IGNORED = ("work/", ".zmr/")
@@ -62,9 +63,8 @@ class InitResult:
 
 def repository_root(start: Path) -> Path:
     """The top level of the git repository *start* is in."""
-    proc = git.run(["rev-parse", "--show-toplevel"], cwd=start, check=False)
-    top = proc.stdout.decode("utf-8", "surrogateescape").strip()
-    if proc.returncode != 0 or not top:
+    top = git.Repo.at(start).toplevel()
+    if top is None:
         raise ZmrError(
             f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"]
         )
@@ -109,7 +109,7 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         settings = current
     else:
         if url is None:
-            origin = git.run(["config", "--get", "remote.origin.url"], cwd=root, check=False).stdout.decode("utf-8", "replace")
+            origin = git.Repo.at(root).config_get("remote.origin.url") or ""
             url = github_page(origin)
         text = settings_text(Settings(name or DEFAULT_RELEASE_NAME, email or DEFAULT_RELEASE_EMAIL, url))
         with tempfile.TemporaryDirectory(prefix="zmr-init-") as tmp:
@@ -156,7 +156,7 @@ def zmr_requirement() -> str:
     return f"zmr @ git+{ZMR_SOURCE}@v{__version__}"
 
 
-def settings_text(settings) -> str:
+def settings_text(settings: Settings) -> str:
     from zmr.new import _yaml_str
 
     lines = [
@@ -180,7 +180,8 @@ def _create(txn: Transaction, rel: str, text: str, result: InitResult) -> None:
 
 def _ignore(root: Path, txn: Transaction, result: InitResult) -> None:
     """Append the ignore lines git does not already apply (asked with check-ignore, so any existing rule counts)."""
-    missing = [entry for entry in IGNORED if not git.ok(["check-ignore", "--no-index", "-q", f"{entry}zmr-probe"], cwd=root)]
+    repo = git.Repo.at(root)
+    missing = [entry for entry in IGNORED if not repo.is_ignored(f"{entry}zmr-probe", no_index=True)]
     if not missing:
         return
     path = root / ".gitignore"

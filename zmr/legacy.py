@@ -60,7 +60,7 @@ def migrate(project: Project) -> list[str]:
         return [f"{head} (the git directory is not writable: nothing migrated)"]
     if legacy.is_symlink() or not legacy.is_dir():
         return [f"{head} ({shown} is not a real folder: nothing migrated); delete it"]
-    tracked = git.run(["ls-files", "-z", "--", legacy.name], cwd=project.root, check=False)
+    tracked = git.Repo.at(project.root).ls_files(["-z"], [legacy.name], check=False)
     if tracked.returncode != 0 or tracked.stdout:
         return [f"{head} ({shown} is tracked by git, so a commit may have put it there: nothing migrated); delete it"]
     try:

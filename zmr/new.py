@@ -108,8 +108,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
         try:
             if _SHORT_ID_RE.match(c.commit):
                 repo = upstream.ensure_history().repo
-                out = repo.run(["rev-parse", f"--disambiguate={c.commit.lower()}"], check=False).stdout.decode().split()
-                found = [oid for oid in out if repo.has_object(oid, "commit")]
+                found = [oid for oid in repo.commits_with_prefix(c.commit.lower()) if repo.has_object(oid, "commit")]
                 if len(found) != 1:
                     what = "no commit" if not found else f"{len(found)} commits"
                     raise ZmrError(f"--component {c.spec!r}: {c.commit!r} names {what} in {c.upstream}", details=[where])

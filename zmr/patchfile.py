@@ -44,6 +44,7 @@ import datetime
 import email.header
 import email.utils
 import re
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -202,14 +203,14 @@ def patch_name(position: int, subject: str) -> str:
 
 def commit_diff(repo: git.Repo, parent: str, commit: str) -> bytes:
     """The canonical diff of *commit* against *parent* (trees or commits)."""
-    return repo.run(diff_tree_args(parent, commit)).stdout
+    return diff_tree(repo, parent, commit).stdout
 
 
 def commit_diffs(repo: git.Repo, commits: Sequence[str]) -> dict[str, bytes]:
     """``commit_diff`` of each commit against its only parent, from one ``git diff-tree --stdin``."""
     if not commits:
         return {}
-    out = repo.run(diff_tree_args("--stdin", "--always"), input=("\n".join(commits) + "\n").encode()).stdout
+    out = diff_tree(repo, "--stdin", "--always", input=("\n".join(commits) + "\n").encode()).stdout
     diffs: dict[str, bytes] = {}
     pos = 0
     for i, commit in enumerate(commits):
@@ -227,9 +228,9 @@ def commit_diffs(repo: git.Repo, commits: Sequence[str]) -> dict[str, bytes]:
     return diffs
 
 
-def diff_tree_args(*rest: str) -> list[str]:
+def diff_tree(repo: git.Repo, *rest: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """``git diff-tree`` with the canonical options (and config overrides) and *rest*."""
-    return [*DIFF_CONFIG, "diff-tree", *DIFF_OPTIONS, *rest]
+    return repo.diff_tree([*DIFF_OPTIONS, *rest], options=DIFF_CONFIG, input=input)
 
 
 def format_mail(meta: CommitMeta, diff: bytes) -> bytes:

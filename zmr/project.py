@@ -83,10 +83,9 @@ class Project:
                 return cls(candidate, load_settings(candidate), policy)
             if explicit:
                 break
-        top = git.run(["rev-parse", "--show-toplevel"], cwd=here, check=False) if here.is_dir() and not explicit else None
-        if top is not None and top.returncode == 0:
+        root = git.Repo.at(here).toplevel() if here.is_dir() and not explicit else None
+        if root is not None:
             # A git repository that is no zmr project yet: a fresh clone of hand-made branches, or a new one.
-            root = top.stdout.decode("utf-8", "surrogateescape").strip()
             raise ZmrError(
                 f"{root}: not a zmr project yet (no manifests/ folder or {SETTINGS_FILE})",
                 details=[
@@ -154,12 +153,12 @@ class Project:
 
         Idempotent; a ``.gitignore`` (tracked or not) is never touched.
         """
-        if git.run(["check-ignore", "-q", "--", "work/"], cwd=self.root, check=False).returncode == 0:
+        repo = git.Repo.at(self.root)
+        if repo.is_ignored("work/"):
             return
-        proc = git.run(["rev-parse", "--path-format=absolute", "--git-path", "info/exclude"], cwd=self.root, check=False)
-        if proc.returncode != 0:
+        path = repo.git_path("info/exclude")
+        if path is None:
             return
-        path = Path(proc.stdout.decode("utf-8", "surrogateescape").strip())
         old = path.read_bytes() if path.is_file() else b""
         if b"/work/" in old.split(b"\n"):
             return
@@ -208,13 +207,13 @@ class Project:
 
 def _state_dir_of(root: Path) -> Path:
     """``zmr/`` in the git directory of the work tree at *root*; an error when there is no git repository or it is not a real folder."""
-    proc = git.run(["rev-parse", "--path-format=absolute", "--git-dir"], cwd=root, check=False) if root.is_dir() else None
-    if proc is None or proc.returncode != 0:
+    git_dir = git.Repo.at(root).absolute_git_dir() if root.is_dir() else None
+    if git_dir is None:
         raise ZmrError(
             f"{root}: not a git repository; zmr keeps its working state (checkouts, rebases, the export journal, smoke logs) in the git directory",
             details=[f"run `git init` in {root} first"],
         )
-    state = Path(proc.stdout.decode("utf-8", "surrogateescape").strip()) / STATE_DIR
+    state = git_dir / STATE_DIR
     if state.is_symlink() or (state.exists() and not state.is_dir()):
         raise ZmrError(f"{state}: is not a folder (a symbolic link?); zmr keeps its working state there", details=[f"remove {state}, then run again"])
     return state
@@ -224,9 +223,8 @@ def _checkout_owner(path: Path) -> Path | None:
     """The repository of the checkout *path* lies in: ``zmr checkout`` records it as ``zmr.project`` in the checkout's git config."""
     if not path.is_dir():
         return None
-    proc = git.run(["config", "--local", "--get", "zmr.project"], cwd=path, check=False)
-    root = proc.stdout.decode("utf-8", "surrogateescape").strip()
-    if proc.returncode == 0 and root and (Path(root) / "manifests").is_dir():
+    root = (git.Repo.at(path).config_get("zmr.project", local=True) or "").strip()
+    if root and (Path(root) / "manifests").is_dir():
         return Path(root)
     return None
 

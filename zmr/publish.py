@@ -228,8 +228,7 @@ def _check_foreign(repo: git.Repo, remote: str, plan: Sequence[BranchPush], repl
 
 def fetch_refspecs(repo: git.Repo, remote: str) -> list[tuple[str, str]]:
     """(src, dst) of ``remote.<remote>.fetch``; empty for a URL or an unknown remote."""
-    proc = repo.run(["config", "--get-all", f"remote.{remote}.fetch"], check=False)
-    specs = proc.stdout.decode("utf-8", "replace").split() if proc.returncode == 0 else []
+    specs = [spec for value in repo.config_get_all(f"remote.{remote}.fetch") for spec in value.split()]
     return [tuple(spec.lstrip("+").split(":", 1)) for spec in specs if ":" in spec and not spec.startswith("^")]  # type: ignore[misc]
 
 
@@ -260,7 +259,7 @@ def _not_a_release(repo: git.Repo, remote: str, item: BranchPush) -> str:
 
 
 def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
-    args = ["push", "--atomic", "--porcelain", "--no-verify", "--no-recurse-submodules"]
+    args = ["--atomic", "--porcelain", "--no-verify", "--no-recurse-submodules"]
     for item in plan:
         args.append(f"--force-with-lease={item.ref}:{item.old or ''}")
     keeps = [item for item in plan if item.keep]
@@ -268,7 +267,7 @@ def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
     args += ["--end-of-options", remote]
     args += [f"{item.new}:{item.ref}" for item in plan]
     args += [f"{item.old}:{item.keep}" for item in keeps]
-    proc = repo.run(args, check=False, transport=True)
+    proc = repo.push(args)
     out = proc.stdout.decode("utf-8", "replace")
     err = proc.stderr.decode("utf-8", "replace")
     statuses: dict[str, tuple[str, str]] = {}

@@ -458,7 +458,7 @@ def _start(
     if new == old:
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if warn is not None and repo.is_ancestor(new, old):
-        behind = repo.out(["rev-list", "--count", old, "--not", new])
+        behind = repo.count(old, exclude=[new])
         warn(f"{component.label}: {rev} ({new[:12]}) is an ancestor of the pin {old[:12]}: this moves the pin back {behind} commits (a downgrade)")
     if progress:
         progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
@@ -487,7 +487,7 @@ def _start(
         old_chain=old_chain,
         names=[p.name for p in series.patches],
         subjects=[p.subject for p in series.patches],
-        upstream_count=int(repo.out(["rev-list", "--count", new, "--not", old])),
+        upstream_count=repo.count(new, exclude=[old]),
         phase="finalize",
         path="fast",
         dropped=memory.dropped,
@@ -507,7 +507,7 @@ def _start(
 def _pin_only(project: Project, component: Component, repo: git.Repo, series: Series, old: str, new: str, rev: str) -> Outcome:
     transaction.finish_interrupted(project, _transaction_name(component))
     _write_result(project, component, old, new, None, _header_with_pin(_series_bytes(series.folder), old, new))
-    count = int(repo.out(["rev-list", "--count", new, "--not", old]))
+    count = repo.count(new, exclude=[old])
     kept = [(p.name, p.subject, "") for p in series.patches]
     return Outcome(component, old, new, rev, component.upstream, count, kept=kept, path="pin-only")
 

@@ -48,22 +48,25 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal
 
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.manifest import Component
-from zmr.patchfile import CommitMeta, diff_tree_args
+from zmr.patchfile import CommitMeta, diff_tree
 from zmr.series import Patch
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11
+    from typing_extensions import Self
 
 
 class ApplyError(ZmrError):
     """A patch of the series does not apply to the pinned upstream tree."""
 
 
-def apply_args(strip: int) -> list[str]:
+def apply_options(strip: int) -> list[str]:
     # No fuzz (git apply never fuzzes), whitespace as written, no rename guessing.
-    return ["apply", "--cached", f"-p{strip}", "--whitespace=nowarn"]
+    return ["--cached", f"-p{strip}", "--whitespace=nowarn"]
 
 
 _FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
@@ -77,7 +80,7 @@ def apply_error(component: Component, patch: Patch, stderr: str, store: Path | N
     """
     reason = git.storage_problem(stderr)
     if reason:
-        return git.StorageError(apply_args(patch.strip), 1, b"", stderr.encode(), store or "the repository's object store", reason)
+        return git.StorageError(("apply", *apply_options(patch.strip)), 1, b"", stderr.encode(), store or "the repository's object store", reason)
     lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
     where = ""
     for line in lines:
@@ -126,21 +129,21 @@ class TempIndex:
         self.env = {"GIT_INDEX_FILE": os.path.join(self._tmp.name, "index")}
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
 
     def read_tree(self, tree: str) -> None:
-        self.repo.run(["read-tree", tree], env=self.env)
+        self.repo.read_tree(tree, env=self.env)
         self._oid_bytes = len(tree) // 2
 
     def read_paths(self, tree: str, paths: Sequence[str]) -> None:
         """Hold only *paths* of *tree* (a few entries instead of the whole tree: every git call is faster)."""
         self._oid_bytes = len(tree) // 2
         listing = self.repo.ls_tree_paths(tree, paths)
-        self.repo.run(["read-tree", "--empty"], env=self.env)
+        self.repo.read_tree(None, env=self.env)
         if listing:
-            self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
+            self.repo.update_index(listing, env=self.env)
 
     def hold(self, entries: dict[bytes, tuple[str, str]], oid_bytes: int = 20) -> None:
         """Hold exactly *entries* (path → (mode, object id)): what ``read_paths`` reads, from entries the caller already knows."""
@@ -149,11 +152,11 @@ class TempIndex:
             os.unlink(self.env["GIT_INDEX_FILE"])  # no index file reads as an empty index
         if entries:
             listing = b"".join(f"{mode} {'commit' if mode == '160000' else 'blob'} {oid}\t".encode() + path + b"\0" for path, (mode, oid) in entries.items())
-            self.repo.run(["update-index", "-z", "--index-info"], input=listing, env=self.env)
+            self.repo.update_index(listing, env=self.env)
 
     def write_tree(self, missing_ok: bool = False) -> str:
         """*missing_ok*: blobs may be absent (a partial mirror); a tree id does not depend on them being present."""
-        return self.repo.out(["write-tree", *(["--missing-ok"] if missing_ok else [])], env=self.env)
+        return self.repo.write_tree(missing_ok=missing_ok, env=self.env)
 
     def entries(self) -> dict[bytes, tuple[str, str]]:
         """path → (mode, object id) of every entry; read from the file, or from git when zmr cannot read it."""
@@ -163,7 +166,7 @@ class TempIndex:
         try:
             return git.index_entries(path, self._oid_bytes)
         except ValueError:
-            listing = self.repo.run(["ls-files", "-s", "-z"], env=self.env).stdout
+            listing = self.repo.ls_files(["-s", "-z"], env=self.env).stdout
             result = {}
             for item in listing.split(b"\0"):
                 if item:
@@ -180,12 +183,12 @@ class TempIndex:
         same as one process, as git applies the files one after the other. A
         batch that fails puts the index back as it was before the first.
         """
-        args = apply_args(patches[0].strip)
+        args = apply_options(patches[0].strip)
         if verbose:
             args.append("--verbose")
         batches = git.argument_batches([str(p.path) for p in patches])
         if len(batches) == 1:
-            return self.repo.run([*args, *batches[0]], env=self.env, check=False)
+            return self.repo.apply(args, batches[0], env=self.env)
         index_file = self.env["GIT_INDEX_FILE"]
         saved = index_file + ".before"
         had_index = os.path.exists(index_file)
@@ -194,7 +197,7 @@ class TempIndex:
         stdout, stderr = bytearray(), bytearray()
         try:
             for batch in batches:
-                proc = self.repo.run([*args, *batch], env=self.env, check=False)
+                proc = self.repo.apply(args, batch, env=self.env)
                 stdout += proc.stdout
                 stderr += proc.stderr
                 if proc.returncode != 0:
@@ -211,14 +214,14 @@ class TempIndex:
 
     def apply(self, patch: Patch, *, reverse: bool = False, check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess[bytes]:
         """``git apply --cached`` (no fuzz, whitespace as written); all or nothing."""
-        args = apply_args(patch.strip)
+        args = apply_options(patch.strip)
         if reverse:
             args.append("--reverse")
         if check:
             args.append("--check")
         if verbose:
             args.append("--verbose")
-        return self.repo.run(args, input=patch.data, env=self.env, check=False)
+        return self.repo.apply(args, input=patch.data, env=self.env)
 
 
 def paths_fit(repo: git.Repo, commit: str, paths: Sequence[str]) -> bool:
@@ -405,7 +408,7 @@ class Replayer:
             self._go_full()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._index.__exit__(*exc)
 
     @property
@@ -643,7 +646,7 @@ def _numstat_batch(repo: git.Repo, group: Sequence[int], patches: Sequence[Patch
     """Add to *found* the paths of the patches at *group* (one -p level), each followed by the marker patch; False when git cannot tell."""
     args = [arg for k in group for arg in (str(patches[k].path), marker_file)]
     for direction in ([], ["--reverse"]):
-        proc = repo.run(["apply", "--numstat", "-z", *direction, f"-p{strip}", "--", *args], check=False)
+        proc = repo.apply(["--numstat", "-z", *direction, f"-p{strip}", "--"], args)
         paths = _numstat_paths(proc.stdout) if proc.returncode == 0 else None
         if paths is None:
             return False
@@ -719,7 +722,7 @@ def build_chain(
                 raise apply_error(dataclasses.replace(component, commit=base), step.patch, step.error)
             if progress:
                 progress(f"{component.label}: patch {step.index + 1} of {len(patches)} ({step.patch.name})")
-        repo.run(["update-ref", _chain_ref(base, patches), replay.tip])
+        repo.update_ref(_chain_ref(base, patches), replay.tip)
         return list(replay.commits)
 
 
@@ -780,10 +783,10 @@ def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Se
         index.read_tree(tree)
         for j in range(start, len(patches)):
             old = old_chain[j]
-            diff = repo.run(diff_tree_args(f"{old}^", old)).stdout
-            proc = repo.run([*apply_args(1), "--3way"], input=diff, env=index.env, check=False)
+            diff = diff_tree(repo, f"{old}^", old).stdout
+            proc = repo.apply([*apply_options(1), "--3way"], input=diff, env=index.env)
             if proc.returncode != 0:
-                unmerged = repo.run(["ls-files", "-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
+                unmerged = repo.ls_files(["-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
                 picks.conflict = j
                 picks.files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
                 return picks
@@ -805,8 +808,8 @@ def patch_ids(repo: git.Repo, commits: Sequence[str]) -> dict[str, str]:
     """``git patch-id --stable`` of each commit's diff: commit → patch id."""
     if not commits:
         return {}
-    diff = repo.run(diff_tree_args("--stdin"), input=("\n".join(commits) + "\n").encode()).stdout
-    out = repo.run(["patch-id", "--stable"], input=diff).stdout.decode()
+    diff = diff_tree(repo, "--stdin", input=("\n".join(commits) + "\n").encode()).stdout
+    out = repo.patch_ids(diff)
     result = {}
     for line in out.splitlines():
         pid, _, commit = line.partition(" ")
@@ -827,14 +830,14 @@ def chain_patch_ids(repo: git.Repo, chain: Sequence[str]) -> dict[str, str]:
     if not chain:
         return {}
     ref = PATCH_IDS_PREFIX + chain[-1]
-    proc = repo.run(["cat-file", "blob", ref], check=False)
-    if proc.returncode == 0:
-        kept = dict(line.split(" ", 1) for line in proc.stdout.decode("ascii", "replace").splitlines() if line.count(" ") == 1)
+    data = repo.read_blob(ref)
+    if data is not None:
+        kept = dict(line.split(" ", 1) for line in data.decode("ascii", "replace").splitlines() if line.count(" ") == 1)
         if set(kept) == set(chain) and all(pid == "-" or git.FULL_OID_RE.fullmatch(pid) for pid in kept.values()):
             return {c: pid for c, pid in kept.items() if pid != "-"}  # "-": the commit changes nothing
     ids = patch_ids(repo, chain)
-    blob = repo.out(["hash-object", "-w", "--stdin"], input="".join(f"{c} {ids.get(c, '-')}\n" for c in chain).encode())
-    repo.run(["update-ref", ref, blob])
+    blob = repo.hash_blob("".join(f"{c} {ids.get(c, '-')}\n" for c in chain).encode())
+    repo.update_ref(ref, blob)
     return ids
 
 
@@ -845,7 +848,7 @@ def files_unchanged(repo: git.Repo, old: str, new: str, paths: Sequence[str]) ->
     (a file *new* puts where the series puts a folder is the one way it could not).
     """
     for batch in git.argument_batches(paths):
-        if repo.run(["--literal-pathspecs", "diff-tree", "--quiet", "-r", old, new, "--", *batch], check=False).returncode != 0:
+        if repo.diff_tree(["--quiet", "-r", old, new, "--", *batch], options=["--literal-pathspecs"], check=False).returncode != 0:
             return False
     return paths_fit(repo, new, paths)
 

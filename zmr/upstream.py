@@ -66,7 +66,7 @@ def resolve_rev(upstream: Upstream, rev: str) -> tuple[git.Repo, str]:
     if _ABBREV_RE.fullmatch(name):
         repo = upstream.ensure_history().repo
         oid = repo.resolve(name)
-        if oid is not None and not repo.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", oid, *COMPLETE_REFS]):
+        if oid is not None and not repo.first_ref_containing(oid, COMPLETE_REFS):
             oid = None  # a commit zmr made, not upstream's
         if oid is None:
             raise UpstreamError(f"{upstream.display}: no upstream commit {name!r}", details=["give a full commit id, a tag or a branch of the upstream"])
@@ -88,7 +88,7 @@ def resolve_rev(upstream: Upstream, rev: str) -> tuple[git.Repo, str]:
 def first_parent_line(repo: git.Repo, pin: str, tip: str) -> list[str]:
     """The commits from the pin (excluded) to *tip* along first parents, oldest first, that descend from the pin."""
     line = repo.rev_list(["--first-parent", "--reverse", tip, "--not", pin])
-    if not line or repo.out(["rev-parse", f"{line[0]}^"]) == pin:
+    if not line or repo.parent(line[0]) == pin:
         return line  # the line starts at the pin: every commit on it descends from it
     # The pin came in through a merge: first-parent commits older than that merge do not descend from it.
     descendants = set(repo.rev_list(["--ancestry-path", tip, "--not", pin]))
@@ -339,12 +339,12 @@ _RANGE_HEAD_RE = re.compile(r"^\s*(?:-|\d+):\s+(?:-+|[0-9a-f]+) [<>=!] \s*(?:-|\
 
 def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
     """``git range-diff`` old series vs new series: new commit → its block of the output."""
-    proc = repo.run(["range-diff", "--no-color", f"{old_base}..{old_tip}", f"{new_base}..{new_tip}"], check=False)
-    if proc.returncode != 0:
+    text = repo.range_diff(f"{old_base}..{old_tip}", f"{new_base}..{new_tip}")
+    if text is None:
         return {}
     blocks: dict[str, str] = {}
     current = None
-    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         match = _RANGE_HEAD_RE.match(line)
         if match:
             current = match.group(1) if not match.group(1).startswith("-") else None

@@ -79,10 +79,10 @@ class _Refused(Exception):
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses aliases and anchors while composing (no YAML bombs)."""
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
-            raise _Refused(event.start_mark.line + 1, f"alias *{event.anchor} is not allowed", "write the value out in full")
+            raise _Refused(event.start_mark.line + 1 if event.start_mark else 0, f"alias *{event.anchor} is not allowed", "write the value out in full")
         if getattr(event, "anchor", None) is not None:
             raise _Refused(event.start_mark.line + 1, f"anchor &{event.anchor} is not allowed", "write the value out in full")
         return super().compose_node(parent, index)

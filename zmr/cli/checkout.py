@@ -4,12 +4,16 @@ The work is `zmr.checkout`.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import Progress, print_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.manifest import Component
+    from zmr.project import Project
 
 
 def checkout(
@@ -55,7 +59,7 @@ def checkout(
         print("change the series with git there (git log zmr/base.. shows it), then run `zmr export " + model + "`")
 
 
-def _merge(project, targets, directory: Path | None, merge: bool, go_on: bool, abort: bool, json_out: bool) -> None:
+def _merge(project: "Project", targets: "list[Component]", directory: Path | None, merge: bool, go_on: bool, abort: bool, json_out: bool) -> None:
     """`zmr checkout --merge | --continue | --abort` for one component."""
     import zmr.checkout
     from zmr.cache import Cache

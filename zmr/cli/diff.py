@@ -4,12 +4,15 @@ The work is `zmr.diff`.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
 from zmr.cli.render import Progress, print_json, warn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.diff import DiffReport
 
 Arguments = Annotated[
     list[str] | None,
@@ -61,7 +64,7 @@ def diff(
         raise CheckFailed(f"{len(report.changed)} of {len(report.components)} components change")
 
 
-def _print(report) -> None:
+def _print(report: "DiffReport") -> None:
     head = report.head[:12] if report.head else "working tree"
     print(f"base {report.base[:12]} ({report.base_rev}), head {head}")
     for c in report.components:

@@ -3,12 +3,15 @@
 The work is `zmr.publish`.
 """
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import All, Json, Models, find_project
 from zmr.cli.render import Progress, print_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.publish import BranchPush
 
 
 def publish(
@@ -67,7 +70,7 @@ def publish(
         print(f"{remote} is up to date")
 
 
-def _kept(b, replace_foreign: bool, refused: bool) -> str:
+def _kept(b: "BranchPush", replace_foreign: bool, refused: bool) -> str:
     """Where a replaced branch's old tip is kept on the remote (a refused publish never got as far as asking)."""
     if b.keep:
         return f"old tip kept as {b.keep}"

@@ -11,7 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11
+    from typing_extensions import Self
 
 # -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
 _verbosity = 0
@@ -128,7 +131,7 @@ class Progress:
         else:
             print(message, file=sys.stderr, flush=True)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._held is not None:
             print(self._held, file=sys.stderr, flush=True)
             self._held = None

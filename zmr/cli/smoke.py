@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,8 @@ from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self  # typing.Self is Python 3.11
+
     from zmr.smoke.runner import Job, Report, Result
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
@@ -163,7 +165,7 @@ class _View:
         self._status = "preparing"
         self._live: Any = None  # a rich Live while drawing on a terminal
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> "Self":
         if self.live_enabled:
             from rich.live import Live
 
@@ -171,7 +173,7 @@ class _View:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             with self._lock:
                 self._status = "interrupted" if exc and exc[0] is KeyboardInterrupt else "done"
@@ -196,7 +198,7 @@ class _View:
                 line += f": {result.message}"
             print(line, file=sys.stderr, flush=True)
 
-    def _render(self):
+    def _render(self) -> Any:
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text

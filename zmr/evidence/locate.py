@@ -272,7 +272,7 @@ def load_name_map(path: str | os.PathLike[str]) -> NameMap:
     if node is None:
         raise ZmrError(f"{display}: not a valid name map", details=[str(x) for x in problems.items])
 
-    def to_py(n):
+    def to_py(n: Any) -> Any:
         if isinstance(n, MappingNode):
             out = {}
             for k, v in n.value:
@@ -296,10 +296,10 @@ _OLD_SECTIONS = {"train": "trainer"}
 
 
 def _name_map_from(data: Any, display: str) -> NameMap:
-    def strip(value):  # YAML values come as (value, line)
+    def strip(value: Any) -> Any:  # YAML values come as (value, line)
         return value if not isinstance(value, tuple) else value[0]
 
-    def where(value):
+    def where(value: Any) -> str:
         return f"{display}:{value[1]}" if isinstance(value, tuple) else display
 
     if not isinstance(data, dict):
@@ -439,7 +439,7 @@ class LocateReport:
     def to_json(self) -> dict[str, Any]:
         from zmr import __version__
 
-        def num(x):
+        def num(x: Any) -> Any:
             if x is None:
                 return None
             if isinstance(x, float) and not math.isfinite(x):
@@ -657,7 +657,7 @@ def _row_index(records: list[Record]) -> tuple[dict[tuple[str, int], tuple[int, 
 # -- bits and values ---------------------------------------------------------------------
 
 
-def _rows_view(step: StepFile, info: TensorInfo, rowset_shape: tuple[int, ...]):
+def _rows_view(step: StepFile, info: TensorInfo, rowset_shape: tuple[int, ...]) -> Any:
     """The stored tensor as [rows, *per-row shape] bits."""
     arr = step.array(info.key)  # type: ignore[arg-type]
     n = math.prod(rowset_shape)
@@ -774,7 +774,7 @@ def _paired_groups(
     return groups
 
 
-def _compare_outputs(name: str, rrec: Record, trec: Record, r_rows, t_rows, result: OpResult, slots_seen: set[str]):
+def _compare_outputs(name: str, rrec: Record, trec: Record, r_rows: Any, t_rows: Any, result: OpResult, slots_seen: set[str]) -> Any:
     """Compare every output both records hold row-aligned: (rows that differ, each row's first difference, max |diff|)."""
     np = numpy()
     n = len(r_rows)
@@ -884,7 +884,7 @@ def _divergence(
     )
 
 
-def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
+def _inputs_equal(rrec: Record, trec: Record, r_rows: Any, t_rows: Any) -> Any:
     """Per paired row: all comparable inputs equal; any input comparable; and per-input checkers."""
     np = numpy()
     n = len(r_rows)
@@ -921,7 +921,7 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
             with np.errstate(invalid="ignore", over="ignore"):
                 d = np.abs(av - bv)
 
-            def check(row, short=short, row_eq=row_eq, d=d, neq=neq):
+            def check(row: int, short: str = short, row_eq: Any = row_eq, d: Any = d, neq: Any = neq) -> InputCheck:
                 if row_eq[row]:
                     return InputCheck(short, "equal", "row")
                 dd = d[row][neq[row] & np.isfinite(d[row])]

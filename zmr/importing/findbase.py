@@ -58,7 +58,7 @@ class BaseSearch:
 
 def find_base(repo: git.Repo, tree: str, refs: Sequence[str] = HISTORY_GLOBS) -> BaseSearch:
     """Every commit on the first-parent lines of *refs* in *repo*, by its distance to *tree*."""
-    listing = repo.out(["log", "--first-parent", "--topo-order", "--format=%H %T %ct %P", *refs])
+    listing = repo.first_parent_log(refs, "%H %T %ct %P")
     order: list[str] = []
     tree_of: dict[str, str] = {}
     stamps: dict[str, int] = {}
@@ -142,7 +142,7 @@ def tree_distances(repo: git.Repo, trees: Sequence[str], target: str) -> list[in
         raise ValueError(f"tree {target} is not in {repo.git_dir}")  # diff-tree --stdin would say nothing
     unique = list(dict.fromkeys(trees))
     stdin = "".join(f"{t} {target}\n" for t in unique).encode()
-    out = repo.run(["diff-tree", "--stdin", "-r", "--name-only", "-z", "--no-renames"], input=stdin).stdout
+    out = repo.diff_tree(["--stdin", "-r", "--name-only", "-z", "--no-renames"], input=stdin).stdout
     counts: dict[str, int] = {}
     pos = 0
     for index, tree in enumerate(unique):

@@ -224,9 +224,8 @@ def _upstream_options(values: str | Sequence[str] | None) -> dict[str, str]:
 
 
 def _remote_url(repo: git.Repo, remote: str) -> str:
-    proc = repo.run(["config", "--get", f"remote.{remote}.url"], check=False)
-    url = proc.stdout.decode("utf-8", "surrogateescape").strip()
-    if proc.returncode == 0 and url:
+    url = (repo.config_get(f"remote.{remote}.url") or "").strip()
+    if url:
         return url
     if os.path.exists(remote):
         return os.path.abspath(remote)
@@ -249,7 +248,7 @@ def _manifest_urls(project: Project) -> dict[str, list[str]]:
 def _read_branch(run: _Run, name: str) -> Imported:
     repo = run.repo
     short, ref, tip = _resolve(repo, name, run.remote, run.remote_url)
-    count = int(repo.out(["rev-list", "--count", f"--max-count={MAX_COMMITS + 1}", tip]))
+    count = repo.count(tip, max_count=MAX_COMMITS + 1)
     if count > MAX_COMMITS:
         raise ImportBranchError(
             f"{name}: has more than {MAX_COMMITS} commits; not a release branch", details=["import branches in the two-commit or snapshot layout"]
@@ -394,8 +393,7 @@ def _look_up(run: _Run, url: str, commit: str) -> tuple[list[tuple[str, Mirror]]
         mirror = _history(run, upstream)
     except CacheError as err:
         return [], f"cannot fetch ({err.message})"
-    proc = mirror.repo.run(["rev-parse", f"--disambiguate={commit}"], check=False)
-    found = [oid for oid in proc.stdout.decode().split() if mirror.repo.has_object(oid, "commit")]
+    found = [oid for oid in mirror.repo.commits_with_prefix(commit) if mirror.repo.has_object(oid, "commit")]
     return ([(oid, mirror) for oid in found], "" if found else "no commit with this abbreviated id")
 
 
@@ -505,7 +503,7 @@ def _resolve(repo: git.Repo, name: str, remote: str | None, remote_url: str | No
         if not repo.has_object(oid, "commit"):
             repo.fetch(remote_url or remote, [ref])
         return short, ref, oid
-    full = repo.out(["rev-parse", "--symbolic-full-name", "--end-of-options", name], check=False) if not name.startswith("refs/") else name
+    full = repo.symbolic_full_name(name) if not name.startswith("refs/") else name
     if not full.startswith("refs/"):
         full = f"refs/heads/{name}"
     oid = repo.resolve(full)

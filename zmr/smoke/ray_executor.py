@@ -45,9 +45,9 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr.errors import ZmrError
 from zmr.smoke.procgroup import ERROR, kill_grace, run_command
@@ -64,7 +64,7 @@ TASK_PREFIX = "zmr-smoke-task-"
 _WORKER_DIED = ("WorkerCrashedError", "ActorDiedError", "NodeDiedError", "ActorUnavailableError", "LocalRayletDiedError")
 
 
-def import_ray():
+def import_ray() -> Any:
     """The ``ray`` module, or exit 2 saying how to install it."""
     try:
         import ray
@@ -92,9 +92,9 @@ class RayExecutor:
         num_cpus: int | None = None,
         shared_dir: Path | None = None,
         jobs: int | None = None,
-        progress=None,
+        progress: Callable[[str], None] | None = None,
         grace: float | None = None,
-    ):
+    ) -> None:
         if address is not None and num_cpus is not None:
             raise ZmrError("--ray-cpus sizes a local Ray instance; it cannot be used with --ray-address")
         self.project = project
@@ -128,7 +128,7 @@ class RayExecutor:
             trees.close()
 
     # staging ------------------------------------------------------------------------------
-    def _stage(self, jobs: Sequence[Job], trees, staging: Path) -> dict:
+    def _stage(self, jobs: Sequence[Job], trees: Worktrees, staging: Path) -> dict:
         repo_needed = any(job.component is None for job in jobs)
         if repo_needed:
             self.progress("copying the repository for model-level tests")
@@ -144,7 +144,7 @@ class RayExecutor:
                     made[ident] = rel
         return {"repo": "repo" if repo_needed else None, "trees": made}
 
-    def _connect(self, ray, staging: Path) -> None:
+    def _connect(self, ray: Any, staging: Path) -> None:
         import zmr
 
         runtime_env: dict = {"py_modules": [os.path.dirname(os.path.abspath(zmr.__file__))], "excludes": [".git", "__pycache__"]}
@@ -189,7 +189,7 @@ class RayExecutor:
                 os.environ["RAY_RUNTIME_ENV_IGNORE_GITIGNORE"] = previous
 
     # scheduling ---------------------------------------------------------------------------
-    def _run(self, ray, jobs, layout, staging: Path, artifacts: Mapping[str, Path], events) -> list[Result]:
+    def _run(self, ray: Any, jobs: Sequence[Job], layout: dict, staging: Path, artifacts: Mapping[str, Path], events: Events) -> list[Result]:
         task = ray.remote(max_retries=0)(remote_entry)
         cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
         results: list = [None] * len(jobs)
@@ -240,7 +240,7 @@ class RayExecutor:
             raise
         return [r if r is not None else Result(jobs[i], ERROR, None, iso(time.time()), 0.0, "not run", self.name) for i, r in enumerate(results)]
 
-    def _collect(self, ray, ref, job: Job, submitted: float, folder: Path) -> Result:
+    def _collect(self, ray: Any, ref: Any, job: Job, submitted: float, folder: Path) -> Result:
         try:
             value = ray.get(ref)
         except ray.exceptions.RayError as exc:
@@ -339,7 +339,7 @@ def staged_size(folder: Path) -> int:
 
 def copy_repository(project: Project, target: Path, skip: Path | None = None) -> None:
     """The repository's files as the user sees them (tracked and untracked, not ignored), without .git."""
-    text = project.repo.out(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    text = project.repo.ls_files(["-z", "--cached", "--others", "--exclude-standard"]).stdout.decode("utf-8", "surrogateescape")
     root = project.root
     skip_rel = None
     if skip is not None:

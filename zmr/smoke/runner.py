@@ -66,7 +66,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.git import Progress
@@ -76,6 +76,7 @@ from zmr.smoke.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_g
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
+    from zmr.cache import Cache
     from zmr.manifest import Component, Manifest, SmokeTest
     from zmr.project import Project
 
@@ -320,7 +321,7 @@ def select(manifests: Sequence[Manifest], components: Sequence[str] | None = Non
 
 
 def prepare(
-    project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache=None, progress: Progress | None = None
+    project: Project, manifests: Sequence[Manifest], jobs: Sequence[Job], *, build: bool = True, cache: Cache | None = None, progress: Progress | None = None
 ) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
@@ -379,16 +380,15 @@ def prepare(
 
 def _worktree_add(repo: git.Repo, path: Path, commit: str) -> None:
     # --detach: no branch is created or checked out; the tree is the commit's.
-    repo.run(["worktree", "add", "--detach", "--quiet", str(path), commit], hint="the tree of a smoke test could not be created")
+    repo.worktree_add(path, commit, hint="the tree of a smoke test could not be created")
 
 
 def _worktree_remove(repo: git.Repo, path: Path) -> bool:
-    return repo.ok(["worktree", "remove", "--force", "--force", str(path)])
+    return repo.worktree_remove(path)
 
 
 def _worktree_paths(repo: git.Repo) -> list[Path]:
-    text = repo.out(["worktree", "list", "--porcelain", "-z"])
-    return [Path(item[len("worktree ") :]) for item in text.split("\0") if item.startswith("worktree ")]
+    return [Path(tree["worktree"]) for tree in repo.worktrees()]
 
 
 class Worktrees:
@@ -427,7 +427,7 @@ class Worktrees:
         _rmtree(self.root)
         # An entry whose add was interrupted half-way: its folder is gone now, prune it.
         if any(_is_within(p, r) for p in _worktree_paths(self.repo) for r in roots):
-            self.repo.run(["worktree", "prune"], check=False)
+            self.repo.worktree_prune()
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -439,7 +439,7 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _rmtree(path: Path) -> None:
-    def onerror(func, name, _exc):
+    def onerror(func: Callable[[str], object], name: str, _exc: object) -> None:
         # A test may leave read-only folders behind; make them writable and retry.
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(name), stat.S_IRWXU)
@@ -698,7 +698,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: object) -> NoReturn:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)

@@ -34,6 +34,9 @@ for several samples per prompt).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 ENV_SWITCHES = (
     # vLLM: numerics-relevant switches (batch invariance, attention backend, kernels, V1 engine layout)
     "VLLM_BATCH_INVARIANT",
@@ -76,7 +79,7 @@ _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "
 _RUNTIME_WORDS = ("IDENT", "SHM", "BUFFER_NAME", "PORT", "_IP", "RPC", "INSTANCE_ID", "MULTIPROC_METHOD")
 
 
-def env_switches(environ=None, prefixes: tuple[str, ...] = ("VLLM_",)) -> dict[str, str]:
+def env_switches(environ: Mapping[str, str] | None = None, prefixes: tuple[str, ...] = ("VLLM_",)) -> dict[str, str]:
     """The set variables of `ENV_SWITCHES` and any ``VLLM_*`` one, minus names that may hold secrets or addresses."""
     import os
 
@@ -90,7 +93,7 @@ def env_switches(environ=None, prefixes: tuple[str, ...] = ("VLLM_",)) -> dict[s
     return out
 
 
-def smoke_trees(environ=None) -> dict[str, str]:
+def smoke_trees(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{component: commit}`` of the release trees a ``zmr smoke`` test runs on (from ZMR_COMMIT_*), for provenance.trees."""
     import os
     import re
@@ -106,7 +109,7 @@ def smoke_trees(environ=None) -> dict[str, str]:
     return trees
 
 
-def finish_provenance(prov: dict, *, batch_size=None, padding=None, extra=None) -> dict:
+def finish_provenance(prov: dict, *, batch_size: int | None = None, padding: str | None = None, extra: Mapping[str, Any] | None = None) -> dict:
     """The tail every adapter's provenance shares: batch size, padding, env switches, release trees, extras."""
     if batch_size is not None:
         prov["batch_size"] = int(batch_size)

@@ -288,7 +288,7 @@ class Logprob:
 class CompletionOutput:
     """Stand-in for ``vllm.outputs.CompletionOutput`` (the fields the adapter reads)."""
 
-    def __init__(self, index, text, token_ids, cumulative_logprob, logprobs, finish_reason):
+    def __init__(self, index: int, text: str, token_ids: Sequence[int], cumulative_logprob: float | None, logprobs: Any, finish_reason: str | None) -> None:
         self.index, self.text, self.token_ids = index, text, token_ids
         self.cumulative_logprob, self.logprobs, self.finish_reason = cumulative_logprob, logprobs, finish_reason
 
@@ -296,7 +296,15 @@ class CompletionOutput:
 class RequestOutput:
     """Stand-in for ``vllm.outputs.RequestOutput`` (the fields the adapter reads)."""
 
-    def __init__(self, request_id, prompt, prompt_token_ids, prompt_logprobs, outputs, finished=True):
+    def __init__(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: Sequence[int],
+        prompt_logprobs: Any,
+        outputs: Sequence[CompletionOutput],
+        finished: bool = True,
+    ) -> None:
         self.request_id, self.prompt, self.prompt_token_ids = request_id, prompt, prompt_token_ids
         self.prompt_logprobs, self.outputs, self.finished = prompt_logprobs, outputs, finished
 

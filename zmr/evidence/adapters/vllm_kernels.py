@@ -29,7 +29,7 @@ kernels (TorchTitan writes them). CPU only; needs vLLM installed.
 from __future__ import annotations
 
 from collections.abc import Sequence as _Seq
-from typing import Any
+from typing import Any, cast
 
 from zmr.evidence.adapters.common import as_sequences
 
@@ -53,17 +53,17 @@ def describe() -> dict[str, Any]:
 class _Linear:
     """A weight [N, K] (+ bias) with vLLM's CPU GEMM dispatch attached."""
 
-    def __init__(self, weight, bias=None):
+    def __init__(self, weight: Any, bias: Any = None) -> None:
         import torch
 
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
-        self.module = torch.nn.Module()
+        self.module: Any = cast(Any, torch.nn.Module())  # the GEMM dispatch adds attributes
         self.module.weight = torch.nn.Parameter(weight.detach().contiguous().clone(), requires_grad=False)
         self.module.bias = None if bias is None else torch.nn.Parameter(bias.detach().contiguous().clone(), requires_grad=False)
         dispatch_cpu_unquantized_gemm(self.module, remove_weight=False)
 
-    def __call__(self, x):
+    def __call__(self, x: Any) -> Any:
         return self.module.cpu_linear(x, self.module.weight, self.module.bias)
 
 
@@ -117,14 +117,14 @@ class _Model:
         self.isa = _get_attn_isa(self.dtype, self.block_size, self.D, "auto")
         self.scale = float(self.D**-0.5)
 
-    def rms(self, x, w, residual=None):
+    def rms(self, x: Any, w: Any, residual: Any = None) -> tuple[Any, Any]:
         from vllm import ir
 
         if residual is None:
             return ir.ops.rms_norm.impls["native"].impl_fn(x, w, self.eps, None), None
         return ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, residual, w, self.eps, None)
 
-    def attention(self, q, k, v, lengths):
+    def attention(self, q: Any, k: Any, v: Any, lengths: _Seq[int]) -> Any:
         import torch
 
         from vllm import _custom_ops as ops
@@ -181,7 +181,7 @@ class _Model:
         )
         return out.view(T, self.H * self.D)
 
-    def hidden(self, ids, positions, lengths):
+    def hidden(self, ids: Any, positions: Any, lengths: _Seq[int]) -> Any:
         import torch
 
         from vllm import _custom_ops as ops

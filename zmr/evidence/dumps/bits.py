@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import struct
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from zmr.errors import ZmrError
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 
-def numpy():
+def numpy() -> ModuleType:
     """The numpy module; a clear error where it is not installed (it is a dependency of zmr)."""
     try:
         import numpy as module
@@ -174,7 +175,7 @@ TENSOR_FLOATS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "
 _F8_TABLES: dict[str, Any] = {}
 
 
-def tensor_values(bits, dtype: str):
+def tensor_values(bits: Any, dtype: str) -> Any:
     """float64 values of bits of *dtype* (exact for every float type; integers converted)."""
     np = numpy()
     if dtype == "float64":
@@ -198,7 +199,7 @@ def tensor_values(bits, dtype: str):
     return bits.astype(np.float64)
 
 
-def _f8_table(dtype: str):
+def _f8_table(dtype: str) -> Any:
     np = numpy()
     exp_bits, man_bits, bias = (4, 3, 7) if dtype == "float8_e4m3fn" else (5, 2, 15)
     out = np.empty(256, dtype=np.float64)

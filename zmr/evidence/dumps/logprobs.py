@@ -76,7 +76,7 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -138,7 +138,7 @@ class Dump(Sequence):
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         return self.records[index]
 
     def __iter__(self) -> Iterator[DumpRecord]:
@@ -804,7 +804,7 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray], dtype: str, meta: dict[str
     return safetensors.encode(tensors, meta)
 
 
-def write_rendered(p: Path, write) -> None:
+def write_rendered(p: Path, write: Callable[[BinaryIO], object]) -> None:
     """Render with *write* (it gets a binary file object), then replace *p* whole."""
     directory = p.parent if str(p.parent) else Path(".")
     if not directory.is_dir():

@@ -145,7 +145,7 @@ def _flatten(obj: Any) -> Iterator[Any]:
         raise TypeError(type(obj).__name__)
 
 
-def _int_array(obj: Any, what: str):
+def _int_array(obj: Any, what: str) -> Any:
     np = numpy()
     try:
         arr = np.asarray(_to_list(obj))
@@ -254,7 +254,7 @@ class Recorder:
             _ACTIVE.append(self)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         with _LOCK:
             if self._step is not None:
                 self._finish(write=exc[0] is None)
@@ -489,7 +489,7 @@ def _wrap(func: Callable, record_name: str) -> Callable:
     except (TypeError, ValueError):
         signature = None
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         rec = active()
         if rec is None or rec._step is None:
             return func(*args, **kwargs)
@@ -557,7 +557,7 @@ def hook_modules(
     pending: dict[int, list[tuple[Any, str, int, dict]]] = {}
     signatures: dict[int, inspect.Signature | None] = {}
 
-    def pre_hook(module, args, kwargs, *, _name):
+    def pre_hook(module: Any, args: Any, kwargs: Any, *, _name: str) -> None:
         rec = active()
         if rec is None or rec._step is None:
             return None
@@ -578,7 +578,7 @@ def hook_modules(
             pending.setdefault(id(module), []).append((step, step.call_name(_name), rowset, {"captured": captured, "rec": rec}))
         return None
 
-    def post_hook(module, args, kwargs, output, *, _name):
+    def post_hook(module: Any, args: Any, kwargs: Any, output: Any, *, _name: str) -> None:
         stack = pending.get(id(module))
         if not stack:
             return None
@@ -607,7 +607,7 @@ def hook_modules(
 
 
 def _bind(hook: Callable, name: str) -> Callable:
-    def bound(*args):
+    def bound(*args: Any) -> Any:
         return hook(*args, _name=name)
 
     return bound

@@ -73,7 +73,7 @@ class StepFile:
     _entries: dict[str, tuple[str, tuple[int, ...], int, int]] = field(default_factory=dict)
     _keys: dict[int, list[tuple[str, int] | None]] = field(default_factory=dict)
 
-    def array(self, key: str):
+    def array(self, key: str) -> Any:
         """The stored tensor *key* as an array of its bits (unsigned ints of the element's width)."""
         np = numpy()
         code, shape, begin, end = self._entries[key]
@@ -93,7 +93,7 @@ class StepFile:
             self._keys[rowset] = cached
         return cached
 
-    def row_tokens(self, rowset: int):
+    def row_tokens(self, rowset: int) -> Any:
         return self.array(f"rows.{rowset}.tok").reshape(-1).view("<i8")
 
 

@@ -32,9 +32,9 @@ from zmr.evidence.mismatch import (
     write_dump,
 )
 
-DATA = Path(__file__).parent / "data" / "mismatch"
+DATA = Path(__file__).parents[1] / "data" / "mismatch"
 FORMATS = ("jsonl", "npz", "safetensors")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def zmr(*args: str | Path) -> subprocess.CompletedProcess:

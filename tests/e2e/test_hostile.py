@@ -10,7 +10,7 @@ import pytest
 
 from conftest import git, make_patch, make_project, zmr
 
-CORPUS = Path(__file__).parent / "data" / "hostile-patches"
+CORPUS = Path(__file__).parents[1] / "data" / "hostile-patches"
 CASES = sorted(p.stem for p in CORPUS.glob("*.patch"))
 
 

@@ -24,7 +24,7 @@ from conftest import REPO_ROOT, git, zmr
 from zmr.errors import ZmrError
 from zmr.evidence.locate import Recorder, Rows, dump, hook_modules, load_name_map, padded_rows, read_side, trace_functions
 
-DATA = Path(__file__).parent / "data" / "locate"
+DATA = Path(__file__).parents[1] / "data" / "locate"
 H = 4
 OPS = ("embed", "norm", "mlp", "head")
 # Rollout: a prefill of "a" (positions 0-2), a prefill of "b" (0-1), then one decode step of both.
@@ -361,7 +361,7 @@ def test_dump_files_are_safetensors_with_rows_and_execution_order(tmp_path):
         {"slot": "in.x", "shape": [2, H], "dtype": "float32", "aligned": "lead", "key": "op.000002.in.x"},
         {"slot": "out", "shape": [2, H], "dtype": "float32", "aligned": "lead", "key": "op.000002.out"},
     ]
-    assert index["records"][2]["site"].startswith("tests/test_locate.py:")
+    assert index["records"][2]["site"].startswith("evidence/test_locate.py:")  # the last two parts of the path
     assert "op.000002.in.x" in keys
     assert seq.tolist() == [0, 1] and pos.tolist() == [3, 2] and tok.tolist() == [10, 11]
     assert out.dtype == np.float32 and np.array_equal(out[0], base("a", 3, 2))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAKE_DEMO = ROOT / "scripts" / "make_demo.py"
 DEMO_BITWISE = ROOT / "scripts" / "demo_bitwise.py"
 COMPONENTS = ("rollout", "trainer")

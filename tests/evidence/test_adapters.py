@@ -31,8 +31,8 @@ from zmr.evidence.adapters import vllm as zv  # noqa: E402
 from zmr.errors import ZmrError  # noqa: E402
 from zmr.evidence.mismatch import compare, read_dump, write_dump  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data" / "adapters"
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parents[1] / "data" / "adapters"
 RECORDED = sorted(DATA.glob("vllm-*.json"))
 
 
@@ -132,7 +132,7 @@ def load_recorded(path):
 
 
 def test_recorded_data_is_there():
-    assert RECORDED, "tests/data/adapters/vllm-*.json missing (record with tests/test_vllm_cpu.py --record-adapter-data)"
+    assert RECORDED, "tests/data/adapters/vllm-*.json missing (record with tests/vllm_cpu/test_vllm_cpu.py --record-adapter-data)"
     for path in RECORDED:
         data = load_recorded(path)
         assert data["vllm_version"].startswith("0.")
