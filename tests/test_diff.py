@@ -176,13 +176,25 @@ def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
     numstat = git("diff", "--numstat", old, new, cwd=up.path).splitlines()
     inserted = sum(int(line.split()[0]) for line in numstat)
     deleted = sum(int(line.split()[1]) for line in numstat)
-    # Files from the trees alone; lines only with --stat (it fetches the blobs of what upstream changed).
-    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), None, None)
-    code, data, err = run_json(proj, base, "HEAD", "--stat")
-    entry = component(data, "toy/rollout")
+    # Lines always counted (the blobs of the files that differ are fetched), and the unified diff is the upstream's.
     assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), inserted, deleted)
+    assert entry["tree"]["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
+    # The pin moved backward: the same files, the lines the other way round, the reverse diff.
     code, data, err = run_json(proj, "HEAD", base)
-    assert component(data, "toy/rollout")["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
+    assert code == 0, err
+    back = component(data, "toy/rollout")
+    assert back["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
+    assert (back["tree"]["files_changed"], back["tree"]["insertions"], back["tree"]["deletions"]) == (len(numstat), deleted, inserted)
+    assert back["tree"]["patch"] == git("diff", "--no-renames", "--full-index", new, old, cwd=up.path) + "\n"
+    assert back["patches"]["unchanged"] == 1 and back["patches"]["range_diff"][0]["sign"] == "="
+    # Both release commits are kept where the printed command finds them.
+    objects = back["tree"]["objects"]
+    assert objects["old"] == back["branch"]["old"] and objects["new"] == back["branch"]["new"]
+    for tree in (back["tree"]["old"], back["tree"]["new"]):
+        assert git("--git-dir", objects["repository"], "cat-file", "-t", tree, cwd=proj.root) == "tree"
+    assert git("--git-dir", objects["repository"], "rev-parse", f"refs/zmr/diff/{objects['new']}", cwd=proj.root) == objects["new"]
+    shown = git(*objects["command"].split()[1:], "--stat", cwd=proj.root)
+    assert f"{len(numstat)} files changed" in shown
     # A commit on a side branch: neither pin is an ancestor of the other.
     git("checkout", "-q", "-b", "side", up.commits[0], cwd=up.path)
     side = up.commit({"src/side.py": "side = 1\n"}, "side work")
@@ -272,10 +284,17 @@ def test_a_revision_is_read_from_git_objects_with_the_working_tree_checks(proj, 
 # -- markdown ----------------------------------------------------------------------------------------
 
 
-def _report(count: int, interdiff_lines: int):
-    from zmr.diff import ComponentDiff, DiffReport, PatchChange, PatchChanges, PinMove, TreeDiff
+def _report(count: int, interdiff_lines: int, tree_lines: int = 3):
+    from zmr.diff import ComponentDiff, DiffReport, FileChange, PatchChanges, PinMove, TreeDiff
+    from zmr.upstream import Pair
 
     body = "1:  aaaa ! 1:  bbbb Patch\n" + "".join(f"    -old line {i}\n    +new line {i} ```\n" for i in range(interdiff_lines))
+    tree_patch = "diff --git a/src/x.py b/src/x.py\n--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n" + "".join(f"+tree line {i}\n" for i in range(tree_lines))
+    pairs = [
+        Pair(0, 0, "0001-x.patch", "0001-x.patch", "!", "Patch", "code", "content", body),
+        Pair(1, 1, "0002-y.patch", "0002-y.patch", "=", "Same"),
+        Pair(None, 2, None, "0003-z.patch", ">", "Added", diff="diff --git a/src/z.py b/src/z.py\n+z = 1\n"),
+    ]
     components = [
         ComponentDiff(
             "m",
@@ -283,13 +302,13 @@ def _report(count: int, interdiff_lines: int):
             "changed",
             PinMove("a" * 40, "b" * 40, 3, "forward"),
             f"zmr/m/c{i}",
-            PatchChanges(changed=[PatchChange("0001-x.patch", "0001-x.patch", body)], unchanged=2),
-            TreeDiff("c" * 40, "d" * 40, 1, 1, 1, ("src/x.py",), ("src/x.py",)),
+            PatchChanges(pairs),
+            TreeDiff("c" * 40, "d" * 40, (FileChange("src/x.py", tree_lines, 1),), tree_patch, ("src/x.py",), ("src/x.py",)),
             ("e" * 40, "f" * 40),
         )
         for i in range(count)
     ]
-    return DiffReport("1" * 40, "main", None, None, components)
+    return DiffReport("1" * 40, "main", "2" * 40, "HEAD", components)
 
 
 def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
@@ -297,15 +316,28 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
 
     small = _report(2, 3).to_markdown()
     assert small.startswith(MARKER + "\n") and "Truncated" not in small
-    assert small.count("<details>") == 2 and "`m/c1`" in small
+    assert "`m/c1`" in small and "left out" not in small
+    # Per component: the range-diff, the interdiff, the added patch, the stat, the unified diff.
+    assert small.count("<details") == 2 * 5
+    assert "1: 0001-x.patch ! 1: 0001-x.patch Patch  [code]" in small and "-: - > 3: 0003-z.patch Added" in small
     assert "````diff" in small  # the fence is longer than the backticks inside
-    big = _report(40, 400).to_markdown()
+    assert "+z = 1" in small and " src/x.py | 4 +++-" in small and "+tree line 2" in small
+    # One huge release-tree diff: only it is folded (largest first), and its place says what it was and how to see it.
+    huge = _report(2, 3, tree_lines=5000).to_markdown()
+    assert len(huge) <= COMMENT_LIMIT and "**Truncated** to fit one comment" in huge
+    assert "+tree line 4999" not in huge and "+new line 2" in huge and "+z = 1" in huge
+    assert huge.count("- release tree: unified diff: left out to fit one comment (5004 lines,") == 2
+    assert "`zmr diff 111111111111 222222222222 m -c c0` shows it" in huge
+    assert "left out 2 blocks" in huge
+    # Many components with big diffs: blocks folded, then whole sections left out, and said.
+    big = _report(60, 400, tree_lines=400).to_markdown()
     assert len(big) <= COMMENT_LIMIT
     assert big.startswith(MARKER + "\n")
     assert "**Truncated** to fit one comment" in big
-    shown = big.count("<details>")
-    assert 0 < shown < 40
-    assert f"the range-diff of {40 - shown} components" in big or "sections" in big
+    shown = big.count("### `m/c")
+    assert 0 < shown < 60
+    assert f"the sections of {60 - shown} components" in big
+    assert "`zmr diff 111111111111 222222222222` in a clone shows all of it" in big
     # Text from the repository cannot write markdown: a name with backticks stays one code span.
     from zmr.diffmarkdown import code
 
