@@ -398,6 +398,39 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class ChangedPatch:
+    """A patch of the series that a rebase or an update changed: the rebase and update reports' entry."""
+
+    name: str
+    subject: str
+    range_diff: str  # the pair's range-diff block: both sides, then the interdiff
+    kind: str | None = None  # code | message | context (see Pair)
+    paired_by: str | None = None  # content | name | position
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def changed_patches(
+    repo: git.Repo,
+    old_base: str,
+    old_chain: Sequence[str],
+    old_names: Sequence[str],
+    new_base: str,
+    new_chain: Sequence[str],
+    new_names: Sequence[str],
+    wanted: Sequence[int],
+    *,
+    known: Sequence[tuple[int, int]] = (),
+) -> dict[int, Pair]:
+    """``pair_series`` of the two chains, for the new patches at *wanted* (their indices): each one's pair (old side None: new)."""
+    if not wanted:
+        return {}
+    by_new = {p.new: p for p in pair_series(repo, old_base, old_chain, old_names, new_base, new_chain, new_names, known=known) if p.new is not None}
+    return {j: by_new[j] for j in wanted if j in by_new}
+
+
+@dataclass(frozen=True)
 class _Entry:
     old: int | None
     new: int | None
