@@ -143,11 +143,37 @@ def test_patches_are_matched_by_content_added_removed_reordered_message_and_code
     assert set(changed) == {("0002-b.patch", "0001-b.patch"), ("0003-c.patch", "0003-c.patch")}
     assert "said better" in changed[("0002-b.patch", "0001-b.patch")] and "value 5 patched, and better" not in changed[("0002-b.patch", "0001-b.patch")]
     assert "value 5 patched, and better" in changed[("0003-c.patch", "0003-c.patch")]
+    kinds = {(x["old"], x["new"]): (x["kind"], x["paired_by"]) for x in patches["changed"]}
+    assert kinds == {("0002-b.patch", "0001-b.patch"): ("message", "content"), ("0003-c.patch", "0003-c.patch"): ("code", "content")}
+    # The series range-diff as git prints it: the new order, the removed patch last (it stood after every paired one).
+    assert [(p["old"], p["sign"], p["new"]) for p in patches["range_diff"]] == [
+        ("0002-b.patch", "!", "0001-b.patch"),
+        ("0001-a.patch", "=", "0002-a-renamed.patch"),
+        ("0003-c.patch", "!", "0003-c.patch"),
+        (None, ">", "0004-e.patch"),
+        ("0004-d.patch", "<", None),
+    ]
+    added = patches["range_diff"][3]
+    assert "+++ b/src/new.py" in added["diff"] and "+def new_11():" in added["diff"]  # an added patch comes with its diff
     assert entry["pin"] == {"old": pin, "new": pin, "commits": 0, "direction": "same"}
     # f2 (C's new line), f3 (D gone), src/new.py (E's 24 lines).
     assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (3, 26, 2)
     assert entry["tree"]["series_files"]["old"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/f3.py"]
     assert entry["tree"]["series_files"]["new"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/new.py"]
+    # The text shows the same, with --stat or --name-only without the diffs, coloured when asked.
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "    3: 0003-c.patch ! 3: 0003-c.patch Patch C  [code]" in text and "    -: - > 4: 0004-e.patch Add a new module" in text
+    assert "  interdiff 0001-b.patch (message, paired by content):" in text and "  added 0004-e.patch:\n" in text and "\n+def new_11():" in text
+    assert " src/new.py | 24 +" in text and " 3 files changed, 26 insertions(+), 2 deletions(-)" in text
+    assert "diff --git a/src/f3.py b/src/f3.py" in text and "\x1b[" not in text  # not a terminal: no colour
+    stat = zmr("diff", "--stat", base, "HEAD", cwd=proj.root).stdout
+    assert " 3 files changed, 26 insertions(+), 2 deletions(-)" in stat and "diff --git" not in stat and "interdiff" not in stat
+    assert "    2: 0002-b.patch ! 1: 0001-b.patch Patch B  [message]" in stat
+    names = zmr("diff", "--name-only", base, "HEAD", cwd=proj.root).stdout
+    assert "\n  src/f2.py\n  src/f3.py\n  src/new.py\n" in names and "|" not in names and "diff --git" not in names
+    colored = zmr("diff", "--color", "always", base, "HEAD", cwd=proj.root).stdout
+    assert "\x1b[32m+def new_11():\x1b[m" in colored and "\x1b[31m-value 5 patched\x1b[m" in colored
+    assert zmr("diff", "--stat", "--name-only", base, cwd=proj.root).returncode == 2
     # Only the order changed: reordered, nothing else.
     proj.series("toy", "rollout", [("0001-a.patch", a), ("0002-b.patch", b_message)])
     proj.commit_all("two patches")
@@ -475,3 +501,94 @@ def test_a_revisions_named_folders_and_bundled_upstreams_are_its_own(proj, up, t
     assert component(data, "toy/rollout")["status"] == "changed"
     assert [c["old"] for c in component(data, "toy/rollout")["patches"]["changed"]] == ["0001-a.patch"]
     assert component(data, "toy/trainer")["status"] == "unchanged"
+
+
+# -- one pairing for diff, rebase and update: what a reviewer must check ------------------------------
+
+
+def _fixture_model(proj, upstream) -> tuple[str, str, str]:
+    """conftest's toy model (two patches on src/model.py line 10 and matmul.py): (pin, model.py there, the zmr commit)."""
+    from conftest import simple_model
+
+    pin = simple_model(proj, upstream)
+    return pin, upstream.file_at(pin, "src/model.py") + "\n", proj.ref("HEAD")
+
+
+def test_a_conflict_resolved_by_hand_is_a_changed_pair_in_the_rebase_report_and_in_diff(proj, upstream, tmp_path):
+    import re
+
+    pin, model_py, base = _fixture_model(proj, upstream)
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")
+    new = upstream.commit({"docs/guide.md": "guide v2\n"}, "Update the guide")
+    stopped = zmr("rebase", "toy", "--onto", new, cwd=proj.root)
+    assert stopped.returncode == 1, stopped.stderr
+    co = proj.root / "work/toy/rollout"
+    # The resolution rewrites the patch well past what git range-diff still pairs with the old one.
+    resolution = "".join(f"split part {k}: a fixed size per row block, whatever the batch\n" for k in range(8))
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", resolution, text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    report = tmp_path / "rebase.md"
+    done = zmr("rebase", "toy", "--continue", "--json", "--report", str(report), cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["added"] == [] and [c["name"] for c in data["changed"]] == ["0001-fixed-split.patch"]
+    changed = data["changed"][0]
+    assert (changed["kind"], changed["paired_by"]) == ("code", "name")  # range-diff alone saw two different patches
+    assert re.match(r"\s*1:\s+[0-9a-f]+ ! 1:\s+[0-9a-f]+ Use a fixed split size in matmul\n", changed["range_diff"])
+    assert "-+line 10 fixed split" in changed["range_diff"] and "++split part 7: a fixed size" in changed["range_diff"]
+    body = report.read_text()
+    assert "## Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul (code, paired by name)" in body
+    assert "++split part 0" in body and "## Added" not in body
+    # zmr diff of the commit that records the rebase: the same pair, with its interdiff, not a patch added and one removed.
+    proj.commit_all("rebase toy onto upstream")
+    code, diffed, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    entry = component(diffed, "toy/rollout")
+    patches = entry["patches"]
+    assert (patches["added"], patches["removed"], patches["unchanged"]) == ([], [], 1)
+    assert [(c["old"], c["new"], c["kind"], c["paired_by"]) for c in patches["changed"]] == [("0001-fixed-split.patch", "0001-fixed-split.patch", "code", "name")]
+    assert "++split part 7" in patches["changed"][0]["interdiff"]
+    assert [p["sign"] for p in patches["range_diff"]] == ["!", "="]
+    assert entry["pin"]["direction"] == "forward" and entry["pin"]["commits"] == 3  # the fixture upstream had one more commit
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "    1: 0001-fixed-split.patch ! 1: 0001-fixed-split.patch Use a fixed split size in matmul  [code]" in text
+    assert "  interdiff 0001-fixed-split.patch (code, paired by name):" in text and "    ++split part 7" in text
+
+
+def test_a_3_way_merged_patch_is_paired_in_the_update_report_and_diff_calls_it_context(proj, upstream, tmp_path):
+    pin, model_py, base = _fixture_model(proj, upstream)
+    # Upstream rewrites the lines around the patched one (not next to it): git apply refuses, the 3-way merge takes it.
+    around = model_py
+    for k in (7, 8, 12, 13):
+        around = around.replace(f"line {k}\n", f"line {k}: reworded upstream, quite a lot longer than before\n")
+    new = upstream.commit({"src/model.py": around}, "Reword the lines around line 10")
+    report = tmp_path / "update.md"
+    result = zmr("update", "toy", "--json", "--apply", "--report", str(report), cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["components"][0]
+    assert data["applied"] is True and data["target"] == new
+    assert [(c["name"], c["kind"]) for c in data["changed"]] == [("0001-fixed-split.patch", "context")]
+    block = data["changed"][0]["range_diff"]
+    assert block.lstrip().startswith("1:") and " ! 1:" in block.splitlines()[0]  # both sides
+    assert "line 8: reworded upstream" in block
+    body = report.read_text()
+    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul (context, paired by" in body
+    # The commit that records the update, as a reviewer sees it: the pin moved, the patch changed in its context only.
+    proj.commit_all("update toy")
+    code, diffed, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    entry = component(diffed, "toy/rollout")
+    assert entry["pin"] == {"old": pin, "new": new, "commits": 2, "direction": "forward"}  # the fixture upstream had one more commit
+    assert [(c["new"], c["kind"]) for c in entry["patches"]["changed"]] == [("0001-fixed-split.patch", "context")]
+    files = {f["path"]: (f["insertions"], f["deletions"]) for f in entry["tree"]["files"]}
+    assert files == {"src/model.py": (4, 4), "src/kernels/attention.py": (2, 0), "setup.cfg": (2, 0)}  # upstream's, nothing of the patch
+    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (3, 8, 4)
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "  interdiff 0001-fixed-split.patch: context only (" in text and "folded" in text
+    assert "\n-line 7\n-line 8\n+line 7: reworded upstream" in text  # the release tree's unified diff
+    out = tmp_path / "comment.md"
+    assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
+    comment = out.read_text()
+    assert "<details><summary>interdiff `0001-fixed-split.patch`: context only (the pin moved)</summary>" in comment  # closed
+    assert "<details open><summary>series range-diff" in comment and "release tree: unified diff" in comment
