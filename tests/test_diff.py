@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import git, make_patch, make_project, make_upstream, zmr
 
+MARKER_LINE = "<!-- zmr-diff -->\n"
 BIG = "\n".join(f"value {i}" for i in range(1, 61)) + "\n"
 
 
@@ -592,3 +595,81 @@ def test_a_3_way_merged_patch_is_paired_in_the_update_report_and_diff_calls_it_c
     comment = out.read_text()
     assert "<details><summary>interdiff `0001-fixed-split.patch`: context only (the pin moved)</summary>" in comment  # closed
     assert "<details open><summary>series range-diff" in comment and "release tree: unified diff" in comment
+
+
+def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
+    """The diff job's own step makes the comment; the comment workflow's own script posts it (gh is a recorder here)."""
+    pin = up.commits[1]
+    (proj.root / "upstreams").mkdir()
+    git("bundle", "create", str(proj.root / "upstreams/up.bundle"), "main", cwd=up.path)  # --untrusted: upstreams inside the repository
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    proj.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: upstreams/up.bundle\n    commit: {pin}\n")
+    proj.commit_all("toy")
+    base = proj.ref("HEAD")
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again")), ("0002-b.patch", patch(up, pin, 1, 7, "Patch B"))])
+    proj.commit_all("the pull request")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "zmr"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m zmr "$@"\n')
+    recorded = tmp_path / "posted.md"
+    gh = bin_dir / "gh"
+    # `gh run download` hands over the artifact the diff job uploaded; `gh api` answers the head and posts.
+    gh.write_text(
+        "#!/bin/sh\n"
+        'case "$1 $2" in\n'
+        f'  "run download") mkdir -p "$7" && cp {proj.root}/zmr-diff/* "$7"/ ;;\n'
+        '  "api repos/"*) case "$2" in */pulls/*) echo "$HEAD_SHA" ;; esac ;;\n'
+        '  "api --paginate") ;;\n'
+        f'  "api -X") [ "$3" = POST ] && for a in "$@"; do case "$a" in body=@*) cp "${{a#body=@}}" {recorded} ;; esac; done ;;\n'
+        "esac\n"
+    )
+    for tool in (shim, gh):
+        tool.chmod(0o755)
+    pr_job = _load(WORKFLOWS / "zmr.yml")["jobs"]["diff"]
+    step = next(s for s in pr_job["steps"] if s.get("id") == "diff")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "BASE_SHA": base, "PR_NUMBER": "7", "GITHUB_OUTPUT": str(tmp_path / "output")}
+    ran = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=proj.root, env={**os.environ, **env}, capture_output=True, text=True)
+    assert ran.returncode == 0 and (tmp_path / "output").read_text() == "status=0\n", ran.stderr
+    made = (proj.root / "zmr-diff/diff.md").read_text()
+    post = _load(WORKFLOWS / "zmr-diff-comment.yml")["jobs"]["comment"]
+    env |= {k: v for k, v in post["env"].items() if not str(v).startswith("${{")}
+    env |= {"GH_REPO": "o/r", "RUN_ID": "1", "HEAD_SHA": "abc", "RUNNER_TEMP": str(tmp_path / "runner")}
+    script = "\n".join(s["run"] for s in post["steps"])
+    ran = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True)
+    assert ran.returncode == 0 and "commented on #7" in ran.stdout, ran.stdout + ran.stderr
+    assert recorded.read_text() == made  # the comment is zmr diff's markdown, byte for byte
+    assert made.startswith(MARKER_LINE) and "<details open><summary>series range-diff (2 lines)</summary>" in made
+    assert "interdiff `0001-a.patch`: code changed" in made and "+value 5 patched again" in made
+    assert "added patch `0002-b.patch`" in made and "release tree: unified diff" in made
+
+
+def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
+    import pty
+
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 on a terminal"))])
+
+    def on_a_terminal(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+        main, terminal = pty.openpty()
+        try:
+            clean = {k: v for k, v in os.environ.items() if k not in ("PAGER", "GIT_PAGER", "CI", "NO_COLOR")}
+            return subprocess.run([sys.executable, "-m", "zmr", "-q", "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300)
+        finally:
+            os.close(terminal)
+            os.close(main)
+
+    paged = tmp_path / "paged.txt"
+    assert on_a_terminal({"GIT_PAGER": f"cat > {paged}"}).returncode == 0
+    text = paged.read_text()
+    assert text.startswith("base ") and "+value 5 on a terminal" in text and "\x1b[32m" in text  # a terminal: coloured, as git does
+    # No GIT_PAGER: core.pager of the repository, then PAGER.
+    git("config", "core.pager", f"cat > {tmp_path / 'core.txt'}", cwd=proj.root)
+    assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
+    assert "+value 5 on a terminal" in (tmp_path / "core.txt").read_text() and not (tmp_path / "pager.txt").exists()
+    git("config", "--unset", "core.pager", cwd=proj.root)
+    assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
+    assert "+value 5 on a terminal" in (tmp_path / "pager.txt").read_text()

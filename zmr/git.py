@@ -852,8 +852,16 @@ class Repo:
         return self.run(args).stdout.decode("utf-8", "replace")
 
     def pager(self) -> str:
-        """The pager git would use (``GIT_PAGER``, ``core.pager``, ``PAGER``, else less); empty for none."""
-        proc = self.run(["var", "GIT_PAGER"], check=False)
+        """The pager git would use for the user (``GIT_PAGER``, ``core.pager`` of any config, ``PAGER``, else less); empty for none.
+
+        Asked of git with the user's own environment and config (zmr's runs set
+        both pagers to cat and read no user config): a display setting only.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k == "GIT_PAGER"}
+        try:
+            proc = subprocess.run(["git", f"--git-dir={self.git_dir}", "var", "GIT_PAGER"], env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        except FileNotFoundError:  # pragma: no cover - git missing
+            return ""
         pager = proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else "less"
         return "" if pager in ("", "cat") else pager
 

@@ -89,8 +89,7 @@ def diff(
 
 def _page(text: str, repo) -> None:
     """*text* on stdout, through git's pager on a terminal when it is longer than the screen can show (less -FRX)."""
-    pager = (os.environ.get("GIT_PAGER") or repo.pager()) if repo is not None else ""  # git drops GIT_* from what it is given
-    pager = "" if pager == "cat" else pager
+    pager = repo.pager() if repo is not None else ""
     if not pager:
         sys.stdout.write(text)
         return
