@@ -673,3 +673,35 @@ def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
     git("config", "--unset", "core.pager", cwd=proj.root)
     assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
     assert "+value 5 on a terminal" in (tmp_path / "pager.txt").read_text()
+
+
+def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(proj, up):
+    import time
+
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    base = proj.ref("HEAD")
+    manifest(proj, up, up.commits[3])
+    proj.commit_all("move the pin")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    first = component(data, "toy/rollout")
+    objects = first["tree"]["objects"]
+    mirror = objects["repository"]
+    assert Path(mirror).parent == Path(os.environ["ZMR_CACHE"]) / "mirrors"  # the cache's mirror, never the repository
+    assert proj.root / ".git" != Path(mirror) and git("for-each-ref", "refs/zmr/diff/", cwd=proj.root) == ""
+    now = int(time.time())
+    for name, days in (("stale", 20), ("recent", 2)):
+        when = {"GIT_COMMITTER_DATE": f"@{now - days * 86400} +0000"}
+        git("--git-dir", mirror, "update-ref", "--create-reflog", "-m", "an earlier diff", f"refs/zmr/diff/{name}", objects["old"], cwd=proj.root, env=when)
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    again = component(data, "toy/rollout")
+    assert again["branch"] == first["branch"] and again["tree"]["objects"] == objects  # no clock in any id
+    kept = git("--git-dir", mirror, "for-each-ref", "--format=%(refname)", "refs/zmr/diff/", cwd=proj.root).split()
+    assert sorted(kept) == sorted({f"refs/zmr/diff/{objects['old']}", f"refs/zmr/diff/{objects['new']}", "refs/zmr/diff/recent"})
+    # Each ref the diff showed was made anew: its reflog entry is this run's.
+    stamp = git("--git-dir", mirror, "log", "-g", "--format=%gd", "--date=unix", f"refs/zmr/diff/{objects['new']}", cwd=proj.root)
+    assert [int(line.rpartition("@{")[2].rstrip("}")) >= now - 5 for line in stamp.splitlines()] == [True]
