@@ -161,8 +161,7 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
         t = c.tree
         if t is None or t.old is None or t.new is None:
             continue
-        if t.command:
-            out.append(f"  objects: {t.command}")
+        out.append(bold(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":")))
         if mode == "name-only":
             out += [f"  {f.path}" for f in t.files]
             continue
