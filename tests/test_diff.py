@@ -367,6 +367,14 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     assert 0 < shown < 60
     assert f"the sections of {60 - shown} components" in big
     assert "`zmr diff 111111111111 222222222222` in a clone shows all of it" in big
+    # A release tree of many files: the comment's stat lists the first 200, says how many more, and totals all of them.
+    from zmr.diff import FileChange
+    from zmr.diffmarkdown import stat_text
+
+    many = [FileChange(f"src/m{i}.py", i, 1) for i in range(300)]
+    capped = stat_text(many, limit=200)
+    assert " src/m199.py | 200 " in capped and "m200.py" not in capped and " ... and 100 more files\n" in capped
+    assert capped.endswith(f" 300 files changed, {sum(range(300))} insertions(+), 300 deletions(-)\n")
     # Text from the repository cannot write markdown: a name with backticks stays one code span.
     from zmr.diffmarkdown import code
 

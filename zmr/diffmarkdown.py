@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COMMENT_LIMIT = 65_536  # characters GitHub accepts in one pull-request comment
 MARKER = "<!-- zmr-diff -->"  # the first line: the workflow finds its own comment by it
+STAT_FILES = 200  # files a release tree's diff stat lists in the comment (then how many more, then the totals)
 _NOTE_ROOM = 800  # characters kept for the truncation note
 _TICKS_RE = re.compile(r"`+")
 
@@ -44,15 +45,16 @@ def fenced(text: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{text.rstrip(chr(10))}\n{fence}\n"
 
 
-def stat_text(files: tuple[FileChange, ...] | list[FileChange], width: int = 40) -> str:
-    """``git diff --stat`` of *files*: one line each, then the totals."""
+def stat_text(files: tuple[FileChange, ...] | list[FileChange], width: int = 40, limit: int | None = None) -> str:
+    """``git diff --stat`` of *files*: one line each (the first *limit*, then how many more), then the totals of all."""
     if not files:
         return " 0 files changed\n"
+    shown = files if limit is None or len(files) <= limit else files[:limit]
     name_width = min(max(len(f.path) for f in files), 60)
     most = max((f.insertions or 0) + (f.deletions or 0) for f in files) or 1
     count_width = len(str(most))
     lines = []
-    for f in files:
+    for f in shown:
         name = f.path if len(f.path) <= name_width else "..." + f.path[-(name_width - 3) :]
         if f.insertions is None or f.deletions is None:
             lines.append(f" {name:<{name_width}} | {'Bin':>{count_width}}")
@@ -65,7 +67,8 @@ def stat_text(files: tuple[FileChange, ...] | list[FileChange], width: int = 40)
         lines.append(f" {name:<{name_width}} | {total:>{count_width}} {'+' * plus}{'-' * minus}".rstrip())
     ins, dels = sum(f.insertions or 0 for f in files), sum(f.deletions or 0 for f in files)
     total_line = f" {len(files)} file{_s(len(files))} changed, {ins} insertion{_s(ins)}(+), {dels} deletion{_s(dels)}(-)"
-    return "\n".join(lines + [total_line]) + "\n"
+    more = [f" ... and {len(files) - len(shown)} more files"] if len(shown) < len(files) else []
+    return "\n".join(lines + more + [total_line]) + "\n"
 
 
 def _s(n: int) -> str:
@@ -115,17 +118,17 @@ def _row(c: ComponentDiff) -> str:
 class _Block:
     """A collapsible block of one section: what it shows, and whether it is cut."""
 
-    component: str
+    command: str  # the local zmr diff that shows the whole block
     title: str
     body: str
     lang: str = "diff"
     open: bool = False
     folded: bool = False
 
-    def render(self, command: str) -> str:
+    def render(self) -> str:
         if self.folded:
             lines = self.body.count("\n") + (not self.body.endswith("\n"))
-            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(command)} shows it\n"
+            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(self.command)} shows it\n"
         return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
 
 
@@ -134,11 +137,10 @@ class _Section:
     component: ComponentDiff
     head: str
     blocks: list[_Block]
-    command: str
     dropped: bool = False
 
     def render(self) -> str:
-        return self.head + "".join(b.render(self.command) for b in self.blocks) + "\n"
+        return self.head + "".join(b.render() for b in self.blocks) + "\n"
 
 
 def _section(report: DiffReport, c: ComponentDiff) -> _Section:
@@ -158,23 +160,24 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     if p is not None:
         lines.append(f"- patches: {_patches(c)}" + ("" if p.matched_by == "range-diff" else f" (matched by {p.matched_by})"))
     head = "\n".join(lines) + "\n\n"
-    label = c.label
+    command = local_command(report, c)
     blocks: list[_Block] = []
     if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
         width = len(str(max(len(p.pairs), 1)))
         body = "".join(pair.line(width) + (f"  [{pair.kind}]" if pair.kind else "") + "\n" for pair in p.pairs)
-        blocks.append(_Block(label, f"series range-diff ({len(p.pairs)} lines)", body, "", open=True))
+        blocks.append(_Block(command, f"series range-diff ({len(p.pairs)} lines)", body, "", open=True))
         for pair in sorted(p.changed, key=lambda x: x.kind == "context"):
             what = {"code": "code changed", "message": "message only", "context": "context only (the pin moved)"}.get(pair.kind or "", "changed")
-            blocks.append(_Block(label, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
+            blocks.append(_Block(command, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
         for pair in p.pairs:
             if pair.sign == ">":
-                blocks.append(_Block(label, f"added patch {code(pair.new_name or '')}", pair.diff or "(empty)", open=True))
+                blocks.append(_Block(command, f"added patch {code(pair.new_name or '')}", pair.diff or "(empty)", open=True))
     if t is not None and t.old is not None and t.new is not None and t.files:
-        blocks.append(_Block(label, f"release tree: diff stat ({_tree(c)})", stat_text(t.files), ""))
+        shown = f", the first {STAT_FILES} files" if len(t.files) > STAT_FILES else ""
+        blocks.append(_Block(command, f"release tree: diff stat ({_tree(c)}{shown})", stat_text(t.files, limit=STAT_FILES), ""))
         if t.patch is not None:
-            blocks.append(_Block(label, "release tree: unified diff", t.patch))
-    return _Section(c, head, blocks, local_command(report, c))
+            blocks.append(_Block(command, "release tree: unified diff", t.patch))
+    return _Section(c, head, blocks)
 
 
 def render(report: DiffReport, limit: int) -> str:
@@ -203,15 +206,18 @@ def render(report: DiffReport, limit: int) -> str:
     def size() -> int:
         return sum(len(s.render()) for s in sections if not s.dropped)
 
-    # Fold the largest block first, until the sections fit (each fold leaves a line saying what it was).
-    unfolded = sorted((b for s in sections for b in s.blocks), key=lambda b: len(b.body), reverse=True)
+    # Fold the largest block first, until the sections fit (each fold leaves a line saying what it was);
+    # then give back, smallest first, the folded blocks that fit in the room left.
+    blocks = sorted((b for s in sections for b in s.blocks), key=lambda b: len(b.body), reverse=True)
     total = size()
-    for block in unfolded:
+    for block in blocks:
         if total <= room:
             break
-        before = len(block.render(""))
-        block.folded = True
-        total -= before - len(block.render(""))  # a block's text does not depend on the others
+        total -= _saved(block)  # a block's text does not depend on the others
+    for block in sorted(blocks, key=lambda b: len(b.body)):  # among equals, the first sections first
+        if block.folded and total + _cost(block) <= room:
+            total += _cost(block)
+            block.folded = False
     # Still too long (too many components): leave out whole sections, the last first.
     for s in reversed(sections):
         if size() <= room:
@@ -221,6 +227,22 @@ def render(report: DiffReport, limit: int) -> str:
     dropped = [s.component.label for s in sections if s.dropped]
     text = intro + table + "".join(s.render() for s in sections if not s.dropped) + _note(report, folded, dropped, left_rows)
     return text if len(text) <= limit else text[: limit - 1] + "\n"
+
+
+def _saved(block: _Block) -> int:
+    """Fold *block*: the characters that saves."""
+    whole = len(block.render())
+    block.folded = True
+    return whole - len(block.render())
+
+
+def _cost(block: _Block) -> int:
+    """The characters unfolding a folded *block* would add."""
+    folded = len(block.render())
+    block.folded = False
+    whole = len(block.render())
+    block.folded = True
+    return whole - folded
 
 
 def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_rows: int) -> str:
