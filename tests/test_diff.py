@@ -713,3 +713,30 @@ def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(p
     # Each ref the diff showed was made anew: its reflog entry is this run's.
     stamp = git("--git-dir", mirror, "log", "-g", "--format=%gd", "--date=unix", f"refs/zmr/diff/{objects['new']}", cwd=proj.root)
     assert [int(line.rpartition("@{")[2].rstrip("}")) >= now - 5 for line in stamp.splitlines()] == [True]
+
+
+def test_components_with_the_same_release_trees_share_one_patch(proj, up, tmp_path):
+    old, new = up.commits[1], up.commits[3]
+    a = patch(up, old, 0, 5, "Patch A")
+    for comp in ("rollout", "trainer"):
+        proj.series("toy", comp, [("0001-a.patch", a)])
+    pins = "".join(f"  {comp}:\n    upstream: {up.path}\n    commit: {{pin}}\n" for comp in ("rollout", "trainer"))
+    proj.manifest("toy", "model: toy\ncomponents:\n" + pins.format(pin=old))
+    proj.commit_all("two components, one pin, one series")
+    base = proj.ref("HEAD")
+    proj.manifest("toy", "model: toy\ncomponents:\n" + pins.format(pin=new))
+    proj.commit_all("move both pins")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    first, second = component(data, "toy/rollout")["tree"], component(data, "toy/trainer")["tree"]
+    assert (first["old"], first["new"]) == (second["old"], second["new"])
+    assert first["same_as"] is None and first["patch"].startswith("diff --git")
+    assert second["same_as"] == "toy/rollout" and second["patch"] is None
+    assert second["files"] == first["files"] and second["insertions"] == first["insertions"] > 0
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert text.count("diff --git") == first["patch"].count("diff --git")  # printed once
+    assert f"  the same trees as toy/rollout: {first['files_changed']} files +{first['insertions']} -{first['deletions']}" in text
+    out = tmp_path / "comment.md"
+    assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
+    comment = out.read_text()
+    assert comment.count("release tree: unified diff") == 1 and "The release tree's diff is `toy/rollout`'s (the same two trees)." in comment

@@ -20,6 +20,7 @@ the repository and no branch moves.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -129,6 +130,7 @@ class TreeDiff:
     series_files_new: tuple[str, ...] = ()
     repository: str | None = None
     commits: tuple[str | None, str | None] = (None, None)
+    same_as: str | None = None  # an earlier component of the report with the same two trees: its patch is that one's
 
     @property
     def files_changed(self) -> int:
@@ -159,6 +161,7 @@ class TreeDiff:
             "deletions": self.deletions,
             "files": [{"path": f.path, "insertions": f.insertions, "deletions": f.deletions} for f in self.files],
             "patch": self.patch,
+            "same_as": self.same_as,
             "series_files": {"old": list(self.series_files_old), "new": list(self.series_files_new)},
             "objects": {"repository": self.repository, "old": self.commits[0], "new": self.commits[1], "command": self.command},
         }
@@ -448,7 +451,20 @@ def diff(
             progress(f"{key[0]}/{key[1]}: comparing")
         results.append(compare_component(old, new, key, cache, same_identity, progress, patch=patch))
     _keep(results)
+    _share_patches(results)
     return DiffReport(base_commit, base_rev, head_commit, head, results)
+
+
+def _share_patches(results: Sequence[ComponentDiff]) -> None:
+    """Components whose release trees are the same two trees (six on one pin with one series) say so: the first holds the patch."""
+    first: dict[tuple[str, str], str] = {}
+    for c in results:
+        t = c.tree
+        if t is None or t.old is None or t.new is None or not t.files:
+            continue
+        label = first.setdefault((t.old, t.new), c.label)
+        if label != c.label:
+            c.tree = dataclasses.replace(t, patch=None, same_as=label)
 
 
 def _forget() -> None:

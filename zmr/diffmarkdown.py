@@ -172,7 +172,9 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
         for pair in p.pairs:
             if pair.sign == ">":
                 blocks.append(_Block(command, f"added patch {code(pair.new_name or '')}", pair.diff or "(empty)", open=True))
-    if t is not None and t.old is not None and t.new is not None and t.files:
+    if t is not None and t.same_as is not None:
+        head += f"The release tree's diff is {code(t.same_as)}'s (the same two trees).\n\n"
+    elif t is not None and t.old is not None and t.new is not None and t.files:
         shown = f", the first {STAT_FILES} files" if len(t.files) > STAT_FILES else ""
         blocks.append(_Block(command, f"release tree: diff stat ({_tree(c)}{shown})", stat_text(t.files, limit=STAT_FILES), ""))
         if t.patch is not None:

@@ -162,6 +162,9 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
         if t is None or t.old is None or t.new is None:
             continue
         out.append(bold(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":")))
+        if t.same_as is not None:
+            out.append(f"  the same trees as {t.same_as}: {t.files_changed} files +{t.insertions} -{t.deletions}")
+            continue
         if mode == "name-only":
             out += [f"  {f.path}" for f in t.files]
             continue
