@@ -87,6 +87,7 @@ def git(*args, cwd=None, input=None, extra_env=None) -> str:
 class Sample:
     seconds: float
     peak_kb: int
+    cpu_seconds: float | None = None  # user + system of the command and every process it waited for (measure_mem only)
 
 
 # Runs a command; writes its wall time and the peak RSS of its largest process (itself or a git it waited for) to a file.
@@ -112,13 +113,15 @@ def measure_mem(argv, cwd, extra_env=None) -> Sample:
     """Run argv; wall time, and the peak RSS of its largest process via /usr/bin/time."""
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
         start = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-o", rss.name, "-f", "%M", *argv], cwd=cwd, env=env(extra_env), capture_output=True)
+        proc = subprocess.run(["/usr/bin/time", "-o", rss.name, "-f", "%U %S\n%M", *argv], cwd=cwd, env=env(extra_env), capture_output=True)
         elapsed = time.perf_counter() - start
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(map(str, argv))} failed ({proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
         text = Path(rss.name).read_text().strip().splitlines()
         peak = int(text[-1]) if text and text[-1].isdigit() else 0
-    return Sample(elapsed, peak)
+        times = text[-2].split() if len(text) > 1 else []
+        cpu = sum(float(t) for t in times) if len(times) == 2 else None
+    return Sample(elapsed, peak, cpu)
 
 
 @dataclass

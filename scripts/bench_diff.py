@@ -9,17 +9,24 @@ over file:// with ``uploadpack.allowFilter`` (blobless pins plus the blobs
 the series touches). Every run starts from an empty cache (CI's case).
 Measured, interleaved, medians of --reps runs:
 
-- ``verify``: ``zmr verify --all`` of the head side (its branches built
+- ``verify``: ``zmr verify --all`` of the base side (its branches built
   beforehand, untimed);
+- ``diff_one_patch``: ``zmr diff BASE HEAD`` where HEAD changes the code of
+  one patch (the last one's added lines) in every component, on the same pin;
 - ``diff_series``: ``zmr diff BASE HEAD`` where HEAD edits every
-  component's series (one message, one patch's code, one patch dropped, one
-  added) on the same pin;
+  component's series (one message, the last patch's code, one patch dropped,
+  one added) on the same pin;
 - ``diff_pin``: HEAD moves every pin from SHA to SHA2, series unchanged
-  (the series touch files upstream left alone between them); ``diff_pin_stat``
-  the same with ``--stat`` (lines counted: the blobs of every file upstream changed);
+  (the series touch files upstream left alone between them): lines counted
+  and the release trees' unified diff made (the blobs of the files that
+  differ are fetched); ``diff_pin_stat`` the same with ``--stat`` (counts, no
+  unified diff);
 - ``diff_unchanged``: HEAD changes only a file zmr does not read.
 
-Writes ``results-diff-<name>.json`` and ``.md`` into --out.
+Prints, and writes with the rest into ``results-diff-<name>.json`` and ``.md``
+in --out, the two ratios issue #37 sets bounds for: the one-patch change ÷
+verify (≤ 2) and the pin move ÷ verify (≤ 3; give --onto 400 first-parent
+commits after --commit for the issue's case).
 """
 
 from __future__ import annotations
@@ -41,17 +48,33 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _edit_series(project: Path, n: int, extra: bytes) -> None:
-    """In each component: patch 5's message reworded, patch 10's added line changed, patch 20 dropped, one patch added."""
+    """In each component: patch 5's message reworded, the last patch's added lines changed, patch 20 dropped, one patch added.
+
+    The code change is the last patch's: a later patch may hold an earlier one's line as context (the
+    series wraps around the upstream's files when fewer than 60 qualify: 38 on Megatron-LM at 82e9dc69).
+    """
+    _edit_one_patch(project, n)
     for c in range(n):
         folder = project / "patches" / "bench" / f"c{c}"
         names = (folder / "series").read_text().split()
-        p5, p10, p20 = (folder / names[i] for i in (4, 9, 19))
+        p5, p20 = (folder / names[i] for i in (4, 19))
         p5.write_bytes(p5.read_bytes().replace(b"Fix number 4 of", b"Fix number 4 (reworded) of"))
-        p10.write_bytes(p10.read_bytes().replace(b"# zmr bench patch 9: batch-invariant fix", b"# zmr bench patch 9: batch-invariant fix, v2"))
         p20.unlink()
         (folder / "9999-bench-extra.patch").write_bytes(extra)
         names = [x for x in names if x != p20.name] + ["9999-bench-extra.patch"]
         (folder / "series").write_text("".join(f"{x}\n" for x in names))
+
+
+def _edit_one_patch(project: Path, n: int) -> None:
+    """In each component: only the last patch's added lines changed (its code; no later patch has them as context)."""
+    for c in range(n):
+        folder = project / "patches" / "bench" / f"c{c}"
+        names = (folder / "series").read_text().split()
+        last = folder / names[-1]
+        k = len(names) - 1
+        last.write_bytes(
+            last.read_bytes().replace(f"# zmr bench patch {k}: batch-invariant fix".encode(), f"# zmr bench patch {k}: batch-invariant fix, v2".encode())
+        )
 
 
 def _extra_patch(up: bench.Upstream) -> bytes:
@@ -81,6 +104,10 @@ def _project(work: Path, up: bench.Upstream, patches, n: int, url: str, zmr: lis
     bench.git("add", "-A", cwd=project)
     bench.git("commit", "-q", "-m", "edit the series", cwd=project)
     revs["series"] = bench.git("rev-parse", "HEAD", cwd=project)
+    bench.git("checkout", "-q", revs["base"], cwd=project)
+    _edit_one_patch(project, n)
+    bench.git("commit", "-q", "-am", "change one patch", cwd=project)
+    revs["one_patch"] = bench.git("rev-parse", "HEAD", cwd=project)
     bench.git("checkout", "-q", revs["base"], cwd=project)
     manifest.write_text(manifest.read_text().replace(up.pin, up.onto))
     bench.git("commit", "-q", "-am", "move the pins", cwd=project)
@@ -129,6 +156,7 @@ def _run(args, zmr: list[str], work: Path) -> int:
     project, revs = _project(work, up, patches, args.components, f"file://{served}", zmr)
     runs = {
         "verify": [*zmr, "verify", "--all"],
+        "diff_one_patch": [*zmr, "diff", "--json", revs["base"], revs["one_patch"]],
         "diff_series": [*zmr, "diff", "--json", revs["base"], revs["series"]],
         "diff_pin": [*zmr, "diff", "--json", revs["base"], revs["pin"]],
         "diff_pin_stat": [*zmr, "diff", "--json", "--stat", revs["base"], revs["pin"]],
@@ -162,9 +190,11 @@ def _run(args, zmr: list[str], work: Path) -> int:
             "patches": len(patches),
             "reps": args.reps,
         },
-        "measurements": {name: {**series[name].as_json(), "cache_bytes": sizes[name]} for name in runs},
+        "measurements": {name: {**series[name].as_json(), "cpu_s": round(_cpu(series[name]), 3), "cache_bytes": sizes[name]} for name in runs},
         "ratios": {
             **{f"{name}_over_verify": round(series[name].median / series["verify"].median, 2) for name in runs if name != "verify"},
+            # CPU seconds (user + system, git children and the local upstream's upload-pack included): what a busy machine changes least.
+            **{f"{name}_over_verify_cpu": round(_cpu(series[name]) / _cpu(series["verify"]), 2) for name in runs if name != "verify"},
             # The machine is shared: the ratio within each repetition (interleaved runs) is steadier than a ratio of medians.
             **{
                 f"{name}_over_verify_per_rep_median": round(
@@ -188,7 +218,23 @@ def _run(args, zmr: list[str], work: Path) -> int:
     (args.out / f"results-diff-{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / f"results-diff-{args.name}.md").write_text(render(results))
     print(render(results))
+    print(headline(results))
     return 0
+
+
+def _cpu(series: bench.Series) -> float:
+    """Median CPU seconds (user + system, children included) of a series' runs."""
+    return statistics.median(s.cpu_seconds or 0.0 for s in series.samples)
+
+
+def headline(results: dict) -> str:
+    """The two ratios of issue #37, per repetition (interleaved runs on a shared machine), with the bounds it sets."""
+    r, p = results["ratios"], results["params"]
+    return (
+        f"one-patch change / verify: {r['diff_one_patch_over_verify_per_rep_median']:.2f} wall, {r['diff_one_patch_over_verify_cpu']:.2f} CPU (bound 2)\n"
+        f"pin move of {p['first_parent_commits_pin_to_onto']} first-parent commits / verify: "
+        f"{r['diff_pin_over_verify_per_rep_median']:.2f} wall, {r['diff_pin_over_verify_cpu']:.2f} CPU (bound 3)"
+    )
 
 
 def render(results: dict) -> str:
@@ -202,18 +248,21 @@ def render(results: dict) -> str:
         f" Cold cache every run, upstream over file:// with uploadpack.allowFilter. {p['reps']} interleaved repetitions, medians ± half-range."
         f" Machine: {results['machine']['cpus']} CPUs, Python {results['machine']['python']}, {results['machine']['git']}.",
         "",
-        "| measurement | median (s) | ± | cache (MB) | peak RSS (MB) | ÷ verify (medians) | ÷ verify (median per repetition) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| measurement | median (s) | ± | CPU (s) | cache (MB) | peak RSS (MB) | ÷ verify (medians) | ÷ verify (median per repetition) | ÷ verify (CPU) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in m.items():
         ratio = results["ratios"].get(f"{name}_over_verify", 1.0)
         per_rep = results["ratios"].get(f"{name}_over_verify_per_rep_median", 1.0)
+        cpu = results["ratios"].get(f"{name}_over_verify_cpu", 1.0)
         lines.append(
-            f"| {name} | {row['median_s']:.3f} | {row['spread_s']:.3f} | {row['cache_bytes'] / 1e6:.2f} | {row['peak_mb']:.0f} | {ratio:.2f} | {per_rep:.2f} |"
+            f"| {name} | {row['median_s']:.3f} | {row['spread_s']:.3f} | {row.get('cpu_s', 0):.2f} | {row['cache_bytes'] / 1e6:.2f} | {row['peak_mb']:.0f}"
+            f" | {ratio:.2f} | {per_rep:.2f} | {cpu:.2f} |"
         )
     lines += ["", "What each diff reported for the first component:", ""]
     for name, check in results["checks"].items():
         lines.append(f"- `{name}`: {json.dumps(check)}")
+    lines += ["", "Issue #37's ratios (median per repetition):", "", *(f"- {line}" for line in headline(results).splitlines())]
     return "\n".join(lines) + "\n"
 
 

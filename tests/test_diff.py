@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import git, make_patch, make_project, make_upstream, zmr
 
+MARKER_LINE = "<!-- zmr-diff -->\n"
 BIG = "\n".join(f"value {i}" for i in range(1, 61)) + "\n"
 
 
@@ -143,11 +146,37 @@ def test_patches_are_matched_by_content_added_removed_reordered_message_and_code
     assert set(changed) == {("0002-b.patch", "0001-b.patch"), ("0003-c.patch", "0003-c.patch")}
     assert "said better" in changed[("0002-b.patch", "0001-b.patch")] and "value 5 patched, and better" not in changed[("0002-b.patch", "0001-b.patch")]
     assert "value 5 patched, and better" in changed[("0003-c.patch", "0003-c.patch")]
+    kinds = {(x["old"], x["new"]): (x["kind"], x["paired_by"]) for x in patches["changed"]}
+    assert kinds == {("0002-b.patch", "0001-b.patch"): ("message", "content"), ("0003-c.patch", "0003-c.patch"): ("code", "content")}
+    # The series range-diff as git prints it: the new order, the removed patch last (it stood after every paired one).
+    assert [(p["old"], p["sign"], p["new"]) for p in patches["range_diff"]] == [
+        ("0002-b.patch", "!", "0001-b.patch"),
+        ("0001-a.patch", "=", "0002-a-renamed.patch"),
+        ("0003-c.patch", "!", "0003-c.patch"),
+        (None, ">", "0004-e.patch"),
+        ("0004-d.patch", "<", None),
+    ]
+    added = patches["range_diff"][3]
+    assert "+++ b/src/new.py" in added["diff"] and "+def new_11():" in added["diff"]  # an added patch comes with its diff
     assert entry["pin"] == {"old": pin, "new": pin, "commits": 0, "direction": "same"}
     # f2 (C's new line), f3 (D gone), src/new.py (E's 24 lines).
     assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (3, 26, 2)
     assert entry["tree"]["series_files"]["old"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/f3.py"]
     assert entry["tree"]["series_files"]["new"] == ["src/f0.py", "src/f1.py", "src/f2.py", "src/new.py"]
+    # The text shows the same, with --stat or --name-only without the diffs, coloured when asked.
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "    3: 0003-c.patch ! 3: 0003-c.patch Patch C  [code]" in text and "    -: - > 4: 0004-e.patch Add a new module" in text
+    assert "  interdiff 0001-b.patch (message, paired by content):" in text and "  added 0004-e.patch:\n" in text and "\n+def new_11():" in text
+    assert " src/new.py | 24 +" in text and " 3 files changed, 26 insertions(+), 2 deletions(-)" in text
+    assert "diff --git a/src/f3.py b/src/f3.py" in text and "\x1b[" not in text  # not a terminal: no colour
+    stat = zmr("diff", "--stat", base, "HEAD", cwd=proj.root).stdout
+    assert " 3 files changed, 26 insertions(+), 2 deletions(-)" in stat and "diff --git" not in stat and "interdiff" not in stat
+    assert "    2: 0002-b.patch ! 1: 0001-b.patch Patch B  [message]" in stat
+    names = zmr("diff", "--name-only", base, "HEAD", cwd=proj.root).stdout
+    assert "\n  src/f2.py\n  src/f3.py\n  src/new.py\n" in names and "|" not in names and "diff --git" not in names
+    colored = zmr("diff", "--color", "always", base, "HEAD", cwd=proj.root).stdout
+    assert "\x1b[32m+def new_11():\x1b[m" in colored and "\x1b[31m-value 5 patched\x1b[m" in colored
+    assert zmr("diff", "--stat", "--name-only", base, cwd=proj.root).returncode == 2
     # Only the order changed: reordered, nothing else.
     proj.series("toy", "rollout", [("0001-a.patch", a), ("0002-b.patch", b_message)])
     proj.commit_all("two patches")
@@ -176,13 +205,25 @@ def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
     numstat = git("diff", "--numstat", old, new, cwd=up.path).splitlines()
     inserted = sum(int(line.split()[0]) for line in numstat)
     deleted = sum(int(line.split()[1]) for line in numstat)
-    # Files from the trees alone; lines only with --stat (it fetches the blobs of what upstream changed).
-    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), None, None)
-    code, data, err = run_json(proj, base, "HEAD", "--stat")
-    entry = component(data, "toy/rollout")
+    # Lines always counted (the blobs of the files that differ are fetched), and the unified diff is the upstream's.
     assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (len(numstat), inserted, deleted)
+    assert entry["tree"]["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
+    # The pin moved backward: the same files, the lines the other way round, the reverse diff.
     code, data, err = run_json(proj, "HEAD", base)
-    assert component(data, "toy/rollout")["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
+    assert code == 0, err
+    back = component(data, "toy/rollout")
+    assert back["pin"] == {"old": new, "new": old, "commits": 2, "direction": "backward"}
+    assert (back["tree"]["files_changed"], back["tree"]["insertions"], back["tree"]["deletions"]) == (len(numstat), deleted, inserted)
+    assert back["tree"]["patch"] == git("diff", "--no-renames", "--full-index", new, old, cwd=up.path) + "\n"
+    assert back["patches"]["unchanged"] == 1 and back["patches"]["range_diff"][0]["sign"] == "="
+    # Both release commits are kept where the printed command finds them.
+    objects = back["tree"]["objects"]
+    assert objects["old"] == back["branch"]["old"] and objects["new"] == back["branch"]["new"]
+    for tree in (back["tree"]["old"], back["tree"]["new"]):
+        assert git("--git-dir", objects["repository"], "cat-file", "-t", tree, cwd=proj.root) == "tree"
+    assert git("--git-dir", objects["repository"], "rev-parse", f"refs/zmr/diff/{objects['new']}", cwd=proj.root) == objects["new"]
+    shown = git(*objects["command"].split()[1:], "--stat", cwd=proj.root)
+    assert f"{len(numstat)} files changed" in shown
     # A commit on a side branch: neither pin is an ancestor of the other.
     git("checkout", "-q", "-b", "side", up.commits[0], cwd=up.path)
     side = up.commit({"src/side.py": "side = 1\n"}, "side work")
@@ -272,10 +313,17 @@ def test_a_revision_is_read_from_git_objects_with_the_working_tree_checks(proj, 
 # -- markdown ----------------------------------------------------------------------------------------
 
 
-def _report(count: int, interdiff_lines: int):
-    from zmr.diff import ComponentDiff, DiffReport, PatchChange, PatchChanges, PinMove, TreeDiff
+def _report(count: int, interdiff_lines: int, tree_lines: int = 3):
+    from zmr.diff import ComponentDiff, DiffReport, FileChange, PatchChanges, PinMove, TreeDiff
+    from zmr.upstream import Pair
 
     body = "1:  aaaa ! 1:  bbbb Patch\n" + "".join(f"    -old line {i}\n    +new line {i} ```\n" for i in range(interdiff_lines))
+    tree_patch = "diff --git a/src/x.py b/src/x.py\n--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n" + "".join(f"+tree line {i}\n" for i in range(tree_lines))
+    pairs = [
+        Pair(0, 0, "0001-x.patch", "0001-x.patch", "!", "Patch", "code", "content", body),
+        Pair(1, 1, "0002-y.patch", "0002-y.patch", "=", "Same"),
+        Pair(None, 2, None, "0003-z.patch", ">", "Added", diff="diff --git a/src/z.py b/src/z.py\n+z = 1\n"),
+    ]
     components = [
         ComponentDiff(
             "m",
@@ -283,13 +331,13 @@ def _report(count: int, interdiff_lines: int):
             "changed",
             PinMove("a" * 40, "b" * 40, 3, "forward"),
             f"zmr/m/c{i}",
-            PatchChanges(changed=[PatchChange("0001-x.patch", "0001-x.patch", body)], unchanged=2),
-            TreeDiff("c" * 40, "d" * 40, 1, 1, 1, ("src/x.py",), ("src/x.py",)),
+            PatchChanges(pairs),
+            TreeDiff("c" * 40, "d" * 40, (FileChange("src/x.py", tree_lines, 1),), tree_patch, ("src/x.py",), ("src/x.py",)),
             ("e" * 40, "f" * 40),
         )
         for i in range(count)
     ]
-    return DiffReport("1" * 40, "main", None, None, components)
+    return DiffReport("1" * 40, "main", "2" * 40, "HEAD", components)
 
 
 def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
@@ -297,15 +345,36 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
 
     small = _report(2, 3).to_markdown()
     assert small.startswith(MARKER + "\n") and "Truncated" not in small
-    assert small.count("<details>") == 2 and "`m/c1`" in small
+    assert "`m/c1`" in small and "left out" not in small
+    # Per component: the range-diff, the interdiff, the added patch, the stat, the unified diff.
+    assert small.count("<details") == 2 * 5
+    assert "1: 0001-x.patch ! 1: 0001-x.patch Patch  [code]" in small and "-: - > 3: 0003-z.patch Added" in small
     assert "````diff" in small  # the fence is longer than the backticks inside
-    big = _report(40, 400).to_markdown()
+    assert "+z = 1" in small and " src/x.py | 4 +++-" in small and "+tree line 2" in small
+    # One huge release-tree diff: only it is folded (largest first), and its place says what it was and how to see it.
+    huge = _report(2, 3, tree_lines=5000).to_markdown()
+    assert len(huge) <= COMMENT_LIMIT and "**Truncated** to fit one comment" in huge
+    assert "+tree line 4999" not in huge and "+new line 2" in huge and "+z = 1" in huge
+    assert huge.count("- release tree: unified diff: left out to fit one comment (5004 lines,") == 2
+    assert "`zmr diff 111111111111 222222222222 m -c c0` shows it" in huge
+    assert "left out 2 blocks" in huge
+    # Many components with big diffs: blocks folded, then whole sections left out, and said.
+    big = _report(60, 400, tree_lines=400).to_markdown()
     assert len(big) <= COMMENT_LIMIT
     assert big.startswith(MARKER + "\n")
     assert "**Truncated** to fit one comment" in big
-    shown = big.count("<details>")
-    assert 0 < shown < 40
-    assert f"the range-diff of {40 - shown} components" in big or "sections" in big
+    shown = big.count("### `m/c")
+    assert 0 < shown < 60
+    assert f"the sections of {60 - shown} components" in big
+    assert "`zmr diff 111111111111 222222222222` in a clone shows all of it" in big
+    # A release tree of many files: the comment's stat lists the first 200, says how many more, and totals all of them.
+    from zmr.diff import FileChange
+    from zmr.diffmarkdown import stat_text
+
+    many = [FileChange(f"src/m{i}.py", i, 1) for i in range(300)]
+    capped = stat_text(many, limit=200)
+    assert " src/m199.py | 200 " in capped and "m200.py" not in capped and " ... and 100 more files\n" in capped
+    assert capped.endswith(f" 300 files changed, {sum(range(300))} insertions(+), 300 deletions(-)\n")
     # Text from the repository cannot write markdown: a name with backticks stays one code span.
     from zmr.diffmarkdown import code
 
@@ -443,3 +512,231 @@ def test_a_revisions_named_folders_and_bundled_upstreams_are_its_own(proj, up, t
     assert component(data, "toy/rollout")["status"] == "changed"
     assert [c["old"] for c in component(data, "toy/rollout")["patches"]["changed"]] == ["0001-a.patch"]
     assert component(data, "toy/trainer")["status"] == "unchanged"
+
+
+# -- one pairing for diff, rebase and update: what a reviewer must check ------------------------------
+
+
+def _fixture_model(proj, upstream) -> tuple[str, str, str]:
+    """conftest's toy model (two patches on src/model.py line 10 and matmul.py): (pin, model.py there, the zmr commit)."""
+    from conftest import simple_model
+
+    pin = simple_model(proj, upstream)
+    return pin, upstream.file_at(pin, "src/model.py") + "\n", proj.ref("HEAD")
+
+
+def test_a_conflict_resolved_by_hand_is_a_changed_pair_in_the_rebase_report_and_in_diff(proj, upstream, tmp_path):
+    import re
+
+    pin, model_py, base = _fixture_model(proj, upstream)
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")
+    new = upstream.commit({"docs/guide.md": "guide v2\n"}, "Update the guide")
+    stopped = zmr("rebase", "toy", "--onto", new, cwd=proj.root)
+    assert stopped.returncode == 1, stopped.stderr
+    co = proj.root / "work/toy/rollout"
+    # The resolution rewrites the patch well past what git range-diff still pairs with the old one.
+    resolution = "".join(f"split part {k}: a fixed size per row block, whatever the batch\n" for k in range(8))
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", resolution, text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    report = tmp_path / "rebase.md"
+    done = zmr("rebase", "toy", "--continue", "--json", "--report", str(report), cwd=proj.root)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["added"] == [] and [c["name"] for c in data["changed"]] == ["0001-fixed-split.patch"]
+    changed = data["changed"][0]
+    assert (changed["kind"], changed["paired_by"]) == ("code", "name")  # range-diff alone saw two different patches
+    assert re.match(r"\s*1:\s+[0-9a-f]+ ! 1:\s+[0-9a-f]+ Use a fixed split size in matmul\n", changed["range_diff"])
+    assert "-+line 10 fixed split" in changed["range_diff"] and "++split part 7: a fixed size" in changed["range_diff"]
+    body = report.read_text()
+    assert "## Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul (code, paired by name)" in body
+    assert "++split part 0" in body and "## Added" not in body
+    # zmr diff of the commit that records the rebase: the same pair, with its interdiff, not a patch added and one removed.
+    proj.commit_all("rebase toy onto upstream")
+    code, diffed, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    entry = component(diffed, "toy/rollout")
+    patches = entry["patches"]
+    assert (patches["added"], patches["removed"], patches["unchanged"]) == ([], [], 1)
+    assert [(c["old"], c["new"], c["kind"], c["paired_by"]) for c in patches["changed"]] == [("0001-fixed-split.patch", "0001-fixed-split.patch", "code", "name")]
+    assert "++split part 7" in patches["changed"][0]["interdiff"]
+    assert [p["sign"] for p in patches["range_diff"]] == ["!", "="]
+    assert entry["pin"]["direction"] == "forward" and entry["pin"]["commits"] == 3  # the fixture upstream had one more commit
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "    1: 0001-fixed-split.patch ! 1: 0001-fixed-split.patch Use a fixed split size in matmul  [code]" in text
+    assert "  interdiff 0001-fixed-split.patch (code, paired by name):" in text and "    ++split part 7" in text
+
+
+def test_a_3_way_merged_patch_is_paired_in_the_update_report_and_diff_calls_it_context(proj, upstream, tmp_path):
+    pin, model_py, base = _fixture_model(proj, upstream)
+    # Upstream rewrites the lines around the patched one (not next to it): git apply refuses, the 3-way merge takes it.
+    around = model_py
+    for k in (7, 8, 12, 13):
+        around = around.replace(f"line {k}\n", f"line {k}: reworded upstream, quite a lot longer than before\n")
+    new = upstream.commit({"src/model.py": around}, "Reword the lines around line 10")
+    report = tmp_path / "update.md"
+    result = zmr("update", "toy", "--json", "--apply", "--report", str(report), cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["components"][0]
+    assert data["applied"] is True and data["target"] == new
+    assert [(c["name"], c["kind"]) for c in data["changed"]] == [("0001-fixed-split.patch", "context")]
+    block = data["changed"][0]["range_diff"]
+    assert block.lstrip().startswith("1:") and " ! 1:" in block.splitlines()[0]  # both sides
+    assert "line 8: reworded upstream" in block
+    body = report.read_text()
+    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul (context, paired by" in body
+    # The commit that records the update, as a reviewer sees it: the pin moved, the patch changed in its context only.
+    proj.commit_all("update toy")
+    code, diffed, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    entry = component(diffed, "toy/rollout")
+    assert entry["pin"] == {"old": pin, "new": new, "commits": 2, "direction": "forward"}  # the fixture upstream had one more commit
+    assert [(c["new"], c["kind"]) for c in entry["patches"]["changed"]] == [("0001-fixed-split.patch", "context")]
+    files = {f["path"]: (f["insertions"], f["deletions"]) for f in entry["tree"]["files"]}
+    assert files == {"src/model.py": (4, 4), "src/kernels/attention.py": (2, 0), "setup.cfg": (2, 0)}  # upstream's, nothing of the patch
+    assert (entry["tree"]["files_changed"], entry["tree"]["insertions"], entry["tree"]["deletions"]) == (3, 8, 4)
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert "  interdiff 0001-fixed-split.patch: context only (" in text and "folded" in text
+    assert "\n-line 7\n-line 8\n+line 7: reworded upstream" in text  # the release tree's unified diff
+    out = tmp_path / "comment.md"
+    assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
+    comment = out.read_text()
+    assert "<details><summary>interdiff `0001-fixed-split.patch`: context only (the pin moved)</summary>" in comment  # closed
+    assert "<details open><summary>series range-diff" in comment and "release tree: unified diff" in comment
+
+
+def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
+    """The diff job's own step makes the comment; the comment workflow's own script posts it (gh is a recorder here)."""
+    pin = up.commits[1]
+    (proj.root / "upstreams").mkdir()
+    git("bundle", "create", str(proj.root / "upstreams/up.bundle"), "main", cwd=up.path)  # --untrusted: upstreams inside the repository
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    proj.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: upstreams/up.bundle\n    commit: {pin}\n")
+    proj.commit_all("toy")
+    base = proj.ref("HEAD")
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again")), ("0002-b.patch", patch(up, pin, 1, 7, "Patch B"))])
+    proj.commit_all("the pull request")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "zmr"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m zmr "$@"\n')
+    recorded = tmp_path / "posted.md"
+    gh = bin_dir / "gh"
+    # `gh run download` hands over the artifact the diff job uploaded; `gh api` answers the head and posts.
+    gh.write_text(
+        "#!/bin/sh\n"
+        'case "$1 $2" in\n'
+        f'  "run download") mkdir -p "$7" && cp {proj.root}/zmr-diff/* "$7"/ ;;\n'
+        '  "api repos/"*) case "$2" in */pulls/*) echo "$HEAD_SHA" ;; esac ;;\n'
+        '  "api --paginate") ;;\n'
+        f'  "api -X") [ "$3" = POST ] && for a in "$@"; do case "$a" in body=@*) cp "${{a#body=@}}" {recorded} ;; esac; done ;;\n'
+        "esac\n"
+    )
+    for tool in (shim, gh):
+        tool.chmod(0o755)
+    pr_job = _load(WORKFLOWS / "zmr.yml")["jobs"]["diff"]
+    step = next(s for s in pr_job["steps"] if s.get("id") == "diff")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "BASE_SHA": base, "PR_NUMBER": "7", "GITHUB_OUTPUT": str(tmp_path / "output")}
+    ran = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=proj.root, env={**os.environ, **env}, capture_output=True, text=True)
+    assert ran.returncode == 0 and (tmp_path / "output").read_text() == "status=0\n", ran.stderr
+    made = (proj.root / "zmr-diff/diff.md").read_text()
+    post = _load(WORKFLOWS / "zmr-diff-comment.yml")["jobs"]["comment"]
+    env |= {k: v for k, v in post["env"].items() if not str(v).startswith("${{")}
+    env |= {"GH_REPO": "o/r", "RUN_ID": "1", "HEAD_SHA": "abc", "RUNNER_TEMP": str(tmp_path / "runner")}
+    script = "\n".join(s["run"] for s in post["steps"])
+    ran = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True)
+    assert ran.returncode == 0 and "commented on #7" in ran.stdout, ran.stdout + ran.stderr
+    assert recorded.read_text() == made  # the comment is zmr diff's markdown, byte for byte
+    assert made.startswith(MARKER_LINE) and "<details open><summary>series range-diff (2 lines)</summary>" in made
+    assert "interdiff `0001-a.patch`: code changed" in made and "+value 5 patched again" in made
+    assert "added patch `0002-b.patch`" in made and "release tree: unified diff" in made
+
+
+def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
+    import pty
+
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 on a terminal"))])
+
+    def on_a_terminal(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+        main, terminal = pty.openpty()
+        try:
+            clean = {k: v for k, v in os.environ.items() if k not in ("PAGER", "GIT_PAGER", "CI", "NO_COLOR")}
+            return subprocess.run([sys.executable, "-m", "zmr", "-q", "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300)
+        finally:
+            os.close(terminal)
+            os.close(main)
+
+    paged = tmp_path / "paged.txt"
+    assert on_a_terminal({"GIT_PAGER": f"cat > {paged}"}).returncode == 0
+    text = paged.read_text()
+    assert text.startswith("base ") and "+value 5 on a terminal" in text and "\x1b[32m" in text  # a terminal: coloured, as git does
+    # No GIT_PAGER: core.pager of the repository, then PAGER.
+    git("config", "core.pager", f"cat > {tmp_path / 'core.txt'}", cwd=proj.root)
+    assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
+    assert "+value 5 on a terminal" in (tmp_path / "core.txt").read_text() and not (tmp_path / "pager.txt").exists()
+    git("config", "--unset", "core.pager", cwd=proj.root)
+    assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
+    assert "+value 5 on a terminal" in (tmp_path / "pager.txt").read_text()
+
+
+def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(proj, up):
+    import time
+
+    pin = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
+    manifest(proj, up, pin)
+    proj.commit_all("toy")
+    base = proj.ref("HEAD")
+    manifest(proj, up, up.commits[3])
+    proj.commit_all("move the pin")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    first = component(data, "toy/rollout")
+    objects = first["tree"]["objects"]
+    mirror = objects["repository"]
+    assert Path(mirror).parent == Path(os.environ["ZMR_CACHE"]) / "mirrors"  # the cache's mirror, never the repository
+    assert proj.root / ".git" != Path(mirror) and git("for-each-ref", "refs/zmr/diff/", cwd=proj.root) == ""
+    now = int(time.time())
+    for name, days in (("stale", 20), ("recent", 2)):
+        when = {"GIT_COMMITTER_DATE": f"@{now - days * 86400} +0000"}
+        git("--git-dir", mirror, "update-ref", "--create-reflog", "-m", "an earlier diff", f"refs/zmr/diff/{name}", objects["old"], cwd=proj.root, env=when)
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    again = component(data, "toy/rollout")
+    assert again["branch"] == first["branch"] and again["tree"]["objects"] == objects  # no clock in any id
+    kept = git("--git-dir", mirror, "for-each-ref", "--format=%(refname)", "refs/zmr/diff/", cwd=proj.root).split()
+    assert sorted(kept) == sorted({f"refs/zmr/diff/{objects['old']}", f"refs/zmr/diff/{objects['new']}", "refs/zmr/diff/recent"})
+    # Each ref the diff showed was made anew: its reflog entry is this run's.
+    stamp = git("--git-dir", mirror, "log", "-g", "--format=%gd", "--date=unix", f"refs/zmr/diff/{objects['new']}", cwd=proj.root)
+    assert [int(line.rpartition("@{")[2].rstrip("}")) >= now - 5 for line in stamp.splitlines()] == [True]
+
+
+def test_components_with_the_same_release_trees_share_one_patch(proj, up, tmp_path):
+    old, new = up.commits[1], up.commits[3]
+    a = patch(up, old, 0, 5, "Patch A")
+    for comp in ("rollout", "trainer"):
+        proj.series("toy", comp, [("0001-a.patch", a)])
+    pins = "".join(f"  {comp}:\n    upstream: {up.path}\n    commit: {{pin}}\n" for comp in ("rollout", "trainer"))
+    proj.manifest("toy", "model: toy\ncomponents:\n" + pins.format(pin=old))
+    proj.commit_all("two components, one pin, one series")
+    base = proj.ref("HEAD")
+    proj.manifest("toy", "model: toy\ncomponents:\n" + pins.format(pin=new))
+    proj.commit_all("move both pins")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    first, second = component(data, "toy/rollout")["tree"], component(data, "toy/trainer")["tree"]
+    assert (first["old"], first["new"]) == (second["old"], second["new"])
+    assert first["same_as"] is None and first["patch"].startswith("diff --git")
+    assert second["same_as"] == "toy/rollout" and second["patch"] is None
+    assert second["files"] == first["files"] and second["insertions"] == first["insertions"] > 0
+    text = zmr("diff", base, "HEAD", cwd=proj.root).stdout
+    assert text.count("diff --git") == first["patch"].count("diff --git")  # printed once
+    assert f"  the same trees as toy/rollout: {first['files_changed']} files +{first['insertions']} -{first['deletions']}" in text
+    out = tmp_path / "comment.md"
+    assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
+    comment = out.read_text()
+    assert comment.count("release tree: unified diff") == 1 and "The release tree's diff is `toy/rollout`'s (the same two trees)." in comment

@@ -20,9 +20,11 @@ the repository and no branch moves.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -39,6 +41,7 @@ from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
 from zmr.project import Project, load_settings
 from zmr.series import MAX_PATCH_BYTES, Series
+from zmr.upstream import Pair
 from zmr.yamlnodes import MAX_FILE_BYTES
 
 
@@ -48,7 +51,6 @@ _ALWAYS = ("zmr.yaml", "manifests", "patches")
 # `patches:` and `upstream:` values: folders and bundles a manifest names, read from the revision too.
 _NAMED_PATH_RE = re.compile(r"^\s*(?:patches|upstream)\s*:\s*[\"']?([^\"'#\s]+)", re.M)
 _NOT_A_PATH_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/:]+:(?!//)")
-_RANGE_HEAD_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) ")
 _DEFAULT_BRANCHES = ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/remotes/origin/main", "refs/heads/master", "refs/remotes/origin/master")
 
 
@@ -68,45 +70,87 @@ class PinMove:
         return {"old": self.old, "new": self.new, "commits": self.commits, "direction": self.direction}
 
 
-@dataclass(frozen=True)
-class PatchChange:
-    old: str
-    new: str
-    interdiff: str  # the range-diff block: header line, then the diff of the two patches
-
-
 @dataclass
 class PatchChanges:
-    """The series compared like ``git range-diff``: by content, not by file name."""
+    """The series compared like ``git range-diff``: by content, then by name and position (``zmr.upstream.pair_series``)."""
 
-    added: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    changed: list[PatchChange] = field(default_factory=list)
+    pairs: list[Pair] = field(default_factory=list)  # in the new series' order, removed patches where they stood
     reordered: bool = False
-    unchanged: int = 0
     matched_by: str = "range-diff"  # or "patch-id" (the two sides' upstreams are different mirrors: no interdiff)
+
+    @property
+    def added(self) -> list[str]:
+        return [p.new_name for p in self.pairs if p.sign == ">" and p.new_name is not None]
+
+    @property
+    def removed(self) -> list[str]:
+        return [p.old_name for p in self.pairs if p.sign == "<" and p.old_name is not None]
+
+    @property
+    def changed(self) -> list[Pair]:
+        return [p for p in self.pairs if p.sign == "!"]
+
+    @property
+    def unchanged(self) -> int:
+        return sum(1 for p in self.pairs if p.sign == "=")
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "range_diff": [p.to_json() for p in self.pairs],
             "added": self.added,
             "removed": self.removed,
-            "changed": [{"old": c.old, "new": c.new, "interdiff": c.interdiff} for c in self.changed],
+            "changed": [{"old": c.old_name, "new": c.new_name, "kind": c.kind, "paired_by": c.by, "interdiff": c.interdiff} for c in self.changed],
             "reordered": self.reordered,
             "unchanged": self.unchanged,
+            "matched_by": self.matched_by,
         }
 
 
 @dataclass(frozen=True)
+class FileChange:
+    path: str
+    insertions: int | None  # None: a binary file
+    deletions: int | None
+
+
+@dataclass(frozen=True)
 class TreeDiff:
-    """The release trees of both sides, and the files each side's series touches."""
+    """The release trees of both sides: what changed between them, and the files each side's series touches.
+
+    *repository*: where the trees and the release commits are kept (refs
+    ``refs/zmr/diff/<commit>``) for ``git diff`` to show; *patch*: the
+    unified diff, None when not asked for (``--stat``, ``--name-only``).
+    """
 
     old: str | None
     new: str | None
-    files_changed: int | None = None
-    insertions: int | None = None
-    deletions: int | None = None
+    files: tuple[FileChange, ...] = ()
+    patch: str | None = None
     series_files_old: tuple[str, ...] = ()
     series_files_new: tuple[str, ...] = ()
+    repository: str | None = None
+    commits: tuple[str | None, str | None] = (None, None)
+    same_as: str | None = None  # an earlier component of the report with the same two trees: its patch is that one's
+
+    @property
+    def files_changed(self) -> int:
+        return len(self.files)
+
+    @property
+    def insertions(self) -> int:
+        return sum(f.insertions or 0 for f in self.files)
+
+    @property
+    def deletions(self) -> int:
+        return sum(f.deletions or 0 for f in self.files)
+
+    @property
+    def command(self) -> str | None:
+        """The ``git diff`` that shows the same change from the kept objects."""
+        old, new = self.commits
+        if self.repository is None or old is None or new is None:
+            return None
+        return f"git --git-dir={shlex.quote(self.repository)} diff {old[:12]} {new[:12]}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,7 +159,11 @@ class TreeDiff:
             "files_changed": self.files_changed,
             "insertions": self.insertions,
             "deletions": self.deletions,
+            "files": [{"path": f.path, "insertions": f.insertions, "deletions": f.deletions} for f in self.files],
+            "patch": self.patch,
+            "same_as": self.same_as,
             "series_files": {"old": list(self.series_files_old), "new": list(self.series_files_new)},
+            "objects": {"repository": self.repository, "old": self.commits[0], "new": self.commits[1], "command": self.command},
         }
 
 
@@ -378,11 +426,12 @@ def diff(
     cache: Cache | None = None,
     progress: Progress | None = None,
     *,
-    stat: bool = False,
+    patch: bool = True,
 ) -> DiffReport:
     """Compare the release branches of *base* and *head* (None: the working tree) for the chosen models and components.
 
-    *stat*: also count the lines of a moved pin's upstream changes (fetches the blobs of every file upstream changed).
+    Lines are always counted (the blobs of the files that differ between the
+    release trees are fetched); *patch*: also the unified diff of the trees.
     """
     cache = cache or Cache()
     _forget()
@@ -400,14 +449,28 @@ def diff(
     for key in keys:
         if progress:
             progress(f"{key[0]}/{key[1]}: comparing")
-        results.append(compare_component(old, new, key, cache, same_identity, progress, stat=stat))
+        results.append(compare_component(old, new, key, cache, same_identity, progress, patch=patch))
+    _keep(results)
+    _share_patches(results)
     return DiffReport(base_commit, base_rev, head_commit, head, results)
+
+
+def _share_patches(results: Sequence[ComponentDiff]) -> None:
+    """Components whose release trees are the same two trees (six on one pin with one series) say so: the first holds the patch."""
+    first: dict[tuple[str, str], str] = {}
+    for c in results:
+        t = c.tree
+        if t is None or t.old is None or t.new is None or not t.files:
+            continue
+        label = first.setdefault((t.old, t.new), c.label)
+        if label != c.label:
+            c.tree = dataclasses.replace(t, patch=None, same_as=label)
 
 
 def _forget() -> None:
     """Empty the memos of a previous run in this process (they name mirrors, which a cache may have replaced since)."""
     _CHAINS.clear()
-    for memo in (_range_diff, _diff_stat, _moved):
+    for memo in (_pairs, _tree_parts, _moved):
         memo.cache_clear()
 
 
@@ -435,7 +498,7 @@ class _Input:
 
 
 def compare_component(
-    old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None, *, stat: bool = False
+    old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None, *, patch: bool = True
 ) -> ComponentDiff:
     """One component on both sides: unchanged without a fetch when nothing that goes into its branch differs."""
     old_comp, new_comp = old.components.get(key), new.components.get(key)
@@ -456,11 +519,11 @@ def compare_component(
     if before and after and same_identity and _same_build(before, after):
         result.status = "unchanged"
         result.pin = PinMove(pin.old, pin.new, 0, "same")
-        result.patches = PatchChanges(unchanged=len(after.series.patches))
+        result.patches = PatchChanges(_same_pairs(after.series))
         return result
     if before is None or after is None:
         result.status = "added" if before is None else "removed"
-    return _compared(result, before, after, cache, progress, stat)
+    return _compared(result, before, after, cache, progress, patch)
 
 
 def _same_build(before: _Input, after: _Input) -> bool:
@@ -476,7 +539,7 @@ def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
     return result
 
 
-def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, stat: bool) -> ComponentDiff:
+def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, patch: bool) -> ComponentDiff:
     from zmr.build import Release, compute
 
     from concurrent.futures import ThreadPoolExecutor
@@ -500,7 +563,7 @@ def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None
     # stat's blobs (a fetch under the mirror's lock) and the pin's history (another repository).
     with ThreadPoolExecutor(max_workers=3) as pool:
         patches = pool.submit(_patch_changes, old, new)
-        tree = pool.submit(_tree_diff, old, new, before, after, cache, stat)
+        tree = pool.submit(_tree_diff, old, new, before, after, cache, patch)
         pin = pool.submit(_pin_move, old, new, cache, before, after) if old and new else None
     try:
         result.patches, result.tree = patches.result(), tree.result()
@@ -569,53 +632,52 @@ class _WithAlternate(git.Repo):
 
 
 @functools.lru_cache(maxsize=256)
-def _range_diff(git_dir: str, alternate: str, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
-    """``zmr.upstream.range_diff``, once per pair of chains (commit ids are content: components sharing a series share it)."""
-    from zmr.upstream import range_diff
+def _pairs(
+    git_dir: str,
+    alternate: str,
+    old_base: str,
+    old_chain: tuple[str, ...],
+    old_names: tuple[str, ...],
+    new_base: str,
+    new_chain: tuple[str, ...],
+    new_names: tuple[str, ...],
+) -> tuple[Pair, ...]:
+    """``zmr.upstream.pair_series``, once per pair of chains (commit ids are content: components sharing a series share it)."""
+    from zmr.upstream import pair_series
 
     repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
-    return range_diff(repo, old_base, old_tip, new_base, new_tip)
+    return tuple(pair_series(repo, old_base, old_chain, old_names, new_base, new_chain, new_names))
+
+
+def _same_pairs(series: Series) -> list[Pair]:
+    """The same patch bytes in the same order: each patch paired with itself, without a replay (range-diff ignores line numbers)."""
+    return [Pair(i, i, p.name, p.name, "=", p.subject) for i, p in enumerate(series.patches)]
 
 
 def _patch_changes(old: Any, new: Any) -> PatchChanges:
-    """The series of both sides matched by content: ``git range-diff`` of their chains (one commit per patch) in the mirror."""
-    old_names = [p.name for p in old.series.patches] if old else []
-    new_names = [p.name for p in new.series.patches] if new else []
+    """The series of both sides paired: ``zmr.upstream.pair_series`` of their chains (one commit per patch) in the mirror."""
+    old_names = tuple(p.name for p in old.series.patches) if old else ()
+    new_names = tuple(p.name for p in new.series.patches) if new else ()
     if not old_names or not new_names:
-        return PatchChanges(added=new_names, removed=old_names)
+        only = [Pair(None, j, None, p.name, ">", p.subject) for j, p in enumerate(new.series.patches)] if new else []
+        gone = [Pair(i, None, p.name, None, "<", p.subject) for i, p in enumerate(old.series.patches)] if old else []
+        return PatchChanges(only + gone)
     if old.series.digest() == new.series.digest():
-        # The same patch bytes in the same order: range-diff would pair each with itself (it ignores line numbers).
-        return PatchChanges(unchanged=len(new_names))
+        return PatchChanges(_same_pairs(new.series))
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # different chains (the series differ): different refs, own indexes
         old_chain, new_chain = pool.map(_chain, (old, new))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
-    blocks = _range_diff(str(new.mirror.path), alternate, old.component.commit, old_chain[-1], new.component.commit, new_chain[-1])
-    if not blocks and alternate:
+    if (
+        alternate
+        and _WithAlternate(str(new.mirror.path), alternate).range_diff(f"{old.component.commit}..{old_chain[-1]}", f"{new.component.commit}..{new_chain[-1]}")
+        is None
+    ):
         return _by_patch_id(old, new, old_chain, new_chain)  # git could not walk one mirror's chain from the other
-    changes = PatchChanges()
-    matched: list[int] = []  # old indices, in the new series' order
-    for j, commit in enumerate(new_chain):
-        block = blocks.get(commit)
-        head = _RANGE_HEAD_RE.match(block) if block else None
-        if block is None or head is None:
-            raise ZmrError(
-                f"{new.component.label}: git range-diff gave no entry for patch {new_names[j]}", details=["run `zmr -v diff` to see the git commands"]
-            )
-        old_index, sign = head.group(1), head.group(2)
-        if sign == ">" or old_index == "-":
-            changes.added.append(new_names[j])
-            continue
-        i = int(old_index) - 1
-        matched.append(i)
-        if sign == "=":
-            changes.unchanged += 1
-        else:
-            changes.changed.append(PatchChange(old_names[i], new_names[j], block))
-    changes.removed = [name for i, name in enumerate(old_names) if i not in matched]
-    changes.reordered = matched != sorted(matched)
-    return changes
+    pairs = list(_pairs(str(new.mirror.path), alternate, old.component.commit, tuple(old_chain), old_names, new.component.commit, tuple(new_chain), new_names))
+    matched = [p.old for p in pairs if p.old is not None and p.new is not None]
+    return PatchChanges(pairs, reordered=matched != sorted(matched))
 
 
 def _by_patch_id(old: Any, new: Any, old_chain: list[str], new_chain: list[str]) -> PatchChanges:
@@ -625,18 +687,18 @@ def _by_patch_id(old: Any, new: Any, old_chain: list[str], new_chain: list[str])
     old_ids = patch_ids(old.mirror.repo, old_chain)
     new_ids = patch_ids(new.mirror.repo, new_chain)
     free = {old_ids.get(c): i for i, c in reversed(list(enumerate(old_chain))) if old_ids.get(c)}
-    changes = PatchChanges(matched_by="patch-id")
+    pairs: list[Pair] = []
     matched: list[int] = []
     for j, commit in enumerate(new_chain):
+        patch = new.series.patches[j]
         i = free.pop(new_ids.get(commit, ""), None)
         if i is None:
-            changes.added.append(new.series.patches[j].name)
+            pairs.append(Pair(None, j, None, patch.name, ">", patch.subject))
         else:
             matched.append(i)
-            changes.unchanged += 1
-    changes.removed = [p.name for i, p in enumerate(old.series.patches) if i not in matched]
-    changes.reordered = matched != sorted(matched)
-    return changes
+            pairs.append(Pair(i, j, old.series.patches[i].name, patch.name, "=", patch.subject))
+    pairs += [Pair(i, None, p.name, None, "<", p.subject) for i, p in enumerate(old.series.patches) if i not in matched]
+    return PatchChanges(pairs, reordered=matched != sorted(matched), matched_by="patch-id")
 
 
 def _series_files(item: _Input | None) -> tuple[str, ...]:
@@ -651,54 +713,63 @@ def _series_files(item: _Input | None) -> tuple[str, ...]:
     return item.side.series_files[digest]
 
 
-def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, stat: bool) -> TreeDiff:
-    """A diff stat between the two release trees, and the files each side's series touches.
-
-    Lines are counted when the pins are the same (the series' blobs are here) or with *stat*; else only files.
-    """
+def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, patch: bool) -> TreeDiff:
+    """What changed between the two release trees (lines counted), and the files each side's series touches."""
     files_old, files_new = _series_files(before), _series_files(after)
+    kept = (old.tip if old else None, new.tip if new else None)
+    where = str((new or old).mirror.path)
     if old is None or new is None:
-        return TreeDiff(old.tree if old else None, new.tree if new else None, series_files_old=files_old, series_files_new=files_new)
+        return TreeDiff(old.tree if old else None, new.tree if new else None, (), None, files_old, files_new, where, kept)
     assert before is not None and after is not None
     sides = tuple((cache.for_upstream(rel.component.upstream, item.side.project.root), rel.component.commit) for rel, item in ((old, before), (new, after)))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
-    count_lines = stat or old.upstream_tree == new.upstream_tree
-    files, insertions, deletions = _diff_stat(str(new.mirror.path), alternate, (old.upstream_tree, new.upstream_tree), (old.tree, new.tree), sides, count_lines)
-    return TreeDiff(old.tree, new.tree, files, insertions, deletions, files_old, files_new)
+    files, text = _tree_parts(str(new.mirror.path), alternate, (old.tree, new.tree), sides, patch)
+    return TreeDiff(old.tree, new.tree, files, text, files_old, files_new, None if alternate else where, kept)
 
 
 @functools.lru_cache(maxsize=256)
-def _diff_stat(
-    git_dir: str,
-    alternate: str,
-    upstream_trees: tuple[str, str],
-    trees: tuple[str, str],
-    sides: tuple[tuple[Upstream, str], ...],
-    count_lines: bool,
-) -> tuple[int, int | None, int | None]:
-    """Files changed, insertions, deletions from one tree to the other; first the blobs of the files upstream changed between the pins.
+def _tree_parts(
+    git_dir: str, alternate: str, trees: tuple[str, str], sides: tuple[tuple[Upstream, str], ...], patch: bool
+) -> tuple[tuple[FileChange, ...], str | None]:
+    """The files that differ between two release trees with their lines counted (and the unified diff with *patch*).
 
-    Once per set of trees (ids are content): components on one pin with one series ask once.
+    First the blobs of those files at both pins, in one fetch per upstream
+    (the series' own blobs are in the mirror already): only what differs is
+    fetched, never every file upstream changed. Once per pair of trees.
     """
-    repo = git.Repo(git_dir)
-    env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternate} if alternate else {}
-    if not count_lines:  # trees only: no blob is read
-        out = repo.diff_tree(["-r", "-z", "--name-only", "--no-renames", *trees], env=env).stdout
-        return sum(1 for name in out.split(b"\0") if name), None, None
-    if upstream_trees[0] != upstream_trees[1]:
-        out = repo.diff_tree(["-r", "-z", "--name-only", "--no-renames", *upstream_trees], env=env).stdout
-        moved = {name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name}
+    repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
+    names = repo.tree_names(*trees)
+    if names:
         by_url: dict[str, tuple[Upstream, list[str]]] = {}
         for upstream, commit in sides:
             by_url.setdefault(upstream.url, (upstream, []))[1].append(commit)
-        for upstream, commits in by_url.values():  # one fetch for both pins of an upstream
-            upstream.ensure(commits, paths=moved)
-    out = repo.diff_tree(["-r", "-z", "--numstat", "--no-renames", *trees], env=env).stdout
-    files = insertions = deletions = 0
-    for record in out.split(b"\0"):
-        fields = record.split(b"\t", 2)
-        if len(fields) == 3:
-            files += 1
-            insertions += int(fields[0]) if fields[0].isdigit() else 0
-            deletions += int(fields[1]) if fields[1].isdigit() else 0
-    return files, insertions, deletions
+        for upstream, commits in by_url.values():
+            upstream.ensure(commits, paths=frozenset(names))
+    files = tuple(FileChange(path, ins, dels) for path, ins, dels in repo.tree_changes(*trees))
+    return files, (repo.tree_patch(*trees) if patch else None)
+
+
+# -- objects a reviewer can open -------------------------------------------------------------------
+
+KEEP_PREFIX = "refs/zmr/diff/"
+KEEP_DAYS = 14  # a kept commit's ref goes this long after the last zmr diff that showed it
+
+
+def _keep(results: Sequence[ComponentDiff]) -> None:
+    """Keep the release commits each changed component's report names under ``refs/zmr/diff/<commit>`` of its mirror.
+
+    Each ref is made anew when a diff shows it, so the time of its reflog
+    entry is when it was last used (nothing of the clock goes into an
+    object); refs unused for ``KEEP_DAYS`` days are deleted then.
+    """
+    import time
+
+    by_repo: dict[str, set[str]] = {}
+    for c in results:
+        if c.tree is not None and c.tree.repository is not None:
+            by_repo.setdefault(c.tree.repository, set()).update(x for x in c.tree.commits if x)
+    for where, commits in by_repo.items():
+        repo = git.Repo(where)
+        repo.keep_commits(KEEP_PREFIX, sorted(commits), "zmr diff")
+        limit = time.time() - KEEP_DAYS * 86400
+        repo.delete_refs([ref for ref, when in repo.ref_times(KEEP_PREFIX).items() if when < limit])

@@ -2,24 +2,32 @@
 
 Layout: the hidden marker (the workflow finds its own comment by it), a
 summary table of the changed components, then one section per changed
-component with its range-diff in a collapsible block. What does not fit
-in *limit* characters is cut whole: a section loses its range-diff first,
-then is left out; a note at the end names what was left out. Every text
-that comes from the repository (names, interdiffs, reasons) goes into code
-spans or fenced blocks, so a patch cannot write markdown or mention anyone.
+component: its pin and branch, the series' range-diff, then collapsible
+blocks: each changed patch's interdiff (a ``context`` one folded: closed,
+after the others), each added patch's diff, the release tree's diff stat
+and its unified diff. What does not fit in *limit* characters is cut
+whole, largest block first: a folded block leaves one line in its place
+saying what it was, how big, and the local ``zmr diff`` that shows it;
+sections that still do not fit are left out; a note at the end counts
+what was left out. Every text that comes from the repository (names,
+diffs, reasons) goes into code spans or fenced blocks, so a patch cannot
+write markdown or mention anyone.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.diff import ComponentDiff, DiffReport
+    from zmr.diff import ComponentDiff, DiffReport, FileChange
 
 COMMENT_LIMIT = 65_536  # characters GitHub accepts in one pull-request comment
 MARKER = "<!-- zmr-diff -->"  # the first line: the workflow finds its own comment by it
-_NOTE_ROOM = 600  # characters kept for the truncation note
+STAT_FILES = 200  # files a release tree's diff stat lists in the comment (then how many more, then the totals)
+_NOTE_ROOM = 800  # characters kept for the truncation note
 _TICKS_RE = re.compile(r"`+")
 
 
@@ -35,6 +43,42 @@ def fenced(text: str, lang: str = "") -> str:
     """*text* as a fenced block whose fence is longer than any run of backticks in it."""
     fence = "`" * max(3, max((len(m) for m in _TICKS_RE.findall(text)), default=0) + 1)
     return f"{fence}{lang}\n{text.rstrip(chr(10))}\n{fence}\n"
+
+
+def stat_text(files: tuple[FileChange, ...] | list[FileChange], width: int = 40, limit: int | None = None) -> str:
+    """``git diff --stat`` of *files*: one line each (the first *limit*, then how many more), then the totals of all."""
+    if not files:
+        return " 0 files changed\n"
+    shown = files if limit is None or len(files) <= limit else files[:limit]
+    name_width = min(max(len(f.path) for f in files), 60)
+    most = max((f.insertions or 0) + (f.deletions or 0) for f in files) or 1
+    count_width = len(str(most))
+    lines = []
+    for f in shown:
+        name = f.path if len(f.path) <= name_width else "..." + f.path[-(name_width - 3) :]
+        if f.insertions is None or f.deletions is None:
+            lines.append(f" {name:<{name_width}} | {'Bin':>{count_width}}")
+            continue
+        total = f.insertions + f.deletions
+        scale = min(1.0, width / most)
+        plus, minus = round(f.insertions * scale), round(f.deletions * scale)
+        if total and not plus + minus:
+            plus, minus = (1, 0) if f.insertions else (0, 1)
+        lines.append(f" {name:<{name_width}} | {total:>{count_width}} {'+' * plus}{'-' * minus}".rstrip())
+    ins, dels = sum(f.insertions or 0 for f in files), sum(f.deletions or 0 for f in files)
+    total_line = f" {len(files)} file{_s(len(files))} changed, {ins} insertion{_s(ins)}(+), {dels} deletion{_s(dels)}(-)"
+    more = [f" ... and {len(files) - len(shown)} more files"] if len(shown) < len(files) else []
+    return "\n".join(lines + more + [total_line]) + "\n"
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def local_command(report: DiffReport, c: ComponentDiff) -> str:
+    """The ``zmr diff`` that shows *c* alone, run in a clone of the repository."""
+    revs = [report.base[:12]] + ([report.head[:12]] if report.head else [])
+    return " ".join(["zmr diff", *revs, shlex.quote(c.model), "-c", shlex.quote(c.component)])
 
 
 def _short(oid: str | None) -> str:
@@ -61,46 +105,81 @@ def _patches(c: ComponentDiff) -> str:
 
 def _tree(c: ComponentDiff) -> str:
     t = c.tree
-    if t is None or t.files_changed is None:
+    if t is None or t.old is None or t.new is None:
         return ""
-    files = f"{t.files_changed} file{'s' if t.files_changed != 1 else ''}"
-    return f"{files}, +{t.insertions} −{t.deletions}" if t.insertions is not None else f"{files} (lines not counted)"
+    return f"{t.files_changed} file{'s' if t.files_changed != 1 else ''}, +{t.insertions} −{t.deletions}"
 
 
 def _row(c: ComponentDiff) -> str:
     return f"| {code(c.label)} | {c.status} | {_pin(c)} | {_patches(c)} | {_tree(c)} |\n"
 
 
-def _names(names: list[str]) -> str:
-    return ", ".join(code(n) for n in names)
+@dataclass
+class _Block:
+    """A collapsible block of one section: what it shows, and whether it is cut."""
+
+    command: str  # the local zmr diff that shows the whole block
+    title: str
+    body: str
+    lang: str = "diff"
+    open: bool = False
+    folded: bool = False
+
+    def render(self) -> str:
+        if self.folded:
+            lines = self.body.count("\n") + (not self.body.endswith("\n"))
+            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(self.command)} shows it\n"
+        return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
 
 
-def _section(c: ComponentDiff, *, details: bool) -> str:
+@dataclass
+class _Section:
+    component: ComponentDiff
+    head: str
+    blocks: list[_Block]
+    dropped: bool = False
+
+    def render(self) -> str:
+        return self.head + "".join(b.render() for b in self.blocks) + "\n"
+
+
+def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     lines = [f"### {code(c.label)}: {c.status}", ""]
     if c.reason:
         lines += ["", fenced(c.reason)]
     lines.append(f"- pin: {_pin(c)}")
     lines.append(f"- branch {code(c.branch_name)}: {_short(c.branch[0])} → {_short(c.branch[1])}")
-    if c.tree is not None:
-        if c.tree.files_changed is not None:
+    t = c.tree
+    if t is not None:
+        if t.old is not None and t.new is not None:
             lines.append(f"- release tree: {_tree(c)}")
         lines.append(
-            f"- files the series touches: base {_names(list(c.tree.series_files_old)) or 'none'}; head {_names(list(c.tree.series_files_new)) or 'none'}"
+            f"- files the series touches: base {', '.join(map(code, t.series_files_old)) or 'none'}; head {', '.join(map(code, t.series_files_new)) or 'none'}"
         )
     p = c.patches
     if p is not None:
-        for what, names in (("added", p.added), ("removed", p.removed), ("changed", [f"{x.old} → {x.new}" for x in p.changed])):
-            if names:
-                lines.append(f"- patches {what}: {_names(names)}")
-        lines.append(f"- {p.unchanged} patch{'es' if p.unchanged != 1 else ''} unchanged" + ("; the order changed" if p.reordered else ""))
-    text = "\n".join(lines) + "\n"
-    if p is not None and p.changed:
-        if details:
-            body = "".join(x.interdiff for x in p.changed)
-            text += f"\n<details><summary>range-diff ({len(p.changed)} changed)</summary>\n\n{fenced(body, 'diff')}\n</details>\n"
-        else:
-            text += "\n(range-diff left out: too long for one comment)\n"
-    return text + "\n"
+        lines.append(f"- patches: {_patches(c)}" + ("" if p.matched_by == "range-diff" else f" (matched by {p.matched_by})"))
+    head = "\n".join(lines) + "\n\n"
+    command = local_command(report, c)
+    blocks: list[_Block] = []
+    if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
+        width = len(str(max(len(p.pairs), 1)))
+        body = "".join(pair.line(width) + (f"  [{pair.kind}]" if pair.kind else "") + "\n" for pair in p.pairs)
+        blocks.append(_Block(command, f"series range-diff ({len(p.pairs)} lines)", body, "", open=True))
+        for pair in sorted(p.changed, key=lambda x: x.kind == "context"):
+            what = {"code": "code changed", "message": "message only", "context": "context only (the pin moved)"}.get(pair.kind or "", "changed")
+            blocks.append(_Block(command, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
+        for pair in p.pairs:
+            if pair.sign == ">":
+                blocks.append(_Block(command, f"added patch {code(pair.new_name or '')}", pair.diff or "(empty)", open=True))
+    if t is not None and t.same_as is not None:
+        head += f"The release tree's diff is {code(t.same_as)}'s (the same two trees).\n\n"
+    elif t is not None and t.old is not None and t.new is not None and t.files:
+        shown = f", the first {STAT_FILES} files" if len(t.files) > STAT_FILES else ""
+        blocks.append(_Block(command, f"release tree: diff stat ({_tree(c)}{shown})", stat_text(t.files, limit=STAT_FILES), ""))
+        if t.patch is not None:
+            blocks.append(_Block(command, "release tree: unified diff", t.patch))
+    return _Section(c, head, blocks)
 
 
 def render(report: DiffReport, limit: int) -> str:
@@ -111,52 +190,78 @@ def render(report: DiffReport, limit: int) -> str:
         f"{MARKER}\n## zmr diff: {len(changed)} of {len(report.components)} component{'s' if len(report.components) != 1 else ''} change\n\n"
         f"Base {code(report.base[:12])} ({code(report.base_rev)}), head {code(head)}.\n\n"
     )
-    parts = [intro]
-    used = len(intro)
     budget = limit - _NOTE_ROOM
+    table = ""
     left_rows = 0
     if changed:
         table = "| component | status | pin | patches | release tree |\n| --- | --- | --- | --- | --- |\n"
-        parts.append(table)
-        used += len(table)
         for c in changed:
             row = _row(c)
-            if used + len(row) > budget // 2:
+            if len(intro) + len(table) + len(row) > budget // 2:
                 left_rows += 1
                 continue
-            parts.append(row)
-            used += len(row)
-        parts.append("\n")
-        used += 1
-    trimmed, left_out = [], []
-    for c in changed:
-        full = _section(c, details=True)
-        short = _section(c, details=False)
-        if used + len(full) <= budget:
-            parts.append(full)
-            used += len(full)
-        elif used + len(short) <= budget:
-            parts.append(short)
-            used += len(short)
-            trimmed.append(c.label)
-        else:
-            left_out.append(c.label)
-    note = _note(trimmed, left_out, left_rows)
-    text = "".join(parts) + note
+            table += row
+        table += "\n"
+    sections = [_section(report, c) for c in changed]
+    room = budget - len(intro) - len(table)
+
+    def size() -> int:
+        return sum(len(s.render()) for s in sections if not s.dropped)
+
+    # Fold the largest block first, until the sections fit (each fold leaves a line saying what it was);
+    # then give back, smallest first, the folded blocks that fit in the room left.
+    blocks = sorted((b for s in sections for b in s.blocks), key=lambda b: len(b.body), reverse=True)
+    total = size()
+    for block in blocks:
+        if total <= room:
+            break
+        total -= _saved(block)  # a block's text does not depend on the others
+    for block in sorted(blocks, key=lambda b: len(b.body)):  # among equals, the first sections first
+        if block.folded and total + _cost(block) <= room:
+            total += _cost(block)
+            block.folded = False
+    # Still too long (too many components): leave out whole sections, the last first.
+    for s in reversed(sections):
+        if size() <= room:
+            break
+        s.dropped = True
+    folded = [b for s in sections if not s.dropped for b in s.blocks if b.folded]
+    dropped = [s.component.label for s in sections if s.dropped]
+    text = intro + table + "".join(s.render() for s in sections if not s.dropped) + _note(report, folded, dropped, left_rows)
     return text if len(text) <= limit else text[: limit - 1] + "\n"
 
 
-def _note(trimmed: list[str], left_out: list[str], left_rows: int) -> str:
-    if not (trimmed or left_out or left_rows):
+def _saved(block: _Block) -> int:
+    """Fold *block*: the characters that saves."""
+    whole = len(block.render())
+    block.folded = True
+    return whole - len(block.render())
+
+
+def _cost(block: _Block) -> int:
+    """The characters unfolding a folded *block* would add."""
+    folded = len(block.render())
+    block.folded = False
+    whole = len(block.render())
+    block.folded = True
+    return whole - folded
+
+
+def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_rows: int) -> str:
+    if not (folded or dropped or left_rows):
         return ""
     said = []
-    if trimmed:
-        said.append(f"the range-diff of {len(trimmed)} component{'s' if len(trimmed) != 1 else ''}")
-    if left_out:
-        said.append(f"{len(left_out)} section{'s' if len(left_out) != 1 else ''}")
+    if folded:
+        said.append(f"{len(folded)} block{'s' if len(folded) != 1 else ''} ({sum(len(b.body) for b in folded)} characters; each says where it stood)")
+    if dropped:
+        named = ", ".join(dropped)
+        if len(named) > 300:
+            named = named[:300] + "..."
+        said.append(f"the section{'s' if len(dropped) != 1 else ''} of {len(dropped)} component{'s' if len(dropped) != 1 else ''} ({named})")
     if left_rows:
         said.append(f"{left_rows} row{'s' if left_rows != 1 else ''} of the table")
-    named = ", ".join(trimmed + left_out)
-    if len(named) > 300:
-        named = named[:300] + "..."
-    return f"\n**Truncated** to fit one comment: left out {', '.join(said)} ({named}). Run `zmr diff` locally, or read the JSON artifact, for all of it.\n"
+    revs = " ".join([report.base[:12]] + ([report.head[:12]] if report.head else []))
+    return (
+        f"\n**Truncated** to fit one comment ({COMMENT_LIMIT:,} characters): left out {', '.join(said)}. "
+        f"{code('zmr diff ' + revs)} in a clone shows all of it; the JSON artifact holds it too.\n"
+    )

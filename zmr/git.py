@@ -842,11 +842,6 @@ class Repo:
         """``git OPTIONS diff-tree ARGS``; *options* go before the command (``-c key=value``, ``--literal-pathspecs``)."""
         return self.run([*options, "diff-tree", *args], input=input, env=env, check=check)
 
-    def range_diff(self, old_range: str, new_range: str) -> str | None:
-        """``git range-diff`` of two ``base..tip`` ranges; None when git cannot compare them."""
-        proc = self.run(["range-diff", "--no-color", old_range, new_range], check=False)
-        return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
-
     def patch_ids(self, diff: bytes) -> str:
         """``git patch-id --stable`` of the diffs in *diff*: ``<patch id> <commit>`` lines."""
         return self.run(["patch-id", "--stable"], input=diff).stdout.decode()
@@ -863,6 +858,93 @@ class Repo:
     def pack_objects(self, pack_prefix: str | os.PathLike[str], revs: bytes, env: Mapping[str, str] | None = None) -> None:
         """``git pack-objects --revs``: one pack (and its index) at *pack_prefix*-<hash> of the objects *revs* (stdin lines) reach."""
         self.run(["pack-objects", "--revs", "--quiet", os.fspath(pack_prefix)], input=revs, env=env)
+
+    # -- comparing series and trees (zmr diff, the rebase and update reports) --
+    def range_diff(self, old_range: str, new_range: str, *, creation_factor: int | None = None) -> str | None:
+        """``git range-diff`` of two ranges, uncoloured; None when git cannot compare them (e.g. a range it cannot walk)."""
+        factor = [f"--creation-factor={creation_factor}"] if creation_factor is not None else []
+        proc = self.run(["range-diff", "--no-color", *factor, old_range, new_range], check=False)
+        return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+    def commit_patches(self, commits: Sequence[str]) -> dict[str, str]:
+        """Each commit's diff against its first parent (``diff-tree -p``, no renames), in one git run."""
+        if not commits:
+            return {}
+        args = ["diff-tree", "--stdin", "-p", "--root", "--no-renames", "--no-color", "--no-ext-diff", "--full-index"]
+        out = self.run(args, input="".join(f"{c}\n" for c in commits).encode()).stdout.decode("utf-8", "replace")
+        patches: dict[str, list[str]] = {}
+        current: list[str] | None = None
+        wanted = set(commits)
+        for line in out.splitlines(keepends=True):
+            name = line.rstrip("\n")
+            if name in wanted and name not in patches:
+                current = patches[name] = []
+            elif current is not None:
+                current.append(line)
+        return {c: "".join(patches.get(c, [])) for c in commits}
+
+    def tree_changes(self, old: str, new: str) -> list[tuple[str, int | None, int | None]]:
+        """(path, insertions, deletions) of each file that differs between two trees; None counts for a binary file."""
+        out = self.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", old, new]).stdout
+        changes: list[tuple[str, int | None, int | None]] = []
+        for record in out.split(b"\0"):
+            fields = record.split(b"\t", 2)
+            if len(fields) == 3:
+                ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
+                changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
+        return changes
+
+    def tree_names(self, old: str, new: str) -> list[str]:
+        """The paths that differ between two trees (read from the trees alone: no blob)."""
+        out = self.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new]).stdout
+        return [name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name]
+
+    def tree_patch(self, old: str, new: str) -> str:
+        """The unified diff from one tree to the other (no renames, uncoloured)."""
+        args = ["diff-tree", "-r", "-p", "--no-renames", "--no-color", "--no-ext-diff", old, new]
+        return self.run(args).stdout.decode("utf-8", "replace")
+
+    def pager(self) -> str:
+        """The pager git would use for the user (``GIT_PAGER``, ``core.pager`` of any config, ``PAGER``, else less); empty for none.
+
+        Asked of git with the user's own environment and config (zmr's runs set
+        both pagers to cat and read no user config): a display setting only.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k == "GIT_PAGER"}
+        try:
+            proc = subprocess.run(["git", f"--git-dir={self.git_dir}", "var", "GIT_PAGER"], env=env, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        except FileNotFoundError:  # pragma: no cover - git missing
+            return ""
+        pager = proc.stdout.decode("utf-8", "replace").strip() if proc.returncode == 0 else "less"
+        return "" if pager in ("", "cat") else pager
+
+    def keep_commits(self, prefix: str, commits: Sequence[str], message: str) -> None:
+        """Refs ``<prefix><commit>`` for *commits*, each made anew so that its reflog entry says when it was last used."""
+        wanted = sorted(set(commits))
+        if not wanted:
+            return
+        existing = self._ref_values([f"{prefix}{c}" for c in wanted])
+        if existing:
+            self.run(["update-ref", "--stdin"], input="".join(f"delete {ref}\n" for ref in sorted(existing)).encode())
+        lines = "".join(f"update {prefix}{c} {c}\n" for c in wanted)
+        self.run(["update-ref", "--create-reflog", "-m", message, "--stdin"], input=lines.encode())
+
+    def ref_times(self, prefix: str) -> dict[str, int]:
+        """Each ref under *prefix* and the time of its newest reflog entry (0: it has no reflog)."""
+        refs = sorted(self.refs(prefix))
+        times = dict.fromkeys(refs, 0)
+        for batch in argument_batches(refs):
+            out = self.out(["log", "-g", "--format=%gd", "--date=unix", *batch], check=False)
+            for line in out.splitlines():
+                name, _, stamp = line.rstrip("}").rpartition("@{")
+                full = name if name.startswith("refs/") else f"refs/{name}"
+                if full in times and stamp.isdigit():
+                    times[full] = max(times[full], int(stamp))
+        return times
+
+    def delete_refs(self, refs: Sequence[str]) -> None:
+        if refs:
+            self.run(["update-ref", "--stdin"], input="".join(f"delete {ref}\n" for ref in refs).encode())
 
     # -- index and commits --------------------------------------------------
     def read_tree(self, tree: str | None, *, env: Mapping[str, str] | None = None) -> None:

@@ -66,7 +66,8 @@ from zmr.upstream import (
     component_inputs,
     containing_commit,
     files_stand,
-    range_diff,
+    ChangedPatch,
+    changed_patches,
     replay_onto,
     resolve_rev,
     upstream_patch_ids,
@@ -326,7 +327,7 @@ class Outcome:
     upstream: str
     upstream_count: int
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (name, subject, note)
-    changed: list[tuple[str, str, str]] = field(default_factory=list)  # (name, subject, range-diff)
+    changed: list[ChangedPatch] = field(default_factory=list)
     added: list[tuple[str, str]] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     path: str = "fast"  # pin-only (nothing to replay) | fast (in memory) | checkout (after conflicts)
@@ -343,7 +344,7 @@ class Outcome:
             "rev": self.rev,
             "path": self.path,
             "kept": [{"name": n, "subject": s, "note": note} for n, s, note in self.kept],
-            "changed": [{"name": n, "subject": s, "range_diff": d} for n, s, d in self.changed],
+            "changed": [c.to_json() for c in self.changed],
             "added": [{"name": n, "subject": s} for n, s in self.added],
             "dropped": [asdict(d) for d in self.dropped],
         }
@@ -878,14 +879,19 @@ def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str,
         new_ids = patch_ids(repo, [p.commit for p in plan.patches])
         old_by_pid = {old_ids.get(c): n for n, c in zip(state.names, old_chain) if old_ids.get(c)}
         same = {item.commit for item in plan.patches if new_ids.get(item.commit) in old_by_pid}
-    differs = old_chain and any(item.commit not in same for item in plan.patches)
-    blocks = range_diff(repo, old, old_chain[-1], new, tip) if differs else {}
-    for item in plan.patches:
+    differ = [j for j, item in enumerate(plan.patches) if item.commit not in same] if old_chain else []
+    new_chain = [item.commit for item in plan.patches]
+    old_name_of = {item.old_name: j for j, item in enumerate(plan.patches) if item.old_name}
+    known = [(i, old_name_of[name]) for i, name in enumerate(state.names) if name in old_name_of]
+    pairs = changed_patches(repo, old, old_chain, state.names, new, new_chain, [item.name for item in plan.patches], differ, known=known)
+    for j, item in enumerate(plan.patches):
+        pair = pairs.get(j)
         if item.commit in same:
             note = "refreshed: same change, new line numbers" if item.data is not None else ""
             outcome.kept.append((item.name, item.subject, note))
-        elif item.old_name or item.subject in by_subject:
-            outcome.changed.append((item.name, item.subject, blocks.get(item.commit, "")))
+        elif (pair is not None and pair.old is not None) or item.old_name or item.subject in by_subject:
+            block = pair.interdiff or pair.line() if pair is not None else ""
+            outcome.changed.append(ChangedPatch(item.name, item.subject, block, pair.kind if pair else None, pair.by if pair else None))
         else:
             outcome.added.append((item.name, item.subject))
     return outcome

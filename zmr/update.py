@@ -49,8 +49,9 @@ from zmr.upstream import (
     Dropped,
     commit_subject,
     containing_commit,
+    ChangedPatch,
+    changed_patches,
     first_parent_line,
-    range_diff,
     replay_onto,
     resolve_rev,
     upstream_patch_ids,
@@ -131,7 +132,7 @@ class Update:
     replays: int = 0
     dropped: list[Dropped] = field(default_factory=list)
     blocked_by: BlockedBy | None = None
-    changed: list[tuple[str, str, str]] = field(default_factory=list)  # (name, subject, range-diff block)
+    changed: list[ChangedPatch] = field(default_factory=list)
     applied: bool = False
     refused: str | None = None  # why --apply left the component alone
     outcome: Outcome | None = None
@@ -156,6 +157,7 @@ class Update:
             "behind": self.behind,
             "dropped": [d.to_json() for d in self.dropped],
             "blocked_by": self.blocked_by.to_json() if self.blocked_by else None,
+            "changed": [c.to_json() for c in self.changed],
             "rev": self.rev,
             "steps": self.steps,
             "replays": self.replays,
@@ -217,8 +219,8 @@ class SeriesAtPin:
                 d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, sorted(self.chain_files[old]))
                 d.upstream_subject = commit_subject(self.repo, d.upstream)
 
-    def changed(self, trial: Trial) -> list[tuple[str, str, str]]:
-        """Patches that went in by a 3-way merge as a different change (patch id), with their ``git range-diff`` block."""
+    def changed(self, trial: Trial) -> list[ChangedPatch]:
+        """Patches that went in by a 3-way merge as a different change (patch id), paired with their old selves (``pair_series``)."""
         merged = [(c, j) for c, j in trial.made if j in trial.merged]
         if not merged:
             return []
@@ -227,8 +229,21 @@ class SeriesAtPin:
         differ = [(c, j) for c, j in merged if new_ids.get(c) != old_ids.get(self.old_chain[j])]
         if not differ:
             return []
-        blocks = range_diff(self.repo, self.pin, self.old_chain[-1], trial.commit, trial.tip)
-        return [(self.patches[j].name, self.patches[j].subject, blocks.get(c, "")) for c, j in differ]
+        new_chain = self.repo.commits_between(trial.commit, trial.tip)
+        made = dict(trial.made)
+        names = [self.patches[made[c]].name if c in made else c[:12] for c in new_chain]
+        at = {c: k for k, c in enumerate(new_chain)}
+        known = [(made[c], at[c]) for c in new_chain if c in made]  # each commit the trial made from a patch is that patch
+        old_names = [p.name for p in self.patches]
+        pairs = changed_patches(
+            self.repo, self.pin, self.old_chain, old_names, trial.commit, new_chain, names, [at[c] for c, _ in differ if c in at], known=known
+        )
+        result = []
+        for c, j in differ:
+            pair = pairs.get(at.get(c, -1))
+            block = (pair.interdiff or pair.line()) if pair is not None else ""
+            result.append(ChangedPatch(self.patches[j].name, self.patches[j].subject, block, pair.kind if pair else None, pair.by if pair else None))
+        return result
 
 
 # -- the search -----------------------------------------------------------------------------------

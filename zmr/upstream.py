@@ -335,16 +335,17 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
 
 
 _RANGE_HEAD_RE = re.compile(r"^\s*(?:-|\d+):\s+(?:-+|[0-9a-f]+) [<>=!] \s*(?:-|\d+):\s+(-+|[0-9a-f]+) ")
+_RANGE_LINE_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) (.*)$")
+# Past any cost git's matching can give a pair of two patches: the pair is made (a pair asked for by name or position).
+_FORCE_PAIR = 100_000
 
 
 def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
     """``git range-diff`` old series vs new series: new commit → its block of the output."""
     text = repo.range_diff(f"{old_base}..{old_tip}", f"{new_base}..{new_tip}")
-    if text is None:
-        return {}
     blocks: dict[str, str] = {}
     current = None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         match = _RANGE_HEAD_RE.match(line)
         if match:
             current = match.group(1) if not match.group(1).startswith("-") else None
@@ -354,3 +355,248 @@ def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_t
         if current:
             blocks[current] += line + "\n"
     return blocks
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One line of a series' range-diff: a patch of the old series, of the new one, or both.
+
+    *sign* as ``git range-diff`` prints it: ``=`` the same change, ``!`` a changed
+    pair, ``<`` only in the old series (removed), ``>`` only in the new one (added).
+    *kind* of a changed pair: ``code`` (lines the patch adds or removes differ),
+    ``message`` (only its message), ``context`` (only the lines around its
+    changes or their offsets: what a pin move does to a patch that still
+    applies). *by*: how the pair was found: ``content`` (git range-diff), ``name``
+    or ``position`` (git range-diff saw two different patches, e.g. a conflict
+    resolved by hand; the pair is made all the same, with its interdiff).
+    """
+
+    old: int | None  # index in the old series
+    new: int | None  # index in the new series
+    old_name: str | None
+    new_name: str | None
+    sign: str
+    subject: str
+    kind: str | None = None
+    by: str | None = None
+    interdiff: str = ""  # the range-diff block of a changed pair: header line, then the diff of the two patches
+    diff: str = ""  # the patch itself, for an added one (``>``)
+
+    def line(self, width: int = 1) -> str:
+        """The range-diff line, numbered within each series from 1."""
+        old = f"{self.old + 1:>{width}}" if self.old is not None else "-".rjust(width)
+        new = f"{self.new + 1:>{width}}" if self.new is not None else "-".rjust(width)
+        return f"{old}: {self.old_name or '-'} {self.sign} {new}: {self.new_name or '-'} {self.subject}".rstrip()
+
+    def to_json(self) -> dict:
+        data: dict = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
+        if self.sign == "!":
+            data |= {"kind": self.kind, "paired_by": self.by, "interdiff": self.interdiff}
+        if self.sign == ">":
+            data["diff"] = self.diff
+        return data
+
+
+@dataclass(frozen=True)
+class ChangedPatch:
+    """A patch of the series that a rebase or an update changed: the rebase and update reports' entry."""
+
+    name: str
+    subject: str
+    range_diff: str  # the pair's range-diff block: both sides, then the interdiff
+    kind: str | None = None  # code | message | context (see Pair)
+    paired_by: str | None = None  # content | name | position
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def changed_patches(
+    repo: git.Repo,
+    old_base: str,
+    old_chain: Sequence[str],
+    old_names: Sequence[str],
+    new_base: str,
+    new_chain: Sequence[str],
+    new_names: Sequence[str],
+    wanted: Sequence[int],
+    *,
+    known: Sequence[tuple[int, int]] = (),
+) -> dict[int, Pair]:
+    """``pair_series`` of the two chains, for the new patches at *wanted* (their indices): each one's pair (old side None: new)."""
+    if not wanted:
+        return {}
+    by_new = {p.new: p for p in pair_series(repo, old_base, old_chain, old_names, new_base, new_chain, new_names, known=known) if p.new is not None}
+    return {j: by_new[j] for j in wanted if j in by_new}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    old: int | None
+    new: int | None
+    sign: str
+    subject: str
+    block: str
+
+
+def _parse_range_diff(text: str) -> list[_Entry]:
+    entries: list[_Entry] = []
+    lines: list[str] = []
+    head: re.Match[str] | None = None
+
+    def flush() -> None:
+        if head is not None:
+            old, sign, new, subject = head.groups()
+            entries.append(_Entry(None if old == "-" else int(old) - 1, None if new == "-" else int(new) - 1, sign, subject, "".join(lines)))
+
+    for line in text.splitlines(keepends=True):
+        match = _RANGE_LINE_RE.match(line.rstrip("\n"))
+        if match:
+            flush()
+            head, lines = match, [line]
+        elif head is not None:
+            lines.append(line)
+    flush()
+    return entries
+
+
+def pair_series(
+    repo: git.Repo,
+    old_base: str,
+    old_chain: Sequence[str],
+    old_names: Sequence[str],
+    new_base: str,
+    new_chain: Sequence[str],
+    new_names: Sequence[str],
+    *,
+    known: Sequence[tuple[int, int]] = (),
+) -> list[Pair]:
+    """The two series (one commit per patch, on their pins) paired as a reviewer reads them, in the new series' order.
+
+    First by content (``git range-diff``); then, of the patches left over,
+    the pairs *known* to the caller (old index, new index: a patch that
+    ``zmr update``'s trial merged), then equal file names, then equal
+    positions. A patch edited past what range-diff still pairs (a conflict
+    resolved by hand) is thus a changed pair with its interdiff, never a
+    removed patch plus an added one. ``zmr diff``, the rebase report and the
+    update report all pair with this.
+    """
+    assert len(old_chain) == len(old_names) and len(new_chain) == len(new_names)
+    text = repo.range_diff(f"{old_base}..{old_chain[-1]}", f"{new_base}..{new_chain[-1]}") if old_chain and new_chain else None
+    entries = _parse_range_diff(text) if text else []
+    if any((e.old or 0) >= len(old_chain) or (e.new or 0) >= len(new_chain) for e in entries):
+        entries = []  # numbers that do not fit the chains (git counted other commits): pair by name and position alone
+    paired: dict[int, tuple[int, str, str]] = {}  # new index -> (old index, sign, block)
+    subjects: dict[tuple[str, int], str] = {}
+    for e in entries:
+        if e.old is not None:
+            subjects[("old", e.old)] = e.subject
+        if e.new is not None:
+            subjects[("new", e.new)] = e.subject
+        if e.old is not None and e.new is not None:
+            paired[e.new] = (e.old, e.sign, e.block)
+    free_old = [i for i in range(len(old_chain)) if i not in {o for o, _, _ in paired.values()}]
+    free_new = [j for j in range(len(new_chain)) if j not in paired]
+    forced: dict[int, tuple[int, str]] = {}  # new index -> (old index, how)
+
+    def take(i: int, j: int, how: str) -> None:
+        forced[j] = (i, how)
+        free_old.remove(i)
+        free_new.remove(j)
+
+    for i, j in known:
+        if i in free_old and j in free_new:
+            take(i, j, "name" if old_names[i] == new_names[j] else "position")
+    for j in list(free_new):
+        same = [i for i in free_old if old_names[i] == new_names[j]]
+        if same:
+            take(same[0], j, "name")
+    # By position only where the two patches touch a file in common: never an unrelated patch that took a removed one's place.
+    texts = repo.commit_patches([old_chain[i] for i in free_old] + [new_chain[j] for j in free_new]) if free_old and free_new else {}
+    for j in list(free_new):
+        if j in free_old and _files(texts[old_chain[j]]) & _files(texts[new_chain[j]]):
+            take(j, j, "position")
+    for j, (i, _how) in forced.items():
+        block = repo.range_diff(f"{old_chain[i]}~..{old_chain[i]}", f"{new_chain[j]}~..{new_chain[j]}", creation_factor=_FORCE_PAIR) or ""
+        forced_entries = _parse_range_diff(block)
+        if forced_entries and forced_entries[0].old is not None and forced_entries[0].new is not None:
+            e = forced_entries[0]
+            paired[j] = (i, e.sign, e.block)
+        else:
+            paired[j] = (i, "!", "")
+    # What each changed pair changed, and each added patch's diff: one diff-tree run for all of them.
+    changed = [(i, j) for j, (i, sign, _) in paired.items() if sign == "!"]
+    added = [j for j in range(len(new_chain)) if j not in paired]
+    wanted = [old_chain[i] for i, _ in changed] + [new_chain[j] for _, j in changed] + [new_chain[j] for j in added]
+    patches = repo.commit_patches(wanted)
+    messages = _messages(repo, wanted[: 2 * len(changed)] + [old_chain[i] for i in free_old if ("old", i) not in subjects])
+    messages |= _messages(repo, [new_chain[j] for j in range(len(new_chain)) if ("new", j) not in subjects and new_chain[j] not in messages])
+    pairs: list[Pair] = []
+    removed = [i for i in range(len(old_chain)) if i not in {o for o, _, _ in paired.values()}]
+
+    def subject(side: str, index: int) -> str:
+        return subjects.get((side, index)) or messages[(old_chain if side == "old" else new_chain)[index]].split("\n", 1)[0]
+
+    def removed_before(limit: int | None) -> None:
+        while removed and (limit is None or removed[0] < limit):
+            i = removed.pop(0)
+            pairs.append(Pair(i, None, old_names[i], None, "<", subject("old", i)))
+
+    for j in range(len(new_chain)):
+        if j in paired:
+            i, sign, block = paired[j]
+            removed_before(i)
+            kind = by = None
+            if sign == "!":
+                a, b = old_chain[i], new_chain[j]
+                kind = _kind(messages[a], messages[b], patches[a], patches[b])
+                by = forced[j][1] if j in forced else "content"
+                block = _renumbered(block, i, j)
+            pairs.append(Pair(i, j, old_names[i], new_names[j], sign, subject("new", j), kind, by, block if sign == "!" else ""))
+        else:
+            pairs.append(Pair(None, j, None, new_names[j], ">", subject("new", j), diff=patches.get(new_chain[j], "")))
+    removed_before(None)
+    return pairs
+
+
+def _messages(repo: git.Repo, commits: Sequence[str]) -> dict[str, str]:
+    """Each commit's message, in one ``cat-file --batch``."""
+    wanted = sorted(set(commits))
+    found = repo.cat_file_batch(wanted) if wanted else []
+    return {c: git.CommitInfo.parse(c, obj.content).message if obj is not None else "" for c, obj in zip(wanted, found)}
+
+
+def _renumbered(block: str, i: int, j: int) -> str:
+    """A forced pair's block numbers its two patches 1 and 1: give them their places in the series."""
+    head, sep, rest = block.partition("\n")
+    match = _RANGE_LINE_RE.match(head)
+    if not match or (match.group(1), match.group(3)) == (str(i + 1), str(j + 1)):
+        return block
+    start, end = match.span(1)
+    head = f"{head[:start]}{' ' * max(0, end - start - len(str(i + 1)))}{i + 1}{head[end:]}"
+    match = _RANGE_LINE_RE.match(head)
+    assert match is not None
+    start, end = match.span(3)
+    head = f"{head[:start]}{' ' * max(0, end - start - len(str(j + 1)))}{j + 1}{head[end:]}"
+    return head + sep + rest
+
+
+_DIFF_GIT_RE = re.compile(r"^diff --git a/(.*) b/(.*)$", re.M)
+
+
+def _files(patch: str) -> set[str]:
+    return {name for pair in _DIFF_GIT_RE.findall(patch) for name in pair}
+
+
+def _changes(patch: str) -> list[str]:
+    """The lines a patch adds and removes, under their files' headers: not its context, hunk offsets or blob ids."""
+    return [line for line in patch.splitlines() if line.startswith(("+", "-", "diff --git", "new file", "deleted file", "old mode", "new mode"))]
+
+
+def _kind(old_message: str, new_message: str, old_patch: str, new_patch: str) -> str:
+    """``code``, ``message`` or ``context``: what differs between two versions of one patch."""
+    if _changes(old_patch) != _changes(new_patch):
+        return "code"
+    if old_message.strip() != new_message.strip():
+        return "message"
+    return "context"

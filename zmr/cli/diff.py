@@ -1,18 +1,33 @@
 """`zmr diff`: what a change to this repository does to every release branch.
 
-The work is `zmr.diff`.
+The work is `zmr.diff`; this module parses the options and renders the
+report (text like `git diff`, with colour and a pager on a terminal).
 """
 
+from __future__ import annotations
+
+import enum
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, interactive, no_color, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.diff import DiffReport
+    from zmr import git
+    from zmr.diff import ComponentDiff, DiffReport
+
+
+class Color(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
 
 Arguments = Annotated[
     list[str] | None,
@@ -23,7 +38,9 @@ Arguments = Annotated[
     ),
 ]
 Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the report as one pull-request comment (markdown) to FILE.", show_default=False)]
-Stat = Annotated[bool, typer.Option("--stat", help="Also count the lines of a moved pin's upstream changes (fetches every file upstream changed).")]
+Stat = Annotated[bool, typer.Option("--stat", help="Show the range-diffs and each release tree's diff stat, not the diffs (as git diff --stat).")]
+NameOnly = Annotated[bool, typer.Option("--name-only", help="Show the range-diffs and the names of the files each release tree changes, not the diffs.")]
+ColorOpt = Annotated[Color, typer.Option("--color", help="Colour the text: auto (on a terminal, without NO_COLOR), always or never.")]
 ExitCode = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when any component changed, as git diff --exit-code.")]
 
 
@@ -33,6 +50,8 @@ def diff(
     json_out: Json = False,
     markdown: Markdown = None,
     stat: Stat = False,
+    name_only: NameOnly = False,
+    color: ColorOpt = Color.auto,
     exit_code: ExitCode = False,
     untrusted: Untrusted = False,
 ) -> None:
@@ -42,11 +61,14 @@ def diff(
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
+    if stat and name_only:
+        raise ZmrError("--stat and --name-only: give one of them", details=["--stat counts each file's lines; --name-only lists the files"])
     project = find_project(untrusted)
     base, head, models = zmr.diff.split_arguments(project, arguments or [])
     with Progress() as progress:
         cache = Cache(progress=progress)
-        report = zmr.diff.diff(project, base, head, models, components or [], cache=cache, progress=progress, stat=stat)
+        patch = markdown is not None or not (stat or name_only)
+        report = zmr.diff.diff(project, base, head, models, components or [], cache=cache, progress=progress, patch=patch)
     for note in cache.notes:
         warn(note)
     if markdown is not None:
@@ -54,7 +76,9 @@ def diff(
     if json_out:
         print_json(report.to_json())
     else:
-        _print(report)
+        mode = "stat" if stat else "name-only" if name_only else "patch"
+        colored = color == Color.always or (color == Color.auto and sys.stdout.isatty() and not no_color())
+        _page(render_text(report, mode, colored), project.repo if interactive() else None)
     if report.broken:
         raise ZmrError(
             f"{len(report.broken)} component{'s' if len(report.broken) != 1 else ''} broken: " + ", ".join(c.label for c in report.broken),
@@ -64,29 +88,105 @@ def diff(
         raise CheckFailed(f"{len(report.changed)} of {len(report.components)} components change")
 
 
-def _print(report: "DiffReport") -> None:
+def _page(text: str, repo: git.Repo | None) -> None:
+    """*text* on stdout, through git's pager on a terminal when it is longer than the screen can show (less -FRX)."""
+    pager = repo.pager() if repo is not None else ""
+    if not pager:
+        sys.stdout.write(text)
+        return
+    env = {**os.environ, "LESS": os.environ.get("LESS", "FRX"), "LV": os.environ.get("LV", "-c")}
+    sys.stdout.flush()
+    try:
+        proc = subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env)
+    except OSError:
+        sys.stdout.write(text)
+        return
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(text.encode("utf-8", "replace"))
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # the reader quit the pager early
+    proc.wait()
+
+
+_COLORS = {"+": "\x1b[32m", "-": "\x1b[31m", "@": "\x1b[36m", "head": "\x1b[1m"}
+_RESET = "\x1b[m"
+
+
+def _paint(line: str, colored: bool, nested: bool = False) -> str:
+    """A diff line in git's colours: added green, removed red, hunk headers cyan (*nested*: a range-diff's outer marker)."""
+    if not colored:
+        return line
+    body = line[4:] if nested and line.startswith("    ") else line
+    if body.startswith(("diff --git", "+++ ", "--- ", "index ", "## ", "@@ ")) and not nested:
+        key = "head" if not body.startswith("@@") else "@"
+    elif body[:1] in "+-@":
+        key = body[:1]
+    else:
+        return line
+    return f"{_COLORS[key]}{line}{_RESET}"
+
+
+def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) -> str:
+    """The report as text: a line per component, then for a changed one its range-diff, interdiffs, added patches and release-tree diff.
+
+    *mode*: ``patch`` (everything), ``stat`` (no diffs; each tree's diff stat), ``name-only`` (no diffs; the files' names).
+    """
+    from zmr.diffmarkdown import stat_text
+
+    bold = (lambda s: f"\x1b[1m{s}{_RESET}") if colored else (lambda s: s)
     head = report.head[:12] if report.head else "working tree"
-    print(f"base {report.base[:12]} ({report.base_rev}), head {head}")
+    out = [f"base {report.base[:12]} ({report.base_rev}), head {head}"]
     for c in report.components:
-        line = f"{c.status:9} {c.label}"
-        p = c.pin
+        out.append(_summary(c) if c.status != "unchanged" else f"{c.status:9} {c.label}")
         if c.status == "unchanged":
-            print(line)
             continue
-        if p.old != p.new:
-            line += f"  pin {(p.old or 'none')[:12]} -> {(p.new or 'none')[:12]}"
-            if p.direction:
-                line += f" ({p.direction}" + (f", {p.commits} commits" if p.commits is not None else "") + ")"
-        if c.patches:
-            q = c.patches
-            line += f"  patches +{len(q.added)} -{len(q.removed)} ~{len(q.changed)} ={q.unchanged}" + (" reordered" if q.reordered else "")
-        if c.tree and c.tree.files_changed is not None:
-            lines = f" +{c.tree.insertions} -{c.tree.deletions}" if c.tree.insertions is not None else " (lines not counted: --stat)"
-            line += f"  tree {c.tree.files_changed} files{lines}"
-        if c.reason:
-            line += f"  ({c.reason.splitlines()[0]})"
-        print(line)
-        for change in c.patches.changed if c.patches else []:
-            print(f"  changed {change.old} -> {change.new}")
-            for text in change.interdiff.splitlines()[1:]:
-                print(f"    {text}")
+        p = c.patches
+        if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
+            width = len(str(len(p.pairs)))
+            out.append(bold("  range-diff:"))
+            out += [f"    {pair.line(width)}" + (f"  [{pair.kind}]" if pair.kind else "") for pair in p.pairs]
+            if mode == "patch":
+                for pair in p.changed:
+                    if pair.kind == "context":
+                        lines = pair.interdiff.count("\n")
+                        out.append(bold(f"  interdiff {pair.new_name}: context only ({lines} lines, folded; --json holds it)"))
+                        continue
+                    out.append(bold(f"  interdiff {pair.new_name} ({pair.kind}, paired by {pair.by}):"))
+                    out += [_paint(f"    {line}", colored, nested=True) for line in pair.interdiff.splitlines()[1:]]
+                for pair in p.pairs:
+                    if pair.sign == ">":
+                        out.append(bold(f"  added {pair.new_name}:"))
+                        out += [_paint(line, colored) for line in pair.diff.splitlines()]
+        t = c.tree
+        if t is None or t.old is None or t.new is None:
+            continue
+        out.append(bold(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":")))
+        if t.same_as is not None:
+            out.append(f"  the same trees as {t.same_as}: {t.files_changed} files +{t.insertions} -{t.deletions}")
+            continue
+        if mode == "name-only":
+            out += [f"  {f.path}" for f in t.files]
+            continue
+        out += [f" {line}" for line in stat_text(t.files).splitlines()]
+        if mode == "patch" and t.patch:
+            out += [_paint(line, colored) for line in t.patch.splitlines()]
+    return "\n".join(out) + "\n"
+
+
+def _summary(c: ComponentDiff) -> str:
+    line = f"{c.status:9} {c.label}"
+    p = c.pin
+    if p.old != p.new:
+        line += f"  pin {(p.old or 'none')[:12]} -> {(p.new or 'none')[:12]}"
+        if p.direction:
+            line += f" ({p.direction}" + (f", {p.commits} commits" if p.commits is not None else "") + ")"
+    if c.patches:
+        q = c.patches
+        line += f"  patches +{len(q.added)} -{len(q.removed)} ~{len(q.changed)} ={q.unchanged}" + (" reordered" if q.reordered else "")
+    if c.tree and c.tree.old is not None and c.tree.new is not None:
+        line += f"  tree {c.tree.files_changed} files +{c.tree.insertions} -{c.tree.deletions}"
+    if c.reason:
+        line += f"  ({c.reason.splitlines()[0]})"
+    return line

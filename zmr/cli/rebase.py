@@ -129,8 +129,9 @@ def outcome_markdown(o: "Outcome") -> str:
     out += ["", f"## Changed ({len(o.changed)})", ""]
     if not o.changed:
         out.append("none")
-    for name, subject, diff in o.changed:
-        out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
+    for ch in o.changed:
+        kind = f" ({ch.kind}, paired by {ch.paired_by})" if ch.kind else ""
+        out += [f"- `{ch.name}` {ch.subject}{kind}", "", "```diff", ch.range_diff.rstrip("\n") or "(no range-diff)", "```", ""]
     if o.added:
         out += ["", f"## Added ({len(o.added)})", ""] + [f"- `{n}` {s}" for n, s in o.added]
     # Only what upstream holds is "already upstream": a conflict resolved to nothing is the engineer's decision.

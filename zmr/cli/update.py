@@ -125,6 +125,7 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
         out += [dropped_line(d) for d in r.dropped] or ["none"]
         if r.changed:
             out += ["", f"### Changed ({len(r.changed)})", ""]
-            for name, subject, diff in r.changed:
-                out += [f"- `{name}` {subject}", "", "```diff", diff.rstrip("\n") or "(no range-diff)", "```", ""]
+            for ch in r.changed:
+                kind = f" ({ch.kind}, paired by {ch.paired_by})" if ch.kind else ""
+                out += [f"- `{ch.name}` {ch.subject}{kind}", "", "```diff", ch.range_diff.rstrip("\n") or "(no range-diff)", "```", ""]
     return "\n".join(out).replace("\n\n\n", "\n\n").rstrip("\n") + "\n"
