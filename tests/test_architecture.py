@@ -112,10 +112,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# Temporary (#34): diff.DiffReport.to_markdown imports diffmarkdown, which names diff's types for the
-# type checker. It goes when diffmarkdown moves into zmr/cli/ (the report renders in the CLI); then
-# the assertion below fails: empty this list.
-KNOWN_CYCLES: list[list[str]] = [["zmr.diff", "zmr.diffmarkdown"]]
+KNOWN_CYCLES: list[list[str]] = []
 
 
 def test_no_import_cycle_in_zmr():

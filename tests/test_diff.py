@@ -341,9 +341,9 @@ def _report(count: int, interdiff_lines: int, tree_lines: int = 3):
 
 
 def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
-    from zmr.diffmarkdown import COMMENT_LIMIT, MARKER
+    from zmr.cli.diffmarkdown import COMMENT_LIMIT, MARKER, render
 
-    small = _report(2, 3).to_markdown()
+    small = render(_report(2, 3))
     assert small.startswith(MARKER + "\n") and "Truncated" not in small
     assert "`m/c1`" in small and "left out" not in small
     # Per component: the range-diff, the interdiff, the added patch, the stat, the unified diff.
@@ -352,14 +352,14 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     assert "````diff" in small  # the fence is longer than the backticks inside
     assert "+z = 1" in small and " src/x.py | 4 +++-" in small and "+tree line 2" in small
     # One huge release-tree diff: only it is folded (largest first), and its place says what it was and how to see it.
-    huge = _report(2, 3, tree_lines=5000).to_markdown()
+    huge = render(_report(2, 3, tree_lines=5000))
     assert len(huge) <= COMMENT_LIMIT and "**Truncated** to fit one comment" in huge
     assert "+tree line 4999" not in huge and "+new line 2" in huge and "+z = 1" in huge
     assert huge.count("- release tree: unified diff: left out to fit one comment (5004 lines,") == 2
     assert "`zmr diff 111111111111 222222222222 m -c c0` shows it" in huge
     assert "left out 2 blocks" in huge
     # Many components with big diffs: blocks folded, then whole sections left out, and said.
-    big = _report(60, 400, tree_lines=400).to_markdown()
+    big = render(_report(60, 400, tree_lines=400))
     assert len(big) <= COMMENT_LIMIT
     assert big.startswith(MARKER + "\n")
     assert "**Truncated** to fit one comment" in big
@@ -369,14 +369,14 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     assert "`zmr diff 111111111111 222222222222` in a clone shows all of it" in big
     # A release tree of many files: the comment's stat lists the first 200, says how many more, and totals all of them.
     from zmr.diff import FileChange
-    from zmr.diffmarkdown import stat_text
+    from zmr.cli.diffmarkdown import stat_text
 
     many = [FileChange(f"src/m{i}.py", i, 1) for i in range(300)]
     capped = stat_text(many, limit=200)
     assert " src/m199.py | 200 " in capped and "m200.py" not in capped and " ... and 100 more files\n" in capped
     assert capped.endswith(f" 300 files changed, {sum(range(300))} insertions(+), 300 deletions(-)\n")
     # Text from the repository cannot write markdown: a name with backticks stays one code span.
-    from zmr.diffmarkdown import code
+    from zmr.cli.diffmarkdown import code
 
     assert code("a`b") == "``a`b``" and code("@here") == "`@here`"
 
@@ -443,7 +443,7 @@ def _check_pair(pr_workflow: dict, comment_workflow: dict) -> None:
 
 
 def test_this_repositorys_workflows_post_the_diff_of_untrusted_pull_requests():
-    from zmr.diffmarkdown import MARKER
+    from zmr.cli.diffmarkdown import MARKER
 
     pr_workflow, comment = WORKFLOWS / "zmr.yml", WORKFLOWS / "zmr-diff-comment.yml"
     _check_pair(_load(pr_workflow), _load(comment))

@@ -35,7 +35,6 @@ from typing import Any
 from zmr import git
 from zmr.git import Progress
 from zmr.cache import Cache, CacheError, Upstream
-from zmr.diffmarkdown import COMMENT_LIMIT, render
 from zmr.errors import ZmrError
 from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
@@ -211,9 +210,6 @@ class DiffReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"base": self.base, "head": self.head, "components": [c.to_json() for c in self.components]}
-
-    def to_markdown(self, limit: int = COMMENT_LIMIT) -> str:
-        return render(self, limit)
 
 
 # -- reading a side --------------------------------------------------------------------------------

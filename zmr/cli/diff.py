@@ -58,6 +58,7 @@ def diff(
     """Compare the release branches of two revisions (default: the merge-base with main and the working tree), built in memory."""
     import zmr.diff
     from zmr.cache import Cache
+    from zmr.cli import diffmarkdown
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
@@ -72,7 +73,7 @@ def diff(
     for note in cache.notes:
         warn(note)
     if markdown is not None:
-        atomic_write(markdown, report.to_markdown().encode("utf-8"))
+        atomic_write(markdown, diffmarkdown.render(report).encode("utf-8"))
     if json_out:
         print_json(report.to_json())
     else:
@@ -133,7 +134,7 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
 
     *mode*: ``patch`` (everything), ``stat`` (no diffs; each tree's diff stat), ``name-only`` (no diffs; the files' names).
     """
-    from zmr.diffmarkdown import stat_text
+    from zmr.cli.diffmarkdown import stat_text
 
     bold = (lambda s: f"\x1b[1m{s}{_RESET}") if colored else (lambda s: s)
     head = report.head[:12] if report.head else "working tree"

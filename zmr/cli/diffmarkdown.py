@@ -182,7 +182,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     return _Section(c, head, blocks)
 
 
-def render(report: DiffReport, limit: int) -> str:
+def render(report: DiffReport, limit: int = COMMENT_LIMIT) -> str:
     """The comment, at most *limit* characters."""
     changed = report.changed
     head = report.head[:12] if report.head else "working tree"
