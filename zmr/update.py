@@ -38,6 +38,7 @@ from functools import cache as memoize
 from zmr import checkout, git, transaction
 from zmr.git import Progress
 from zmr.cache import Cache
+from zmr.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
@@ -135,6 +136,7 @@ class Update:
     applied: bool = False
     refused: str | None = None  # why --apply left the component alone
     outcome: Outcome | None = None
+    check: CheckSearch | None = None  # --test / --smoke / --bitwise: the search for the newest commit where the check passes
 
     @property
     def can_move(self) -> bool:
@@ -161,6 +163,45 @@ class Update:
             "replays": self.replays,
             "applied": self.applied,
             "refused": self.refused,
+            "check": self.check.to_json() if self.check else None,
+        }
+
+
+@dataclass
+class CheckSearch:
+    """What a check (``--test``/``--smoke``/``--bitwise``) found among the commits the series replays onto.
+
+    *newest_good*: the newest commit found where the check passes (the pin
+    when none after it does); *first_bad*: the first-parent successor where
+    it fails (None when the newest commit the series replays onto passes,
+    or the check fails at the pin); *skipped*: commits set aside between
+    them (exit 125, or the series does not replay there): the first bad is
+    one of those or *first_bad*. *tried*: every result, in the order asked
+    (cached ones too); *tests*: the checks run now (not taken from the results).
+    """
+
+    check: Check
+    newest_good: str
+    first_bad: Tried | None = None
+    skipped: list[str] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
+    tests: int = 0
+    fails_at_pin: Tried | None = None
+
+    @property
+    def cached(self) -> int:
+        return sum(1 for t in self.tried if t.cached)
+
+    def to_json(self) -> dict:
+        return {
+            "check": self.check.to_json(),
+            "newest_good": self.newest_good,
+            "first_bad": self.first_bad.to_json() if self.first_bad else None,
+            "skipped": self.skipped,
+            "tried": [t.to_json() for t in self.tried],
+            "tests": self.tests,
+            "cached": self.cached,
+            "fails_at_pin": self.fails_at_pin.to_json() if self.fails_at_pin else None,
         }
 
 
@@ -188,10 +229,14 @@ class SeriesAtPin:
     def hits(self, commit: str) -> list[str | None]:
         return [hit if hit and self._contains(hit, commit) else None for hit in self.hits_at_tip]
 
-    def trial(self, commit: str) -> Trial:
-        """Does the series replay onto *commit* (see the module docstring)?"""
+    def trial(self, commit: str, full: bool = False) -> Trial:
+        """Does the series replay onto *commit* (see the module docstring)?
+
+        *full*: replay it even when the series' files are unchanged since the
+        pin, so that ``tip`` is the release (a check runs in its tree).
+        """
         hits = self.hits(commit)  # hints naming the upstream commit of a dropped patch, never a reason to drop
-        if files_unchanged(self.repo, self.pin, commit, self.paths):
+        if not full and files_unchanged(self.repo, self.pin, commit, self.paths):
             return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did, none is upstream
         memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False)
         index_of = {p.name: i for i, p in enumerate(self.patches)}
@@ -231,6 +276,72 @@ class SeriesAtPin:
         return [(self.patches[j].name, self.patches[j].subject, blocks.get(c, "")) for c, j in differ]
 
 
+class CheckedLine:
+    """A check of the release on each commit asked (``__call__``): the series replayed in full (``SeriesAtPin.trial``),
+    its tree checked (``zmr.checks.run_check``) unless the results hold it; every answer kept in order (*tried*)."""
+
+    def __init__(self, project: Project, component: Component, check: Check, prepared: SeriesAtPin, progress: Progress | None = None):
+        self.project, self.component, self.check, self.prepared = project, component, check, prepared
+        self.results = Results(project, component, check)
+        self.progress = progress
+        self.tried: list[Tried] = []
+        self.trials: dict[str, Trial] = {}
+        self.tests = 0
+
+    def __call__(self, commit: str) -> Tried:
+        trial = self.trials.get(commit) or self.prepared.trial(commit, full=True)
+        self.trials[commit] = trial
+        repo = self.prepared.repo
+        if not trial.ok:
+            name = self.prepared.patches[trial.conflict].name if trial.conflict is not None else "a patch"
+            tried = Tried(commit, SKIP, f"the series does not replay onto it ({name} conflicts)")
+        else:
+            tree = repo.tree_of(trial.tip)
+            cached = self.results.get(commit, tree)
+            if cached is not None:
+                tried = cached
+            else:
+                self.tests += 1
+                if self.progress:
+                    self.progress(f"{self.component.label}: check {self.tests} ({self.check.label}) at {commit[:12]}")
+                verdict, reason, output = run_check(self.project, self.component, self.check, repo, commit, trial.tip)
+                tried = Tried(commit, verdict, reason, tree, output)
+                self.results.put(tried)
+        self.tried.append(tried)
+        return tried
+
+
+def search_checked(line: Sequence[str], pin: str, applies_to: int, checked: Callable[[str], Tried]) -> tuple[int, CheckSearch]:
+    """The newest position of *line* (1-based; 0 is the pin) up to *applies_to* where the check passes.
+
+    The newest commit the series replays onto first (one check when it
+    passes); else the pin (a check that fails there says nothing about
+    upstream: nothing moves), then ``bisect_line`` between them.
+    """
+    search = CheckSearch(Check("test", ()), pin)
+    if applies_to == 0:
+        return 0, search
+    top = checked(line[applies_to - 1])
+    if top.verdict == GOOD:
+        search.newest_good = line[applies_to - 1]
+        return applies_to, search
+    at_pin = checked(pin)
+    if at_pin.verdict != GOOD:
+        search.fails_at_pin = at_pin
+        return 0, search
+    by_position: dict[int, Tried] = {applies_to: top}
+
+    def verdict(position: int) -> str:
+        by_position[position] = checked(line[position - 1])
+        return by_position[position].verdict
+
+    found: LineSearch = bisect_line(0, applies_to if top.verdict == BAD else applies_to + 1, verdict, [applies_to] if top.verdict == SKIP else [])
+    search.newest_good = line[found.lo - 1] if found.lo else pin
+    search.first_bad = by_position.get(found.hi) if found.hi <= applies_to else None
+    search.skipped = [line[i - 1] for i in found.skipped]
+    return found.lo, search
+
+
 # -- the search -----------------------------------------------------------------------------------
 
 
@@ -266,8 +377,13 @@ def expected_replays(n: int) -> int:
 # -- a component ----------------------------------------------------------------------------------
 
 
-def examine(project: Project, component: Component, to: str | None = None, cache: Cache | None = None, progress: Progress | None = None) -> Update:
-    """How far the pin of *component* can move towards *to* (default: its ``track``); read-only."""
+def examine(
+    project: Project, component: Component, to: str | None = None, cache: Cache | None = None, progress: Progress | None = None, check: Check | None = None
+) -> Update:
+    """How far the pin of *component* can move towards *to* (default: its ``track``); read-only but for *check*'s results.
+
+    *check*: also the newest of those commits where it passes in the release's tree (``search_checked``).
+    """
     rev = to or component.track
     if not rev:
         raise UpdateError(
@@ -314,6 +430,15 @@ def examine(project: Project, component: Component, to: str | None = None, cache
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
         result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files)
+    if check is not None:
+        checked = CheckedLine(project, component, check, prepared, progress)
+        good_pos, result.check = search_checked(line, pin, lo, checked)
+        result.check.check, result.check.tried, result.check.tests = check, checked.tried, checked.tests
+        if good_pos != lo:
+            result.target, result.steps = (line[good_pos - 1] if good_pos else pin), good_pos
+            result.status = PARTIAL if good_pos else BLOCKED
+            good_trial = checked.trials.get(result.target) if good_pos else None
+            result.changed = []
     if good_trial is not None:
         prepared.name_upstream(good_trial)
         result.dropped = good_trial.dropped
@@ -403,12 +528,14 @@ def update(
     apply_moves: bool = False,
     cache: Cache | None = None,
     progress: Progress | None = None,
+    check_for: Callable[[Component], Check] | None = None,
 ) -> list[Update]:
-    """``zmr update``: each component examined, then (*apply_moves*) moved as far as it can go."""
+    """``zmr update``: each component examined (with the check *check_for* gives it), then (*apply_moves*) moved as far as it can go."""
     cache = cache or Cache()
+    checks = {c.label: check_for(c) for c in components} if check_for else {}  # every check set up before any work: bad input fails first
     results = []
     for component in components:
-        found = examine(project, component, to, cache, progress)
+        found = examine(project, component, to, cache, progress, checks.get(component.label))
         if apply_moves:
             apply(project, found, cache, progress)
         results.append(found)

@@ -33,6 +33,14 @@ def update(
     apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a component is left behind its track.")] = False,
+    test: Annotated[
+        str | None,
+        typer.Option("--test", help="Also require this shell command to pass (exit 0; 125: skip) in a tree of the release.", show_default=False),
+    ] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="Also require the component's smoke tests to pass in a tree of the release.")] = False,
+    bitwise: Annotated[
+        bool, typer.Option("--bitwise", help="Also require the model's mismatch check (its model smoke tests that need the component) to pass.")
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
@@ -42,6 +50,7 @@ def update(
     from zmr.files import atomic_write
 
     project = find_project()
+    check_for = check_factory(project, test, smoke, bitwise)
     # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job; selection.UPDATE_WRITES).
     chosen = selection.components(project, models, components, all_models, writes=selection.UPDATE_WRITES)
     targets = [c for c in chosen if to is not None or c.track is not None]
@@ -51,7 +60,7 @@ def update(
             return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
-        results = up.update(project, targets, to, apply_moves=apply, progress=progress)
+        results = up.update(project, targets, to, apply_moves=apply, progress=progress, check_for=check_for)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     if json_out:
@@ -65,6 +74,46 @@ def update(
     if check and behind:
         names = ", ".join(r.component.label for r in behind)
         raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {names}")
+
+
+def check_factory(project, test: str | None, smoke: bool, bitwise: bool):
+    """The check each component gets from --test / --smoke / --bitwise (at most one), or None."""
+    from zmr import checks
+    from zmr.errors import ZmrError
+
+    chosen = [name for name, on in (("--test", test is not None), ("--smoke", smoke), ("--bitwise", bitwise)) if on]
+    if len(chosen) > 1:
+        raise ZmrError(f"give one check, not {' and '.join(chosen)}", details=["--test CMD, --smoke or --bitwise"])
+    if test is not None:
+        made = checks.command_check(test)
+        return lambda component: made
+    if smoke:
+        return checks.smoke_check
+    if bitwise:
+
+        def for_component(component):
+            manifest = next(m for m in project.manifests([component.model]))
+            return checks.bitwise_check(project, component, manifest.smoke, manifest.components)
+
+        return for_component
+    return None
+
+
+def check_lines(r: "Update") -> list[str]:
+    """What a check found, in plain lines (the text output and the report share them)."""
+    c = r.check
+    if c is None:
+        return []
+    label = r.component.label
+    runs = f"{c.tests} check{'s' if c.tests != 1 else ''} run, {c.cached} reused"
+    if c.fails_at_pin:
+        return [f"{label}: {c.check.label} fails at the pin {r.pin[:12]} already ({c.fails_at_pin.reason}); nothing moves ({runs})"]
+    lines = [f"{label}: {c.check.label}: newest good {c.newest_good[:12]} ({runs})"]
+    if c.first_bad:
+        lines.append(f"{label}: first bad {c.first_bad.commit[:12]}: {c.first_bad.reason}")
+    if c.skipped:
+        lines.append(f"{label}: skipped between them: {', '.join(x[:12] for x in c.skipped)} (the first bad is one of those or the next)")
+    return lines
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -85,6 +134,10 @@ def print_text(results: list["Update"], applied: bool) -> None:
         rows.append([r.component.label, r.status, _move(r), f"{r.steps} of {r.behind}", r.replays, *([done] if applied else [])])
     table(["component", "status", "pin", "moves", "replays", *(["apply"] if applied else [])], rows)
     for r in results:
+        for line in check_lines(r):
+            print(line)
+        if r.check and r.check.first_bad and r.check.first_bad.output:
+            print(r.check.first_bad.output.rstrip("\n"))
         if r.blocked_by:
             b = r.blocked_by
             print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
@@ -121,6 +174,12 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             b = r.blocked_by
             files = ", ".join(f"`{f}`" for f in b.files)
             out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
+        if r.check:
+            out += ["", f"### Check: `{r.check.check.label}`", ""]
+            out += [f"- {line.split(': ', 1)[1]}" for line in check_lines(r)]
+            bad = r.check.first_bad or r.check.fails_at_pin
+            if bad and bad.output:
+                out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
         if r.changed:
