@@ -23,6 +23,7 @@ stays instant::
     rebase       zmr/cli/rebase.py     zmr.rebase
     upstreamed   zmr/cli/rebase.py     zmr.upstream
     update       zmr/cli/update.py     zmr.update (moves pins with zmr.rebase)
+    bisect       zmr/cli/bisect.py     zmr.bisect (checks: zmr.checks)
     diff         zmr/cli/diff.py       zmr.diff
     import       zmr/cli/import_.py    zmr.importer
 
@@ -42,7 +43,7 @@ import click
 import typer
 import typer.core
 
-from zmr.cli import build, checkout, diff, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
+from zmr.cli import bisect, build, checkout, diff, docs, import_, init, locate, manifests, mismatch, new, options, publish, rebase, render, smoke, update
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -164,6 +165,7 @@ for _name, _command in (
     ("rebase", rebase.rebase),
     ("upstreamed", rebase.upstreamed),
     ("update", update.update),
+    ("bisect", bisect.bisect),
     ("diff", diff.diff),
     ("import", import_.import_),
     ("help", _help),
