@@ -253,7 +253,9 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     from zmr.upstream import Dropped, InMemory
 
     dropped = Dropped("0002-b.patch", "B", "empty", "c" * 40, "B upstream")
-    assert dropped.to_json() == {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
+    expected_dropped = {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
+    assert dropped.to_json() == {**expected_dropped, "via": [], "landed": "landed (modified, via cccccccccccc)"}
+    assert Dropped("0002-b.patch", "B", "patch-id", "c" * 40).landed == "landed (same patch)"
     trial = Trial("a" * 40, False, [dropped], "t" * 40, [("m1", 0), ("m2", 2)], {2, 0}, conflict=3, files=["src/x.py"])
     data = json.loads(json.dumps(trial.to_json()))  # a set (merged) or a dataclass would not dump
     assert data["merged"] == [0, 2] and data["made"] == [["m1", 0], ["m2", 2]] and data["dropped"] == [dropped.to_json()]

@@ -787,6 +787,10 @@ class Repo:
         text = self.out(["rev-list", "--reverse", "--topo-order", tip, "--not", base])
         return text.split() if text else []
 
+    def diff_patch(self, commit: str, paths: Sequence[str]) -> bytes:
+        """The patch of *commit* against its first parent, limited to *paths* (no rename detection, full index)."""
+        return self.run(["diff-tree", "-p", "--no-renames", "--full-index", "--root", "-m", "--first-parent", commit, "--", *paths]).stdout
+
     def write_tree_to(self, tree: str, dest: str | os.PathLike[str]) -> None:
         """Write every file of *tree* under the folder *dest* (created, or empty), through a throwaway index.
 

@@ -176,7 +176,7 @@ class RebaseState:
                 upstream_count=int(data.get("upstream_count", 0)),
                 phase=data["phase"],
                 path=data["path"],
-                dropped=[Dropped(**d) for d in data.get("dropped", [])],
+                dropped=[Dropped.from_state(d) for d in data.get("dropped", [])],
                 new_tip=data.get("new_tip"),
                 replayed=[(c, n, m) for c, n, m in data.get("replayed", [])],
                 partial=data.get("partial"),
@@ -194,7 +194,7 @@ class RebaseState:
 
     def to_json(self) -> dict:
         data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-        data["dropped"] = [asdict(d) for d in self.dropped]
+        data["dropped"] = [d.state() for d in self.dropped]
         data["replayed"] = [list(r) for r in self.replayed]
         data["stopped"] = asdict(self.stopped) if self.stopped else None
         if self.saved is not None:
@@ -345,7 +345,7 @@ class Outcome:
             "kept": [{"name": n, "subject": s, "note": note} for n, s, note in self.kept],
             "changed": [{"name": n, "subject": s, "range_diff": d} for n, s, d in self.changed],
             "added": [{"name": n, "subject": s} for n, s in self.added],
-            "dropped": [asdict(d) for d in self.dropped],
+            "dropped": [d.to_json() for d in self.dropped],
         }
 
 
@@ -375,7 +375,7 @@ class Stopped:
             "new": self.new,
             "rev": self.rev,
             "remaining": self.remaining,
-            "dropped": [asdict(d) for d in self.dropped],
+            "dropped": [d.to_json() for d in self.dropped],
         }
 
 

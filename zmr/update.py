@@ -46,11 +46,14 @@ from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
+from zmr.landed import Landing
 from zmr.upstream import (
     Dropped,
     commit_subject,
     containing_commit,
     first_parent_line,
+    name_landing,
+    partial_landing,
     range_diff,
     replay_onto,
     resolve_rev,
@@ -137,6 +140,7 @@ class Update:
     refused: str | None = None  # why --apply left the component alone
     outcome: Outcome | None = None
     check: CheckSearch | None = None  # --test / --smoke / --bitwise: the search for the newest commit where the check passes
+    partial: dict[str, Landing] = field(default_factory=dict)  # kept patches whose change upstream holds in part (at the target, or where one blocks)
 
     @property
     def can_move(self) -> bool:
@@ -164,6 +168,7 @@ class Update:
             "applied": self.applied,
             "refused": self.refused,
             "check": self.check.to_json() if self.check else None,
+            "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
         }
 
 
@@ -257,10 +262,20 @@ class SeriesAtPin:
         """Fill in the upstream commit of each patch dropped as empty or reverse-applying (only for the trial reported)."""
         by_name = {p.name: (p, c) for p, c in zip(self.patches, self.old_chain)}
         for d in trial.dropped:
-            if d.upstream is None and d.method in ("empty", "reverse-apply") and d.name in by_name:
-                patch, old = by_name[d.name]
-                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, sorted(self.chain_files[old]))
+            if d.name not in by_name:
+                continue
+            patch, old = by_name[d.name]
+            files = sorted(self.chain_files[old])
+            if d.upstream is None and d.method in ("empty", "reverse-apply"):
+                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, files)
                 d.upstream_subject = commit_subject(self.repo, d.upstream)
+            name_landing(self.repo, self.pin, trial.commit, d, patch, files)
+
+    def partial(self, index: int, target: str) -> Landing | None:
+        """Patch *index* (kept: it conflicts or went in 3-way) when *target* already holds part of its change."""
+        before = self.old_chain[index - 1] if index else self.pin
+        files = sorted(self.chain_files[self.old_chain[index]])
+        return partial_landing(self.repo, self.pin, target, self.patches[index], before, target, files)
 
     def changed(self, trial: Trial) -> list[tuple[str, str, str]]:
         """Patches that went in by a 3-way merge as a different change (patch id), with their ``git range-diff`` block."""
@@ -430,6 +445,9 @@ def examine(
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
         result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files)
+        landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
+        if landing:
+            result.partial[patch.name] = landing
     if check is not None:
         checked = CheckedLine(project, component, check, prepared, progress)
         good_pos, result.check = search_checked(line, pin, lo, checked)
@@ -443,6 +461,10 @@ def examine(
         prepared.name_upstream(good_trial)
         result.dropped = good_trial.dropped
         result.changed = prepared.changed(good_trial)
+        for j in sorted(good_trial.merged):
+            landing = prepared.partial(j, good_trial.commit)
+            if landing:
+                result.partial[prepared.patches[j].name] = landing
     return result
 
 

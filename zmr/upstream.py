@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from zmr import git
 from zmr.cache import COMPLETE_REFS, Cache, Upstream
 from zmr.errors import ZmrError
 from zmr.git import Progress
+from zmr.landed import Landing, blob_reader, introducing_commits, line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
@@ -152,17 +153,61 @@ class Dropped:
     """A patch left out because upstream has it (``upstream_holds``), or by ``--skip``; *upstream* names the commit, when found.
 
     *method* ``patch-id``: the target holds the change and an upstream commit
-    in between has the patch's patch id (it names that commit).
+    in between has the patch's patch id (it names that commit). *via*: the
+    upstream commits since the pin that brought its changed lines in
+    (``zmr.landed.introducing_commits``; several when upstream split it).
     """
 
     name: str
     subject: str
-    method: str  # patch-id | reverse-apply | empty | resolved-empty | skipped
+    method: str  # patch-id | reverse-apply | empty | landed | resolved-empty | skipped
     upstream: str | None = None
     upstream_subject: str = ""
+    via: list[str] = field(default_factory=list)
+
+    @property
+    def landed(self) -> str:
+        """``landed (same patch)``, ``landed (modified, via <commit>)`` (another change with the same effect), or "" (skipped)."""
+        if self.method == "patch-id":
+            return "landed (same patch)"
+        if self.method in ("skipped", "resolved-empty"):
+            return ""
+        via = ", ".join(c[:12] for c in self.via or ([self.upstream] if self.upstream else []))
+        return f"landed (modified, via {via or 'commit not identified'})"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "landed": self.landed}
+
+    def state(self) -> dict:
+        """As kept in a rebase's ``state.json``: the keys of earlier zmr versions, *via* only when known (an older zmr reads the rest)."""
+        data = asdict(self)
+        if not self.via:
+            del data["via"]
+        return data
+
+    @classmethod
+    def from_state(cls, data: dict) -> Dropped:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def name_landing(repo: git.Repo, old: str, new: str, dropped: Dropped, patch: Patch, paths: Sequence[str]) -> None:
+    """Fill in *dropped*'s *via* (and *upstream*, when not known yet: the newest of them)."""
+    if dropped.method == "patch-id" and dropped.upstream:
+        dropped.via = [dropped.upstream]
+        return
+    dropped.via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+    if dropped.upstream is None and dropped.via:
+        dropped.upstream = dropped.via[-1]
+        dropped.upstream_subject = commit_subject(repo, dropped.upstream)
+
+
+def partial_landing(repo: git.Repo, old: str, new: str, patch: Patch, before: str, after: str, paths: Sequence[str]) -> Landing | None:
+    """Part (not all) of *patch*'s change is at *after* (made on *before*): a ``partial`` Landing naming the upstream commits."""
+    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, after))
+    if not landed or landed == total:
+        return None
+    return Landing("partial", introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip), landed, total)
 
 
 # -- the in-memory replay --------------------------------------------------------------------------
@@ -213,12 +258,16 @@ def replay_onto(
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
-            method = upstream_holds(replay, step)
+            method = upstream_holds(replay, step, blob_reader(repo, old_chain[i - 1] if i else old))
             if step.status == "applied":
                 made.append((patch.name, step.moved))
             elif method:
-                found = hits[i] or (containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None)
-                dropped.append(Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found)))
+                files = sorted(chain_files[old_chain[i]])
+                found = hits[i] or (containing_commit(repo, old, new, patch, files) if name_upstream and method != "landed" else None)
+                drop = Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found))
+                if name_upstream:
+                    name_landing(repo, old, new, drop, patch, files)
+                dropped.append(drop)
             else:
                 conflict_at = i
                 break
@@ -253,6 +302,7 @@ class UpstreamedReport:
     patches: int
     upstreamed: list[Dropped] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    partial: dict[str, Landing] = field(default_factory=dict)  # of *conflicts*: those whose change upstream holds in part
 
     def to_json(self) -> dict:
         return {
@@ -263,10 +313,19 @@ class UpstreamedReport:
             "rev_commit": self.rev_commit,
             "patches": self.patches,
             "upstreamed": [
-                {"name": d.name, "subject": d.subject, "upstream_commit": d.upstream, "upstream_subject": d.upstream_subject, "method": d.method}
+                {
+                    "name": d.name,
+                    "subject": d.subject,
+                    "upstream_commit": d.upstream,
+                    "upstream_subject": d.upstream_subject,
+                    "method": d.method,
+                    "via": d.via,
+                    "landed": d.landed,
+                }
                 for d in self.upstreamed
             ],
             "conflicts": self.conflicts,
+            "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
         }
 
 
@@ -321,13 +380,20 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     hits = [upstream_ids.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
-            patch, hit = step.patch, hits[step.index]
-            method = upstream_holds(replay, step)
+            patch, hit, i = step.patch, hits[step.index], step.index
+            before = chain[i - 1] if i else component.commit
+            files = sorted(chain_files[chain[i]])
+            method = upstream_holds(replay, step, blob_reader(repo, before))
             if method:
-                found = hit or containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
-                report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found)))
+                found = hit or (containing_commit(repo, component.commit, new, patch, files) if method != "landed" else None)
+                drop = Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found))
+                name_landing(repo, component.commit, new, drop, patch, files)
+                report.upstreamed.append(drop)
             elif step.status == "failed":
                 report.conflicts.append(patch.name)
+                partial = partial_landing(repo, component.commit, new, patch, before, new, files)
+                if partial:
+                    report.partial[patch.name] = partial
     return report
 
 

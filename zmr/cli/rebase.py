@@ -136,8 +136,9 @@ def dropped_line(d: "Dropped") -> str:
         "reverse-apply": "its changes are already there (reverse-applies)",
         "empty": "empty once applied",
         "resolved-empty": "empty after conflict resolution",
+        "landed": "its changed lines are all there, in another form",
     }.get(d.method, d.method)
-    return f"- `{d.name}` {d.subject}: {where}; {how}"
+    return f"- `{d.name}` {d.subject}: {where}; {how}; {d.landed}"
 
 
 def outcome_markdown(o: "Outcome") -> str:
@@ -210,7 +211,9 @@ def upstreamed_text(r: "UpstreamedReport") -> str:
     lines = [f"{c.label}: {len(r.upstreamed)} of {r.patches} patches upstream between {c.commit[:12]} and {r.rev} ({r.rev_commit[:12]})"]
     for d in r.upstreamed:
         where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}]")
+        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}] {d.landed}")
     if r.conflicts:
         lines.append(f"  would conflict at {r.rev}: {', '.join(r.conflicts)}")
+    for name, landing in r.partial.items():
+        lines.append(f"  {name}: {landing.label} (kept)")
     return "\n".join(lines) + "\n"

@@ -143,7 +143,9 @@ def print_text(results: list["Update"], applied: bool) -> None:
             print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
         for d in r.dropped:
             where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-            print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}]")
+            print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}] {d.landed}")
+        for name, landing in r.partial.items():
+            print(f"{r.component.label}: keeps {name}: {landing.label}")
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
@@ -182,6 +184,9 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
                 out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
+        if r.partial:
+            out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
+            out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
         if r.changed:
             out += ["", f"### Changed ({len(r.changed)})", ""]
             for name, subject, diff in r.changed:
