@@ -47,6 +47,7 @@ from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
 from zmr.landed import Landing
+from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
     Dropped,
     commit_subject,
@@ -141,6 +142,8 @@ class Update:
     outcome: Outcome | None = None
     check: CheckSearch | None = None  # --test / --smoke / --bitwise: the search for the newest commit where the check passes
     partial: dict[str, Landing] = field(default_factory=dict)  # kept patches whose change upstream holds in part (at the target, or where one blocks)
+    statuses: dict[str, UpstreamStatus] = field(default_factory=dict)  # each patch's declared upstream status (zmr.upstream_status)
+    droppable: dict[str, str] = field(default_factory=dict)  # patch → why: its backport/accepted commit is at or below the target
 
     @property
     def can_move(self) -> bool:
@@ -169,6 +172,8 @@ class Update:
             "refused": self.refused,
             "check": self.check.to_json() if self.check else None,
             "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
+            "upstream_status": {name: status.to_json() for name, status in self.statuses.items()},
+            "droppable": self.droppable,
         }
 
 
@@ -415,7 +420,9 @@ def examine(
     repo, tip = resolve_rev(upstream, rev)
     pin = component.commit
     if repo.is_ancestor(tip, pin):
-        return Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
+        done = Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
+        check_statuses(repo, series.patches, done)
+        return done
     line = first_parent_line(repo, pin, tip) if repo.is_ancestor(pin, tip) else []
     behind = len(line)
     if not line:
@@ -465,7 +472,25 @@ def examine(
             landing = prepared.partial(j, good_trial.commit)
             if landing:
                 result.partial[prepared.patches[j].name] = landing
+    check_statuses(repo, series.patches, result)
     return result
+
+
+def check_statuses(repo: git.Repo, patches: Sequence[Patch], found: Update) -> None:
+    """Each patch's declared upstream status, checked against upstream: a named commit at or below the pin or the target is droppable."""
+    dropped = {d.name for d in found.dropped}
+    for patch in patches:
+        status = status_of(patch)[0]
+        if status is None:
+            continue
+        found.statuses[patch.name] = status
+        named = repo.resolve(status.commit) if status.commit else None
+        if named is None or patch.name in dropped:
+            continue
+        if repo.is_ancestor(named, found.pin):
+            found.droppable[patch.name] = f"{status.kind} {named[:12]} is already below the pin"
+        elif repo.is_ancestor(named, found.target):
+            found.droppable[patch.name] = f"{status.kind} {named[:12]} is below the target"
 
 
 # -- --apply --------------------------------------------------------------------------------------

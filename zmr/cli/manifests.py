@@ -3,6 +3,10 @@
 The work is `zmr.manifest`, `zmr.series`, `zmr.cases` and `zmr.cache`.
 """
 
+from typing import Annotated
+
+import typer
+
 from zmr.cli.options import All, Components, Json, Models, Untrusted, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
@@ -16,12 +20,25 @@ def list_models(json_out: Json = False) -> None:
         print_json(listing.to_json())
         return
     rows = [
-        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream] for m in listing.models for c in m.manifest.components.values()
+        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream, _statuses(m.statuses[c.key])]
+        for m in listing.models
+        for c in m.manifest.components.values()
     ]
-    table(["model", "component", "pin", "patches", "branch", "upstream"], rows)
+    table(["model", "component", "pin", "patches", "branch", "upstream", "upstream status"], rows)
 
 
-def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
+def _statuses(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "-"
+
+
+def validate(
+    models: Models = None,
+    json_out: Json = False,
+    untrusted: Untrusted = False,
+    require_upstream_status: Annotated[
+        bool, typer.Option("--require-upstream-status", help="Also require every patch to declare its upstream status (Upstream-Status:, Forwarded:).")
+    ] = False,
+) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
     from zmr.cases import ValidateReport, check_project
     from zmr.errors import CaseError, Located, ZmrError
@@ -51,7 +68,7 @@ def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted
                 continue
             count += len(series.patches)
             warnings.extend(series.warnings)
-            split = _message_problems(comp.patches, series.patches)
+            split = _message_problems(comp.patches, series.patches) + _status_problems(comp.patches, series.patches, require_upstream_status)
             if split:
                 problems += split
                 failed.append(ZmrError(f"{len(split)} problem{'s' if len(split) != 1 else ''} in {comp.patches}/series", details=[str(p) for p in split]))
@@ -80,6 +97,20 @@ def _message_problems(folder: str, patches: list) -> list:
         if split is not None:
             fix = "edit the file, or reword the commit in a checkout and export it again"
             found.append(Problem(f"{folder}/{patch.name}", split[0], split[1], fix))
+    return found
+
+
+def _status_problems(folder: str, patches: list, require: bool) -> list:
+    """Malformed upstream-status headers; with *require*, patches that declare none (`zmr.upstream_status`)."""
+    from zmr.upstream_status import FIX, status_of
+    from zmr.yamlnodes import Problem
+
+    found = []
+    for patch in patches:
+        status, problems = status_of(patch)
+        found += [Problem(f"{folder}/{patch.name}", line, message, FIX) for line, message in problems]
+        if require and status is None and not problems:
+            found.append(Problem(f"{folder}/{patch.name}", 1, "no upstream status (--require-upstream-status)", FIX))
     return found
 
 

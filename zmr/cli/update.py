@@ -146,6 +146,8 @@ def print_text(results: list["Update"], applied: bool) -> None:
             print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}] {d.landed}")
         for name, landing in r.partial.items():
             print(f"{r.component.label}: keeps {name}: {landing.label}")
+        for name, why in r.droppable.items():
+            print(f"{r.component.label}: {name} is droppable: {why}")
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
@@ -184,6 +186,9 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
                 out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
+        if r.statuses:
+            out += ["", "### Upstream status", "", "| patch | status | checked |", "| --- | --- | --- |"]
+            out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]
         if r.partial:
             out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
             out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
