@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache as memoize
+from functools import partial
 
 from zmr import checkout, git, transaction
 from zmr.git import Progress
@@ -47,6 +48,7 @@ from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
 from zmr.landed import Landing
+from zmr.resolutions import recorded
 from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
     Dropped,
@@ -101,9 +103,11 @@ class Trial:
     merged: set[int] = field(default_factory=set)
     conflict: int | None = None
     files: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution
 
     def to_json(self) -> dict:
         return {
+            "reused": self.reused,
             "commit": self.commit,
             "ok": self.ok,
             "dropped": [d.to_json() for d in self.dropped],
@@ -144,6 +148,7 @@ class Update:
     partial: dict[str, Landing] = field(default_factory=dict)  # kept patches whose change upstream holds in part (at the target, or where one blocks)
     statuses: dict[str, UpstreamStatus] = field(default_factory=dict)  # each patch's declared upstream status (zmr.upstream_status)
     droppable: dict[str, str] = field(default_factory=dict)  # patch → why: its backport/accepted commit is at or below the target
+    reused: list[str] = field(default_factory=list)  # patches the move replays by their recorded resolution (zmr.resolutions)
 
     @property
     def can_move(self) -> bool:
@@ -174,6 +179,7 @@ class Update:
             "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
             "upstream_status": {name: status.to_json() for name, status in self.statuses.items()},
             "droppable": self.droppable,
+            "reused_resolutions": self.reused,
         }
 
 
@@ -222,8 +228,9 @@ class SeriesAtPin:
     """The series of one component as commits on its pin (*old_chain*), with the upstream commits of pin..tip that
     have a patch's patch id: ready to be replayed onto any commit of pin..tip (``trial``)."""
 
-    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str):
+    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str, resolved: Callable[[Patch], Patch | None] | None = None):
         self.repo = repo
+        self.resolved = resolved  # recorded resolutions (zmr.resolutions), tried where a patch conflicts
         self.pin = component.commit
         self.patches = list(patches)
         files = patch_file_sets(repo, self.patches)
@@ -248,9 +255,10 @@ class SeriesAtPin:
         hits = self.hits(commit)  # hints naming the upstream commit of a dropped patch, never a reason to drop
         if not full and files_unchanged(self.repo, self.pin, commit, self.paths):
             return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did, none is upstream
-        memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False)
+        memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False, resolved=self.resolved)
         index_of = {p.name: i for i, p in enumerate(self.patches)}
         trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
+        trial.reused = list(memory.reused)
         if memory.conflict_at is not None:
             # From the first patch that does not apply on, what ``zmr rebase``'s cherry-picks do (3-way).
             picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at)
@@ -432,7 +440,7 @@ def examine(
         progress(f"{label}: {behind} commits behind {rev}; preparing the series")
     replays = 0
     expected = expected_replays(len(line))
-    prepared = SeriesAtPin(repo, component, series.patches, tip)
+    prepared = SeriesAtPin(repo, component, series.patches, tip, partial(recorded, project.root))
 
     def good(commit: str) -> Trial:
         nonlocal replays
@@ -467,6 +475,7 @@ def examine(
     if good_trial is not None:
         prepared.name_upstream(good_trial)
         result.dropped = good_trial.dropped
+        result.reused = good_trial.reused
         result.changed = prepared.changed(good_trial)
         for j in sorted(good_trial.merged):
             landing = prepared.partial(j, good_trial.commit)
@@ -554,6 +563,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
         return
     found.applied, found.outcome = True, outcome
     found.dropped = outcome.dropped
+    found.reused = outcome.reused
     if outcome.changed:
         found.changed = list(outcome.changed)
 

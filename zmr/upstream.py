@@ -15,7 +15,7 @@ to throwaway indexes. The questions::
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from zmr import git
@@ -228,9 +228,16 @@ class InMemory:
     replayed: list[tuple[str, str, bool | None]]
     dropped: list[Dropped]
     conflict_at: int | None = None
+    reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution (zmr.resolutions)
 
     def to_json(self) -> dict:
-        return {"tip": self.tip, "replayed": [list(r) for r in self.replayed], "dropped": [d.to_json() for d in self.dropped], "conflict_at": self.conflict_at}
+        return {
+            "tip": self.tip,
+            "replayed": [list(r) for r in self.replayed],
+            "dropped": [d.to_json() for d in self.dropped],
+            "conflict_at": self.conflict_at,
+            "reused": self.reused,
+        }
 
 
 def replay_onto(
@@ -242,6 +249,7 @@ def replay_onto(
     chain_files: dict[str, frozenset[str]],
     hits: Sequence[str | None],
     name_upstream: bool = True,
+    resolved: Callable[[Patch], Patch | None] | None = None,
 ) -> InMemory:
     """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
 
@@ -250,11 +258,14 @@ def replay_onto(
     patch that does not apply is a conflict: stop there. *hits* (the
     upstream commit with each patch's patch id, or None) only name the
     upstream commit of a dropped patch; *name_upstream*: else look for it.
+    *resolved*: a patch's recorded resolution (``zmr.resolutions.recorded``),
+    tried in its place where it does not apply and is not upstream.
     """
     paths = sorted(set().union(*chain_files.values()))
     dropped: list[Dropped] = []
     made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
+    reused: list[str] = []
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
@@ -268,11 +279,25 @@ def replay_onto(
                 if name_upstream:
                     name_landing(repo, old, new, drop, patch, files)
                 dropped.append(drop)
+            elif step.status == "failed" and _replay_resolution(replay, patch, resolved):
+                made.append((patch.name, None))
+                reused.append(patch.name)
             else:
                 conflict_at = i
                 break
         replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
-        return InMemory(replay.tip, replayed, dropped, conflict_at)
+        return InMemory(replay.tip, replayed, dropped, conflict_at, reused)
+
+
+def _replay_resolution(replay: Replayer, patch: Patch, resolved: Callable[[Patch], Patch | None] | None) -> bool:
+    """Commit *patch*'s recorded resolution in its place, when there is one and it applies and changes the tree."""
+    alternative = resolved(patch) if resolved else None
+    if alternative is None or not replay.try_apply(alternative)[0]:
+        return False
+    if not replay.changed():
+        return False  # (the index is as it was: an apply that changes nothing leaves it so)
+    replay.commit(alternative)
+    return True
 
 
 def files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:

@@ -179,6 +179,10 @@ def outcome_markdown(o: "Outcome") -> str:
         out += [f"- `{d.name}` {d.subject}: the resolution left nothing to commit" for d in resolved]
     if skipped:
         out += ["", f"## Dropped with --skip ({len(skipped)})", ""] + [f"- `{d.name}` {d.subject}" for d in skipped]
+    if o.reused:
+        out += ["", f"## Recorded resolutions reused ({len(o.reused)})", ""] + [f"- `{name}`" for name in o.reused]
+    if o.recorded:
+        out += ["", f"## Resolutions recorded ({len(o.recorded)}): commit them", ""] + [f"- `{path}`" for path in o.recorded]
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
 

@@ -148,6 +148,8 @@ def print_text(results: list["Update"], applied: bool) -> None:
             print(f"{r.component.label}: keeps {name}: {landing.label}")
         for name, why in r.droppable.items():
             print(f"{r.component.label}: {name} is droppable: {why}")
+        for name in r.reused:
+            print(f"{r.component.label}: {name} replays by its recorded resolution")
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
@@ -189,6 +191,8 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
         if r.statuses:
             out += ["", "### Upstream status", "", "| patch | status | checked |", "| --- | --- | --- |"]
             out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]
+        if r.reused:
+            out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- `{name}`" for name in r.reused]
         if r.partial:
             out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
             out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
