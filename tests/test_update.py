@@ -52,7 +52,13 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
     assert data["status"] == "partial"
     breaking = made[21]
     assert data["target"] == made[20] and data["tip"] == made[-1] and data["behind"] == len(line) == 41
-    assert data["blocked_by"] == {"commit": breaking, "patch": "0001-fixed-split.patch", "files": ["src/model.py"]}
+    assert data["blocked_by"] == {
+        "commit": breaking,
+        "patch": "0001-fixed-split.patch",
+        "files": ["src/model.py"],
+        "author_name": "Patch Author",
+        "author_email": "author@zmr.invalid",
+    }
     assert data["steps"] == line.index(made[20]) + 1
     assert 2 <= data["replays"] <= 1 + math.ceil(math.log2(len(line)))  # the tip, then bisection: not 41
     report = tmp_path / "report.md"
@@ -264,4 +270,5 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1, "reused": []}
     assert json.loads(json.dumps(memory.to_json())) == expected
     # The keys docs/reference.md §7.19 gives for blocked_by in `zmr update --json`.
-    assert BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"]).to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"]}
+    blocked = BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"], "Patch Author", "author@zmr.invalid")
+    assert blocked.to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"], "author_name": "Patch Author", "author_email": "author@zmr.invalid"}

@@ -80,9 +80,12 @@ class BlockedBy:
     patch: str
     patch_subject: str
     files: list[str]
+    author_name: str = ""  # the blocking patch's author (the scheduled job mentions them)
+    author_email: str = ""
 
     def to_json(self) -> dict:
-        return {"commit": self.commit, "patch": self.patch, "files": self.files}  # the keys of `zmr update --json` (docs/reference.md §7.19)
+        # the keys of `zmr update --json` (docs/reference.md §7.19)
+        return {"commit": self.commit, "patch": self.patch, "files": self.files, "author_name": self.author_name, "author_email": self.author_email}
 
 
 @dataclass
@@ -459,7 +462,9 @@ def examine(
         if not files:  # the in-memory replay names no file: those of the patch the breaking commit changes, else all of the patch's
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
-        result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files)
+        result.blocked_by = BlockedBy(
+            bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, patch.author_name or "", patch.author_email or ""
+        )
         landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
         if landing:
             result.partial[patch.name] = landing
@@ -585,11 +590,13 @@ def update(
     apply_moves: bool = False,
     cache: Cache | None = None,
     progress: Progress | None = None,
-    check_for: Callable[[Component], Check] | None = None,
+    check_for: Callable[[Component], Check | None] | None = None,
 ) -> list[Update]:
     """``zmr update``: each component examined (with the check *check_for* gives it), then (*apply_moves*) moved as far as it can go."""
     cache = cache or Cache()
-    checks = {c.label: check_for(c) for c in components} if check_for else {}  # every check set up before any work: bad input fails first
+    checks: dict[str, Check | None] = (
+        {c.label: check_for(c) for c in components} if check_for else {}
+    )  # every check set up before any work: bad input fails first
     results = []
     for component in components:
         found = examine(project, component, to, cache, progress, checks.get(component.label))

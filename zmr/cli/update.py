@@ -49,8 +49,11 @@ def update(
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
+    from zmr.cache import Cache
+
     project = find_project()
-    check_for = check_factory(project, test, smoke, bitwise)
+    # Every component (the scheduled job): --smoke leaves those without smoke tests unchecked (said in the report); a named model must have them.
+    check_for = check_factory(project, test, smoke, bitwise, lenient=all_models or not models)
     # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job; selection.UPDATE_WRITES).
     chosen = selection.components(project, models, components, all_models, writes=selection.UPDATE_WRITES)
     targets = [c for c in chosen if to is not None or c.track is not None]
@@ -60,7 +63,10 @@ def update(
             return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
-        results = up.update(project, targets, to, apply_moves=apply, progress=progress, check_for=check_for)
+        cache = Cache(progress=progress)
+        results = up.update(project, targets, to, apply_moves=apply, cache=cache, progress=progress, check_for=check_for)
+    for note in cache.notes:  # a fetch retried after a transient network error, among others
+        warn(note)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     if json_out:
@@ -76,8 +82,11 @@ def update(
         raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {names}")
 
 
-def check_factory(project, test: str | None, smoke: bool, bitwise: bool):
-    """The check each component gets from --test / --smoke / --bitwise (at most one), or None."""
+def check_factory(project, test: str | None, smoke: bool, bitwise: bool, lenient: bool = False):
+    """The check each component gets from --test / --smoke / --bitwise (at most one), or None.
+
+    *lenient*: a component without smoke tests gets no check under --smoke (instead of an error).
+    """
     from zmr import checks
     from zmr.errors import ZmrError
 
@@ -88,7 +97,7 @@ def check_factory(project, test: str | None, smoke: bool, bitwise: bool):
         made = checks.command_check(test)
         return lambda component: made
     if smoke:
-        return checks.smoke_check
+        return (lambda component: checks.smoke_check(component) if component.smoke else None) if lenient else checks.smoke_check
     if bitwise:
 
         def for_component(component):
