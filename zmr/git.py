@@ -800,9 +800,10 @@ class Repo:
         os.makedirs(dest, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
-            self.run(["read-tree", tree], env=env)
             hint = "the tree of a check could not be written"
-            self.run([f"--work-tree={os.fspath(dest)}", "checkout-index", "--all", "--force"], env=env, cwd=dest, hint=hint)
+            # The git dir named, cwd = dest: the same for a bare mirror and for a repository with a work tree.
+            run(["read-tree", tree], git_dir=self.git_dir, cwd=dest, env=env, hint=hint)
+            run([f"--work-tree={os.fspath(dest)}", "checkout-index", "--all", "--force"], git_dir=self.git_dir, env=env, cwd=dest, hint=hint)
 
     def rev_list(self, args: Sequence[str], stdin: Sequence[str] = ()) -> list[str]:
         """``git rev-list ARGS``; *stdin*: more revisions (``^`` for excluded ones), then ``--`` and paths, one a line, read with ``--stdin``.
