@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import make_patch, zmr
+from conftest import git, make_patch, zmr
 from test_update import grow
 
 TWO_PLACES = "Fix the split in two places"
@@ -53,6 +53,23 @@ def test_a_patch_that_landed_reformatted_is_dropped_naming_the_upstream_commit(p
     assert (project.root / "patches/toy/rollout/series").read_text() == "0002-contiguous.patch\n"
     assert not (project.root / "patches/toy/rollout/0001-two-places.patch").exists()
     assert made[-1] in (project.root / "manifests/toy.yaml").read_text() and pin not in (project.root / "manifests/toy.yaml").read_text()
+
+
+def test_diff_says_how_a_removed_patch_landed(project, upstream, tmp_path):
+    """The same definition in `zmr diff`: a change that moves the pin and drops a patch says the patch landed, and via what."""
+    pin, model_py = two_place_model(project, upstream)
+    reformatted = model_py.replace("line 10\n", "line  10   fixed split\n").replace("line 30\n", "line 30 fixed  split \n").replace("line 11\n", "line 11 (tidied)\n")
+    made = grow(upstream, 3, special={1: ({"src/model.py": reformatted}, "Fix split sizes (reformatted)")})
+    base = git("rev-parse", "HEAD", cwd=project.root)
+    assert zmr("rebase", "toy", "--onto", "main", cwd=project.root).returncode == 0
+    project.commit_all("move the pin; 0001 landed upstream")
+    result = zmr("diff", "--json", base, "HEAD", cwd=project.root)
+    assert result.returncode in (0, 1), result.stderr
+    [entry] = json.loads(result.stdout)["components"]
+    assert entry["patches"]["removed"] == ["0001-two-places.patch"]
+    assert entry["patches"]["landed"] == {"0001-two-places.patch": f"landed (modified, via {made[1][:12]})"}
+    text = zmr("diff", base, "HEAD", cwd=project.root).stdout
+    assert f"removed 0001-two-places.patch: landed (modified, via {made[1][:12]})" in text
 
 
 def test_a_patch_that_landed_split_over_two_commits_names_both(project, upstream, tmp_path):

@@ -85,11 +85,13 @@ class PatchChanges:
     reordered: bool = False
     unchanged: int = 0
     matched_by: str = "range-diff"  # or "patch-id" (the two sides' upstreams are different mirrors: no interdiff)
+    landed: dict[str, str] = field(default_factory=dict)  # removed patch → how it landed at HEAD's pin (§7.9.1), when it did
 
     def to_json(self) -> dict[str, Any]:
         return {
             "added": self.added,
             "removed": self.removed,
+            "landed": self.landed,
             "changed": [{"old": c.old, "new": c.new, "interdiff": c.interdiff} for c in self.changed],
             "reordered": self.reordered,
             "unchanged": self.unchanged,
@@ -615,7 +617,26 @@ def _patch_changes(old: Any, new: Any) -> PatchChanges:
             changes.changed.append(PatchChange(old_names[i], new_names[j], block))
     changes.removed = [name for i, name in enumerate(old_names) if i not in matched]
     changes.reordered = matched != sorted(matched)
+    if changes.removed and not alternate and old.component.commit != new.component.commit:
+        changes.landed = _landed(old, new, old_chain, [i for i in range(len(old_names)) if i not in matched])
     return changes
+
+
+def _landed(old: Any, new: Any, old_chain: list[str], removed: list[int]) -> dict[str, str]:
+    """Of the patches HEAD removed, those whose change is at HEAD's pin (the one definition, §7.9.1): name → label."""
+    from zmr.replay import file_sets
+    from zmr.upstream import landing_of
+
+    repo = new.mirror.repo
+    files = file_sets(repo, [old_chain[i] for i in removed])
+    found = {}
+    for i in removed:
+        patch = old.series.patches[i]
+        before = old_chain[i - 1] if i else old.component.commit
+        landing = landing_of(repo, old.component.commit, new.component.commit, patch, before, old_chain[i], sorted(files[old_chain[i]]))
+        if landing is not None:
+            found[patch.name] = landing.label
+    return found
 
 
 def _by_patch_id(old: Any, new: Any, old_chain: list[str], new_chain: list[str]) -> PatchChanges:

@@ -92,6 +92,8 @@ def _section(c: ComponentDiff, *, details: bool) -> str:
         for what, names in (("added", p.added), ("removed", p.removed), ("changed", [f"{x.old} → {x.new}" for x in p.changed])):
             if names:
                 lines.append(f"- patches {what}: {_names(names)}")
+        for name, how in p.landed.items():
+            lines.append(f"- {code(name)} {how}")
         lines.append(f"- {p.unchanged} patch{'es' if p.unchanged != 1 else ''} unchanged" + ("; the order changed" if p.reordered else ""))
     text = "\n".join(lines) + "\n"
     if p is not None and p.changed:

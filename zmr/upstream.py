@@ -202,6 +202,33 @@ def name_landing(repo: git.Repo, old: str, new: str, dropped: Dropped, patch: Pa
         dropped.upstream_subject = commit_subject(repo, dropped.upstream)
 
 
+def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, old_commit: str, paths: Sequence[str]) -> Landing | None:
+    """How much of *patch* (made on *before*; its commit on the old pin *old_commit*) is at *new*: §7.9.1 for a patch a series dropped.
+
+    Landed when it reverse-applies to *new*'s tree and no longer applies, or
+    when all its changed lines are there; partially when some are. Upstream
+    history may be missing (a mirror fetched at depth 1): then *via* is empty
+    and a patch-id match is not looked for.
+    """
+    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, new))
+    try:
+        with TempIndex(repo) as index:
+            index.read_tree(repo.tree_of(new))
+            reverse = index.apply(patch, reverse=True, check=True).returncode == 0 and index.apply(patch, check=True).returncode != 0
+    except git.GitError:
+        reverse = False
+    if not reverse and not landed:
+        return None
+    try:
+        via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+        pid = chain_patch_ids(repo, [old_commit]).get(old_commit)
+        same = bool(pid) and pid in upstream_patch_ids(repo, old, new, paths)
+    except git.GitError:
+        via, same = [], False
+    state = ("same-patch" if same else "modified") if reverse or landed == total else "partial"
+    return Landing(state, via, landed, total)
+
+
 def partial_landing(repo: git.Repo, old: str, new: str, patch: Patch, before: str, after: str, paths: Sequence[str]) -> Landing | None:
     """Part (not all) of *patch*'s change is at *after* (made on *before*): a ``partial`` Landing naming the upstream commits."""
     landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, after))

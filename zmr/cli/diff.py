@@ -83,6 +83,8 @@ def _print(report) -> None:
         if c.reason:
             line += f"  ({c.reason.splitlines()[0]})"
         print(line)
+        for name, how in c.patches.landed.items() if c.patches else []:
+            print(f"  removed {name}: {how}")
         for change in c.patches.changed if c.patches else []:
             print(f"  changed {change.old} -> {change.new}")
             for text in change.interdiff.splitlines()[1:]:
