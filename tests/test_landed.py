@@ -119,3 +119,7 @@ def test_changed_lines_ignore_whitespace_and_count_what_landed():
     assert line_landing(diff, 1, files.get, {"f": b"a\nnew line\n}\n"}.get) == (2, 2)
     assert line_landing(diff, 1, files.get, {"f": b"a\nold line\nnew line\n"}.get) == (1, 2)
     assert line_landing(diff, 1, files.get, files.get) == (0, 2)
+    # Upstream rewrote the removed line another way: a conflict, not a landing (the added lines are the evidence).
+    assert line_landing(diff, 1, files.get, {"f": b"a\nold line, reworked\n}\n"}.get) == (0, 2)
+    deletion = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,2 @@\n a\n-old line\n }\n"
+    assert line_landing(deletion, 1, files.get, {"f": b"a\n}\n"}.get) == (0, 0)  # only removals: not judged by lines

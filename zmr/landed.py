@@ -13,8 +13,9 @@ reverse-applies (``reverse-apply``); else, its changed lines (this module):
 
 All of them landed: ``landed`` (upstream holds the change, reformatted, split
 over several commits, squashed with others or with different context); some
-of them: *partially landed* (kept and reported, never dropped); none: not
-upstream. ``introducing_commits`` names the upstream commits since the pin
+of them, at least one added line among them: *partially landed* (kept and
+reported, never dropped); none: not upstream. The lines a patch adds are the
+evidence: a patch that only removes lines is not judged by them. ``introducing_commits`` names the upstream commits since the pin
 that added or removed those lines (``via``).
 
 Read-only; standard library and zmr.git only.
@@ -91,8 +92,14 @@ def _counts(content: bytes | None) -> Counter[bytes]:
 
 
 def line_landing(data: bytes, strip: int, before: Callable[[str], bytes | None], after: Callable[[str], bytes | None]) -> tuple[int, int]:
-    """(lines of the patch's change present at *after*, lines of its change): see the module docstring."""
-    landed = total = 0
+    """(lines of the patch's change present at *after*, lines of its change): see the module docstring.
+
+    The evidence is the lines it adds: with none of them at *after*, nothing
+    landed (upstream may have rewritten the lines the patch removes, which a
+    conflict looks like too); a patch that only removes lines gives (0, 0)
+    (its removal reverse-applies, or it is not judged here).
+    """
+    added_landed = added_total = removed_landed = removed_total = 0
     for path, (added, removed) in changed_lines(data, strip).items():
         if not added and not removed:
             continue
@@ -100,14 +107,18 @@ def line_landing(data: bytes, strip: int, before: Callable[[str], bytes | None],
         for line, need in added.items():
             if line in removed:  # moved within the file: not a change the counts can see
                 continue
-            total += need
-            landed += max(0, min(need, now[line] - was[line]))
+            added_total += need
+            added_landed += max(0, min(need, now[line] - was[line]))
         for line, need in removed.items():
             if line in added:
                 continue
-            total += need
-            landed += max(0, min(need, was[line] - now[line]))
-    return landed, total
+            removed_total += need
+            removed_landed += max(0, min(need, was[line] - now[line]))
+    if not added_total:
+        return 0, 0
+    if not added_landed:
+        return 0, added_total + removed_total
+    return added_landed + removed_landed, added_total + removed_total
 
 
 def blob_reader(repo: git.Repo, commit: str) -> Callable[[str], bytes | None]:

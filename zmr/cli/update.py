@@ -108,21 +108,22 @@ def check_factory(project, test: str | None, smoke: bool, bitwise: bool, lenient
     return None
 
 
-def check_lines(r: "Update") -> list[str]:
-    """What a check found, in plain lines (the text output and the report share them)."""
+def check_lines(r: "Update", prefix: bool = True) -> list[str]:
+    """What a check found, in plain lines (the text output and, without the component *prefix*, the report share them)."""
     c = r.check
     if c is None:
         return []
-    label = r.component.label
+    label = r.component.label if prefix else ""
     runs = f"{c.tests} check{'s' if c.tests != 1 else ''} run, {c.cached} reused"
     if c.fails_at_pin:
-        return [f"{label}: {c.check.label} fails at the pin {r.pin[:12]} already ({c.fails_at_pin.reason}); nothing moves ({runs})"]
-    lines = [f"{label}: {c.check.label}: newest good {c.newest_good[:12]} ({runs})"]
+        lines = [f"{c.check.label} fails at the pin {r.pin[:12]} already ({c.fails_at_pin.reason}); nothing moves ({runs})"]
+    else:
+        lines = [f"{c.check.label}: newest good {c.newest_good[:12]} ({runs})" if prefix else f"newest good `{c.newest_good}` ({runs})"]
     if c.first_bad:
-        lines.append(f"{label}: first bad {c.first_bad.commit[:12]}: {c.first_bad.reason}")
+        lines.append(f"first bad {c.first_bad.commit[:12]}: {c.first_bad.reason}" if prefix else f"first bad `{c.first_bad.commit}`: {c.first_bad.reason}")
     if c.skipped:
-        lines.append(f"{label}: skipped between them: {', '.join(x[:12] for x in c.skipped)} (the first bad is one of those or the next)")
-    return lines
+        lines.append(f"skipped between them: {', '.join(x[:12] for x in c.skipped)} (the first bad is one of those or the next)")
+    return [f"{label}: {line}" if prefix else line for line in lines]
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
         if r.check:
             out += ["", f"### Check: `{r.check.check.label}`", ""]
-            out += [f"- {line.split(': ', 1)[1]}" for line in check_lines(r)]
+            out += [f"- {line}" for line in check_lines(r, prefix=False)]
             bad = r.check.first_bad or r.check.fails_at_pin
             if bad and bad.output:
                 out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
