@@ -9,7 +9,12 @@ Pipeline, per component with a ``track`` (or ``--onto REV``)::
         reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply,
         ``replay.trial_pick``: a 3-way apply of each remaining commit of the series (what the
         rebase's cherry-picks do) in a throwaway index; a conflict there is the blocking patch
+        (a patch that conflicts is first replayed by its recorded resolution, ``zmr.resolutions``, when there is one)
     good(tip) ──▶ clean;  else binary search on c0..cN
+    with a check (--test/--smoke/--bitwise, ``zmr.checks``): among c1..c_lo, the newest where it passes in
+        the release's tree (``search_checked``: c_lo, the pin, then ``checks.bisect_line`` with skips;
+        each result kept in zmr's state, ``CheckedLine``) ──▶ the target
+    each patch's upstream status (``zmr.upstream_status``) checked against history (``check_statuses``)
     --apply: ``rebase.start(target)`` for each component that can move and holds no work
 
 The search keeps the invariant good(c_lo) and not good(c_hi), starting from
@@ -25,7 +30,7 @@ replays and c_hi one onto which it does not, right after it.
 
 Only ``zmr.rebase`` writes anything (``start``, with ``--apply``); the rest is read-only
 but for the mirror (fetched history, the series' commits on the pin, kept
-patch ids).
+patch ids) and a check's results in zmr's state (``zmr.checks.Results``).
 """
 
 from __future__ import annotations
