@@ -10,6 +10,7 @@ to throwaway indexes. The questions::
     upstream old..new touching the series' files ──upstream_patch_ids──▶ patch id → upstream commit (a hint: it names the commit)
     series on new ──replay_onto (zmr.replay, in memory)──▶ InMemory: commits made, patches upstream holds dropped, first conflict
     a dropped patch ──containing_commit──▶ the first upstream commit on which it reverse-applies
+    a patch's changed lines at the target ──zmr.landed (name_landing, partial_landing, landing_of)──▶ landed / partially landed, via
 """
 
 from __future__ import annotations
