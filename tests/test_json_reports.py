@@ -68,7 +68,7 @@ def test_json_reports_keep_their_keys(project, upstream):
     listing = _keys(zmr("list", "--json", cwd=root))
     assert list(listing) == ["models"]
     assert list(listing["models"][0]) == ["model", "title", "components", "smoke"]
-    assert list(listing["models"][0]["components"][0]) == ["component", "upstream", "commit", "track", "branch", "release", "patches", "series"]
+    assert list(listing["models"][0]["components"][0]) == ["component", "upstream", "commit", "track", "branch", "release", "patches", "series", "upstream_status"]
     assert list(_keys(zmr("validate", "--json", cwd=root))) == ["ok", "models", "cases", "patches", "problems", "warnings"]
     fetched = _keys(zmr("fetch", "--all", "--json", cwd=root))
     assert list(fetched) == ["fetched"] and list(fetched["fetched"][0]) == ["model", "component", "commit", "mirror"]

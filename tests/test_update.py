@@ -52,7 +52,13 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
     assert data["status"] == "partial"
     breaking = made[21]
     assert data["target"] == made[20] and data["tip"] == made[-1] and data["behind"] == len(line) == 41
-    assert data["blocked_by"] == {"commit": breaking, "patch": "0001-fixed-split.patch", "files": ["src/model.py"]}
+    assert data["blocked_by"] == {
+        "commit": breaking,
+        "patch": "0001-fixed-split.patch",
+        "files": ["src/model.py"],
+        "author_name": "Patch Author",
+        "author_email": "author@zmr.invalid",
+    }
     assert data["steps"] == line.index(made[20]) + 1
     assert 2 <= data["replays"] <= 1 + math.ceil(math.log2(len(line)))  # the tip, then bisection: not 41
     report = tmp_path / "report.md"
@@ -253,13 +259,16 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     from zmr.upstream import Dropped, InMemory
 
     dropped = Dropped("0002-b.patch", "B", "empty", "c" * 40, "B upstream")
-    assert dropped.to_json() == {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
+    expected_dropped = {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
+    assert dropped.to_json() == {**expected_dropped, "via": [], "landed": "landed (modified, via cccccccccccc)"}
+    assert Dropped("0002-b.patch", "B", "patch-id", "c" * 40).landed == "landed (same patch)"
     trial = Trial("a" * 40, False, [dropped], "t" * 40, [("m1", 0), ("m2", 2)], {2, 0}, conflict=3, files=["src/x.py"])
     data = json.loads(json.dumps(trial.to_json()))  # a set (merged) or a dataclass would not dump
     assert data["merged"] == [0, 2] and data["made"] == [["m1", 0], ["m2", 2]] and data["dropped"] == [dropped.to_json()]
     assert (data["conflict"], data["files"], data["ok"]) == (3, ["src/x.py"], False)
     memory = InMemory("t" * 40, [("m1", "0001-a.patch", None)], [dropped], conflict_at=1)
-    expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1}
+    expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1, "reused": []}
     assert json.loads(json.dumps(memory.to_json())) == expected
     # The keys docs/reference.md §7.19 gives for blocked_by in `zmr update --json`.
-    assert BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"]).to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"]}
+    blocked = BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"], "Patch Author", "author@zmr.invalid")
+    assert blocked.to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"], "author_name": "Patch Author", "author_email": "author@zmr.invalid"}

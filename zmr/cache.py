@@ -157,6 +157,36 @@ def _cut_short(err: git.GitError) -> str:
     return f"the transfer was cut off ({match.group(0)})" if match else ""
 
 
+# Network errors that may pass on their own (a dropped connection, DNS, a busy server): a fetch is tried again for them.
+_TRANSIENT_RE = re.compile(
+    r"Could not resolve host|Temporary failure in name resolution|Connection timed out|Operation timed out"
+    r"|The requested URL returned error: (?:429|5\d\d)|gnutls_handshake|SSL_read|TLS connection was non-properly terminated"
+)
+FETCH_ATTEMPTS_ENV = "ZMR_FETCH_ATTEMPTS"  # how many times a fetch is tried in all (default 3; 1: no retry)
+FETCH_BACKOFF_ENV = "ZMR_FETCH_BACKOFF"  # seconds before the first retry (default 2), doubled for each next one, at most 60
+
+
+def _transient(err: git.GitError) -> str:
+    """The transient network error of a failed fetch ('' when it is not one: a refusal, a kill, a full disk, a wrong name)."""
+    if err.returncode < 0 or isinstance(err, git.DamagedRepoError) or _REFUSED_RE.search(err.stderr_text) or git.storage_problem(err.stderr_text):
+        return ""
+    match = _TRANSIENT_RE.search(err.stderr_text)  # a transfer cut off is not retried: FetchInterrupted says so
+    return match.group(0) if match else ""
+
+
+def fetch_attempts() -> tuple[int, float]:
+    """(attempts, first delay in seconds) from the environment, bounded: 1 to 10 attempts, 0 to 60 seconds."""
+    try:
+        attempts = int(os.environ.get(FETCH_ATTEMPTS_ENV, "3"))
+    except ValueError:
+        attempts = 3
+    try:
+        backoff = float(os.environ.get(FETCH_BACKOFF_ENV, "2"))
+    except ValueError:
+        backoff = 2.0
+    return max(1, min(attempts, 10)), max(0.0, min(backoff, 60.0))
+
+
 def default_cache_dir() -> Path:
     explicit = os.environ.get("ZMR_CACHE")
     if explicit:
@@ -607,18 +637,44 @@ class Cache:
         self._clear_stale(mirror)
         packs = mirror.path / "objects" / "pack"
         before = set(packs.glob("tmp_*"))
-        try:
-            return mirror.repo.fetch(source, refspecs, **kwargs)
-        except git.GitError as err:
-            for leftover in set(packs.glob("tmp_*")) - before:
-                leftover.unlink(missing_ok=True)
-            why = _cut_short(err) if not isinstance(err, git.DamagedRepoError) else ""
-            if why:
-                raise FetchInterrupted(
-                    f"{mirror.url}: the fetch was cut short: {why}",
-                    details=[*err.git_lines[-4:], "nothing was kept of it; run the command again (zmr does not fall back to fetching full history for this)"],
-                ) from None
-            raise
+        attempts, delay = fetch_attempts()
+        for attempt in range(1, attempts + 1):
+            try:
+                return mirror.repo.fetch(source, refspecs, **kwargs)
+            except git.GitError as err:
+                for leftover in set(packs.glob("tmp_*")) - before:
+                    leftover.unlink(missing_ok=True)
+                transient = _transient(err)
+                if transient and attempt == attempts:
+                    # Not the server's answer to this fetch: no fallback to another kind of fetch (each would be tried as many times).
+                    raise FetchInterrupted(
+                        f"{mirror.url}: cannot fetch: {transient}",
+                        details=[
+                            *err.git_lines[-3:],
+                            f"tried {attempts} time{'s' if attempts != 1 else ''} (a transient network error), "
+                            f"waiting {delay:g}s, then twice as long, between tries",
+                            f"run the command again later (or set {FETCH_ATTEMPTS_ENV} / {FETCH_BACKOFF_ENV})",
+                        ],
+                    ) from None
+                if not transient:
+                    self._fetch_failed(mirror, err)
+                    raise
+                wait = min(delay * 2 ** (attempt - 1), 60.0)
+                self._note(f"{mirror.url}: fetch attempt {attempt} of {attempts} failed ({transient}); retried after {wait:g}s")
+                reporter = self._reporter(mirror.url)
+                if reporter:
+                    reporter(f"transient fetch error ({transient}); retrying in {wait:g}s (attempt {attempt + 1} of {attempts})")
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fetch_failed(self, mirror: Mirror, err: git.GitError) -> None:
+        """Raise what a failed fetch means: cut short (FetchInterrupted), else nothing here (the caller re-raises *err*)."""
+        why = _cut_short(err) if not isinstance(err, git.DamagedRepoError) else ""
+        if why:
+            raise FetchInterrupted(
+                f"{mirror.url}: the fetch was cut short: {why}",
+                details=[*err.git_lines[-4:], "nothing was kept of it; run the command again (zmr does not fall back to fetching full history for this)"],
+            ) from None
 
     def _clear_stale(self, mirror: Mirror) -> None:
         """Remove what killed git processes left in *mirror*; called under its lock.

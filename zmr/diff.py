@@ -76,6 +76,7 @@ class PatchChanges:
     pairs: list[Pair] = field(default_factory=list)  # in the new series' order, removed patches where they stood
     reordered: bool = False
     matched_by: str = "range-diff"  # or "patch-id" (the two sides' upstreams are different mirrors: no interdiff)
+    landed: dict[str, str] = field(default_factory=dict)  # removed patch → how it landed at HEAD's pin (§7.9.1), when it did
 
     @property
     def added(self) -> list[str]:
@@ -99,6 +100,7 @@ class PatchChanges:
             "added": self.added,
             "removed": self.removed,
             "changed": [{"old": c.old_name, "new": c.new_name, "kind": c.kind, "paired_by": c.by, "interdiff": c.interdiff} for c in self.changed],
+            "landed": self.landed,
             "reordered": self.reordered,
             "unchanged": self.unchanged,
             "matched_by": self.matched_by,
@@ -673,7 +675,28 @@ def _patch_changes(old: Any, new: Any) -> PatchChanges:
         return _by_patch_id(old, new, old_chain, new_chain)  # git could not walk one mirror's chain from the other
     pairs = list(_pairs(str(new.mirror.path), alternate, old.component.commit, tuple(old_chain), old_names, new.component.commit, tuple(new_chain), new_names))
     matched = [p.old for p in pairs if p.old is not None and p.new is not None]
-    return PatchChanges(pairs, reordered=matched != sorted(matched))
+    changes = PatchChanges(pairs, reordered=matched != sorted(matched))
+    removed = [p.old for p in pairs if p.sign == "<" and p.old is not None]
+    if removed and not alternate and old.component.commit != new.component.commit:
+        changes.landed = _landed(old, new, old_chain, removed)
+    return changes
+
+
+def _landed(old: Any, new: Any, old_chain: list[str], removed: list[int]) -> dict[str, str]:
+    """Of the patches HEAD removed, those whose change is at HEAD's pin (the one definition, §7.9.1): name → label."""
+    from zmr.replay import file_sets
+    from zmr.upstream import landing_of
+
+    repo = new.mirror.repo
+    files = file_sets(repo, [old_chain[i] for i in removed])
+    found = {}
+    for i in removed:
+        patch = old.series.patches[i]
+        before = old_chain[i - 1] if i else old.component.commit
+        landing = landing_of(repo, old.component.commit, new.component.commit, patch, before, old_chain[i], sorted(files[old_chain[i]]))
+        if landing is not None:
+            found[patch.name] = landing.label
+    return found
 
 
 def _by_patch_id(old: Any, new: Any, old_chain: list[str], new_chain: list[str]) -> PatchChanges:

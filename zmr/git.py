@@ -31,6 +31,7 @@ import re
 import shlex
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -792,6 +793,24 @@ class Repo:
         """Commits reachable from *tip* but not *base*, oldest first."""
         text = self.out(["rev-list", "--reverse", "--topo-order", tip, "--not", base])
         return text.split() if text else []
+
+    def diff_patch(self, commit: str, paths: Sequence[str]) -> bytes:
+        """The patch of *commit* against its first parent, limited to *paths* (no rename detection, full index)."""
+        return self.run(["diff-tree", "-p", "--no-renames", "--full-index", "--root", "-m", "--first-parent", commit, "--", *paths]).stdout
+
+    def write_tree_to(self, tree: str, dest: str | os.PathLike[str]) -> None:
+        """Write every file of *tree* under the folder *dest* (created, or empty), through a throwaway index.
+
+        No worktree entry, ref or index of the repository changes: the tree a
+        check runs in (``zmr update --test``, ``zmr bisect``) is a plain folder.
+        """
+        os.makedirs(dest, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            hint = "the tree of a check could not be written"
+            # The git dir named, cwd = dest: the same for a bare mirror and for a repository with a work tree.
+            run(["read-tree", tree], git_dir=self.git_dir, cwd=dest, env=env, hint=hint)
+            run([f"--work-tree={os.fspath(dest)}", "checkout-index", "--all", "--force"], git_dir=self.git_dir, env=env, cwd=dest, hint=hint)
 
     def rev_list(self, args: Sequence[str], stdin: Sequence[str] = ()) -> list[str]:
         """``git rev-list ARGS``; *stdin*: more revisions (``^`` for excluded ones), then ``--`` and paths, one a line, read with ``--stdin``.

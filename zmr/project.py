@@ -290,6 +290,7 @@ class ModelListing:
 
     manifest: Manifest
     patch_counts: dict[str, int]
+    statuses: dict[str, dict[str, int]] = field(default_factory=dict)  # component → upstream status kind (or "none") → patches
 
     def to_json(self) -> dict:
         components = [
@@ -302,6 +303,7 @@ class ModelListing:
                 "release": c.release,
                 "patches": self.patch_counts[c.key],
                 "series": c.patches,
+                "upstream_status": self.statuses.get(c.key, {}),
             }
             for c in self.manifest.components.values()
         ]
@@ -319,9 +321,16 @@ class Listing:
 
 
 def list_models(project: Project) -> Listing:
-    """Every manifest of *project*, with the patch count of each series (read, so a broken series fails here)."""
+    """Every manifest of *project*, with the patch count and the upstream statuses of each series (read, so a broken series fails here)."""
+    from zmr.upstream_status import status_of
+
     listed = []
     for manifest in project.manifests():
-        counts = {c.key: len(project.series(c).patches) for c in manifest.components.values()}
-        listed.append(ModelListing(manifest, counts))
+        counts, statuses = {}, {}
+        for c in manifest.components.values():
+            patches = project.series(c).patches
+            counts[c.key] = len(patches)
+            kinds = [status.kind if (status := status_of(p)[0]) else "none" for p in patches]
+            statuses[c.key] = {kind: kinds.count(kind) for kind in sorted(set(kinds))}
+        listed.append(ModelListing(manifest, counts, statuses))
     return Listing(listed)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import contextlib
+import functools
 import json
 import os
 import re
@@ -48,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from zmr import checkout, git, transaction
+from zmr import checkout, git, resolutions, transaction
 from zmr.git import Progress
 from zmr.cache import Cache
 from zmr.checkout import Checkout, SavedCheckout
@@ -150,6 +151,8 @@ class RebaseState:
     stopped: StoppedAt | None = None
     saved: Saved | None = None  # set by _snapshot, before the file is first written
     report: str | None = None  # --report FILE given at the start: written when the rebase finishes (absent in older files)
+    reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (absent in older files)
+    recorded: list[str] = field(default_factory=list)  # patches whose resolution --continue recorded (absent in older files)
 
     @classmethod
     def load(cls, path: Path) -> RebaseState:
@@ -177,7 +180,7 @@ class RebaseState:
                 upstream_count=int(data.get("upstream_count", 0)),
                 phase=data["phase"],
                 path=data["path"],
-                dropped=[Dropped(**d) for d in data.get("dropped", [])],
+                dropped=[Dropped.from_state(d) for d in data.get("dropped", [])],
                 new_tip=data.get("new_tip"),
                 replayed=[(c, n, m) for c, n, m in data.get("replayed", [])],
                 partial=data.get("partial"),
@@ -186,6 +189,8 @@ class RebaseState:
                 stopped=StoppedAt(**stopped) if stopped else None,
                 saved=Saved(saved["series_files"], saved["journal_existed"], SavedCheckout.from_json(saved["checkout"])) if saved else None,
                 report=data.get("report"),
+                reused=[str(n) for n in data.get("reused", [])],
+                recorded=[str(n) for n in data.get("recorded", [])],
             )
         except (KeyError, TypeError, ValueError) as err:
             raise RebaseError(
@@ -195,7 +200,7 @@ class RebaseState:
 
     def to_json(self) -> dict:
         data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-        data["dropped"] = [asdict(d) for d in self.dropped]
+        data["dropped"] = [d.state() for d in self.dropped]
         data["replayed"] = [list(r) for r in self.replayed]
         data["stopped"] = asdict(self.stopped) if self.stopped else None
         if self.saved is not None:
@@ -333,6 +338,8 @@ class Outcome:
     path: str = "fast"  # pin-only (nothing to replay) | fast (in memory) | checkout (after conflicts)
     already: bool = False
     report: str | None = None  # where the rebase was asked (at its start) to write its report
+    reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (zmr.resolutions)
+    recorded: list[str] = field(default_factory=list)  # files of resolutions recorded by --continue (commit them)
 
     def to_json(self) -> dict:
         return {
@@ -346,7 +353,9 @@ class Outcome:
             "kept": [{"name": n, "subject": s, "note": note} for n, s, note in self.kept],
             "changed": [c.to_json() for c in self.changed],
             "added": [{"name": n, "subject": s} for n, s in self.added],
-            "dropped": [asdict(d) for d in self.dropped],
+            "dropped": [d.to_json() for d in self.dropped],
+            "reused_resolutions": self.reused,
+            "recorded_resolutions": self.recorded,
         }
 
 
@@ -376,7 +385,7 @@ class Stopped:
             "new": self.new,
             "rev": self.rev,
             "remaining": self.remaining,
-            "dropped": [asdict(d) for d in self.dropped],
+            "dropped": [d.to_json() for d in self.dropped],
         }
 
 
@@ -476,7 +485,7 @@ def _start(
     if co is None and not any(hits) and series_applies(repo, new, series.patches, paths, in_place=True):
         # Every hunk applies where it was: a replay would commit these patches and export the same bytes.
         return _pin_only(project, component, repo, series, old, new, rev)
-    memory = replay_onto(repo, old, new, series.patches, old_chain, chain_files, hits)
+    memory = replay_onto(repo, old, new, series.patches, old_chain, chain_files, hits, resolved=functools.partial(resolutions.recorded, project.root))
     conflict_at = memory.conflict_at
     state = RebaseState(
         model=component.model,
@@ -493,6 +502,7 @@ def _start(
         path="fast",
         dropped=memory.dropped,
         report=str(report.absolute()) if report is not None else None,
+        reused=list(memory.reused),
     )
     if conflict_at is None:
         state.new_tip, state.replayed = memory.tip, memory.replayed
@@ -649,6 +659,7 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
                 _drop_current(project, component, state, cache, "resolved-empty")
             else:
                 co.commit_as(commit)
+                _record_resolution(project, component, state, co)
                 state.remaining.pop(0)
                 state.stopped = None
                 _save(project, component, state)
@@ -658,6 +669,7 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
                 details=[*checkout.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"],
             )
         elif co.head() != stopped.head_before:
+            _record_resolution(project, component, state, co)
             state.remaining.pop(0)  # the engineer committed the resolution (git cherry-pick --continue / git commit)
             state.stopped = None
             _save(project, component, state)
@@ -676,6 +688,19 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
             )
         # else: interrupted before the cherry-pick ran: it runs again below.
     return _run(project, component, state, cache, progress)
+
+
+def _record_resolution(project: Project, component: Component, state: RebaseState, co: Checkout) -> None:
+    """Keep the engineer's resolution of the patch the rebase stopped on (its commit, HEAD now) in ``resolutions/`` (zmr.resolutions)."""
+    assert state.stopped is not None
+    old = _old_patch(project, component, state, state.stopped.index)
+    head = co.head()
+    if old is None or head is None:
+        return
+    diff = co.repo.diff_patch(head, [])
+    if diff.strip():
+        path = resolutions.record(project.root, old, diff[diff.find(b"diff --git ") :] if b"diff --git " in diff else diff)
+        state.recorded.append(path.relative_to(project.root).as_posix())
 
 
 @locked
@@ -867,6 +892,7 @@ def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str,
     dropped = list(state.dropped)
     dropped_names = {d.name for d in dropped}
     outcome = Outcome(component, old, new, state.rev, component.upstream, state.upstream_count, dropped=dropped, path=state.path)
+    outcome.reused, outcome.recorded = list(state.reused), list(state.recorded)
     by_subject: dict[str, tuple[str, str]] = {}
     for name, subject, commit in zip(state.names, state.subjects, old_chain):
         if name not in dropped_names:

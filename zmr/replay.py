@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Literal
 
 from zmr import git
 from zmr.errors import ZmrError
+from zmr.landed import line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree
 from zmr.series import Patch
@@ -512,6 +513,16 @@ class Replayer:
     def reverse_applies(self, patch: Patch) -> bool:
         return self._index.apply(patch, reverse=True, check=True).returncode == 0
 
+    def read_file(self, path: str) -> bytes | None:
+        """The bytes of *path* in the index now (None: absent, or its blob is not in a partial mirror)."""
+        entry = self._index.entries().get(path.encode("utf-8", "surrogateescape"))
+        if entry is None:
+            return None
+        try:
+            return self.repo.cat_file("blob", entry[1])
+        except git.GitError:
+            return None
+
     def changed(self, files: frozenset[str] | None = None) -> bool:
         """The index differs from the last commit (in *files*); a patch that applied but changed nothing does not."""
         state = self._state()
@@ -597,12 +608,16 @@ class Replayer:
         self._tip = made[-1]
 
 
-def upstream_holds(replay: Replayer, step: Step) -> Literal["empty", "reverse-apply"] | None:
+def upstream_holds(replay: Replayer, step: Step, before: Callable[[str], bytes | None] | None = None) -> Literal["empty", "reverse-apply", "landed"] | None:
     """The one meaning of "already upstream" (docs/reference.md §7.9.1), for a *step* of *replay* at the target.
 
     A patch is upstream when the target tree already holds its change:
     replaying it there changes nothing (``empty``), or it does not apply
-    there and reverse-applies cleanly (``reverse-apply``). A patch-id match
+    there and reverse-applies cleanly (``reverse-apply``), or (given
+    *before*: path → the file where the patch was made) it does not apply
+    and every line it adds or removes is added or removed at the target,
+    whitespace aside (``landed``: reformatted, split, squashed, other
+    context; ``zmr.landed``). A patch-id match
     with an upstream commit in between is never the reason (upstream may
     have merged the change and reverted it later): callers use it only to
     name that commit in their report. None: the patch is not upstream (it
@@ -615,6 +630,10 @@ def upstream_holds(replay: Replayer, step: Step) -> Literal["empty", "reverse-ap
         return "empty"
     if step.status == "failed" and replay.reverse_applies(step.patch):
         return "reverse-apply"
+    if step.status == "failed" and before is not None:
+        landed, total = line_landing(step.patch.data, step.patch.strip, before, replay.read_file)
+        if total and landed == total:
+            return "landed"
     return None
 
 

@@ -9,7 +9,12 @@ Pipeline, per component with a ``track`` (or ``--onto REV``)::
         reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply,
         ``replay.trial_pick``: a 3-way apply of each remaining commit of the series (what the
         rebase's cherry-picks do) in a throwaway index; a conflict there is the blocking patch
+        (a patch that conflicts is first replayed by its recorded resolution, ``zmr.resolutions``, when there is one)
     good(tip) ──▶ clean;  else binary search on c0..cN
+    with a check (--test/--smoke/--bitwise, ``zmr.checks``): among c1..c_lo, the newest where it passes in
+        the release's tree (``search_checked``: c_lo, the pin, then ``checks.bisect_line`` with skips;
+        each result kept in zmr's state, ``CheckedLine``) ──▶ the target
+    each patch's upstream status (``zmr.upstream_status``) checked against history (``check_statuses``)
     --apply: ``rebase.start(target)`` for each component that can move and holds no work
 
 The search keeps the invariant good(c_lo) and not good(c_hi), starting from
@@ -25,7 +30,7 @@ replays and c_hi one onto which it does not, right after it.
 
 Only ``zmr.rebase`` writes anything (``start``, with ``--apply``); the rest is read-only
 but for the mirror (fetched history, the series' commits on the pin, kept
-patch ids).
+patch ids) and a check's results in zmr's state (``zmr.checks.Results``).
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache as memoize
+from functools import partial
 
 from zmr import checkout, git, transaction
 from zmr.git import Progress
 from zmr.cache import Cache
+from zmr.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
 from zmr.errors import ZmrError
 from zmr.lock import hold
 from zmr.manifest import Component
@@ -45,6 +52,9 @@ from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
+from zmr.landed import Landing
+from zmr.resolutions import recorded
+from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
     Dropped,
     commit_subject,
@@ -52,6 +62,8 @@ from zmr.upstream import (
     ChangedPatch,
     changed_patches,
     first_parent_line,
+    name_landing,
+    partial_landing,
     replay_onto,
     resolve_rev,
     upstream_patch_ids,
@@ -74,9 +86,12 @@ class BlockedBy:
     patch: str
     patch_subject: str
     files: list[str]
+    author_name: str = ""  # the blocking patch's author (the scheduled job mentions them)
+    author_email: str = ""
 
     def to_json(self) -> dict:
-        return {"commit": self.commit, "patch": self.patch, "files": self.files}  # the keys of `zmr update --json` (docs/reference.md §7.19)
+        # the keys of `zmr update --json` (docs/reference.md §7.19)
+        return {"commit": self.commit, "patch": self.patch, "files": self.files, "author_name": self.author_name, "author_email": self.author_email}
 
 
 @dataclass
@@ -97,9 +112,11 @@ class Trial:
     merged: set[int] = field(default_factory=set)
     conflict: int | None = None
     files: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution
 
     def to_json(self) -> dict:
         return {
+            "reused": self.reused,
             "commit": self.commit,
             "ok": self.ok,
             "dropped": [d.to_json() for d in self.dropped],
@@ -136,6 +153,11 @@ class Update:
     applied: bool = False
     refused: str | None = None  # why --apply left the component alone
     outcome: Outcome | None = None
+    check: CheckSearch | None = None  # --test / --smoke / --bitwise: the search for the newest commit where the check passes
+    partial: dict[str, Landing] = field(default_factory=dict)  # kept patches whose change upstream holds in part (at the target, or where one blocks)
+    statuses: dict[str, UpstreamStatus] = field(default_factory=dict)  # each patch's declared upstream status (zmr.upstream_status)
+    droppable: dict[str, str] = field(default_factory=dict)  # patch → why: its backport/accepted commit is at or below the target
+    reused: list[str] = field(default_factory=list)  # patches the move replays by their recorded resolution (zmr.resolutions)
 
     @property
     def can_move(self) -> bool:
@@ -163,6 +185,49 @@ class Update:
             "replays": self.replays,
             "applied": self.applied,
             "refused": self.refused,
+            "check": self.check.to_json() if self.check else None,
+            "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
+            "upstream_status": {name: status.to_json() for name, status in self.statuses.items()},
+            "droppable": self.droppable,
+            "reused_resolutions": self.reused,
+        }
+
+
+@dataclass
+class CheckSearch:
+    """What a check (``--test``/``--smoke``/``--bitwise``) found among the commits the series replays onto.
+
+    *newest_good*: the newest commit found where the check passes (the pin
+    when none after it does); *first_bad*: the first-parent successor where
+    it fails (None when the newest commit the series replays onto passes,
+    or the check fails at the pin); *skipped*: commits set aside between
+    them (exit 125, or the series does not replay there): the first bad is
+    one of those or *first_bad*. *tried*: every result, in the order asked
+    (cached ones too); *tests*: the checks run now (not taken from the results).
+    """
+
+    check: Check
+    newest_good: str
+    first_bad: Tried | None = None
+    skipped: list[str] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
+    tests: int = 0
+    fails_at_pin: Tried | None = None
+
+    @property
+    def cached(self) -> int:
+        return sum(1 for t in self.tried if t.cached)
+
+    def to_json(self) -> dict:
+        return {
+            "check": self.check.to_json(),
+            "newest_good": self.newest_good,
+            "first_bad": self.first_bad.to_json() if self.first_bad else None,
+            "skipped": self.skipped,
+            "tried": [t.to_json() for t in self.tried],
+            "tests": self.tests,
+            "cached": self.cached,
+            "fails_at_pin": self.fails_at_pin.to_json() if self.fails_at_pin else None,
         }
 
 
@@ -173,8 +238,9 @@ class SeriesAtPin:
     """The series of one component as commits on its pin (*old_chain*), with the upstream commits of pin..tip that
     have a patch's patch id: ready to be replayed onto any commit of pin..tip (``trial``)."""
 
-    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str):
+    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str, resolved: Callable[[Patch], Patch | None] | None = None):
         self.repo = repo
+        self.resolved = resolved  # recorded resolutions (zmr.resolutions), tried where a patch conflicts
         self.pin = component.commit
         self.patches = list(patches)
         files = patch_file_sets(repo, self.patches)
@@ -190,14 +256,19 @@ class SeriesAtPin:
     def hits(self, commit: str) -> list[str | None]:
         return [hit if hit and self._contains(hit, commit) else None for hit in self.hits_at_tip]
 
-    def trial(self, commit: str) -> Trial:
-        """Does the series replay onto *commit* (see the module docstring)?"""
+    def trial(self, commit: str, full: bool = False) -> Trial:
+        """Does the series replay onto *commit* (see the module docstring)?
+
+        *full*: replay it even when the series' files are unchanged since the
+        pin, so that ``tip`` is the release (a check runs in its tree).
+        """
         hits = self.hits(commit)  # hints naming the upstream commit of a dropped patch, never a reason to drop
-        if files_unchanged(self.repo, self.pin, commit, self.paths):
+        if not full and files_unchanged(self.repo, self.pin, commit, self.paths):
             return Trial(commit, True, [], commit)  # nothing the series touches changed: it applies as it did, none is upstream
-        memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False)
+        memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False, resolved=self.resolved)
         index_of = {p.name: i for i, p in enumerate(self.patches)}
         trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
+        trial.reused = list(memory.reused)
         if memory.conflict_at is not None:
             # From the first patch that does not apply on, what ``zmr rebase``'s cherry-picks do (3-way).
             picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at)
@@ -214,10 +285,20 @@ class SeriesAtPin:
         """Fill in the upstream commit of each patch dropped as empty or reverse-applying (only for the trial reported)."""
         by_name = {p.name: (p, c) for p, c in zip(self.patches, self.old_chain)}
         for d in trial.dropped:
-            if d.upstream is None and d.method in ("empty", "reverse-apply") and d.name in by_name:
-                patch, old = by_name[d.name]
-                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, sorted(self.chain_files[old]))
+            if d.name not in by_name:
+                continue
+            patch, old = by_name[d.name]
+            files = sorted(self.chain_files[old])
+            if d.upstream is None and d.method in ("empty", "reverse-apply"):
+                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, files)
                 d.upstream_subject = commit_subject(self.repo, d.upstream)
+            name_landing(self.repo, self.pin, trial.commit, d, patch, files)
+
+    def partial(self, index: int, target: str) -> Landing | None:
+        """Patch *index* (kept: it conflicts or went in 3-way) when *target* already holds part of its change."""
+        before = self.old_chain[index - 1] if index else self.pin
+        files = sorted(self.chain_files[self.old_chain[index]])
+        return partial_landing(self.repo, self.pin, target, self.patches[index], before, target, files)
 
     def changed(self, trial: Trial) -> list[ChangedPatch]:
         """Patches that went in by a 3-way merge as a different change (patch id), paired with their old selves (``pair_series``)."""
@@ -244,6 +325,72 @@ class SeriesAtPin:
             block = (pair.interdiff or pair.line()) if pair is not None else ""
             result.append(ChangedPatch(self.patches[j].name, self.patches[j].subject, block, pair.kind if pair else None, pair.by if pair else None))
         return result
+
+
+class CheckedLine:
+    """A check of the release on each commit asked (``__call__``): the series replayed in full (``SeriesAtPin.trial``),
+    its tree checked (``zmr.checks.run_check``) unless the results hold it; every answer kept in order (*tried*)."""
+
+    def __init__(self, project: Project, component: Component, check: Check, prepared: SeriesAtPin, progress: Progress | None = None):
+        self.project, self.component, self.check, self.prepared = project, component, check, prepared
+        self.results = Results(project, component, check)
+        self.progress = progress
+        self.tried: list[Tried] = []
+        self.trials: dict[str, Trial] = {}
+        self.tests = 0
+
+    def __call__(self, commit: str) -> Tried:
+        trial = self.trials.get(commit) or self.prepared.trial(commit, full=True)
+        self.trials[commit] = trial
+        repo = self.prepared.repo
+        if not trial.ok:
+            name = self.prepared.patches[trial.conflict].name if trial.conflict is not None else "a patch"
+            tried = Tried(commit, SKIP, f"the series does not replay onto it ({name} conflicts)")
+        else:
+            tree = repo.tree_of(trial.tip)
+            cached = self.results.get(commit, tree)
+            if cached is not None:
+                tried = cached
+            else:
+                self.tests += 1
+                if self.progress:
+                    self.progress(f"{self.component.label}: check {self.tests} ({self.check.label}) at {commit[:12]}")
+                verdict, reason, output = run_check(self.project, self.component, self.check, repo, commit, trial.tip)
+                tried = Tried(commit, verdict, reason, tree, output)
+                self.results.put(tried)
+        self.tried.append(tried)
+        return tried
+
+
+def search_checked(line: Sequence[str], pin: str, applies_to: int, checked: Callable[[str], Tried]) -> tuple[int, CheckSearch]:
+    """The newest position of *line* (1-based; 0 is the pin) up to *applies_to* where the check passes.
+
+    The newest commit the series replays onto first (one check when it
+    passes); else the pin (a check that fails there says nothing about
+    upstream: nothing moves), then ``bisect_line`` between them.
+    """
+    search = CheckSearch(Check("test", ()), pin)
+    if applies_to == 0:
+        return 0, search
+    top = checked(line[applies_to - 1])
+    if top.verdict == GOOD:
+        search.newest_good = line[applies_to - 1]
+        return applies_to, search
+    at_pin = checked(pin)
+    if at_pin.verdict != GOOD:
+        search.fails_at_pin = at_pin
+        return 0, search
+    by_position: dict[int, Tried] = {applies_to: top}
+
+    def verdict(position: int) -> str:
+        by_position[position] = checked(line[position - 1])
+        return by_position[position].verdict
+
+    found: LineSearch = bisect_line(0, applies_to if top.verdict == BAD else applies_to + 1, verdict, [applies_to] if top.verdict == SKIP else [])
+    search.newest_good = line[found.lo - 1] if found.lo else pin
+    search.first_bad = by_position.get(found.hi) if found.hi <= applies_to else None
+    search.skipped = [line[i - 1] for i in found.skipped]
+    return found.lo, search
 
 
 # -- the search -----------------------------------------------------------------------------------
@@ -281,8 +428,13 @@ def expected_replays(n: int) -> int:
 # -- a component ----------------------------------------------------------------------------------
 
 
-def examine(project: Project, component: Component, to: str | None = None, cache: Cache | None = None, progress: Progress | None = None) -> Update:
-    """How far the pin of *component* can move towards *to* (default: its ``track``); read-only."""
+def examine(
+    project: Project, component: Component, to: str | None = None, cache: Cache | None = None, progress: Progress | None = None, check: Check | None = None
+) -> Update:
+    """How far the pin of *component* can move towards *to* (default: its ``track``); read-only but for *check*'s results.
+
+    *check*: also the newest of those commits where it passes in the release's tree (``search_checked``).
+    """
     rev = to or component.track
     if not rev:
         raise UpdateError(
@@ -299,7 +451,9 @@ def examine(project: Project, component: Component, to: str | None = None, cache
     repo, tip = resolve_rev(upstream, rev)
     pin = component.commit
     if repo.is_ancestor(tip, pin):
-        return Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
+        done = Update(component, rev, UP_TO_DATE, pin, pin, tip, 0)
+        check_statuses(repo, series.patches, done)
+        return done
     line = first_parent_line(repo, pin, tip) if repo.is_ancestor(pin, tip) else []
     behind = len(line)
     if not line:
@@ -309,7 +463,7 @@ def examine(project: Project, component: Component, to: str | None = None, cache
         progress(f"{label}: {behind} commits behind {rev}; preparing the series")
     replays = 0
     expected = expected_replays(len(line))
-    prepared = SeriesAtPin(repo, component, series.patches, tip)
+    prepared = SeriesAtPin(repo, component, series.patches, tip, partial(recorded, project.root))
 
     def good(commit: str) -> Trial:
         nonlocal replays
@@ -328,12 +482,49 @@ def examine(project: Project, component: Component, to: str | None = None, cache
         if not files:  # the in-memory replay names no file: those of the patch the breaking commit changes, else all of the patch's
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
-        result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files)
+        result.blocked_by = BlockedBy(
+            bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, patch.author_name or "", patch.author_email or ""
+        )
+        landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
+        if landing:
+            result.partial[patch.name] = landing
+    if check is not None:
+        checked = CheckedLine(project, component, check, prepared, progress)
+        good_pos, result.check = search_checked(line, pin, lo, checked)
+        result.check.check, result.check.tried, result.check.tests = check, checked.tried, checked.tests
+        if good_pos != lo:
+            result.target, result.steps = (line[good_pos - 1] if good_pos else pin), good_pos
+            result.status = PARTIAL if good_pos else BLOCKED
+            good_trial = checked.trials.get(result.target) if good_pos else None
+            result.changed = []
     if good_trial is not None:
         prepared.name_upstream(good_trial)
         result.dropped = good_trial.dropped
+        result.reused = good_trial.reused
         result.changed = prepared.changed(good_trial)
+        for j in sorted(good_trial.merged):
+            landing = prepared.partial(j, good_trial.commit)
+            if landing:
+                result.partial[prepared.patches[j].name] = landing
+    check_statuses(repo, series.patches, result)
     return result
+
+
+def check_statuses(repo: git.Repo, patches: Sequence[Patch], found: Update) -> None:
+    """Each patch's declared upstream status, checked against upstream: a named commit at or below the pin or the target is droppable."""
+    dropped = {d.name for d in found.dropped}
+    for patch in patches:
+        status = status_of(patch)[0]
+        if status is None:
+            continue
+        found.statuses[patch.name] = status
+        named = repo.resolve(status.commit) if status.commit else None
+        if named is None or patch.name in dropped:
+            continue
+        if repo.is_ancestor(named, found.pin):
+            found.droppable[patch.name] = f"{status.kind} {named[:12]} is already below the pin"
+        elif repo.is_ancestor(named, found.target):
+            found.droppable[patch.name] = f"{status.kind} {named[:12]} is below the target"
 
 
 # -- --apply --------------------------------------------------------------------------------------
@@ -397,6 +588,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
         return
     found.applied, found.outcome = True, outcome
     found.dropped = outcome.dropped
+    found.reused = outcome.reused
     if outcome.changed:
         found.changed = list(outcome.changed)
 
@@ -418,12 +610,16 @@ def update(
     apply_moves: bool = False,
     cache: Cache | None = None,
     progress: Progress | None = None,
+    check_for: Callable[[Component], Check | None] | None = None,
 ) -> list[Update]:
-    """``zmr update``: each component examined, then (*apply_moves*) moved as far as it can go."""
+    """``zmr update``: each component examined (with the check *check_for* gives it), then (*apply_moves*) moved as far as it can go."""
     cache = cache or Cache()
+    checks: dict[str, Check | None] = (
+        {c.label: check_for(c) for c in components} if check_for else {}
+    )  # every check set up before any work: bad input fails first
     results = []
     for component in components:
-        found = examine(project, component, to, cache, progress)
+        found = examine(project, component, to, cache, progress, checks.get(component.label))
         if apply_moves:
             apply(project, found, cache, progress)
         results.append(found)

@@ -10,18 +10,20 @@ to throwaway indexes. The questions::
     upstream old..new touching the series' files ──upstream_patch_ids──▶ patch id → upstream commit (a hint: it names the commit)
     series on new ──replay_onto (zmr.replay, in memory)──▶ InMemory: commits made, patches upstream holds dropped, first conflict
     a dropped patch ──containing_commit──▶ the first upstream commit on which it reverse-applies
+    a patch's changed lines at the target ──zmr.landed (name_landing, partial_landing, landing_of)──▶ landed / partially landed, via
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
 
 from zmr import git
 from zmr.cache import COMPLETE_REFS, Cache, Upstream
 from zmr.errors import ZmrError
 from zmr.git import Progress
+from zmr.landed import Landing, blob_reader, introducing_commits, line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
@@ -152,17 +154,88 @@ class Dropped:
     """A patch left out because upstream has it (``upstream_holds``), or by ``--skip``; *upstream* names the commit, when found.
 
     *method* ``patch-id``: the target holds the change and an upstream commit
-    in between has the patch's patch id (it names that commit).
+    in between has the patch's patch id (it names that commit). *via*: the
+    upstream commits since the pin that brought its changed lines in
+    (``zmr.landed.introducing_commits``; several when upstream split it).
     """
 
     name: str
     subject: str
-    method: str  # patch-id | reverse-apply | empty | resolved-empty | skipped
+    method: str  # patch-id | reverse-apply | empty | landed | resolved-empty | skipped
     upstream: str | None = None
     upstream_subject: str = ""
+    via: list[str] = field(default_factory=list)
+
+    @property
+    def landed(self) -> str:
+        """``landed (same patch)``, ``landed (modified, via <commit>)`` (another change with the same effect), or "" (skipped)."""
+        if self.method == "patch-id":
+            return "landed (same patch)"
+        if self.method in ("skipped", "resolved-empty"):
+            return ""
+        via = ", ".join(c[:12] for c in self.via or ([self.upstream] if self.upstream else []))
+        return f"landed (modified, via {via or 'commit not identified'})"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "landed": self.landed}
+
+    def state(self) -> dict:
+        """As kept in a rebase's ``state.json``: the keys of earlier zmr versions, *via* only when known (an older zmr reads the rest)."""
+        data = asdict(self)
+        if not self.via:
+            del data["via"]
+        return data
+
+    @classmethod
+    def from_state(cls, data: dict) -> Dropped:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def name_landing(repo: git.Repo, old: str, new: str, dropped: Dropped, patch: Patch, paths: Sequence[str]) -> None:
+    """Fill in *dropped*'s *via* (and *upstream*, when not known yet: the newest of them)."""
+    if dropped.method == "patch-id" and dropped.upstream:
+        dropped.via = [dropped.upstream]
+        return
+    dropped.via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+    if dropped.upstream is None and dropped.via:
+        dropped.upstream = dropped.via[-1]
+        dropped.upstream_subject = commit_subject(repo, dropped.upstream)
+
+
+def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, old_commit: str, paths: Sequence[str]) -> Landing | None:
+    """How much of *patch* (made on *before*; its commit on the old pin *old_commit*) is at *new*: §7.9.1 for a patch a series dropped.
+
+    Landed when it reverse-applies to *new*'s tree and no longer applies, or
+    when all its changed lines are there; partially when some are. Upstream
+    history may be missing (a mirror fetched at depth 1): then *via* is empty
+    and a patch-id match is not looked for.
+    """
+    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, new))
+    try:
+        with TempIndex(repo) as index:
+            index.read_tree(repo.tree_of(new))
+            reverse = index.apply(patch, reverse=True, check=True).returncode == 0 and index.apply(patch, check=True).returncode != 0
+    except git.GitError:
+        reverse = False
+    if not reverse and not landed:
+        return None
+    try:
+        via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+        pid = chain_patch_ids(repo, [old_commit]).get(old_commit)
+        same = bool(pid) and pid in upstream_patch_ids(repo, old, new, paths)
+    except git.GitError:
+        via, same = [], False
+    state = ("same-patch" if same else "modified") if reverse or landed == total else "partial"
+    return Landing(state, via, landed, total)
+
+
+def partial_landing(repo: git.Repo, old: str, new: str, patch: Patch, before: str, after: str, paths: Sequence[str]) -> Landing | None:
+    """Part (not all) of *patch*'s change is at *after* (made on *before*): a ``partial`` Landing naming the upstream commits."""
+    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, after))
+    if not landed or landed == total:
+        return None
+    return Landing("partial", introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip), landed, total)
 
 
 # -- the in-memory replay --------------------------------------------------------------------------
@@ -183,9 +256,16 @@ class InMemory:
     replayed: list[tuple[str, str, bool | None]]
     dropped: list[Dropped]
     conflict_at: int | None = None
+    reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution (zmr.resolutions)
 
     def to_json(self) -> dict:
-        return {"tip": self.tip, "replayed": [list(r) for r in self.replayed], "dropped": [d.to_json() for d in self.dropped], "conflict_at": self.conflict_at}
+        return {
+            "tip": self.tip,
+            "replayed": [list(r) for r in self.replayed],
+            "dropped": [d.to_json() for d in self.dropped],
+            "conflict_at": self.conflict_at,
+            "reused": self.reused,
+        }
 
 
 def replay_onto(
@@ -197,6 +277,7 @@ def replay_onto(
     chain_files: dict[str, frozenset[str]],
     hits: Sequence[str | None],
     name_upstream: bool = True,
+    resolved: Callable[[Patch], Patch | None] | None = None,
 ) -> InMemory:
     """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
 
@@ -205,25 +286,46 @@ def replay_onto(
     patch that does not apply is a conflict: stop there. *hits* (the
     upstream commit with each patch's patch id, or None) only name the
     upstream commit of a dropped patch; *name_upstream*: else look for it.
+    *resolved*: a patch's recorded resolution (``zmr.resolutions.recorded``),
+    tried in its place where it does not apply and is not upstream.
     """
     paths = sorted(set().union(*chain_files.values()))
     dropped: list[Dropped] = []
     made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
+    reused: list[str] = []
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
-            method = upstream_holds(replay, step)
+            method = upstream_holds(replay, step, blob_reader(repo, old_chain[i - 1] if i else old))
             if step.status == "applied":
                 made.append((patch.name, step.moved))
             elif method:
-                found = hits[i] or (containing_commit(repo, old, new, patch, sorted(chain_files[old_chain[i]])) if name_upstream else None)
-                dropped.append(Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found)))
+                files = sorted(chain_files[old_chain[i]])
+                found = hits[i] or (containing_commit(repo, old, new, patch, files) if name_upstream and method != "landed" else None)
+                drop = Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found))
+                if name_upstream:
+                    name_landing(repo, old, new, drop, patch, files)
+                dropped.append(drop)
+            elif step.status == "failed" and _replay_resolution(replay, patch, resolved):
+                made.append((patch.name, None))
+                reused.append(patch.name)
             else:
                 conflict_at = i
                 break
         replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
-        return InMemory(replay.tip, replayed, dropped, conflict_at)
+        return InMemory(replay.tip, replayed, dropped, conflict_at, reused)
+
+
+def _replay_resolution(replay: Replayer, patch: Patch, resolved: Callable[[Patch], Patch | None] | None) -> bool:
+    """Commit *patch*'s recorded resolution in its place, when there is one and it applies and changes the tree."""
+    alternative = resolved(patch) if resolved else None
+    if alternative is None or not replay.try_apply(alternative)[0]:
+        return False
+    if not replay.changed():
+        return False  # (the index is as it was: an apply that changes nothing leaves it so)
+    replay.commit(alternative)
+    return True
 
 
 def files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:
@@ -253,6 +355,7 @@ class UpstreamedReport:
     patches: int
     upstreamed: list[Dropped] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    partial: dict[str, Landing] = field(default_factory=dict)  # of *conflicts*: those whose change upstream holds in part
 
     def to_json(self) -> dict:
         return {
@@ -263,10 +366,19 @@ class UpstreamedReport:
             "rev_commit": self.rev_commit,
             "patches": self.patches,
             "upstreamed": [
-                {"name": d.name, "subject": d.subject, "upstream_commit": d.upstream, "upstream_subject": d.upstream_subject, "method": d.method}
+                {
+                    "name": d.name,
+                    "subject": d.subject,
+                    "upstream_commit": d.upstream,
+                    "upstream_subject": d.upstream_subject,
+                    "method": d.method,
+                    "via": d.via,
+                    "landed": d.landed,
+                }
                 for d in self.upstreamed
             ],
             "conflicts": self.conflicts,
+            "partially_landed": {name: landing.to_json() for name, landing in self.partial.items()},
         }
 
 
@@ -321,13 +433,20 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     hits = [upstream_ids.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
-            patch, hit = step.patch, hits[step.index]
-            method = upstream_holds(replay, step)
+            patch, hit, i = step.patch, hits[step.index], step.index
+            before = chain[i - 1] if i else component.commit
+            files = sorted(chain_files[chain[i]])
+            method = upstream_holds(replay, step, blob_reader(repo, before))
             if method:
-                found = hit or containing_commit(repo, component.commit, new, patch, sorted(chain_files[chain[step.index]]))
-                report.upstreamed.append(Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found)))
+                found = hit or (containing_commit(repo, component.commit, new, patch, files) if method != "landed" else None)
+                drop = Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found))
+                name_landing(repo, component.commit, new, drop, patch, files)
+                report.upstreamed.append(drop)
             elif step.status == "failed":
                 report.conflicts.append(patch.name)
+                partial = partial_landing(repo, component.commit, new, patch, before, new, files)
+                if partial:
+                    report.partial[patch.name] = partial
     return report
 
 

@@ -39,8 +39,11 @@ class ValidateReport:
         return {"ok": not problems, "models": self.models, "cases": self.cases, "patches": self.patches, "problems": problems, "warnings": self.warnings}
 
 
-def validate(project: Project, models: list[str] | None = None) -> ValidateReport:
-    """Check the manifests, cases and series of *models* (all when empty); never raises for what it finds."""
+def validate(project: Project, models: list[str] | None = None, *, require_upstream_status: bool = False) -> ValidateReport:
+    """Check the manifests, cases and series of *models* (all when empty); never raises for what it finds.
+
+    *require_upstream_status*: a patch that declares no upstream status is a problem too.
+    """
     report = ValidateReport([], [], 0, [], [])
     manifests: list = []
     try:
@@ -60,7 +63,7 @@ def validate(project: Project, models: list[str] | None = None) -> ValidateRepor
                 continue
             report.patches += len(series.patches)
             report.warnings.extend(series.warnings)
-            split = _message_problems(comp.patches, series.patches)
+            split = _message_problems(comp.patches, series.patches) + _status_problems(comp.patches, series.patches, require_upstream_status)
             if split:
                 report.problems += split
                 report.errors.append(
@@ -77,4 +80,17 @@ def _message_problems(folder: str, patches: Sequence[Patch]) -> list[Located]:
         if split is not None:
             fix = "edit the file, or reword the commit in a checkout and export it again"
             found.append(Problem(f"{folder}/{patch.name}", split[0], split[1], fix))
+    return found
+
+
+def _status_problems(folder: str, patches: Sequence[Patch], require: bool) -> list[Located]:
+    """Malformed upstream-status headers; with *require*, patches that declare none (`zmr.upstream_status`)."""
+    from zmr.upstream_status import FIX, status_of
+
+    found: list[Located] = []
+    for patch in patches:
+        status, problems = status_of(patch)
+        found += [Problem(f"{folder}/{patch.name}", line, message, FIX) for line, message in problems]
+        if require and status is None and not problems:
+            found.append(Problem(f"{folder}/{patch.name}", 1, "no upstream status (--require-upstream-status)", FIX))
     return found

@@ -22,7 +22,8 @@ stays instant::
     export       zmr/cli/export.py        zmr.export
     rebase       zmr/cli/rebase.py        zmr.rebase
     upstreamed   zmr/cli/upstreamed.py    zmr.upstream (upstreamed)
-    update       zmr/cli/update.py        zmr.update (moves pins with zmr.rebase)
+    update       zmr/cli/update.py        zmr.update (moves pins with zmr.rebase; checks with zmr.checks)
+    bisect       zmr/cli/bisect.py        zmr.bisect (checks with zmr.checks)
     diff         zmr/cli/diff.py          zmr.diff
     import       zmr/cli/import_.py       zmr.importing
 
@@ -43,6 +44,7 @@ import typer
 import typer.core
 
 from zmr.cli import (
+    bisect,
     build,
     checkout,
     ci_matrix,
@@ -188,6 +190,7 @@ for _name, _command in (
     ("rebase", rebase.rebase),
     ("upstreamed", upstreamed.upstreamed),
     ("update", update.update),
+    ("bisect", bisect.bisect),
     ("diff", diff.diff),
     ("import", import_.import_),
     ("help", _help),

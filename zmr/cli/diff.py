@@ -144,6 +144,8 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
         if c.status == "unchanged":
             continue
         p = c.patches
+        for name, how in p.landed.items() if p is not None else []:
+            out.append(f"  removed {name}: {how}")
         if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
             width = len(str(len(p.pairs)))
             out.append(bold("  range-diff:"))

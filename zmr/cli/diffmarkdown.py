@@ -159,6 +159,8 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     p = c.patches
     if p is not None:
         lines.append(f"- patches: {_patches(c)}" + ("" if p.matched_by == "range-diff" else f" (matched by {p.matched_by})"))
+        for name, how in p.landed.items():
+            lines.append(f"- {code(name)} {how}")
     head = "\n".join(lines) + "\n\n"
     command = local_command(report, c)
     blocks: list[_Block] = []

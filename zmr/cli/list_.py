@@ -1,4 +1,4 @@
-"""`zmr list`: models, components, pins and patch counts.
+"""`zmr list`: models, components, pins, patch counts and upstream statuses.
 
 The work is `zmr.project.list_models`.
 """
@@ -16,6 +16,12 @@ def list_models(json_out: Json = False) -> None:
         print_json(listing.to_json())
         return
     rows = [
-        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream] for m in listing.models for c in m.manifest.components.values()
+        [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream, _statuses(m.statuses[c.key])]
+        for m in listing.models
+        for c in m.manifest.components.values()
     ]
-    table(["model", "component", "pin", "patches", "branch", "upstream"], rows)
+    table(["model", "component", "pin", "patches", "branch", "upstream", "upstream status"], rows)
+
+
+def _statuses(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "-"

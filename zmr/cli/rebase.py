@@ -102,8 +102,9 @@ def dropped_line(d: "Dropped") -> str:
         "reverse-apply": "its changes are already there (reverse-applies)",
         "empty": "empty once applied",
         "resolved-empty": "empty after conflict resolution",
+        "landed": "its changed lines are all there, in another form",
     }.get(d.method, d.method)
-    return f"- `{d.name}` {d.subject}: {where}; {how}"
+    return f"- `{d.name}` {d.subject}: {where}; {how}; {d.landed}"
 
 
 def outcome_markdown(o: "Outcome") -> str:
@@ -145,6 +146,10 @@ def outcome_markdown(o: "Outcome") -> str:
         out += [f"- `{d.name}` {d.subject}: the resolution left nothing to commit" for d in resolved]
     if skipped:
         out += ["", f"## Dropped with --skip ({len(skipped)})", ""] + [f"- `{d.name}` {d.subject}" for d in skipped]
+    if o.reused:
+        out += ["", f"## Recorded resolutions reused ({len(o.reused)})", ""] + [f"- `{name}`" for name in o.reused]
+    if o.recorded:
+        out += ["", f"## Resolutions recorded ({len(o.recorded)}): commit them", ""] + [f"- `{path}`" for path in o.recorded]
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
 

@@ -5,6 +5,8 @@ here as a table, as JSON and as the markdown report of `--report FILE`
 (the body of the scheduled job's pull request).
 """
 
+from __future__ import annotations
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,6 +16,11 @@ from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import Progress, print_json, table, warn
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from zmr.checks import Check
+    from zmr.manifest import Component
+    from zmr.project import Project
     from zmr.update import Update
 
 
@@ -33,6 +40,14 @@ def update(
     apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
     report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a component is left behind its track.")] = False,
+    test: Annotated[
+        str | None,
+        typer.Option("--test", help="Also require this shell command to pass (exit 0; 125: skip) in a tree of the release.", show_default=False),
+    ] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="Also require the component's smoke tests to pass in a tree of the release.")] = False,
+    bitwise: Annotated[
+        bool, typer.Option("--bitwise", help="Also require the model's mismatch check (its model smoke tests that need the component) to pass.")
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
@@ -41,7 +56,11 @@ def update(
     from zmr.errors import CheckFailed, ZmrError
     from zmr.files import atomic_write
 
+    from zmr.cache import Cache
+
     project = find_project()
+    # Every component (the scheduled job): --smoke leaves those without smoke tests unchecked (said in the report); a named model must have them.
+    check_for = check_factory(project, test, smoke, bitwise, lenient=all_models or not models)
     # Without a model (or with --all): every component that follows an upstream ref (the scheduled CI job; selection.UPDATE_WRITES).
     chosen = selection.components(project, models, components, all_models, writes=selection.UPDATE_WRITES)
     targets = [c for c in chosen if to is not None or c.track is not None]
@@ -51,7 +70,10 @@ def update(
             return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
-        results = zmr.update.update(project, targets, to, apply_moves=apply, progress=progress)
+        cache = Cache(progress=progress)
+        results = zmr.update.update(project, targets, to, apply_moves=apply, cache=cache, progress=progress, check_for=check_for)
+    for note in cache.notes:  # a fetch retried after a transient network error, among others
+        warn(note)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     if json_out:
@@ -65,6 +87,50 @@ def update(
     if check and behind:
         names = ", ".join(r.component.label for r in behind)
         raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {names}")
+
+
+def check_factory(project: Project, test: str | None, smoke: bool, bitwise: bool, lenient: bool = False) -> Callable[[Component], Check | None] | None:
+    """The check each component gets from --test / --smoke / --bitwise (at most one), or None.
+
+    *lenient*: a component without smoke tests gets no check under --smoke (instead of an error).
+    """
+    from zmr import checks
+    from zmr.errors import ZmrError
+
+    chosen = [name for name, on in (("--test", test is not None), ("--smoke", smoke), ("--bitwise", bitwise)) if on]
+    if len(chosen) > 1:
+        raise ZmrError(f"give one check, not {' and '.join(chosen)}", details=["--test CMD, --smoke or --bitwise"])
+    if test is not None:
+        made = checks.command_check(test)
+        return lambda component: made
+    if smoke:
+        return (lambda component: checks.smoke_check(component) if component.smoke else None) if lenient else checks.smoke_check
+    if bitwise:
+
+        def for_component(component: Component) -> Check | None:
+            manifest = next(m for m in project.manifests([component.model]))
+            return checks.bitwise_check(project, component, manifest.smoke, manifest.components)
+
+        return for_component
+    return None
+
+
+def check_lines(r: "Update", prefix: bool = True) -> list[str]:
+    """What a check found, in plain lines (the text output and, without the component *prefix*, the report share them)."""
+    c = r.check
+    if c is None:
+        return []
+    label = r.component.label if prefix else ""
+    runs = f"{c.tests} check{'s' if c.tests != 1 else ''} run, {c.cached} reused"
+    if c.fails_at_pin:
+        lines = [f"{c.check.label} fails at the pin {r.pin[:12]} already ({c.fails_at_pin.reason}); nothing moves ({runs})"]
+    else:
+        lines = [f"{c.check.label}: newest good {c.newest_good[:12]} ({runs})" if prefix else f"newest good `{c.newest_good}` ({runs})"]
+    if c.first_bad:
+        lines.append(f"first bad {c.first_bad.commit[:12]}: {c.first_bad.reason}" if prefix else f"first bad `{c.first_bad.commit}`: {c.first_bad.reason}")
+    if c.skipped:
+        lines.append(f"skipped between them: {', '.join(x[:12] for x in c.skipped)} (the first bad is one of those or the next)")
+    return [f"{label}: {line}" if prefix else line for line in lines]
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -85,12 +151,22 @@ def print_text(results: list["Update"], applied: bool) -> None:
         rows.append([r.component.label, r.status, _move(r), f"{r.steps} of {r.behind}", r.replays, *([done] if applied else [])])
     table(["component", "status", "pin", "moves", "replays", *(["apply"] if applied else [])], rows)
     for r in results:
+        for line in check_lines(r):
+            print(line)
+        if r.check and r.check.first_bad and r.check.first_bad.output:
+            print(r.check.first_bad.output.rstrip("\n"))
         if r.blocked_by:
             b = r.blocked_by
             print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
         for d in r.dropped:
             where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-            print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}]")
+            print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}] {d.landed}")
+        for name, landing in r.partial.items():
+            print(f"{r.component.label}: keeps {name}: {landing.label}")
+        for name, why in r.droppable.items():
+            print(f"{r.component.label}: {name} is droppable: {why}")
+        for name in r.reused:
+            print(f"{r.component.label}: {name} replays by its recorded resolution")
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
@@ -121,8 +197,22 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             b = r.blocked_by
             files = ", ".join(f"`{f}`" for f in b.files)
             out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
+        if r.check:
+            out += ["", f"### Check: `{r.check.check.label}`", ""]
+            out += [f"- {line}" for line in check_lines(r, prefix=False)]
+            bad = r.check.first_bad or r.check.fails_at_pin
+            if bad and bad.output:
+                out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
+        if r.statuses:
+            out += ["", "### Upstream status", "", "| patch | status | checked |", "| --- | --- | --- |"]
+            out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]
+        if r.reused:
+            out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- `{name}`" for name in r.reused]
+        if r.partial:
+            out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
+            out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
         if r.changed:
             out += ["", f"### Changed ({len(r.changed)})", ""]
             for ch in r.changed:

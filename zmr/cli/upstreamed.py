@@ -53,7 +53,9 @@ def upstreamed_text(r: "UpstreamedReport") -> str:
     lines = [f"{c.label}: {len(r.upstreamed)} of {r.patches} patches upstream between {c.commit[:12]} and {r.rev} ({r.rev_commit[:12]})"]
     for d in r.upstreamed:
         where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
-        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}]")
+        lines.append(f"  {d.name}  {d.subject}  <- {where}  [{d.method}] {d.landed}")
     if r.conflicts:
         lines.append(f"  would conflict at {r.rev}: {', '.join(r.conflicts)}")
+    for name, landing in r.partial.items():
+        lines.append(f"  {name}: {landing.label} (kept)")
     return "\n".join(lines) + "\n"

@@ -3,16 +3,27 @@
 The work is `zmr.validate`.
 """
 
+from typing import Annotated
+
+import typer
+
 from zmr.cli.options import Json, Models, Untrusted, find_project
 from zmr.cli.render import print_json, warn
 
 
-def validate(models: Models = None, json_out: Json = False, untrusted: Untrusted = False) -> None:
+def validate(
+    models: Models = None,
+    json_out: Json = False,
+    untrusted: Untrusted = False,
+    require_upstream_status: Annotated[
+        bool, typer.Option("--require-upstream-status", help="Also require every patch to declare its upstream status (Upstream-Status:, Forwarded:).")
+    ] = False,
+) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
     import zmr.validate
     from zmr.errors import CaseError, ZmrError
 
-    report = zmr.validate.validate(find_project(untrusted), models)
+    report = zmr.validate.validate(find_project(untrusted), models, require_upstream_status=require_upstream_status)
     for text in report.warnings:
         warn(text)
     if json_out:

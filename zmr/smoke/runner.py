@@ -19,7 +19,7 @@ job ends -- also on Ctrl-C or SIGTERM. The user's checkout, index and
 branches are never touched; only git's worktree bookkeeping gains entries for
 the duration of a run.
 
-Processes. A test's ``run:`` goes through ``zmr.smoke.procgroup.run_command``:
+Processes. A test's ``run:`` goes through ``zmr.procgroup.run_command``:
 ``/bin/sh -c RUN`` in its own process group, output to the log, stdin closed;
 on timeout or cancel the whole group is ended (SIGTERM, then SIGKILL after
 ``ZMR_SMOKE_KILL_GRACE`` seconds, default 10), and so are processes a test
@@ -72,7 +72,7 @@ from xml.etree import ElementTree as ET
 from zmr.git import Progress
 from zmr.errors import CheckFailed, ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
-from zmr.smoke.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
+from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git

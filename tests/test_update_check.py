@@ -1,0 +1,99 @@
+"""zmr update --test/--smoke: the newest commit where a check passes in the built release, by bisection, resumed from kept results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from conftest import git, simple_model, state_dir, zmr
+from test_update import grow
+
+# Passes where the release tree holds the series (line 10 patched) and upstream has not broken it; counts each run.
+CHECK = 'echo "$ZMR_UPSTREAM_COMMIT" >> "$COUNTER"; grep -q "line 10 fixed split" src/model.py || exit 3; if [ -e BROKEN ]; then echo "broken at $ZMR_UPSTREAM_COMMIT"; exit 1; fi'
+
+
+def runs(counter) -> list[str]:
+    return counter.read_text().split() if counter.exists() else []
+
+
+def update_check(project, counter, *args: str) -> tuple[int, dict, str]:
+    result = zmr("update", "toy", "--json", *args, cwd=project.root, env={"COUNTER": str(counter)})
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)["components"][0], result.stderr
+
+
+def test_a_failing_test_blocks_the_move_newest_good_is_chosen_in_log2_tests_and_a_rerun_tests_nothing(project, upstream, tmp_path):
+    pin = simple_model(project, upstream)
+    made = grow(upstream, 60, special={37: ({"BROKEN": "upstream broke it\n"}, "Break the build")})
+    line = [upstream.commits[2], *made]
+    counter = tmp_path / "runs"
+    rc, data, _ = update_check(project, counter, "--test", CHECK)
+    assert rc == 0
+    check = data["check"]
+    # The series replays onto the tip; the test fails there; the newest good is the commit right before the break.
+    assert data["status"] == "partial" and data["target"] == made[36] and check["newest_good"] == made[36]
+    assert data["steps"] == line.index(made[36]) + 1 and data["blocked_by"] is None
+    assert check["first_bad"]["commit"] == made[37] and check["first_bad"]["verdict"] == "bad"
+    assert f"broken at {made[37]}" in check["first_bad"]["output"]
+    tested = runs(counter)
+    # The tip, the pin, then a bisection of 61 positions: log2, not one per commit.
+    assert check["tests"] == len(tested) <= 2 + math.ceil(math.log2(len(line)))
+    assert tested[:2] == [made[-1], pin] and check["skipped"] == [] and check["cached"] == 0
+    assert all(t["verdict"] == ("good" if line.index(t["commit"]) < 37 + 1 else "bad") for t in check["tried"] if t["commit"] != pin)
+    # The results are kept under zmr's state (the git directory), not in a file a commit could hold.
+    kept = list((state_dir(project.root) / "checks/toy/rollout").glob("*.json"))
+    assert len(kept) == 1 and git("status", "--porcelain", cwd=project.root) == ""
+    # Re-run: nothing is tested again, the answer is the same.
+    rc, again, _ = update_check(project, counter, "--test", CHECK)
+    assert runs(counter) == tested
+    assert again["check"]["tests"] == 0 and again["check"]["cached"] == len(again["check"]["tried"]) == len(tested)
+    assert again["target"] == made[36] and again["check"]["first_bad"]["commit"] == made[37]
+    # Another command is another check: tested anew.
+    update_check(project, counter, "--test", CHECK + " # v2")
+    assert len(runs(counter)) == 2 * len(tested)
+    # Text output: newest good, first bad, the check's output.
+    text = zmr("update", "toy", "--test", CHECK, cwd=project.root, env={"COUNTER": str(counter)})
+    assert f"toy/rollout: first bad {made[37][:12]}: test: exit status 1" in text.stdout and f"broken at {made[37]}" in text.stdout
+    assert f"newest good {made[36][:12]} (0 checks run, {len(tested)} reused)" in text.stdout
+    # --apply moves the pin to the newest good commit, from the kept results.
+    rc, applied, _ = update_check(project, counter, "--test", CHECK, "--apply")
+    assert applied["applied"] is True and applied["target"] == made[36] and applied["check"]["tests"] == 0
+    assert made[36] in (project.root / "manifests/toy.yaml").read_text()
+
+
+def test_a_check_that_fails_at_the_pin_moves_nothing_and_skips_are_set_aside(project, upstream, tmp_path):
+    pin = simple_model(project, upstream)
+    made = grow(upstream, 12)
+    counter = tmp_path / "runs"
+    rc, data, _ = update_check(project, counter, "--test", "echo \"$ZMR_UPSTREAM_COMMIT\" >> \"$COUNTER\"; exit 4", "--apply")
+    assert data["status"] == "blocked" and data["target"] == pin and data["applied"] is False
+    assert data["check"]["fails_at_pin"]["commit"] == pin and data["check"]["fails_at_pin"]["reason"] == "test: exit status 4"
+    assert runs(counter) == [made[-1], pin]
+    assert pin in (project.root / "manifests/toy.yaml").read_text()
+    # Exit 125 = skip: the commits in 4..8 cannot be tested; the break is at 6: the first bad is one of 4..8's skipped commits or 9.
+    skip = 'n=$(cat NOTE_INDEX 2>/dev/null || echo 0); if [ "$n" -ge 4 ] && [ "$n" -le 8 ]; then exit 125; fi; [ "$n" -lt 6 ]'
+    grow_notes = {k: ({"NOTE_INDEX": f"{k}\n"}, f"Note index {k}") for k in range(13)}
+    more = grow(upstream, 13, start=100, special={k + 100: v for k, v in grow_notes.items()})
+    line = [upstream.commits[2], *made, *more]
+    rc, data, _ = update_check(project, counter, "--test", skip)
+    check = data["check"]
+    assert check["newest_good"] == more[3] and data["target"] == more[3]
+    assert check["skipped"] and set(check["skipped"]) <= set(more[4:9])
+    assert check["first_bad"] is None or check["first_bad"]["commit"] == more[9]
+    assert all(t["verdict"] == "skip" for t in check["tried"] if t["commit"] in more[4:9])
+    assert set(check["skipped"]) == {t["commit"] for t in check["tried"] if t["verdict"] == "skip"}  # all between newest good and first bad
+    assert len(check["tried"]) < len(line) == 26
+
+
+def test_smoke_runs_the_components_smoke_tests_and_names_a_missing_one(project, upstream, tmp_path):
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    result = zmr("update", "toy", "--smoke", cwd=project.root)
+    assert result.returncode == 2 and "--smoke needs smoke tests, and the component declares none" in result.stderr
+    assert zmr("update", "toy", "--smoke", "--test", "true", cwd=project.root).returncode == 2
+    manifest.write_text(manifest.read_text() + "    smoke:\n      - name: unbroken\n        run: test ! -e BROKEN\n")
+    project.commit_all("smoke")
+    made = grow(upstream, 10, special={6: ({"BROKEN": "x\n"}, "Break it")})
+    rc, data, _ = update_check(project, tmp_path / "runs", "--smoke")
+    assert data["check"]["check"]["kind"] == "smoke" and data["target"] == made[5]
+    assert data["check"]["first_bad"]["commit"] == made[6] and data["check"]["first_bad"]["reason"] == "unbroken: exit status 1"

@@ -1,0 +1,67 @@
+"""`zmr bisect`: the upstream commit that first breaks a check for the current series.
+
+The work is `zmr.bisect`; it returns a `BisectReport` (`to_json()` for
+--json), rendered here as text.
+"""
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from zmr.cli.options import Components, Json, OptionalModel, find_project
+from zmr.cli.render import Progress, print_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.bisect import BisectReport
+
+
+def bisect(
+    model: OptionalModel = None,
+    components: Components = None,
+    good: Annotated[str, typer.Option("--good", help="An upstream commit where the check passes (not tested).", show_default=False)] = "",
+    bad: Annotated[str, typer.Option("--bad", help="A later upstream commit where it fails (not tested).", show_default=False)] = "",
+    test: Annotated[
+        str | None, typer.Option("--test", help="Shell command run in a tree of the release (exit 0: good, 125: skip, else bad).", show_default=False)
+    ] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="The component's smoke tests are the check.")] = False,
+    bitwise: Annotated[bool, typer.Option("--bitwise", help="The model's mismatch check (model smoke tests that need the component).")] = False,
+    json_out: Json = False,
+) -> None:
+    """The first upstream commit between --good and --bad where the check fails for the current series."""
+    import zmr.bisect
+    from zmr import selection
+    from zmr.cli.update import check_factory
+    from zmr.errors import ZmrError
+
+    project = find_project()
+    if not good or not bad:
+        raise ZmrError("zmr bisect needs --good REV and --bad REV", details=["for example --good v1.2 --bad main"])
+    check_for = check_factory(project, test, smoke, bitwise)
+    if check_for is None:
+        raise ZmrError("zmr bisect needs a check: --test CMD, --smoke or --bitwise")
+    component = selection.one_component(project, model, components)
+    check = check_for(component)
+    if check is None:
+        raise ZmrError(f"{component.label}: no check to bisect with", details=["give --test CMD, or declare smoke tests for it"])
+    with Progress() as progress:
+        report = zmr.bisect.bisect(project, component, good, bad, check, progress=progress)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        print(report_text(report), end="")
+
+
+def report_text(r: "BisectReport") -> str:
+    label = r.component.label
+    runs = f"{r.tests} check{'s' if r.tests != 1 else ''} run, {len(r.tried) - r.tests} reused, for {r.candidates} commits between"
+    out = []
+    if r.found:
+        out.append(f"{label}: first bad {r.first_bad.commit} {r.first_bad_subject}")
+    else:
+        out.append(
+            f"{label}: first bad is one of {len(r.skipped) + 1} commits (skipped: {', '.join(c[:12] for c in r.skipped)}; then {r.first_bad.commit[:12]})"
+        )
+    out.append(f"{label}: last good {r.last_good[:12]}; {r.check.label}: {r.first_bad.reason} ({runs})")
+    if r.first_bad.output:
+        out.append(r.first_bad.output.rstrip("\n"))
+    return "\n".join(out) + "\n"
