@@ -247,6 +247,8 @@ def main(argv=None) -> int:
 
     cuda = args.device.startswith("cuda")
     graphs = cuda if args.cuda_graphs == "auto" else args.cuda_graphs == "1"
+    if graphs and not cuda:
+        p.error("--cuda-graphs 1 needs --device cuda")
     do_step = cuda if args.step == "auto" else args.step == "1"
     context = args.step_context or args.prompt_len + args.new_tokens
     cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
@@ -291,7 +293,7 @@ def main(argv=None) -> int:
         if cuda:
             torch.cuda.empty_cache()
     if len(result["configs"]) == 1 and "engine" in result["configs"][0]:  # the earlier one-configuration keys
-        result.update({k: v for k, v in result["configs"][0]["engine"].items() if k != "runs"})
+        result.update(result["configs"][0]["engine"])
     print(table(result), file=sys.stderr, flush=True)
     print(json.dumps(result), flush=True)
     return 0
