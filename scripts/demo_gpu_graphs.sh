@@ -3,8 +3,8 @@
 # in parts that each fit a 10-minute device call:
 #
 #   PART=a  GPU tests of the rollout tree (graphs, kernels) and the trainer's tile tests; GEMM tiles per shape
-#           of the GPU-bound model (demo_gemm_tune.py -> $OUT/tiles.json); bitwise on the small model with
-#           graphs; throughput + roofline of the GPU-bound model with those tiles (TOY_BI_GEMM_TILES).
+#           of the GPU-bound model (demo_gemm_tune.py -> $OUT/tiles.json); throughput + roofline of the
+#           GPU-bound model with those tiles (TOY_BI_GEMM_TILES); bitwise on the small model with graphs.
 #   PART=b  with TILES (part a's tiles.json): bitwise on the GPU-bound model with graphs and those tiles;
 #           throughput of the small model; throughput of the GPU-bound model with the default tiles.
 #
@@ -23,10 +23,15 @@ mkdir -p "$OUT"
 LOG=$OUT/log.txt
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+DEADLINE=${DEADLINE:-570}  # seconds: a step that could end later is skipped
 step() {  # name timeout command...
     local name=$1 limit=$2
     shift 2
-    say "$name"
+    if [ $((SECONDS + limit)) -gt "$DEADLINE" ]; then
+        limit=$((DEADLINE - SECONDS))
+        if [ "$limit" -lt 30 ]; then say "skipped $name (DEADLINE=${DEADLINE}s)"; return 0; fi
+    fi
+    say "$name (at most ${limit}s)"
     timeout "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.json" 2> >(tee -a "$LOG" >&2)
     local rc=$?
     say "$name: exit $rc"
@@ -51,13 +56,14 @@ export ROLLOUT TRAINER PY REPS
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1 | tee -a "$LOG"
 if [ "$PART" = a ]; then
     say "tests"
-    (cd "$ROLLOUT" && timeout 150 "$PY" -m pytest -q -rs tests/test_graphs.py tests/test_batch_invariant_kernels.py) 2>&1 | tail -15 | tee -a "$LOG"
-    (cd "$TRAINER" && timeout 60 "$PY" -m pytest -q -rs tests/test_batch_invariant_kernels.py -k "tile") 2>&1 | tail -5 | tee -a "$LOG"
-    step gemm-tune 150 "$PY" scripts/demo_gemm_tune.py --rollout "$ROLLOUT" --preset gpu-bound --rows 8,128 --table "$OUT/tiles.json"
-    step bitwise-small 90 bitwise bitwise-small "${SMALL[@]}"
+    (cd "$ROLLOUT" && timeout 120 "$PY" -m pytest -q -rs tests/test_graphs.py tests/test_batch_invariant_kernels.py) 2>&1 | tail -15 | tee -a "$LOG"
+    (cd "$TRAINER" && timeout 40 "$PY" -m pytest -q -rs tests/test_batch_invariant_kernels.py -k "tile") 2>&1 | tail -5 | tee -a "$LOG"
+    step gemm-tune 130 "$PY" scripts/demo_gemm_tune.py --rollout "$ROLLOUT" --preset gpu-bound --rows 8,128 --table "$OUT/tiles.json"
     export TOY_BI_GEMM_TILES="$(cat "$OUT/tiles.json" 2>/dev/null || echo '{}')"
     say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
     step throughput-gpu-bound-tuned 200 throughput gpu-bound standard,zero_mismatch
+    unset TOY_BI_GEMM_TILES
+    step bitwise-small 90 bitwise bitwise-small "${SMALL[@]}"
 else
     export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
     say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
