@@ -5,8 +5,8 @@
 #   PART=a  GPU tests of the rollout tree (graphs, kernels) and the trainer's tile tests; GEMM tiles per shape
 #           of the GPU-bound model (demo_gemm_tune.py -> $OUT/tiles.json); throughput + roofline of the
 #           GPU-bound model with those tiles (TOY_BI_GEMM_TILES); bitwise on the small model with graphs.
-#   PART=b  with TILES (part a's tiles.json): bitwise on the GPU-bound model with graphs and those tiles;
-#           throughput of the small model; throughput of the GPU-bound model with the default tiles.
+#   PART=b  with TILES (part a's tiles.json): the graph tests again; throughput + roofline of the GPU-bound
+#           model with those tiles; bitwise on it with graphs and those tiles; throughput of the small model.
 #
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=a bash scripts/demo_gpu_graphs.sh
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=b TILES=tiles.json bash scripts/demo_gpu_graphs.sh
@@ -19,6 +19,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/build/demo-gpu-graphs}
 PART=${PART:-a}
 REPS=${REPS:-5}
+REQUESTS=${REQUESTS:-128}
 mkdir -p "$OUT"
 LOG=$OUT/log.txt
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -47,10 +48,10 @@ bitwise() {  # artifacts-name model-args...
 }
 throughput() {  # preset arms extra...
     "$PY" scripts/demo_throughput.py --rollout "$ROLLOUT" --device cuda --preset "$1" --arms "$2" --dtype bf16,fp32 \
-        --max-running 8,128 --requests 128 --prompt-len 32 --new-tokens 32 --reps "$REPS" "${@:3}"
+        --max-running 8,128 --requests "$REQUESTS" --prompt-len 32 --new-tokens 32 --reps "$REPS" "${@:3}"
 }
 export -f bitwise throughput
-export ROLLOUT TRAINER PY REPS
+export ROLLOUT TRAINER PY REPS REQUESTS
 "$PY" -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__,
           torch.cuda.get_device_name())' 2>&1 | tee -a "$LOG"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1 | tee -a "$LOG"
@@ -67,9 +68,10 @@ if [ "$PART" = a ]; then
 else
     export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
     say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
-    step bitwise-gpu-bound-tuned 200 bitwise bitwise-gpu-bound-tuned "${GPU_BOUND[@]}"
+    (cd "$ROLLOUT" && timeout 60 "$PY" -m pytest -q -rs tests/test_graphs.py) 2>&1 | tail -5 | tee -a "$LOG"
+    step throughput-gpu-bound-tuned 240 throughput gpu-bound standard,zero_mismatch
+    step bitwise-gpu-bound-tuned 150 bitwise bitwise-gpu-bound-tuned "${GPU_BOUND[@]}"
     unset TOY_BI_GEMM_TILES
-    step throughput-small 140 throughput small standard,standard_gather,zero_mismatch
-    step throughput-gpu-bound 200 throughput gpu-bound standard,zero_mismatch
+    step throughput-small 120 throughput small standard,standard_gather,zero_mismatch
 fi
 say "done"

@@ -353,7 +353,7 @@ def _step_run(torch, models, arms, arm_graphs, cfg, batch, context, args, peaks,
     values = torch.randn(shape, generator=gen, device=args.device, dtype=dtype)
     ids = torch.randint(0, cfg.vocab_size, (batch,), generator=gen, device=args.device)
     slots = list(range(batch))
-    steps, logits = {}, {}
+    steps, logits, runners = {}, {}, {}  # the runners hold the caches and buffers that the graphs point at
     for arm in arms:
         if arm == "upstream" or (arm == "standard_gather"):  # eager-only arms read lengths on the host: not a step of their own here
             continue
@@ -361,7 +361,7 @@ def _step_run(torch, models, arms, arm_graphs, cfg, batch, context, args, peaks,
         cache = model.new_cache(batch, context + 1, spare=1)
         cache.k.copy_(keys)
         cache.v.copy_(values)
-        runner = DecodeGraphs(model, cache, capture=arm_graphs[arm])
+        runner = runners[arm] = DecodeGraphs(model, cache, capture=arm_graphs[arm])
         for s in slots:
             cache.lengths[s] = context
         logits[arm] = runner.decode(ids, slots).float().clone()  # captures the bucket's graph
