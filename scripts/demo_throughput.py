@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -266,7 +267,9 @@ def main(argv=None) -> int:
         "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "vocab": args.vocab, "intermediate": 3 * args.hidden,
         "preset": args.preset, "requests": args.requests, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
         "reps": args.reps, "arms": arms, "cuda_graphs": graphs, "baseline": "standard",
-        "peaks": peaks, "copy_GBps": _copy_bandwidth(torch, args.device) if cuda else None, "configs": [],
+        "peaks": peaks, "copy_GBps": _copy_bandwidth(torch, args.device) if cuda else None,
+        "gemm_tiles": json.loads(os.environ.get("TOY_BI_GEMM_TILES") or "{}") or None,
+        "gemm_dtype": os.environ.get("TOY_BI_GEMM_DTYPE") or "auto", "configs": [],
     }
     for dtype_name in dtypes:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
