@@ -8,6 +8,9 @@
 #   PART=b  with TILES (part a's tiles.json): the graph tests again; throughput + roofline of the GPU-bound
 #           model with those tiles; bitwise on it with graphs and those tiles; throughput of the small model.
 #
+#   PART=c  with TILES: throughput of both models with a third arm, standard_varlen (PyTorch's varlen
+#           FlashAttention / memory-efficient decode kernels reading the cache in place).
+#
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=a bash scripts/demo_gpu_graphs.sh
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=b TILES=tiles.json bash scripts/demo_gpu_graphs.sh
 #
@@ -65,6 +68,12 @@ if [ "$PART" = a ]; then
     step throughput-gpu-bound-tuned 200 throughput gpu-bound standard,zero_mismatch
     unset TOY_BI_GEMM_TILES
     step bitwise-small 90 bitwise bitwise-small "${SMALL[@]}"
+elif [ "$PART" = c ]; then  # the standard arm with PyTorch's varlen decode kernels beside the masked SDPA
+    export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
+    say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
+    step throughput-gpu-bound-varlen 240 throughput gpu-bound standard,standard_varlen,zero_mismatch
+    unset TOY_BI_GEMM_TILES
+    step throughput-small-varlen 80 throughput small standard,standard_varlen,zero_mismatch
 else
     export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
     say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"

@@ -365,12 +365,13 @@ def test_throughput_script_configs_step_and_graph_option(demo_trees):
     tree = demo_trees["release"]["rollout"]
     args = ["--rollout", str(tree), "--hidden", "32", "--heads", "2", "--layers", "1", "--vocab", "64", "--requests", "3",
             "--max-running", "2,3", "--dtype", "fp32,bf16", "--prompt-len", "4", "--new-tokens", "3", "--reps", "1",
-            "--arms", "standard,standard_gather,zero_mismatch", "--step", "1", "--step-iters", "2"]
+            "--arms", "standard,standard_varlen,standard_gather,zero_mismatch", "--step", "1", "--step-iters", "2"]
     proc = _run([sys.executable, str(DEMO_THROUGHPUT), *args], cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(c["dtype"], c["batch"]) for c in result["configs"]] == [("fp32", 2), ("fp32", 3), ("bf16", 2), ("bf16", 3)]
-    assert result["cuda_graphs"] is False and result["baseline"] == "standard"
+    assert result["cuda_graphs"] is False and "fastest standard" in result["baseline"]
+    assert result["dropped"] == {"fp32/standard_varlen": "needs a GPU", "bf16/standard_varlen": "needs a GPU"}
     for config in result["configs"]:
         assert not any(config["graphs"].values())
         assert set(config["engine"]["tokens_per_s"]) == {"standard", "standard_gather", "zero_mismatch"}
@@ -378,6 +379,7 @@ def test_throughput_script_configs_step_and_graph_option(demo_trees):
         assert set(step["arms"]) == {"standard", "zero_mismatch"}  # the gathering arm has no capturable step
         assert step["logits_rel_diff"] < (1e-5 if config["dtype"] == "fp32" else 2e-2)
         assert all(arm["us_per_step"] > 0 and arm["GBps"] >= 0 for arm in step["arms"].values())
+        assert step["best_standard_arm"] == "standard" and config["engine"]["best_standard_arm"] in ("standard", "standard_gather")
     assert "zero_mismatch" in proc.stderr and "roofline %" in proc.stderr  # the table
     bad = _run([sys.executable, str(DEMO_THROUGHPUT), *args, "--cuda-graphs", "1"], cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "--cuda-graphs" in bad.stderr
