@@ -383,3 +383,18 @@ def test_throughput_script_configs_step_and_graph_option(demo_trees):
     assert "zero_mismatch" in proc.stderr and "roofline %" in proc.stderr  # the table
     bad = _run([sys.executable, str(DEMO_THROUGHPUT), *args, "--cuda-graphs", "1"], cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "--cuda-graphs" in bad.stderr
+
+
+def test_the_overhead_figure_is_the_committed_evidence(tmp_path):
+    """case.yaml's overhead block is what scripts/demo_overhead_figure.py makes of the evidence it names."""
+    script = ROOT / "scripts" / "demo_overhead_figure.py"
+    proc = _run([sys.executable, str(script), "--check"], cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    case = (ROOT / "cases" / "demo" / "case.yaml").read_text(encoding="utf-8")
+    figure = re.search(r'^  figure: "(.*)"$', case, re.M).group(1)
+    evidence = re.search(r"Generated from (cases/demo/evidence/\S+\.json)", case).group(1)
+    result = json.loads((ROOT / evidence).read_text(encoding="utf-8").strip().splitlines()[-1])
+    step = next(c["step"] for c in result["configs"] if (c["dtype"], c["batch"]) == ("bf16", 128))
+    over = step.get("overhead_vs_best_standard_percent", step["overhead_vs_standard_percent"])
+    assert figure.startswith(f"{over} % vs the fastest standard path (H100, bf16, batch 128")
+    assert ("CUDA graphs on both arms" in figure) == result["cuda_graphs"]
