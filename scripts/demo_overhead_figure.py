@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "cases" / "demo" / "case.yaml"
-EVIDENCE = ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06-graphs-b-throughput-gpu-bound-tuned.json"
+EVIDENCE = ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06-graphs-c-throughput-gpu-bound-varlen.json"
 
 
 def _short_device(name: str) -> str:
