@@ -398,3 +398,14 @@ def test_the_overhead_figure_is_the_committed_evidence(tmp_path):
     over = step.get("overhead_vs_best_standard_percent", step["overhead_vs_standard_percent"])
     assert figure.startswith(f"{over} % vs the fastest standard path (H100, bf16, batch 128")
     assert ("CUDA graphs on both arms" in figure) == result["cuda_graphs"]
+
+
+def test_release_trees_graph_and_tile_tests_pass_on_cpu(demo_trees):
+    """The release trees' own CPU tests of rollout 0008 (padded buckets, the option) and of the tile table (both trees)."""
+    pytest.importorskip("torch")
+    tile_test = "tests/test_batch_invariant_kernels.py::test_gemm_tile_table_by_shape_then_kind"
+    for comp, files, passed in (("rollout", ["tests/test_graphs.py", tile_test], 8), ("trainer", [tile_test], 1)):
+        tree = demo_trees["release"][comp]
+        proc = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert f"{passed} passed" in proc.stdout, proc.stdout[-2000:]  # the GPU tests skip without a GPU, nothing else
