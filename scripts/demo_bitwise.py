@@ -65,6 +65,9 @@ def parse_args(argv):
                         "on a busy machine)")
     p.add_argument("--expect-mismatch", action="store_true",
                    help="the trees are expected to mismatch (plain upstream): exit 0 if they do")
+    p.add_argument("--cuda-graphs", choices=["auto", "0", "1"], default="auto",
+                   help="decode steps as CUDA graphs (trees with rollout 0008): auto (the engine's default: on where the "
+                        "model can be captured, i.e. the zero-mismatch kernels on a GPU), 0 or 1")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     args = p.parse_args(argv)
     if not args.rollout or not args.trainer:
@@ -235,6 +238,9 @@ def zmr_mismatch(rollout_path: Path, train_path: Path, out: Path) -> int | None:
 # one pass: rollout then trainer, every batch size, one dtype
 # ---------------------------------------------------------------------------
 
+GRAPHS_USED: set[tuple[str, str, bool]] = set()  # (dtype, before/after, engine replayed decode steps as CUDA graphs)
+
+
 def run_pass(toy_rollout, toy_trainer, weights: Path, dtype_name: str, args, invariant: bool | None):
     import torch
 
@@ -246,7 +252,9 @@ def run_pass(toy_rollout, toy_trainer, weights: Path, dtype_name: str, args, inv
     rollout_records, train_records = [], []
     for batch in args.batch_sizes:
         reqs = [toy_rollout.Request(rid, prompt, n) for rid, prompt, n in make_requests(batch, args)]
-        engine = toy_rollout.Engine(model, max_running=min(batch, args.max_running), seed=args.seed)
+        graphs = {} if args.cuda_graphs == "auto" else {"cuda_graphs": args.cuda_graphs == "1"}
+        engine = toy_rollout.Engine(model, max_running=min(batch, args.max_running), seed=args.seed, **graphs)
+        GRAPHS_USED.add((dtype_name, "after" if getattr(model, "batch_invariant", False) else "before", getattr(engine, "cuda_graphs", False)))
         completions = engine.generate(reqs)
         with torch.no_grad():
             scored = toy_trainer.response_logprobs(policy, [c.prompt for c in completions],
@@ -356,6 +364,7 @@ def main(argv=None) -> int:
         "config": cfg, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
         "results": results, "problems": problems, "seconds": round(elapsed, 1),
         "zmr_mismatch": bool(_ZMR_MISMATCH),
+        "cuda_graphs": {f"{d}/{mode}": used for d, mode, used in sorted(GRAPHS_USED)},
     }
     (artifacts / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     out = sys.stderr if args.json else sys.stdout

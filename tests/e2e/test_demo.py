@@ -288,14 +288,15 @@ from toy_rollout.weights import ModelConfig, random_weights
 cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=96)
 weights = random_weights(cfg, seed=1)
 models = {"upstream": ToyModel(cfg, weights, batch_invariant=False), "zero_mismatch": ToyModel(cfg, weights, batch_invariant=True),
-          "standard": script.standard_model_class(ToyModel)(cfg, weights, "cpu", torch.float32)}
+          "standard": script.standard_model_class(ToyModel)(cfg, weights, "cpu", torch.float32),
+          "standard_gather": script.standard_model_class(ToyModel, gather=True)(cfg, weights, "cpu", torch.float32)}
 logits = {}
 for name, model in models.items():
     cache = model.new_cache(2, 16)
     a, b = cache.alloc(), cache.alloc()
     first = [model.prefill(torch.tensor(p), cache, s) for p, s in (([3, 5, 7, 9], a), ([11, 2], b))]
     logits[name] = torch.cat([torch.stack(first), model.decode(torch.tensor([4, 6]), [a, b], cache)])
-for name in ("standard", "zero_mismatch"):
+for name in ("standard", "standard_gather", "zero_mismatch"):
     assert torch.allclose(logits[name], logits["upstream"], atol=1e-4, rtol=1e-4), (name, (logits[name] - logits["upstream"]).abs().max())
 print("ok")
 """
@@ -323,3 +324,88 @@ def test_throughput_script_measures_three_arms(demo_trees):
     assert "overhead_vs_upstream_percent" in result and len(result["runs"]["standard"]) == 1
     bad = _run([sys.executable, str(DEMO_THROUGHPUT), *args, "--arms", "standard,fastest"], cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and "--arms" in bad.stderr
+
+
+def _throughput_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_throughput", DEMO_THROUGHPUT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_throughput_script_roofline_arithmetic():
+    """Bytes and FLOPs of a decode step counted by hand for the GPU-bound model; the peak table by device name."""
+    script = _throughput_module()
+
+    class Cfg:
+        hidden_size, intermediate_size, vocab_size, num_layers = 4096, 12288, 32000, 8
+
+    cost = script.step_cost(Cfg, batch=128, context=63, elem=2)
+    per_layer = 4 * 4096 * 4096 + 3 * 4096 * 12288  # q, k, v, o and gate, up, down
+    assert cost["weight_bytes"] == 2 * (8 * per_layer + 32000 * 4096 + 17 * 4096)
+    assert cost["kv_bytes"] == 2 * 128 * 64 * 8 * 2 * 4096  # 64 keys and values of 4096 per layer per sequence
+    assert cost["flops"] == 2 * 128 * (8 * per_layer + 32000 * 4096) + 8 * 128 * 4 * 64 * 4096
+    assert script.device_peaks("NVIDIA H100 80GB HBM3")["hbm_GBps"] == 3350
+    assert script.device_peaks("NVIDIA H100 PCIe")["hbm_GBps"] == 2000
+    assert script.device_peaks("NVIDIA H200")["hbm_GBps"] == 4800
+    assert script.device_peaks("NVIDIA A100-SXM4-80GB") is None
+    peaks = script.device_peaks("NVIDIA H200")
+    at_peak = cost["bytes"] / 4.8e12  # a step that moves its bytes at exactly the peak bandwidth
+    line = script.roofline(cost, at_peak, peaks, "bf16")
+    assert line["bound"] == "memory" and line["hbm_percent"] == line["roofline_percent"] == 100.0
+    assert script.roofline(cost, 2 * at_peak, peaks, "bf16")["roofline_percent"] == 50.0
+    assert script.roofline(cost, at_peak, peaks, "fp32")["bound"] == "compute"  # 128 rows of FMA work outrun the bytes
+
+
+def test_throughput_script_configs_step_and_graph_option(demo_trees):
+    """Several dtypes and batches in one run; the decode-step measurement (eager on a CPU) over the same function."""
+    pytest.importorskip("torch")
+    tree = demo_trees["release"]["rollout"]
+    args = ["--rollout", str(tree), "--hidden", "32", "--heads", "2", "--layers", "1", "--vocab", "64", "--requests", "3",
+            "--max-running", "2,3", "--dtype", "fp32,bf16", "--prompt-len", "4", "--new-tokens", "3", "--reps", "1",
+            "--arms", "standard,standard_varlen,standard_gather,zero_mismatch", "--step", "1", "--step-iters", "2"]
+    proc = _run([sys.executable, str(DEMO_THROUGHPUT), *args], cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(c["dtype"], c["batch"]) for c in result["configs"]] == [("fp32", 2), ("fp32", 3), ("bf16", 2), ("bf16", 3)]
+    assert result["cuda_graphs"] is False and "fastest standard" in result["baseline"]
+    assert result["dropped"] == {"fp32/standard_varlen": "needs a GPU", "bf16/standard_varlen": "needs a GPU"}
+    for config in result["configs"]:
+        assert not any(config["graphs"].values())
+        assert set(config["engine"]["tokens_per_s"]) == {"standard", "standard_gather", "zero_mismatch"}
+        step = config["step"]
+        assert set(step["arms"]) == {"standard", "zero_mismatch"}  # the gathering arm has no capturable step
+        assert step["logits_rel_diff"] < (1e-5 if config["dtype"] == "fp32" else 2e-2)
+        assert all(arm["us_per_step"] > 0 and arm["GBps"] >= 0 for arm in step["arms"].values())
+        assert step["best_standard_arm"] == "standard" and config["engine"]["best_standard_arm"] in ("standard", "standard_gather")
+    assert "zero_mismatch" in proc.stderr and "roofline %" in proc.stderr  # the table
+    bad = _run([sys.executable, str(DEMO_THROUGHPUT), *args, "--cuda-graphs", "1"], cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "--cuda-graphs" in bad.stderr
+
+
+def test_the_overhead_figure_is_the_committed_evidence(tmp_path):
+    """case.yaml's overhead block is what scripts/demo_overhead_figure.py makes of the evidence it names."""
+    script = ROOT / "scripts" / "demo_overhead_figure.py"
+    proc = _run([sys.executable, str(script), "--check"], cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    case = (ROOT / "cases" / "demo" / "case.yaml").read_text(encoding="utf-8")
+    figure = re.search(r'^  figure: "(.*)"$', case, re.M).group(1)
+    evidence = re.search(r"Generated from (cases/demo/evidence/\S+\.json)", case).group(1)
+    result = json.loads((ROOT / evidence).read_text(encoding="utf-8").strip().splitlines()[-1])
+    step = next(c["step"] for c in result["configs"] if (c["dtype"], c["batch"]) == ("bf16", 128))
+    over = step.get("overhead_vs_best_standard_percent", step["overhead_vs_standard_percent"])
+    assert figure.startswith(f"{over} % vs the fastest standard path (H100, bf16, batch 128")
+    assert ("CUDA graphs on both arms" in figure) == result["cuda_graphs"]
+
+
+def test_release_trees_graph_and_tile_tests_pass_on_cpu(demo_trees):
+    """The release trees' own CPU tests of rollout 0008 (padded buckets, the option) and of the tile table (both trees)."""
+    pytest.importorskip("torch")
+    tile_test = "tests/test_batch_invariant_kernels.py::test_gemm_tile_table_by_shape_then_kind"
+    for comp, files, passed in (("rollout", ["tests/test_graphs.py", tile_test], 8), ("trainer", [tile_test], 1)):
+        tree = demo_trees["release"][comp]
+        proc = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert f"{passed} passed" in proc.stdout, proc.stdout[-2000:]  # the GPU tests skip without a GPU, nothing else

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU evidence of CUDA graphs, the GPU-bound model, the roofline and the GEMM tiles (cases/demo/recipe.md),
+# in parts that each fit a 10-minute device call:
+#
+#   PART=a  GPU tests of the rollout tree (graphs, kernels) and the trainer's tile tests; GEMM tiles per shape
+#           of the GPU-bound model (demo_gemm_tune.py -> $OUT/tiles.json); throughput + roofline of the
+#           GPU-bound model with those tiles (TOY_BI_GEMM_TILES); bitwise on the small model with graphs.
+#   PART=b  with TILES (part a's tiles.json): the graph tests again; throughput + roofline of the GPU-bound
+#           model with those tiles; bitwise on it with graphs and those tiles; throughput of the small model.
+#
+#   PART=c  with TILES: throughput of both models with a third arm, standard_varlen (PyTorch's varlen
+#           FlashAttention / memory-efficient decode kernels reading the cache in place).
+#
+#   ROLLOUT=tree TRAINER=tree OUT=dir PART=a bash scripts/demo_gpu_graphs.sh
+#   ROLLOUT=tree TRAINER=tree OUT=dir PART=b TILES=tiles.json bash scripts/demo_gpu_graphs.sh
+#
+# Every step runs under `timeout`; its output goes to $OUT/log.txt, its JSON to $OUT/<step>.json.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/build/demo-gpu-graphs}
+PART=${PART:-a}
+REPS=${REPS:-5}
+REQUESTS=${REQUESTS:-128}
+mkdir -p "$OUT"
+LOG=$OUT/log.txt
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+DEADLINE=${DEADLINE:-570}  # seconds: a step that could end later is skipped
+step() {  # name timeout command...
+    local name=$1 limit=$2
+    shift 2
+    if [ $((SECONDS + limit)) -gt "$DEADLINE" ]; then
+        limit=$((DEADLINE - SECONDS))
+        if [ "$limit" -lt 30 ]; then say "skipped $name (DEADLINE=${DEADLINE}s)"; return 0; fi
+    fi
+    say "$name (at most ${limit}s)"
+    timeout "$limit" bash -c '"$@"' _ "$@" >"$OUT/$name.json" 2> >(tee -a "$LOG" >&2)
+    local rc=$?
+    say "$name: exit $rc"
+    [ -s "$OUT/$name.json" ] || rm -f "$OUT/$name.json"
+}
+GPU_BOUND=(--hidden 4096 --layers 8 --heads 32 --vocab 32000)
+SMALL=(--hidden 2048 --layers 4 --heads 16 --vocab 1024)
+bitwise() {  # artifacts-name model-args...
+    local name=$1
+    shift
+    "$PY" scripts/demo_bitwise.py --rollout "$ROLLOUT" --trainer "$TRAINER" --artifacts "/tmp/$name" --device cuda \
+        --dtypes fp32,bf16 --batch-sizes 8,128 --max-running 128 --prompt-len 16:64 --new-tokens 8:24 --json "$@"
+}
+throughput() {  # preset arms extra...
+    "$PY" scripts/demo_throughput.py --rollout "$ROLLOUT" --device cuda --preset "$1" --arms "$2" --dtype bf16,fp32 \
+        --max-running 8,128 --requests "$REQUESTS" --prompt-len 32 --new-tokens 32 --reps "$REPS" "${@:3}"
+}
+export -f bitwise throughput
+export ROLLOUT TRAINER PY REPS REQUESTS
+"$PY" -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__,
+          torch.cuda.get_device_name())' 2>&1 | tee -a "$LOG"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1 | tee -a "$LOG"
+if [ "$PART" = a ]; then
+    say "tests"
+    (cd "$ROLLOUT" && timeout 120 "$PY" -m pytest -q -rs tests/test_graphs.py tests/test_batch_invariant_kernels.py) 2>&1 | tail -15 | tee -a "$LOG"
+    (cd "$TRAINER" && timeout 40 "$PY" -m pytest -q -rs tests/test_batch_invariant_kernels.py -k "tile") 2>&1 | tail -5 | tee -a "$LOG"
+    step gemm-tune 130 "$PY" scripts/demo_gemm_tune.py --rollout "$ROLLOUT" --preset gpu-bound --rows 8,128 --table "$OUT/tiles.json"
+    export TOY_BI_GEMM_TILES="$(cat "$OUT/tiles.json" 2>/dev/null || echo '{}')"
+    say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
+    step throughput-gpu-bound-tuned 200 throughput gpu-bound standard,zero_mismatch
+    unset TOY_BI_GEMM_TILES
+    step bitwise-small 90 bitwise bitwise-small "${SMALL[@]}"
+elif [ "$PART" = c ]; then  # the standard arm with PyTorch's varlen decode kernels beside the masked SDPA
+    export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
+    say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
+    step throughput-gpu-bound-varlen 240 throughput gpu-bound standard,standard_varlen,zero_mismatch
+    unset TOY_BI_GEMM_TILES
+    step throughput-small-varlen 80 throughput small standard,standard_varlen,zero_mismatch
+else
+    export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
+    say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"
+    (cd "$ROLLOUT" && timeout 60 "$PY" -m pytest -q -rs tests/test_graphs.py) 2>&1 | tail -5 | tee -a "$LOG"
+    step throughput-gpu-bound-tuned 240 throughput gpu-bound standard,zero_mismatch
+    step bitwise-gpu-bound-tuned 150 bitwise bitwise-gpu-bound-tuned "${GPU_BOUND[@]}"
+    unset TOY_BI_GEMM_TILES
+    step throughput-small 120 throughput small standard,standard_gather,zero_mismatch
+fi
+say "done"
