@@ -56,6 +56,13 @@ sys.path.remove(str(HERE))
 
 DTYPES = db.DTYPES
 MODES = (("standard", False), ("invariant", True))
+# --standard-part: one split sum of the invariant mode done the standard way, on every side that splits it
+STANDARD_PARTS = {
+    "row": "row-parallel o_proj/down_proj: one GEMM over the rank's K, all-reduce",
+    "column": "column-parallel GEMMs: one GEMM per rank over its columns (no fixed blocks)",
+    "vocab": "log-softmax over the split vocabulary: torch sums, all-reduce",
+    "cp-attention": "attention across CP ranks: per-rank partial softmax, log-sum-exp merge",
+}
 
 
 def parse_args(argv):
@@ -82,6 +89,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run; then every process is killed")
     p.add_argument("--locate", default=None, metavar="DIR", help="record per-rank dumps into DIR and run zmr locate")
     p.add_argument("--break-rank", type=int, default=None, help="with --locate: the rank whose row-parallel partials are broken")
+    p.add_argument("--standard-part", choices=sorted(STANDARD_PARTS), default=None,
+                   help="which split sum matters: the invariant mode with this one part done the standard way on both sides "
+                        "(reports only: exit 0 when the run completes)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
@@ -105,6 +115,8 @@ def parse_args(argv):
         p.error("--tp and --cp are >= 1, --hidden a multiple of --heads")
     if args.break_rank is not None and not (args.locate and 0 <= args.break_rank < args.tp):
         p.error("--break-rank needs --locate and a rank below --tp")
+    if args.standard_part and args.locate:
+        p.error("--standard-part is for the bitwise comparison, not --locate")
     return args
 
 
@@ -194,7 +206,8 @@ def main(argv=None) -> int:
     config = {"task": "bitwise", "rollout": str(rollout), "trainer": str(trainer), "artifacts": str(artifacts), "cfg": cfg,
               "tp": args.tp, "cp": args.cp, "world": world, "device": args.device, "dtypes": args.dtypes,
               "batch_sizes": args.batch_sizes, "max_running": args.max_running, "seed": args.seed, "threads": args.threads,
-              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "timeout": args.timeout}
+              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "timeout": args.timeout,
+              "standard_part": args.standard_part}
     with tempfile.TemporaryDirectory(prefix="run-", dir=artifacts) as tmp:
         ranks = run_world(world, Path(tmp), config, args.timeout, args.device)
     main_rank = ranks[0]
@@ -228,25 +241,30 @@ def main(argv=None) -> int:
                 rc = stats["zmr_mismatch_exit"]
                 if rc is not None and rc != (0 if stats["differ"] == 0 else 1):
                     problems.append(f"{mode}/{dtype}/{what}: zmr mismatch exited {rc}, but {stats['differ']} tokens differ")
-                if mode == "invariant" and stats["differ"]:
+                if args.standard_part:
+                    pass  # an ablation: reported, not judged
+                elif mode == "invariant" and stats["differ"]:
                     problems.append(f"{dtype}: {what} differs in {stats['differ']} tokens with the layout-invariant path")
-                if mode == "standard" and not stats["differ"] and what.startswith("rollout"):
+                elif mode == "standard" and not stats["differ"] and what.startswith("rollout"):
                     problems.append(f"{dtype}: the negative control {what} shows no mismatch")
                 per = ", ".join(f"batch {k[2:]} {v['differ']}/{v['tokens']}" for k, v in sorted(stats["per_batch"].items(), key=lambda kv: int(kv[0][2:])))
                 lines.append(f"{dtype} {mode:>9}: {what.replace('_vs_', ' vs ')}: {db.fmt(stats)} ({per})")
     # trainer CP N against TP 1 alone (only the attention combine differs): in bf16 the rounding of the attention
     # output can absorb it; it must show in some dtype
     cp_only = f"{cp_name}_vs_trainer-tp1"
-    if args.cp > 1 and not any(results[d]["standard"][cp_only]["differ"] for d in args.dtypes):
+    if args.cp > 1 and not args.standard_part and not any(results[d]["standard"][cp_only]["differ"] for d in args.dtypes):
         problems.append(f"the negative control {cp_only} shows no mismatch in any dtype")
     ok = not problems
     elapsed = time.time() - t0
     summary = {"ok": ok, "tp": args.tp, "cp": args.cp, "device": args.device, "threads": args.threads,
                "torch": main_rank["torch"], "config": cfg, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
                "prompt_len": list(args.prompt_len), "new_tokens": list(args.new_tokens), "seed": args.seed,
-               "results": results, "problems": problems, "seconds": round(elapsed, 1), "trees": trees}
+               "results": results, "problems": problems, "seconds": round(elapsed, 1), "trees": trees,
+               "standard_part": args.standard_part and {args.standard_part: STANDARD_PARTS[args.standard_part]}}
     (artifacts / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     out = sys.stderr if args.json else sys.stdout
+    if args.standard_part:
+        print(f"ablation: mode invariant with {STANDARD_PARTS[args.standard_part]}", file=out)
     for line in lines + [f"problem: {p}" for p in problems]:
         print(line, file=out)
     print(f"{'OK' if ok else 'FAIL'}: {'bitwise identical across layouts with the layout-invariant path' if ok else 'see above'} "
@@ -370,6 +388,9 @@ def bitwise_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, tli, mcfg
     import torch.distributed as dist
 
     results: dict = {}
+    if config.get("standard_part"):
+        for li in (importlib.import_module("toy_rollout.layout_invariant"), tli):
+            _standard_part(li, config["standard_part"])
     for dtype_name in config["dtypes"]:
         dtype = getattr(torch, DTYPES[dtype_name])
         policy = toy_trainer.ToyPolicy(tcfg, weights, device=device, dtype=dtype, batch_invariant=True)
@@ -397,6 +418,19 @@ def bitwise_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, tli, mcfg
                             lps = toy_trainer.response_logprobs(policy, prompts, responses)
                         out["trainer_tp1"] += _records(box[0], lps)
     return {"rank": rank, "results": results}
+
+
+def _standard_part(li, part: str) -> None:
+    """--standard-part: replace one layout-invariant function of li by its standard counterpart (every caller's view)."""
+    if part == "row":
+        li.row_linear = lambda x, weight, chunk, group, residual=None: li.standard_row_linear(x, weight, group, residual=residual)
+    elif part == "column":
+        li.column_linear = lambda x, weight, block: li.bi.linear(x, weight)
+    elif part == "vocab":
+        li.log_softmax = lambda logits, block, group=li.SINGLE: li.standard_log_softmax(logits, group)
+    elif part == "cp-attention":  # only where the keys are split: one process keeps the fixed tree
+        invariant = li.cp_attention
+        li.cp_attention = lambda q, k, v, lengths, group: (li.standard_cp_attention if group.size > 1 else invariant)(q, k, v, lengths, group)
 
 
 def _records(done, lps) -> list[dict]:
