@@ -267,7 +267,10 @@ def main(argv=None) -> int:
         print(f"ablation: mode invariant with {STANDARD_PARTS[args.standard_part]}", file=out)
     for line in lines + [f"problem: {p}" for p in problems]:
         print(line, file=out)
-    print(f"{'OK' if ok else 'FAIL'}: {'bitwise identical across layouts with the layout-invariant path' if ok else 'see above'} "
+    verdict = "bitwise identical across layouts with the layout-invariant path" if ok else "see above"
+    if args.standard_part:
+        verdict = f"ablation run (--standard-part {args.standard_part}), reported, not judged"
+    print(f"{'OK' if ok else 'FAIL'}: {verdict} "
           f"(TP {args.tp}, CP {args.cp}, {args.device}, hidden {args.hidden}, {elapsed:.1f} s; dumps in {artifacts})", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
