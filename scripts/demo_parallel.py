@@ -311,11 +311,11 @@ def main_locate(args, rollout: Path, trainer: Path, t0: float) -> int:
     for r in per_rank:
         f = r["first"]
         print(f"rank {r['rank']}: " + ("no divergence" if not f else
-              f"first divergence {f['op']} (operation {f['order']}), inputs {f['inputs_verdict']}, "
+              f"first divergence {f['op']} (operation {f['order'] + 1}), inputs {f['inputs_verdict']}, "
               f"sequence {f['row']['seq_id']!r} position {f['row']['position']}"))
     if first:
         f = first["first"]
-        print(f"first differing operation: {f['op']} (operation {f['order']}) on rank {first['rank']}; "
+        print(f"first differing operation: {f['op']} (operation {f['order'] + 1} in execution order) on rank {first['rank']}; "
               f"inputs {f['inputs_verdict']}: {'this operation on that rank introduces it' if f['inputs_verdict'] == 'equal' else 'look earlier'}")
         print(f"  zmr locate {out / ('rollout-rank%d' % first['rank'])} {out / ('trainer-rank%d' % first['rank'])}")
     else:
