@@ -409,3 +409,74 @@ def test_release_trees_graph_and_tile_tests_pass_on_cpu(demo_trees):
         proc = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=tree, env={"PYTHONPATH": str(tree)}, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert f"{passed} passed" in proc.stdout, proc.stdout[-2000:]  # the GPU tests skip without a GPU, nothing else
+
+
+# ---------------------------------------------------------------------------
+# (5) parallel layouts: the rollout at TP 2 against the trainer at TP 1 and CP 2, two gloo processes
+# ---------------------------------------------------------------------------
+
+DEMO_PARALLEL = ROOT / "scripts" / "demo_parallel.py"
+# tiny and short: two processes on a 2-core machine; the same dtypes and comparisons as the evidence
+PARALLEL_SMALL = ("--batch-sizes", "3,8", "--max-running", "4", "--prompt-len", "2:20", "--new-tokens", "4:12", "--timeout", "240")
+
+
+def _parallel(trees: dict[str, Path], *extra: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return _run([sys.executable, str(DEMO_PARALLEL), "--rollout", str(trees["rollout"]), "--trainer", str(trees["trainer"]), *extra],
+                cwd=ROOT, timeout=timeout)
+
+
+def test_parallel_layouts_bitwise_tp2_cp2(demo_trees, tmp_path):
+    """Layout-invariant: 0 differing tokens between rollout TP 2, trainer TP 1 and trainer CP 2; standard: they differ."""
+    pytest.importorskip("torch")
+    proc = _parallel(demo_trees["release"], "--tp", "2", "--cp", "2", "--artifacts", str(tmp_path), *PARALLEL_SMALL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ok"] is True and summary["problems"] == [] and (summary["tp"], summary["cp"]) == (2, 2)
+    comparisons = {"rollout-tp2_vs_trainer-tp1", "rollout-tp2_vs_trainer-cp2", "trainer-cp2_vs_trainer-tp1"}
+    for dtype in ("fp32", "bf16"):
+        invariant, standard = summary["results"][dtype]["invariant"], summary["results"][dtype]["standard"]
+        assert set(invariant) == set(standard) == comparisons
+        for name in comparisons:
+            assert invariant[name]["tokens"] >= 50 and invariant[name]["differ"] == 0, (dtype, name, invariant[name])
+            assert sorted(invariant[name]["per_batch"]) == ["bs3", "bs8"]
+            if name.startswith("rollout") or dtype == "fp32":  # the negative control (CP alone: bf16 rounding may absorb it)
+                assert standard[name]["differ"] > 0, (dtype, name, standard[name])
+            assert invariant[name]["zmr_mismatch_exit"] == 0  # zmr mismatch agrees with the script's own comparison
+            assert standard[name]["zmr_mismatch_exit"] == (1 if standard[name]["differ"] else 0)
+    # the dumps are there and read back: every rollout token was scored by both trainers
+    rollout = (tmp_path / "invariant" / "bf16" / "rollout-tp2.jsonl").read_text()
+    assert '"logprobs"' in rollout and (tmp_path / "invariant" / "bf16" / "trainer-cp2.jsonl").is_file()
+    assert "rollout-tp2 vs trainer-cp2: 0 of" in proc.stdout
+
+
+def test_parallel_locate_names_the_broken_rank_and_operation(demo_trees, tmp_path):
+    """zmr locate per rank: rank 1, whose row-parallel partials are computed the standard way, is where it starts."""
+    pytest.importorskip("torch")
+    small = ("--batch-sizes", "4", "--max-running", "3", "--prompt-len", "2:12", "--new-tokens", "3:8", "--dtypes", "fp32", "--timeout", "240")
+    proc = _parallel(demo_trees["release"], "--locate", str(tmp_path / "broken"), "--break-rank", "1", *small)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "broken" / "summary.json").read_text())
+    first = summary["first"]
+    assert (first["rank"], first["op"], first["inputs_verdict"]) == (1, "row_partial", "equal"), summary
+    by_rank = {r["rank"]: r["first"] for r in summary["ranks"]}
+    # rank 0 computes its own partials right; it diverges only where rank 1's partial is added in (later)
+    assert by_rank[0]["op"] == "row_linear" and by_rank[0]["order"] > by_rank[1]["order"]
+    assert "first differing operation: row_partial" in proc.stdout and "on rank 1" in proc.stdout
+    # zmr locate itself, on rank 1's dumps: exit 1 and the same operation
+    loc = _run([sys.executable, "-m", "zmr", "locate", str(tmp_path / "broken" / "rollout-rank1"), str(tmp_path / "broken" / "trainer-rank1")],
+               cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert loc.returncode == 1 and "first divergence: row_partial" in loc.stdout, loc.stdout + loc.stderr
+    # the same run without the break: no divergence on any rank
+    proc = _parallel(demo_trees["release"], "--locate", str(tmp_path / "ok"), *small)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(r["first"] is None for r in json.loads((tmp_path / "ok" / "summary.json").read_text())["ranks"])
+
+
+def test_parallel_run_fails_whole_when_a_rank_fails(demo_trees, tmp_path):
+    """A rank that raises ends the run: the error is reported, and no rank is left behind."""
+    pytest.importorskip("torch")
+    # TP 3 does not divide the 4 heads: every rank raises while sharding the model
+    proc = _parallel(demo_trees["release"], "--tp", "3", "--cp", "1", "--artifacts", str(tmp_path), *PARALLEL_SMALL, timeout=120)
+    assert proc.returncode != 0
+    assert "the distributed run failed: rank" in proc.stderr + proc.stdout and "heads 4 is not a multiple of 3" in proc.stderr + proc.stdout
+    assert not list(tmp_path.glob("run-*")), "the run folder is removed"
