@@ -452,6 +452,7 @@ def test_a_temp_pack_of_a_live_fast_import_is_kept(tmp_path, project, upstream):
 def test_checkout_and_export_look_for_upstream_commits_in_the_cache_they_are_given(project, upstream, tmp_path):
     """The checkout's upstream commits are found in the caller's cache, not in a second default one made on the way."""
     from zmr import checkout as checkouts
+    from zmr import export as exports
     from zmr.project import Project
 
     simple_model(project, upstream)
@@ -471,5 +472,5 @@ def test_checkout_and_export_look_for_upstream_commits_in_the_cache_they_are_giv
         checkouts.checkout(zmr_project, component, cache=cache)
     assert any("between zmr/base and HEAD are upstream's" in line for line in refresh.value.details), refresh.value.details
     with pytest.raises(checkouts.CheckoutError) as export:
-        checkouts.export(zmr_project, component, cache=cache)
+        exports.export(zmr_project, component, cache=cache)
     assert "between zmr/base and HEAD are upstream's" in export.value.message
