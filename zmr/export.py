@@ -26,7 +26,8 @@ from zmr.checkout import (
     show_path,
     upstream_commits_problem,
 )
-from zmr.patchplan import ExportPlan, list_commits, plan_export, write_plan
+from zmr import transaction
+from zmr.patchplan import ExportPlan, forget_legacy_journal, list_commits, plan_export, stage_plan
 from zmr.lock import locked
 from zmr.manifest import Component
 from zmr.project import Project
@@ -37,6 +38,7 @@ class ExportResult:
     component: Component
     path: Path
     plan: ExportPlan
+    recovered: str | None = None  # "finished" or "undone": what this export did first to one a kill cut short
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +50,7 @@ class ExportResult:
             "patches": [p.to_json() for p in self.plan.patches],
             "removed": self.plan.removed,
             "series_rewritten": self.plan.series_text is not None,
+            "recovered": self.recovered,
         }
 
 
@@ -94,15 +97,25 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     if problems:
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
     commits = list_commits(co.repo, base, head, component.label)
-    journal = project.pending_removals(component)
+    name = transaction_name(component)
+    recovered = None if dry_run else transaction.finish_interrupted(project, name)  # before planning: the plan reads the series folder
+    journal = project.pending_removals(component)  # an older zmr's export journal, still honoured (zmr.patchplan)
     series = project.series(component, no_links=True)
     plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
     _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:
-            write_plan(plan, journal)
+            with transaction.begin(project, name) as txn:
+                stage_plan(plan, txn)
+        if plan.interrupted:
+            forget_legacy_journal(journal)
         mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
-    return ExportResult(component, co.path, plan)
+    return ExportResult(component, co.path, plan, recovered)
+
+
+def transaction_name(component: Component) -> str:
+    """The transaction an export of *component* writes its series with (zmr.transaction)."""
+    return f"export/{component.model}/{component.key}"
 
 
 def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
