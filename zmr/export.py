@@ -77,10 +77,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     if co.pin != component.commit or base != component.commit:
         raise CheckoutError(
             f"{where}: the base moved: the checkout is on {(base or co.pin)[:12]}, the manifest pins {component.commit[:12]}",
-            details=[
-                "the series belongs to the new pin now; exporting would write patches made for the old one",
-                f"save your commits (git branch keep), then `zmr checkout {component.model} -c {component.key} --force` and cherry-pick them",
-            ],
+            details=["the series belongs to the new pin now; exporting would write patches made for the old one", *_take_the_new_series(co, component)],
         )
     if head is None or not co.repo.is_ancestor(base, head):
         raise CheckoutError(
@@ -161,3 +158,20 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
         + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
         details=["exporting would write one side over the other", *combine],
     )
+
+
+def _take_the_new_series(co: Checkout, component: Component) -> list[str]:
+    """What to do when the repository's series or pin moved under the checkout's new commits: ``checkout --merge`` when zmr can tell them apart."""
+    m, k = component.model, component.key
+    head, exported = co.head(), co.exported()
+    if head is not None and exported is not None and co.repo.is_ancestor(exported, head):
+        if head == exported:
+            return [f"the checkout has no commits of its own: refresh it with `zmr checkout {m} -c {k}`"]
+        return [
+            f"keep your {len(co.repo.commits_between(exported, head))} new commit(s) on the repository's series: `zmr checkout {m} -c {k} --merge`,"
+            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
+        ]
+    return [
+        "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
+        f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
+    ]

@@ -290,16 +290,16 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
             in_sync, work = sync_state(project, component, co, cache)
             problems += work
             if problems and not force:
+                m, k = component.model, component.key
                 recorded = co.config.get(SERIES_KEY)
-                if recorded and co.head() != co.exported() and recorded != series_fingerprint(project, component, component.commit):
-                    problems.append(f"the series changed in the repository too: combine both with `zmr checkout {component.model} -c {component.key} --merge`")
+                moved = co.pin != component.commit or bool(recorded and recorded != series_fingerprint(project, component, component.commit))
+                if moved:  # export would refuse: the repository's series (or pin) moved too
+                    keep = f"keep it on the repository's series: commit (or stash) your changes, then `zmr checkout {m} -c {k} --merge`"
+                else:
+                    keep = f"keep it: commit, then `zmr export {m} -c {k}`"
                 raise CheckoutError(
                     f"{show_path(project, target)}: the checkout of {component.label} has work that is not in the series",
-                    details=[
-                        *problems,
-                        f"keep it: commit, then `zmr export {component.model} -c {component.key}`",
-                        f"or discard it: `zmr checkout {component.model} -c {component.key} --force` (saves it under {BACKUP_PREFIX}... first)",
-                    ],
+                    details=[*problems, keep, f"or discard it: `zmr checkout {m} -c {k} --force` (saves it under {BACKUP_PREFIX}... first)"],
                 )
             if in_sync and not problems:
                 # The branch already is the series (maybe as the engineer's own commits): leave it.

@@ -1,0 +1,84 @@
+"""Advice followed literally (issue #36): each refusal below names a command; the test runs exactly that command and checks nothing was lost.
+
+The commands are read out of zmr's own message (the text between backticks),
+never retyped here, so advice that changes must keep working.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from conftest import Upstream, git, make_project, simple_model, zmr
+
+
+def _advised(stderr: str, starting: str) -> list[str]:
+    """The arguments of the first command in backticks in *stderr* that starts with *starting*."""
+    for command in re.findall(r"`([^`]+)`", stderr):
+        if command.startswith(starting):
+            return shlex.split(command)
+    raise AssertionError(f"no `{starting}...` in the advice:\n{stderr}")
+
+
+def _run(argv: list[str], cwd: Path):
+    assert argv[0] == "zmr", argv
+    return zmr(*argv[1:], cwd=cwd)
+
+
+def _moved_pin_under_my_commit(tmp_path: Path, upstream: Upstream) -> tuple[Path, Path]:
+    """My clone's checkout has one new commit; a colleague moved the pin (`zmr rebase --onto main`) and I pulled it."""
+    origin = make_project(tmp_path / "origin")
+    origin.write(".gitignore", "/work/\n")
+    simple_model(origin, upstream)
+    hub = tmp_path / "hub.git"
+    git("clone", "-q", "--bare", str(origin.root), str(hub))
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for clone in (mine, theirs):
+        git("clone", "-q", str(hub), str(clone))
+    assert zmr("checkout", "toy", cwd=mine).returncode == 0
+    work = mine / "work/toy/rollout"
+    (work / "src/notes.md").write_text("my notes\n")
+    git("add", "src/notes.md", cwd=work)
+    git("commit", "-q", "-m", "Add my notes", cwd=work)
+    model_py = upstream.file_at(upstream.commits[-1], "src/model.py")
+    upstream.commit({"src/model.py": model_py + "\n# upstream moved on\n"}, "Upstream moves on")
+    moved = zmr("rebase", "toy", "--onto", "main", cwd=theirs)
+    assert moved.returncode == 0, moved.stderr
+    git("commit", "-q", "-am", "colleague: move the pin", cwd=theirs)
+    git("push", "-q", "origin", "main", cwd=theirs)
+    git("pull", "-q", "--ff-only", cwd=mine)
+    return mine, work
+
+
+def _my_commit_is_in_the_series(mine: Path) -> None:
+    series = mine / "patches/toy/rollout"
+    assert (series / "series").read_text().splitlines()[-1] == "0003-add-my-notes.patch"
+    assert "+my notes" in (series / "0003-add-my-notes.patch").read_text()
+    assert zmr("build", "toy", cwd=mine).returncode == 0
+    assert zmr("verify", "toy", cwd=mine).returncode == 0
+
+
+def test_export_after_a_colleague_moved_the_pin_names_checkout_merge_and_it_works(tmp_path, upstream):
+    mine, work = _moved_pin_under_my_commit(tmp_path, upstream)
+    refused = zmr("export", "toy", cwd=mine)
+    assert refused.returncode == 2 and "the base moved" in refused.stderr, refused.stderr
+    assert "--force" not in refused.stderr  # no advice that discards the commit
+    merged = _run(_advised(refused.stderr, "zmr checkout toy -c rollout --merge"), mine)
+    assert merged.returncode == 0, merged.stderr
+    exported = _run(_advised(refused.stderr, "zmr export"), mine)
+    assert exported.returncode == 0, exported.stderr
+    _my_commit_is_in_the_series(mine)
+
+
+def test_checkout_over_work_when_the_series_moved_too_names_merge_not_export(tmp_path, upstream):
+    """issue #36: checkout said "keep it: commit, then zmr export", which export then refused; now it names --merge, and that works."""
+    mine, work = _moved_pin_under_my_commit(tmp_path, upstream)
+    refused = zmr("checkout", "toy", cwd=mine)
+    assert refused.returncode == 2, refused.stderr
+    assert "then `zmr export" not in refused.stderr, refused.stderr
+    merged = _run(_advised(refused.stderr, "zmr checkout toy -c rollout --merge"), mine)
+    assert merged.returncode == 0, merged.stderr
+    assert zmr("export", "toy", cwd=mine).returncode == 0
+    _my_commit_is_in_the_series(mine)
+    assert "Add my notes" in git("log", "--format=%s", "-1", cwd=work)
