@@ -82,3 +82,74 @@ def test_checkout_over_work_when_the_series_moved_too_names_merge_not_export(tmp
     assert zmr("export", "toy", cwd=mine).returncode == 0
     _my_commit_is_in_the_series(mine)
     assert "Add my notes" in git("log", "--format=%s", "-1", cwd=work)
+
+
+def test_broken_patch_files_are_found_first_every_one_with_its_line_and_the_advice_works(tmp_path, upstream):
+    """issue #36: conflict markers from `git pull` and a hand-edited hunk passed validate; build said `corrupt patch`, advised a checkout that failed the same way."""
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    folder = project.root / "patches/toy/rollout"
+    first, second = folder / "0001-fixed-split.patch", folder / "0002-contiguous.patch"
+    good = (first.read_bytes(), second.read_bytes())
+    text = first.read_text()
+    marked = text.replace("+line 10 fixed split\n", "<<<<<<< HEAD\n+line 10 fixed split\n=======\n+line 10 split fixed\n>>>>>>> theirs\n")
+    first.write_text(marked)
+    lines = second.read_text().split("\n")
+    last_added = max(i for i, line in enumerate(lines) if line.startswith("+") and not line.startswith("+++"))
+    lines.insert(last_added + 1, "+    # a line added by hand")
+    second.write_text("\n".join(lines))
+    at = {
+        "<<<<<<< HEAD": marked.split("\n").index("<<<<<<< HEAD") + 1,
+        "=======": marked.split("\n").index("=======") + 1,
+        ">>>>>>> theirs": marked.split("\n").index(">>>>>>> theirs") + 1,
+    }
+    hunk = next(i for i, line in enumerate(lines) if line.startswith("@@")) + 1
+    for args in (["validate"], ["build", "toy"], ["checkout", "toy"]):
+        result = zmr(*args, cwd=project.root)
+        assert result.returncode == 2, (args, result.stderr)
+        for marker, line in at.items():
+            assert f"patches/toy/rollout/0001-fixed-split.patch:{line}: conflict marker `{marker}`" in result.stderr, (args, result.stderr)
+        assert f"patches/toy/rollout/0002-contiguous.patch:{hunk}: hunk `@@ " in result.stderr and "has more lines than its header says" in result.stderr
+        assert "corrupt patch" not in result.stderr and "git:" not in result.stderr, result.stderr
+    report = zmr("validate", "--json", cwd=project.root)
+    import json
+
+    problems = json.loads(report.stdout)["problems"]
+    assert sorted((p["file"].rsplit("/", 1)[-1], p["line"]) for p in problems) == sorted(
+        [("0001-fixed-split.patch", line) for line in at.values()] + [("0002-contiguous.patch", hunk)]
+    )
+    # The advice, literally: `git log --oneline -- FILE`, then `git checkout <commit> -- FILE` with the commit it names.
+    stderr = zmr("validate", cwd=project.root).stderr
+    for path in (first, second):
+        rel = path.relative_to(project.root).as_posix()
+        log_cmd = _advised_git(stderr, f"git log --oneline -- {rel}")
+        last_good = git(*log_cmd[1:], cwd=project.root).split("\n")[0].split()[0]
+        restore = _advised_git(stderr, f"git checkout <commit> -- {rel}")
+        git(*[last_good if arg == "<commit>" else arg for arg in restore[1:]], cwd=project.root)
+    assert (first.read_bytes(), second.read_bytes()) == good
+    assert zmr("validate", cwd=project.root).returncode == 0
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+
+
+def _advised_git(stderr: str, command: str) -> list[str]:
+    assert f"`{command}`" in stderr, stderr
+    return shlex.split(command)
+
+
+def test_a_patch_that_does_not_apply_gets_advice_that_is_not_circular(tmp_path, upstream):
+    """A well-formed patch whose context is wrong: the advice names the file and its last good commit, never `zmr checkout` (which fails the same way)."""
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    patch = project.root / "patches/toy/rollout/0001-fixed-split.patch"
+    good = patch.read_bytes()
+    patch.write_text(patch.read_text().replace(" line 9\n", " line nine\n"))
+    for args in (["build", "toy"], ["checkout", "toy"]):
+        result = zmr(*args, cwd=project.root)
+        assert result.returncode == 2 and "does not apply" in result.stderr, result.stderr
+        assert "zmr checkout" not in result.stderr and "zmr export" not in result.stderr, result.stderr
+    rel = "patches/toy/rollout/0001-fixed-split.patch"
+    last_good = git("log", "--oneline", "--", rel, cwd=project.root).split("\n")[0].split()[0]
+    restore = _advised_git(result.stderr, f"git checkout <commit> -- {rel}")
+    git(*[last_good if arg == "<commit>" else arg for arg in restore[1:]], cwd=project.root)
+    assert patch.read_bytes() == good
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0

@@ -84,8 +84,11 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     ``.git`` (``merge_state``), so ``--abort`` puts it back exactly.
     """
     refuse_during_rebase(project, component, "a merge")
+    there = open_checkout(checkout_path(project, component, path))
+    if there is not None:
+        check_identity(there, component)
+        refuse_during_merge(there, component)  # before the half-refreshed check: a --merge killed while it refreshed is finished by --continue
     co = require_checkout(project, component, path)
-    refuse_during_merge(co, component)
     where = show_path(project, co.path)
     problems = dirty(co)
     if problems:
@@ -100,12 +103,6 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
             ],
         )
     mine = list_commits(co.repo, exported, head, component.label)
-    cache = cache or Cache()
-    series = project.series(component)
-    mirror = cache.for_component(component, project.root).ensure([component.commit])
-    if progress:
-        progress(f"{component.label}: committing {len(series.patches)} patches")
-    chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     state = merge_state(co)
     tmp = Path(tempfile.mkdtemp(prefix=f".{MERGE_DIR}.tmp-", dir=co.git_dir))
     try:
@@ -116,9 +113,20 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _refresh_to_series(project, component, co, cache, progress)
+    return _replay_mine(component, co)
+
+
+def _refresh_to_series(project: Project, component: Component, co: Checkout, cache: Cache | None = None, progress: Progress | None = None) -> None:
+    """The checkout refreshed to the repository's series (the base the checkout's new commits are replayed on); run again, it finishes an interrupted one."""
+    cache = cache or Cache()
+    series = project.series(component)
+    mirror = cache.for_component(component, project.root).ensure([component.commit])
+    if progress:
+        progress(f"{component.label}: committing {len(series.patches)} patches")
+    chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     branch = branch_name(component)
     refresh(co, mirror.path, branch, component.commit, chain[-1] if chain else component.commit, config_values(project, component, branch), clean=False)
-    return _replay_mine(component, co)
 
 
 def _replay_mine(component: Component, co: Checkout) -> MergeResult:
@@ -150,7 +158,7 @@ def _replay_mine(component: Component, co: Checkout) -> MergeResult:
 
 
 def _merge_checkout(project: Project, component: Component, path: Path | None, aborting: bool = False) -> Checkout:
-    """The checkout of the merge under way; one an interrupted ``--merge`` left half refreshed can only be aborted."""
+    """The checkout of the merge under way (``merge_continue`` first finishes a refresh that a kill cut short)."""
     target = checkout_path(project, component, path)
     co = open_checkout(target)
     if co is None or not merge_state(co).is_dir():
@@ -159,11 +167,6 @@ def _merge_checkout(project: Project, component: Component, path: Path | None, a
             details=[f"start one with `zmr checkout {component.model} -c {component.key} --merge`"],
         )
     check_identity(co, component)
-    if co.half_refreshed and not aborting:
-        raise CheckoutError(
-            f"{co.path}: `zmr checkout --merge` was interrupted while it refreshed the checkout",
-            details=[f"undo it with `zmr checkout {component.model} -c {component.key} --abort`, then --merge again"],
-        )
     return co
 
 
@@ -174,6 +177,15 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     where = show_path(project, co.path)
     state = merge_state(co)
     todo = json.loads((state / "todo.json").read_bytes())
+    if co.half_refreshed:
+        if todo["head"] is None and todo["replayed"] == 0 and not co.pick_in_progress():
+            # A --merge killed while it refreshed the checkout, before it replayed anything: finish the refresh, then replay.
+            _refresh_to_series(project, component, co)
+            return _replay_mine(component, co)
+        raise CheckoutError(
+            f"{co.path}: `zmr checkout --merge` was interrupted while it refreshed the checkout",
+            details=[f"undo it with `zmr checkout {component.model} -c {component.key} --abort`, then --merge again"],
+        )
     if co.pick_in_progress():
         files = co.unmerged_paths()
         if files:
