@@ -153,3 +153,23 @@ def test_a_patch_that_does_not_apply_gets_advice_that_is_not_circular(tmp_path, 
     git(*[last_good if arg == "<commit>" else arg for arg in restore[1:]], cwd=project.root)
     assert patch.read_bytes() == good
     assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+
+
+def test_verify_prints_expected_and_actual_ids_and_ends_with_the_build_that_fixes_the_drift(tmp_path, upstream):
+    """issue #36: verify printed the expected id under the branch's name and did not say what to do."""
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    expected = project.ref("refs/heads/rollout/toy")
+    git("checkout", "-q", "rollout/toy", cwd=project.root)
+    git("commit", "-q", "--amend", "-m", "rewritten message", cwd=project.root)
+    git("checkout", "-q", "main", cwd=project.root)
+    actual = project.ref("refs/heads/rollout/toy")
+    drift = zmr("verify", "toy", cwd=project.root)
+    assert drift.returncode == 1
+    assert f"differs  rollout/toy  expected {expected[:12]}, branch at {actual[:12]}:" in drift.stdout, drift.stdout
+    assert drift.stderr.rstrip().splitlines()[-1].strip().endswith("`zmr build toy`"), drift.stderr
+    fixed = _run(_advised(drift.stderr, "zmr build"), project.root)
+    assert fixed.returncode == 0, fixed.stderr
+    assert project.ref("refs/heads/rollout/toy") == expected
+    assert zmr("verify", "toy", cwd=project.root).returncode == 0
