@@ -173,3 +173,29 @@ def test_verify_prints_expected_and_actual_ids_and_ends_with_the_build_that_fixe
     assert fixed.returncode == 0, fixed.stderr
     assert project.ref("refs/heads/rollout/toy") == expected
     assert zmr("verify", "toy", cwd=project.root).returncode == 0
+
+
+def test_a_partial_update_apply_exits_1_and_says_what_was_not_moved_and_why(tmp_path, upstream):
+    """issue #36: `update --all --apply` exited 0 when a component stayed behind for unexported work; a CI job could not tell."""
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n")
+    simple_model(project, upstream)
+    simple_model(project, upstream, model="other")
+    project.commit_all("two models")
+    upstream.commit({"docs/notes.md": "notes\n"}, "Add notes")
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    work = project.root / "work/toy/rollout"
+    (work / "NOTES").write_text("work in progress\n")
+    git("add", "NOTES", cwd=work)
+    git("commit", "-q", "-m", "Not exported yet", cwd=work)
+    toy = (project.root / "manifests/toy.yaml").read_bytes()
+    partial = zmr("update", "--all", "--apply", cwd=project.root)
+    assert partial.returncode == 1, partial.stderr
+    assert "zmr: error: 1 of 2 components not moved: toy/rollout" in partial.stderr, partial.stderr
+    assert "toy/rollout: its checkout work/toy/rollout has work not in the series" in partial.stderr
+    assert (project.root / "manifests/toy.yaml").read_bytes() == toy  # left alone
+    assert upstream.commits[-1] in (project.root / "manifests/other.yaml").read_text()  # the other moved
+    assert zmr("export", "toy", cwd=project.root).returncode == 0
+    again = zmr("update", "--all", "--apply", cwd=project.root)
+    assert again.returncode == 0, again.stderr
+    assert upstream.commits[-1] in (project.root / "manifests/toy.yaml").read_text()
