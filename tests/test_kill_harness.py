@@ -1,0 +1,34 @@
+"""Every writing command SIGKILLed at a fault point, then recovered by the next zmr commands (tests/killing.py says what is checked).
+
+The normal suite kills each command at one point, chosen by a seed per
+command: the transaction's commit point where the command has one (the
+step after which the next command must finish, not undo), else one of its
+points. ``ZMR_KILL_POINTS=N`` tries N seeded points more per command;
+``python scripts/kill_harness.py`` tries every point of every command.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import killing
+
+MORE = int(os.environ.get("ZMR_KILL_POINTS", "0"))
+
+
+@pytest.mark.parametrize("scenario", killing.SCENARIOS, ids=[s.name for s in killing.SCENARIOS])
+def test_a_command_killed_at_a_fault_point_is_recovered_by_the_next_ones(tmp_path, scenario):
+    def pick(points: list[str]) -> list[int]:
+        chosen = killing.sample(MORE, seed=36)(points) if MORE else []
+        if "commit-point" in points:
+            return sorted({points.index("commit-point") + 1, *chosen})
+        return chosen or killing.sample(1, seed=36, always=())(points)
+
+    points, trials = killing.run_scenario(scenario, tmp_path, pick)
+    assert points >= 10, points  # the command really passes its fault points (git processes, writes, renames)
+    assert trials and all(trial.killed for trial in trials), trials
+    for trial in trials:
+        if trial.name == "commit-point":
+            assert trial.recovered == "finished", trial  # past the commit point: the next command finishes the write and says so
