@@ -270,6 +270,14 @@ def _update_apply(base: Path) -> Fixture:
     return Fixture(base, root, ["update", "toy", "--apply"], env)
 
 
+def _update_apply_3way(base: Path) -> Fixture:
+    """Upstream edits a context line of 0001-fixed-split.patch: it no longer applies exactly, so the move cherry-picks in a checkout (3-way)."""
+    root, upstream, env = _project(base)
+    model_py = upstream.file_at(upstream.commits[-1], "src/model.py")
+    upstream.commit({"src/model.py": model_py.replace("line 7\n", "line 7 upstream\n")}, "Rework line 7")
+    return Fixture(base, root, ["update", "toy", "--apply"], env)
+
+
 def _import(base: Path) -> Fixture:
     source, _, env = _project(base / "src", with_checkout=False)
     assert run_zmr(["build", "--all"], source, env).returncode == 0
@@ -338,6 +346,7 @@ SCENARIOS = [
     Scenario("rebase-skip", _rebase_skip),
     Scenario("rebase-abort", _rebase_abort),
     Scenario("update-apply", _update_apply),
+    Scenario("update-apply-3way", _update_apply_3way),
     Scenario("import", _import),
     Scenario("new", _new),
     Scenario("init", _init),

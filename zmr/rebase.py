@@ -223,11 +223,19 @@ def _load(project: Project, component: Component) -> RebaseState:
 
 
 def finishing_onto(project: Project, component: Component) -> str | None:
-    """The new pin of a rebase of *component* stopped while writing its result (phase ``finalize``: nothing left to the engineer); else None."""
+    """The new pin of a rebase of *component* that a kill cut short with nothing left to the engineer; else None.
+
+    That is one in phase ``finalize`` (writing its result), or one in phase
+    ``picking`` that has not handed a conflict to the engineer (killed
+    between or during its cherry-picks, which ``resume`` runs again). One
+    stopped on a conflict is the engineer's: None.
+    """
     if not project.rebase_state(component).is_file():
         return None
     state = _load(project, component)
-    return state.new if state.phase == "finalize" else None
+    if state.phase == "finalize" or (state.phase == "picking" and not (state.stopped is not None and state.stopped.conflict)):
+        return state.new
+    return None
 
 
 def _save(project: Project, component: Component, state: RebaseState) -> None:
