@@ -500,3 +500,38 @@ def test_export_waits_for_a_running_rebase_or_names_it(tmp_path, upstream):
     assert code == 0, err
     assert "base moved" not in err
     assert zmr("verify", "toy", cwd=project.root).returncode in (0, 1)
+
+
+def test_the_smoke_kill_grace_from_the_environment_is_parsed_as_strictly(monkeypatch):
+    """`ZMR_SMOKE_KILL_GRACE=inf` waited forever between SIGTERM and SIGKILL; now any value but 0 to 86400 seconds is exit 2."""
+    import pytest
+
+    from zmr.errors import ZmrError
+    from zmr.smoke.procgroup import kill_grace
+
+    monkeypatch.delenv("ZMR_SMOKE_KILL_GRACE", raising=False)
+    assert kill_grace() == 10.0
+    monkeypatch.setenv("ZMR_SMOKE_KILL_GRACE", "0.5")
+    assert kill_grace() == 0.5
+    for value in ("inf", "nan", "-3", "ten", "1e5"):
+        monkeypatch.setenv("ZMR_SMOKE_KILL_GRACE", value)
+        with pytest.raises(ZmrError) as refused:
+            kill_grace()
+        assert refused.value.exit_code == 2 and f"ZMR_SMOKE_KILL_GRACE={value!r}: not a number of seconds from 0 to 86400" in refused.value.message
+
+
+def test_a_full_disk_while_rebase_writes_its_state_is_exit_2_naming_the_file_and_changes_nothing(tmp_path, upstream):
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n")
+    simple_model(project, upstream)
+    project.commit_all("ignore work")
+    upstream.commit({"docs/notes.md": "notes\n"}, "Add notes")
+    before = _files(project)
+    for code in ("ENOSPC", "EDQUOT"):
+        result = zmr("rebase", "toy", "--onto", "main", cwd=project.root, env={"ZMR_TEST_FAULT": f"atomic-write={code}"})
+        assert result.returncode == 2, result.stderr
+        assert re.search(r"zmr: error: /\S+: (No space left on device|Disk quota exceeded)", result.stderr), result.stderr
+        assert "Traceback" not in result.stderr
+        assert _files(project) == before and not (state_dir(project.root) / "rebase/toy/rollout").exists()
+    assert zmr("rebase", "toy", "--onto", "main", cwd=project.root).returncode == 0
+    assert _files(project) != before

@@ -82,13 +82,18 @@ _SECONDS_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
 def timeout() -> float:
     """``$ZMR_LOCK_TIMEOUT`` seconds, default 5; anything but a number of seconds from 0 to a day is an error (exit 2), never a wait forever."""
-    value = os.environ.get(TIMEOUT_ENV)
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, "how long a command waits for another zmr working on the same component")
+
+
+def env_seconds(name: str, default: float, what: str) -> float:
+    """A number of seconds from the environment variable *name* (*default* when unset or empty): 0 to a day, else exit 2 (`inf`, `nan`, `-1`, `abc`)."""
+    value = os.environ.get(name)
     if value is None or value.strip() == "":
-        return DEFAULT_TIMEOUT
+        return default
     if not _SECONDS_RE.fullmatch(value.strip()) or float(value) > MAX_TIMEOUT:
         raise ZmrError(
-            f"{TIMEOUT_ENV}={value!r}: not a number of seconds from 0 to {MAX_TIMEOUT:g}",
-            details=[f"set it to how long a command waits for another zmr working on the same component (e.g. {TIMEOUT_ENV}=60), or unset it (5 s)"],
+            f"{name}={value!r}: not a number of seconds from 0 to {MAX_TIMEOUT:g}",
+            details=[f"set it to {what} (e.g. {name}=60), or unset it ({default:g} s)"],
         )
     return float(value)
 
