@@ -32,3 +32,15 @@ def test_a_command_killed_at_a_fault_point_is_recovered_by_the_next_ones(tmp_pat
     for trial in trials:
         if trial.name == "commit-point":
             assert trial.recovered == "finished", trial  # past the commit point: the next command finishes the write and says so
+
+
+def test_rebase_skip_killed_between_its_cherry_picks_drops_only_the_patch_it_was_asked_to(tmp_path):
+    """Found by the harness: --skip killed after its skip, before the next cherry-pick ran; the rerun of --skip dropped that next patch too."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "rebase-skip")
+
+    def before_the_next_pick(points: list[str]) -> list[int]:
+        picks = [n for n, name in enumerate(points, start=1) if name == "git cherry-pick"]
+        return [picks[1]]  # the first is --skip's `cherry-pick --quit`; at the second the state names the next patch, whose pick has not run
+
+    points, trials = killing.run_scenario(scenario, tmp_path, before_the_next_pick)
+    assert [t.name for t in trials] == ["git cherry-pick"] and trials[0].killed

@@ -694,6 +694,10 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
 def _skip(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     stopped = state.stopped
+    if state.phase == "finalize" or (state.phase == "picking" and stopped is not None and not stopped.conflict):
+        # Not stopped for the engineer: a run (this --skip's, killed after its skip) was cut short between cherry-picks or while
+        # writing its result. Skipping now would drop a patch nobody asked to drop: go on as --continue does.
+        return _resume(project, component, cache, progress)
     if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
         raise RebaseError(
             f"{component.label}: the rebase is not stopped on a patch; nothing to skip",
