@@ -535,3 +535,34 @@ def test_a_full_disk_while_rebase_writes_its_state_is_exit_2_naming_the_file_and
         assert _files(project) == before and not (state_dir(project.root) / "rebase/toy/rollout").exists()
     assert zmr("rebase", "toy", "--onto", "main", cwd=project.root).returncode == 0
     assert _files(project) != before
+
+
+def test_ctrl_c_reaches_a_zmr_started_with_sigint_ignored(tmp_path, upstream):
+    """A background job of a shell without job control starts with SIGINT ignored, and Python keeps it so: `zmr smoke` once sat out a Ctrl-C for 240 s."""
+    project = _export_fixture(tmp_path, upstream, added=1)
+    marker = tmp_path / "paused"
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", "export", "toy"],
+        cwd=project.root,
+        env={**full, "ZMR_TEST_PAUSE": f"locked={marker}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ignore_sigint,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("zmr ignored SIGINT") from None
+    assert proc.returncode == 130 and "zmr: interrupted" in err, err
