@@ -313,3 +313,39 @@ def test_old_state_of_any_shape_is_migrated_or_left_with_a_message_never_a_trace
         assert ".zmr/ in the work tree is not read" in result.stderr and "migrated:" not in result.stderr, (shape, result.stderr)
         assert os.path.lexists(legacy), shape  # nothing deleted that zmr did not understand
         assert not (state / "rebase").exists() and not (state / "checkouts").exists(), shape
+
+
+@pytest.mark.parametrize("layout", ["linked-worktree", "separate-git-dir", "git-dir-env"])
+def test_state_lives_in_the_git_directory_of_every_layout(tmp_path, upstream, layout):
+    """issue #36: a linked work tree, `--separate-git-dir` (a `.git` file), GIT_DIR/GIT_WORK_TREE set by the caller: checkout, export,
+    build and verify work, the state (the component lock) is in that layout's git directory, and nothing of zmr's lands in the work tree."""
+    origin, _ = _toy(tmp_path / "origin", upstream)
+    origin.commit_all("ignore work")
+    env: dict[str, str] = {}
+    if layout == "linked-worktree":
+        root = tmp_path / "linked"
+        git("worktree", "add", "-q", str(root), "-b", "linked", cwd=origin.root)
+        git_dir = Path(git("rev-parse", "--absolute-git-dir", cwd=root))
+        assert git_dir.parent.name == "worktrees"
+    elif layout == "separate-git-dir":
+        root, git_dir = tmp_path / "sep", tmp_path / "sep.git"
+        git("clone", "-q", "--separate-git-dir", str(git_dir), str(origin.root), str(root))
+        assert (root / ".git").is_file()
+    else:
+        root, git_dir = tmp_path / "env", tmp_path / "env/.git"
+        git("clone", "-q", str(origin.root), str(root))
+        env = {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(root)}
+    assert zmr("checkout", "toy", cwd=root, env=env).returncode == 0
+    work = root / "work/toy/rollout"
+    (work / "src/notes.md").write_text("notes\n")
+    git("add", "src/notes.md", cwd=work)
+    git("commit", "-q", "-m", "Add notes", cwd=work)
+    exported = zmr("export", "toy", cwd=root, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert (root / "patches/toy/rollout/0003-add-notes.patch").is_file()
+    assert (git_dir / "zmr/locks/toy/rollout.lock").is_file()  # the state folder of this layout's git directory
+    assert not (root / ".zmr").exists() and not list(root.rglob("*.zmr-stage"))
+    status = sorted(line.split(maxsplit=1)[1] for line in git("status", "--porcelain", cwd=root).splitlines())
+    assert status == ["patches/toy/rollout/0003-add-notes.patch", "patches/toy/rollout/series"], status
+    assert zmr("build", "toy", cwd=root, env=env).returncode == 0
+    assert zmr("verify", "toy", cwd=root, env=env).returncode == 0
