@@ -3,7 +3,7 @@
 No import cycles (type-only imports count), no function over 100 lines,
 layers (the core imports no subpackage, subpackages take only the core's
 public names, nothing below zmr/cli/ imports it), checkouts driven only
-from checkout.py, git argument lists only in git.py (and the checkout
+from the zmr.checkout package, git argument lists only in git.py (and the checkout
 porcelain), update takes from rebase only the stateful move.
 """
 
@@ -267,11 +267,11 @@ PORCELAIN_VERBS = frozenset(
 )
 # The files git keeps in a git dir while such an operation is under way.
 OPERATION_FILES = frozenset({"CHERRY_PICK_HEAD", "MERGE_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "rebase-merge", "rebase-apply"})
-PORCELAIN_MODULES = ("checkout.py", "git.py")  # zmr.checkout drives checkouts; zmr.git runs git
+PORCELAIN_MODULES = ("checkout/", "git.py")  # the zmr.checkout package drives checkouts; zmr.git runs git
 
 
 def porcelain_outside_checkout(root: Path) -> list[str]:
-    """``path:line what`` of each use of working-tree porcelain in *root* outside zmr/checkout.py and zmr/git.py.
+    """``path:line what`` of each use of working-tree porcelain in *root* outside the zmr/checkout/ package and zmr/git.py.
 
     Checked: a list literal whose first item is one of PORCELAIN_VERBS (a
     git argv such as ``["cherry-pick", commit]``, passed or kept in a
@@ -284,7 +284,8 @@ def porcelain_outside_checkout(root: Path) -> list[str]:
     """
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).as_posix() in PORCELAIN_MODULES:
+        rel = path.relative_to(root).as_posix()
+        if rel in PORCELAIN_MODULES or any(rel.startswith(m) for m in PORCELAIN_MODULES if m.endswith("/")):
             continue
         for node in ast.walk(parse(path)):
             where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
@@ -297,7 +298,7 @@ def porcelain_outside_checkout(root: Path) -> list[str]:
     return sorted(found)
 
 
-def test_only_checkout_py_drives_a_checkout_with_git_porcelain():
+def test_only_the_checkout_package_drives_a_checkout_with_git_porcelain():
     assert porcelain_outside_checkout(ZMR) == []
 
 
@@ -308,9 +309,17 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     (package / "rebase.py").write_text(
         driving + 'QUIT = ["reset", "--hard"]\nCOMMANDS = [("checkout", go)]\nNOTE = "a cherry-pick is in progress (CHERRY_PICK_HEAD)"\n'
     )
-    (package / "checkout.py").write_text(driving)  # the one module allowed to
+    (package / "checkout").mkdir()
+    (package / "checkout" / "worktree.py").write_text(driving)  # the one package allowed to
+    (package / "checkout.py").write_text(driving)  # a module named so is not the package
     (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
-    assert porcelain_outside_checkout(package) == ["pkg/rebase.py:2 git cherry-pick", "pkg/rebase.py:3 CHERRY_PICK_HEAD", "pkg/rebase.py:4 git reset"]
+    assert porcelain_outside_checkout(package) == [
+        "pkg/checkout.py:2 git cherry-pick",
+        "pkg/checkout.py:3 CHERRY_PICK_HEAD",
+        "pkg/rebase.py:2 git cherry-pick",
+        "pkg/rebase.py:3 CHERRY_PICK_HEAD",
+        "pkg/rebase.py:4 git reset",
+    ]
 
 
 # The commands of git (``git --list-cmds=main`` of git 2.39): the first word of a git argument list.
@@ -443,6 +452,7 @@ def test_upstream_analysis_reaches_no_stateful_module():
             todo.append(other)
     assert "zmr.replay" in reached
     assert reached.isdisjoint({"zmr.rebase", "zmr.checkout", "zmr.transaction", "zmr.lock", "zmr.update"})
+    assert not any(module.startswith("zmr.checkout.") for module in reached)
 
 
 def test_the_import_reader_sees_every_way_to_take_a_module(tmp_path):

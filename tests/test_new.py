@@ -105,8 +105,11 @@ def test_new_refuses_to_overwrite(tmp_path, existing, shown):
     before = _tree(project.root)
     result = zmr("new", "qwen3", "-c", f"rollout=https://github.com/vllm-project/vllm.git@{SHA_A}", cwd=project.root)
     assert result.returncode == 2
-    assert f"zmr: error: model 'qwen3' already exists: {shown}" in result.stderr
-    assert "zmr new never overwrites" in result.stderr
+    if existing.startswith("manifests/"):  # a manifest there: new adds to it, once it validates (this one does not)
+        assert "zmr: error: manifests/qwen3.yaml: fix it before adding a component" in result.stderr, result.stderr
+    else:
+        assert f"zmr: error: model 'qwen3' already exists: {shown}" in result.stderr
+        assert "zmr new never overwrites" in result.stderr
     assert _tree(project.root) == before
 
 
@@ -117,8 +120,34 @@ def test_new_twice_refuses_the_second_time(tmp_path):
     before = _tree(project.root)
     again = zmr("new", "qwen3", "-c", spec, "--title", "Other", cwd=project.root)
     assert again.returncode == 2
-    assert "model 'qwen3' already exists: manifests/qwen3.yaml, cases/qwen3/, patches/qwen3/" in again.stderr
+    assert "manifests/qwen3.yaml has a component 'rollout' already" in again.stderr, again.stderr
     assert _tree(project.root) == before
+
+
+def test_new_on_an_existing_model_adds_the_component(tmp_path, upstream):
+    """issue #36: `zmr new MODEL -c comp=URL@REV` on an existing model refused; now it adds the component (manifest text kept, an empty series)."""
+    project = make_project(tmp_path / "project")
+    assert zmr("new", "qwen3", "-c", f"rollout={upstream.path}@{upstream.commits[1]}", cwd=project.root).returncode == 0
+    manifest = project.root / "manifests/qwen3.yaml"
+    manifest.write_text(manifest.read_text().replace("title: qwen3", "title: qwen3  # my comment"))
+    before = manifest.read_text()
+    added = zmr("new", "qwen3", "-c", f"trainer={upstream.path}@main", "--json", cwd=project.root)
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["files"] == ["manifests/qwen3.yaml", "patches/qwen3/trainer/series"]
+    after = manifest.read_text()
+    head = before.split("# Model-level smoke tests")[0].rstrip("\n")
+    assert after.startswith(head) and "# my comment" in after  # what was there is kept, byte for byte
+    assert after.endswith(before[len(head):])
+    (loaded,) = load_manifests(project.root, ["qwen3"])
+    assert sorted(loaded.components) == ["rollout", "trainer"]
+    assert loaded.components["trainer"].commit == upstream.commits[-1] and loaded.components["trainer"].track == "main"
+    assert read_series(project.root / "patches/qwen3/trainer", "patches/qwen3/trainer").patches == []
+    assert zmr("validate", "qwen3", cwd=project.root).returncode == 0
+    assert zmr("build", "qwen3", cwd=project.root).returncode == 0
+    unchanged = _tree(project.root)
+    again = zmr("new", "qwen3", "-c", f"trainer={upstream.path}@main", cwd=project.root)
+    assert again.returncode == 2 and "has a component 'trainer' already" in again.stderr
+    assert _tree(project.root) == unchanged
 
 
 URL = "https://github.com/vllm-project/vllm.git"

@@ -265,3 +265,87 @@ def test_a_state_folder_that_is_a_link_is_refused(tmp_path, upstream):
     result = zmr("checkout", "toy", cwd=project.root)
     assert result.returncode == 2 and f"{state_dir(project.root)}: is not a folder (a symbolic link?)" in result.stderr, result.stderr
     assert list(outside.iterdir()) == []
+
+
+def test_old_state_of_any_shape_is_migrated_or_left_with_a_message_never_a_traceback(tmp_path, upstream):
+    """issue #36: `.zmr/` of an unexpected shape ended in `internal error`; now each shape is refused (left in .zmr/, one warning) and the command runs."""
+    import shutil
+
+    project, _ = _toy(tmp_path / "project", upstream)
+    state = state_dir(project.root)
+    legacy = project.root / ".zmr"
+    rebase = legacy / "rebase/toy-rollout"
+    valid = _rebase_state(project.root / "work/toy/rollout", {"existed": False})
+
+    def write(path: Path, data: bytes | str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+    shapes = {
+        "a file": lambda: write(legacy, "x"),
+        "rebase a file": lambda: write(legacy / "rebase", "x"),
+        "state a folder": lambda: (rebase / "state.json").mkdir(parents=True),
+        "state not JSON": lambda: write(rebase / "state.json", b"\xff\x00garbage"),
+        "state a list": lambda: write(rebase / "state.json", "[1, 2]"),
+        "state nested deep": lambda: write(rebase / "state.json", "[" * 5000 + "]" * 5000),
+        "state of odd types": lambda: write(
+            rebase / "state.json", json.dumps({**valid, "model": 5, "saved": {"series_files": 5, "journal_existed": [], "checkout": {"path": 7}}})
+        ),
+        "state a FIFO": lambda: (rebase.mkdir(parents=True), os.mkfifo(rebase / "state.json")),
+        "journal a folder": lambda: (legacy / "pending-removals/toy-rollout.json").mkdir(parents=True),
+        "journal not JSON": lambda: write(legacy / "pending-removals/toy-rollout.json", b"\xff{["),
+        "journal of odd names": lambda: write(legacy / "pending-removals/toy-rollout.json", '[1, null, ["a"]]'),
+        "journal a FIFO": lambda: ((legacy / "pending-removals").mkdir(parents=True), os.mkfifo(legacy / "pending-removals/toy-rollout.json")),
+        "pointer a folder": lambda: (legacy / "checkouts/toy/rollout").mkdir(parents=True),
+        "pointer binary": lambda: write(legacy / "checkouts/toy/rollout", b"\xff\xfe\x00"),
+        "pointer relative": lambda: write(legacy / "checkouts/toy/rollout", "../../etc"),
+        "pointer too long a path": lambda: write(legacy / "checkouts/toy/rollout", "/" + "a/" * 3000),
+    }
+    for shape, make in shapes.items():
+        if legacy.is_dir():
+            shutil.rmtree(legacy)
+        elif os.path.lexists(legacy):
+            legacy.unlink()
+        (state / "legacy-migrated").unlink(missing_ok=True)
+        make()
+        result = zmr("list", cwd=project.root)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (shape, result.stderr)
+        assert ".zmr/ in the work tree is not read" in result.stderr and "migrated:" not in result.stderr, (shape, result.stderr)
+        assert os.path.lexists(legacy), shape  # nothing deleted that zmr did not understand
+        assert not (state / "rebase").exists() and not (state / "checkouts").exists(), shape
+
+
+@pytest.mark.parametrize("layout", ["linked-worktree", "separate-git-dir", "git-dir-env"])
+def test_state_lives_in_the_git_directory_of_every_layout(tmp_path, upstream, layout):
+    """issue #36: a linked work tree, `--separate-git-dir` (a `.git` file), GIT_DIR/GIT_WORK_TREE set by the caller: checkout, export,
+    build and verify work, the state (the component lock) is in that layout's git directory, and nothing of zmr's lands in the work tree."""
+    origin, _ = _toy(tmp_path / "origin", upstream)
+    origin.commit_all("ignore work")
+    env: dict[str, str] = {}
+    if layout == "linked-worktree":
+        root = tmp_path / "linked"
+        git("worktree", "add", "-q", str(root), "-b", "linked", cwd=origin.root)
+        git_dir = Path(git("rev-parse", "--absolute-git-dir", cwd=root))
+        assert git_dir.parent.name == "worktrees"
+    elif layout == "separate-git-dir":
+        root, git_dir = tmp_path / "sep", tmp_path / "sep.git"
+        git("clone", "-q", "--separate-git-dir", str(git_dir), str(origin.root), str(root))
+        assert (root / ".git").is_file()
+    else:
+        root, git_dir = tmp_path / "env", tmp_path / "env/.git"
+        git("clone", "-q", str(origin.root), str(root))
+        env = {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(root)}
+    assert zmr("checkout", "toy", cwd=root, env=env).returncode == 0
+    work = root / "work/toy/rollout"
+    (work / "src/notes.md").write_text("notes\n")
+    git("add", "src/notes.md", cwd=work)
+    git("commit", "-q", "-m", "Add notes", cwd=work)
+    exported = zmr("export", "toy", cwd=root, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert (root / "patches/toy/rollout/0003-add-notes.patch").is_file()
+    assert (git_dir / "zmr/locks/toy/rollout.lock").is_file()  # the state folder of this layout's git directory
+    assert not (root / ".zmr").exists() and not list(root.rglob("*.zmr-stage"))
+    status = sorted(line.split(maxsplit=1)[1] for line in git("status", "--porcelain", cwd=root).splitlines())
+    assert status == ["patches/toy/rollout/0003-add-notes.patch", "patches/toy/rollout/series"], status
+    assert zmr("build", "toy", cwd=root, env=env).returncode == 0
+    assert zmr("verify", "toy", cwd=root, env=env).returncode == 0

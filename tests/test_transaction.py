@@ -9,6 +9,7 @@ SIGTERM or SIGKILL, while the first is exactly there (no sleeps and hope).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -297,3 +298,67 @@ def test_new_killed_between_its_renames_converges_and_never_overwrites(tmp_path,
     assert code == 2, err
     assert "cases/qwen3/recipe.md: appeared while zmr was writing; nothing was overwritten" in err
     assert _work_tree(other.root) == {"cases/qwen3/recipe.md": b"mine\n"} and not _leftovers_in(other.root)
+
+
+def test_a_journal_a_crash_cut_short_is_undone_and_one_that_says_commit_is_refused(tmp_path, upstream):
+    """A journal that does not parse: cut short while it was written (phase staging): its staged copies go, the targets stay; one that says commit is left alone."""
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    original = manifest.read_bytes()
+    staged = manifest.with_name(".toy.yaml.0123456789ab.zmr-stage")
+    staged.write_bytes(b"half of a new manifest")
+    journals = state_dir(project.root) / "transactions"
+    journals.mkdir(parents=True)
+    whole = '{"version": 1, "phase": "staging", "dirs": [], "files": [["manifests/toy.yaml", ".toy.yaml.0123456789ab.zmr-stage"], ["patches/toy/x", ".x.0'
+    (journals / "cut.json").write_text(whole)
+    (journals / "empty.json").write_bytes(b"")
+    result = zmr("list", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "(cut): undone now" in result.stderr and "(empty): undone now" in result.stderr, result.stderr
+    assert not staged.exists() and manifest.read_bytes() == original
+    assert not list(journals.glob("*.json"))
+    # Cut short in its commit phase, or not JSON at all: refused, nothing removed.
+    staged.write_bytes(b"the new manifest")
+    (journals / "late.json").write_text(whole.replace('"staging"', '"commit"'))
+    (journals / "text.json").write_text("hello\n")
+    result = zmr("list", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "late.json: the journal of a committed change is cut short" in result.stderr, result.stderr
+    assert "text.json: not a journal zmr wrote (it is not JSON); zmr changed and removed nothing" in result.stderr, result.stderr
+    assert staged.read_bytes() == b"the new manifest" and manifest.read_bytes() == original
+    assert (journals / "late.json").exists() and (journals / "text.json").exists()
+
+
+def test_a_full_disk_while_a_transaction_stages_names_the_file_and_changes_nothing(tmp_path, upstream):
+    """ENOSPC or EDQUOT (injected: ZMR_TEST_FAULT) while export stages: exit 2 naming the patch file, the series as it was, no journal left."""
+    project = _export_fixture(tmp_path, upstream, added=2)
+    before = _files(project)
+    for code, words in (("ENOSPC", "No space left on device"), ("EDQUOT", "Disk quota exceeded")):
+        result = zmr("export", "toy", cwd=project.root, env={"ZMR_TEST_FAULT": f"stage-write={code}"})
+        assert result.returncode == 2, result.stderr
+        assert re.search(rf"zmr: error: \S+/patches/toy/rollout/\S+\.patch: {words}", result.stderr), result.stderr
+        assert "free space" in result.stderr or "quota" in result.stderr
+        assert _files(project) == before and not _leftovers(project)
+        assert not list((state_dir(project.root) / "transactions").rglob("*.json"))
+    bad = zmr("export", "toy", cwd=project.root, env={"ZMR_TEST_FAULT": "stage-write=ENOSPACE"})
+    assert bad.returncode == 2 and "ZMR_TEST_FAULT='stage-write=ENOSPACE': not POINT=ERRNO" in bad.stderr, bad.stderr
+    assert zmr("export", "toy", cwd=project.root).returncode == 0
+    assert _files(project) != before
+
+
+def test_a_full_disk_while_rebase_writes_its_state_is_exit_2_naming_the_file_and_changes_nothing(tmp_path, upstream):
+    project = make_project(tmp_path / "project")
+    project.write(".gitignore", "/work/\n")
+    simple_model(project, upstream)
+    project.commit_all("ignore work")
+    upstream.commit({"docs/notes.md": "notes\n"}, "Add notes")
+    before = _files(project)
+    for code in ("ENOSPC", "EDQUOT"):
+        result = zmr("rebase", "toy", "--onto", "main", cwd=project.root, env={"ZMR_TEST_FAULT": f"atomic-write={code}"})
+        assert result.returncode == 2, result.stderr
+        assert re.search(r"zmr: error: /\S+: (No space left on device|Disk quota exceeded)", result.stderr), result.stderr
+        assert "Traceback" not in result.stderr
+        assert _files(project) == before and not (state_dir(project.root) / "rebase/toy/rollout").exists()
+    assert zmr("rebase", "toy", "--onto", "main", cwd=project.root).returncode == 0
+    assert _files(project) != before

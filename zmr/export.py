@@ -26,7 +26,8 @@ from zmr.checkout import (
     show_path,
     upstream_commits_problem,
 )
-from zmr.patchplan import ExportPlan, list_commits, plan_export, write_plan
+from zmr import transaction
+from zmr.patchplan import ExportPlan, forget_legacy_journal, list_commits, plan_export, stage_plan
 from zmr.lock import locked
 from zmr.manifest import Component
 from zmr.project import Project
@@ -37,6 +38,7 @@ class ExportResult:
     component: Component
     path: Path
     plan: ExportPlan
+    recovered: str | None = None  # "finished" or "undone": what this export did first to one a kill cut short
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +50,7 @@ class ExportResult:
             "patches": [p.to_json() for p in self.plan.patches],
             "removed": self.plan.removed,
             "series_rewritten": self.plan.series_text is not None,
+            "recovered": self.recovered,
         }
 
 
@@ -74,10 +77,7 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     if co.pin != component.commit or base != component.commit:
         raise CheckoutError(
             f"{where}: the base moved: the checkout is on {(base or co.pin)[:12]}, the manifest pins {component.commit[:12]}",
-            details=[
-                "the series belongs to the new pin now; exporting would write patches made for the old one",
-                f"save your commits (git branch keep), then `zmr checkout {component.model} -c {component.key} --force` and cherry-pick them",
-            ],
+            details=["the series belongs to the new pin now; exporting would write patches made for the old one", *_take_the_new_series(co, component)],
         )
     if head is None or not co.repo.is_ancestor(base, head):
         raise CheckoutError(
@@ -94,15 +94,25 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     if problems:
         raise CheckoutError(f"{where}: the working tree is not clean", details=[*problems, "commit or stash the changes, then export again"])
     commits = list_commits(co.repo, base, head, component.label)
-    journal = project.pending_removals(component)
+    name = transaction_name(component)
+    recovered = None if dry_run else transaction.finish_interrupted(project, name)  # before planning: the plan reads the series folder
+    journal = project.pending_removals(component)  # an older zmr's export journal, still honoured (zmr.patchplan)
     series = project.series(component, no_links=True)
     plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
     _check_three_sides(project, component, co, head, plan)
     if not dry_run:
         if plan.needs_writing:
-            write_plan(plan, journal)
+            with transaction.begin(project, name) as txn:
+                stage_plan(plan, txn)
+        if plan.interrupted:
+            forget_legacy_journal(journal)
         mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
-    return ExportResult(component, co.path, plan)
+    return ExportResult(component, co.path, plan, recovered)
+
+
+def transaction_name(component: Component) -> str:
+    """The transaction an export of *component* writes its series with (zmr.transaction)."""
+    return f"export/{component.model}/{component.key}"
 
 
 def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
@@ -148,3 +158,20 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
         + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
         details=["exporting would write one side over the other", *combine],
     )
+
+
+def _take_the_new_series(co: Checkout, component: Component) -> list[str]:
+    """What to do when the repository's series or pin moved under the checkout's new commits: ``checkout --merge`` when zmr can tell them apart."""
+    m, k = component.model, component.key
+    head, exported = co.head(), co.exported()
+    if head is not None and exported is not None and co.repo.is_ancestor(exported, head):
+        if head == exported:
+            return [f"the checkout has no commits of its own: refresh it with `zmr checkout {m} -c {k}`"]
+        return [
+            f"keep your {len(co.repo.commits_between(exported, head))} new commit(s) on the repository's series: `zmr checkout {m} -c {k} --merge`,"
+            f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
+        ]
+    return [
+        "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
+        f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
+    ]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from zmr.errors import ZmrError
+from zmr.faults import fault_point
 
 
 class FileRefused(ZmrError):
@@ -165,9 +166,11 @@ def _write(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            fault_point("atomic-write")
             os.fsync(handle.fileno())
         os.chmod(tmp, mode & 0o7777 if mode is not None else 0o666 & ~current_umask())
         os.replace(tmp, target)
+        fault_point("atomic-rename")
     except BaseException:
         try:
             os.unlink(tmp)

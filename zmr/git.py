@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from zmr.errors import ZmrError
+from zmr.faults import fault_point
 
 # Every git command, its exit status and duration, at DEBUG (`zmr -v` shows them).
 log = logging.getLogger("zmr.git")
@@ -522,6 +523,7 @@ def run(
     if git_dir is not None:
         argv.append(f"--git-dir={os.fspath(git_dir)}")
     argv += list(args)
+    fault_point(f"git {_subcommand(args)}")
     started = time.monotonic()
     try:
         if progress is not None:

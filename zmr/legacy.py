@@ -19,11 +19,13 @@ import dataclasses
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
+from zmr.files import MAX_JSON_BYTES, parse_json, read_repo_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Component
@@ -75,20 +77,39 @@ def migrate(project: Project) -> list[str]:
 
 
 def _migrate_component(project: Project, component: Component, legacy: Path, state: Path) -> list[str]:
+    """What of *component*'s old state moved; an entry of a shape zmr does not know stays (``_tried``), whatever it holds."""
     moved = []
     name = f"{component.model}-{component.key}"
-    if _migrate_rebase(project, component, legacy / "rebase" / name):
+    if _tried(lambda: _migrate_rebase(project, component, legacy / "rebase" / name)):
         moved.append(f"the rebase of {component.label}")
-    journal = legacy / "pending-removals" / f"{name}.json"
-    target = project.pending_removals(component)
-    if _regular(journal) and not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(journal, target)
-        journal.unlink()
+    if _tried(lambda: _migrate_journal(project, component, legacy / "pending-removals" / f"{name}.json")):
         moved.append(f"the export journal of {component.label}")
-    if _migrate_pointer(project, component, legacy / "checkouts" / component.model / component.key):
+    if _tried(lambda: _migrate_pointer(project, component, legacy / "checkouts" / component.model / component.key)):
         moved.append(f"the remembered --dir of {component.label}")
     return moved
+
+
+def _tried(step: Callable[[], bool]) -> bool:
+    """*step*'s answer; False when what it read is of no shape zmr knows (damaged JSON, a name the system refuses): that entry is not migrated."""
+    try:
+        return step()
+    except (ZmrError, OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return False
+
+
+def _migrate_journal(project: Project, component: Component, journal: Path) -> bool:
+    """An export journal: migrated when it is what an older zmr wrote, a JSON list of names."""
+    target = project.pending_removals(component)
+    if not _regular(journal) or target.exists():
+        return False
+    data = read_repo_file(None, journal, limit=MAX_LEGACY_POINTER, what="export journal")
+    names = parse_json(data)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(journal, target)
+    journal.unlink()
+    return True
 
 
 def _regular(path: Path) -> bool:
@@ -119,6 +140,7 @@ def _migrate_rebase(project: Project, component: Component, folder: Path) -> boo
     target = project.rebase_dir(component)
     if not _only_regular_files(folder) or not _regular(folder / "state.json") or target.exists():
         return False
+    parse_json(read_repo_file(None, folder / "state.json", limit=MAX_JSON_BYTES, what="rebase state"))  # no nesting past what zmr writes
     try:
         state = RebaseState.load(folder / "state.json")
         default = checkout.default_path(project, component)

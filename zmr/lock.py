@@ -9,9 +9,16 @@ included), so a lock is never stale. While it holds the lock, zmr writes
 its pid, its command line and the time it took the lock into the file,
 for the message the next process shows.
 
-A second process waits up to ``ZMR_LOCK_TIMEOUT`` seconds (default 5) for
-the lock, then refuses with `LockBusy` (exit 2): "another zmr (pid N) is
-working on m/c since ...". Locks are re-entrant within one process
+A second process waits up to ``ZMR_LOCK_TIMEOUT`` seconds (default 5; a
+value that is not a number of seconds up to a day is an error, exit 2) for
+the lock, then refuses with `LockBusy` (exit 2): "another zmr (pid N on
+HOST) is working on m/c since ...". What the lock file says is checked
+before it is believed: a holder whose pid is gone (on this host) is named
+as such (a process it started holds the file open), a file that names no
+holder says so; a lock file that is a symbolic link, a folder or anything
+but a regular file is refused, never followed. zmr never removes a lock
+file (removing it would let a third process lock a new file while the
+holder lives). Locks are re-entrant within one process
 (``zmr update --apply`` holds the lock and calls ``rebase.start``, which
 takes it too).
 
@@ -29,6 +36,8 @@ import fcntl
 import functools
 import json
 import os
+import re
+import socket
 import stat
 import sys
 import time
@@ -67,12 +76,26 @@ class Lockable(Protocol):
     def key(self) -> str: ...
 
 
+MAX_TIMEOUT = 86400.0
+_SECONDS_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
 def timeout() -> float:
-    """``$ZMR_LOCK_TIMEOUT`` seconds, default 5; a value that is not a number is the default."""
-    try:
-        return max(0.0, float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT)))
-    except ValueError:
-        return DEFAULT_TIMEOUT
+    """``$ZMR_LOCK_TIMEOUT`` seconds, default 5; anything but a number of seconds from 0 to a day is an error (exit 2), never a wait forever."""
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, "how long a command waits for another zmr working on the same component")
+
+
+def env_seconds(name: str, default: float, what: str) -> float:
+    """A number of seconds from the environment variable *name* (*default* when unset or empty): 0 to a day, else exit 2 (`inf`, `nan`, `-1`, `abc`)."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    if not _SECONDS_RE.fullmatch(value.strip()) or float(value) > MAX_TIMEOUT:
+        raise ZmrError(
+            f"{name}={value!r}: not a number of seconds from 0 to {MAX_TIMEOUT:g}",
+            details=[f"set it to {what} (e.g. {name}=60), or unset it ({default:g} s)"],
+        )
+    return float(value)
 
 
 def command_line() -> str:
@@ -104,12 +127,13 @@ P = ParamSpec("P")
 
 
 def locked(function: Callable[Concatenate[Project, C, P], T]) -> Callable[Concatenate[Project, C, P], T]:
-    """Run ``function(project, component, ...)`` holding *component*'s lock."""
+    """Run ``function(project, component, ...)`` holding *component*'s lock, *component* read again once it is held (``Project.reloaded``)."""
 
     @functools.wraps(function)
     def wrapper(project: Project, component: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
         with hold(project, [component]):
-            return function(project, component, *args, **kwargs)
+            # What the manifest says now: another zmr held the lock meanwhile (a rebase moved the pin), and what was read before is stale.
+            return function(project, project.reloaded(component), *args, **kwargs)
 
     return wrapper
 
@@ -128,7 +152,7 @@ def _hold_one(path: Path, label: str, command: str, wait: float | None = None) -
         return
     fd = _open(path, label)
     try:
-        _acquire(fd, label, timeout() if wait is None else wait)
+        _acquire(fd, label, timeout() if wait is None else wait, path)
         _record(fd, command)
         _held[path] = (fd, 1)
         pause_point("locked")
@@ -149,15 +173,19 @@ def _open(path: Path, label: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise LockBusy(f"{path}: the lock file of {label} is a symbolic link; zmr does not follow it", details=[f"remove {path} and run again"]) from None
+            raise LockBusy(
+                f"{path}: the lock file of {label} is a symbolic link; zmr does not follow it (nor remove it)", details=[f"remove {path} and run again"]
+            ) from None
+        if err.errno == errno.EISDIR:
+            raise LockBusy(f"{path}: the lock file of {label} is a folder; zmr does not remove it", details=[f"remove {path} (rmdir) and run again"]) from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise LockBusy(f"{path}: the lock file of {label} is not a regular file", details=[f"remove {path} and run again"])
+        raise LockBusy(f"{path}: the lock file of {label} is not a regular file; zmr does not remove it", details=[f"remove {path} and run again"])
     return fd
 
 
-def _acquire(fd: int, label: str, wait: float) -> None:
+def _acquire(fd: int, label: str, wait: float, path: Path | None = None) -> None:
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -166,22 +194,51 @@ def _acquire(fd: int, label: str, wait: float) -> None:
         except BlockingIOError:
             pass
         if time.monotonic() >= deadline:
-            raise _busy(fd, label)
+            raise _busy(fd, label, path)
         time.sleep(_POLL)
 
 
-def _busy(fd: int, label: str) -> LockBusy:
+def _busy(fd: int, label: str, path: Path | None = None) -> LockBusy:
+    """The message for a lock held by another process: who wrote it (pid, host, command, since when), as far as the file says, checked before it is believed."""
     holder = _holder(fd)
-    pid = f" (pid {holder['pid']})" if isinstance(holder.get("pid"), int) else ""
+    pid = holder.get("pid") if isinstance(holder.get("pid"), int) and not isinstance(holder.get("pid"), bool) else None
+    host = holder.get("host") if isinstance(holder.get("host"), str) else None
     since = f" since {holder['started']}" if isinstance(holder.get("started"), str) else ""
     doing = f" (`{holder['command']}`)" if isinstance(holder.get("command"), str) else ""
+    where = f" on {host}" if host else ""
+    retry = f"to wait longer for it, set {TIMEOUT_ENV}=<seconds> (now {timeout():g})"
+    if pid is None:
+        shown = path if path is not None else label
+        return LockBusy(
+            f"another zmr is working on {label} (its lock file does not say which process: not written by zmr, or not yet)",
+            details=[f"wait until it has finished, then run this command again; `fuser {shown}` names the process", retry],
+        )
+    if (host is None or host == socket.gethostname()) and not _alive(pid):
+        shown = path if path is not None else label
+        return LockBusy(
+            f"the lock of {label} is held, but the zmr that wrote it (pid {pid}{where}{doing}{since}) is gone",
+            details=[
+                "a process it started still holds the lock file open; zmr neither breaks nor removes a lock that is held",
+                f"find it with `fuser {shown}`, let it finish or stop it, then run this command again",
+            ],
+        )
     return LockBusy(
-        f"another zmr{pid} is working on {label}{since}",
-        details=[
-            f"wait until it has finished{doing}, then run this command again",
-            f"to wait longer for it, set {TIMEOUT_ENV}=<seconds> (now {timeout():g})",
-        ],
+        f"another zmr (pid {pid}{where}) is working on {label}{since}",
+        details=[f"wait until it has finished{doing}, then run this command again", retry],
     )
+
+
+def _alive(pid: int) -> bool:
+    """A process *pid* exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return pid > 0
 
 
 def _holder(fd: int) -> dict:
@@ -195,7 +252,7 @@ def _holder(fd: int) -> dict:
 
 def _record(fd: int, command: str) -> None:
     started = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    data = json.dumps({"pid": os.getpid(), "command": command, "started": started}).encode()
+    data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": started}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
 

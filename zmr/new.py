@@ -178,8 +178,8 @@ def existing(root: Path, model: str) -> list[str]:
     return found
 
 
-def validate(project: "Project", model: str, files: dict[str, str], components: Sequence[ComponentSpec]) -> None:
-    """Validate the rendered manifest and case as `zmr validate` and `zmr docs` would; raise on any problem."""
+def validate(project: "Project", model: str, files: dict[str, str], components: Sequence[ComponentSpec], *, case: bool = True) -> None:
+    """Validate the rendered manifest (and, with *case*, the case) as `zmr validate` and `zmr docs` would; raise on any problem."""
     from zmr.cases import parse_case
     from zmr.manifest import parse_manifest
 
@@ -198,7 +198,7 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
                 text = p.text + (f"; {p.fix}" if p.fix else "")
                 details.append(f"--component {spec!r}: {text}" if spec else text)
             raise ZmrError(f"zmr new {model}: {len(problems)} problem{'s' if len(problems) != 1 else ''} with the components", details=details)
-        _, problems = parse_case(staged / f"cases/{model}/case.yaml", staged)
+        _, problems = parse_case(staged / f"cases/{model}/case.yaml", staged) if case else (None, [])
         if problems:  # pragma: no cover - the template is tested to be valid
             raise ZmrError(f"zmr new {model}: the case template does not validate (a bug in zmr)", details=[str(p) for p in problems])
 
@@ -217,7 +217,7 @@ class Scaffolded:
 def create(project: "Project", model: str, components: Sequence[str], title: str | None = None, tracks: Sequence[str] = ()) -> Scaffolded:
     """Scaffold *model*; returns the repository-relative paths written, in order."""
     from zmr import transaction
-    from zmr.manifest import COMPONENT_RE, MODEL_RE, load_manifests
+    from zmr.manifest import MODEL_RE, load_manifests
 
     root = project.root
     if not MODEL_RE.match(model):
@@ -225,23 +225,15 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
             f"{model!r} is not a valid model name",
             details=["use [a-z0-9][a-z0-9._-]* (lower case, digits, '.', '_', '-'): it names manifests/<model>.yaml and the branches"],
         )
+    if not components:
+        raise ZmrError(f"zmr new {model}: name at least one component", details=[f"--component {SPEC_HELP} (repeat it for the trainer, ...)"])
+    manifest = root / f"manifests/{model}.yaml"
+    if manifest.is_file() and not manifest.is_symlink():
+        return add_components(project, model, components, tracks)
     there = existing(root, model)
     if there:
         raise ZmrError(f"model {model!r} already exists: {', '.join(there)}", details=["zmr new never overwrites; pick another name, or edit the files"])
-    if not components:
-        raise ZmrError(f"zmr new {model}: name at least one component", details=[f"--component {SPEC_HELP} (repeat it for the trainer, ...)"])
-    specs = [parse_component(s) for s in components]
-    seen: set[str] = set()
-    for c in specs:
-        if not COMPONENT_RE.match(c.key):
-            raise ZmrError(
-                f"--component {c.spec!r}: {c.key!r} is not a valid component name",
-                details=["use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), e.g. rollout, trainer, vllm, megatron"],
-            )
-        if c.key in seen:
-            raise ZmrError(f"--component {c.spec!r}: component {c.key!r} is given twice")
-        seen.add(c.key)
-    specs = with_tracks(specs, tracks)
+    specs = _checked_specs(components, tracks)
     title = (title or model).strip() or model
     if any(ord(ch) < 32 for ch in title):
         raise ZmrError("--title: control characters (line breaks, tabs) are not allowed")
@@ -263,3 +255,76 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
                 txn.remove(root / rel)
         raise
     return Scaffolded(model, list(files))
+
+
+def _checked_specs(components: Sequence[str], tracks: Sequence[str]) -> list[ComponentSpec]:
+    """The ``--component`` specs split, their names checked (valid, each once), ``--track`` applied."""
+    from zmr.manifest import COMPONENT_RE
+
+    specs = [parse_component(s) for s in components]
+    seen: set[str] = set()
+    for c in specs:
+        if not COMPONENT_RE.match(c.key):
+            raise ZmrError(
+                f"--component {c.spec!r}: {c.key!r} is not a valid component name",
+                details=["use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), e.g. rollout, trainer, vllm, megatron"],
+            )
+        if c.key in seen:
+            raise ZmrError(f"--component {c.spec!r}: component {c.key!r} is given twice")
+        seen.add(c.key)
+    return with_tracks(specs, tracks)
+
+
+def add_components(project: "Project", model: str, components: Sequence[str], tracks: Sequence[str] = ()) -> Scaffolded:
+    """``zmr new MODEL -c ...`` on a model that exists: each component added to its manifest (the text of the others kept), with an empty series.
+
+    The manifest must validate first (every problem of it is reported); a
+    component already there, or a series folder already there, is refused;
+    the edited manifest is validated as a whole before manifest and series
+    are written, together (one transaction).
+    """
+    from zmr import transaction
+    from zmr.manifest import parse_manifest
+
+    root = project.root
+    path = root / f"manifests/{model}.yaml"
+    display = f"manifests/{model}.yaml"
+    current, problems = parse_manifest(path, root, project.policy)
+    if current is None or problems:
+        raise ZmrError(f"{display}: fix it before adding a component", details=[str(p) for p in problems])
+    specs = _checked_specs(components, tracks)
+    for c in specs:
+        if c.key in current.components:
+            raise ZmrError(f"--component {c.spec!r}: {display} has a component {c.key!r} already", details=["edit its commit there, or pick another name"])
+        folder = f"patches/{model}/{c.key}"
+        if (root / folder).exists() or (root / folder).is_symlink():
+            raise ZmrError(f"--component {c.spec!r}: {folder} exists already", details=["zmr new never overwrites; remove it or pick another name"])
+    text = path.read_text(encoding="utf-8")
+    unresolved = [c if _FULL_ID_RE.match(c.commit) else dataclasses.replace(c, commit="0" * 40) for c in specs]
+    validate(project, model, {display: _with_components(text, model, unresolved, display)}, unresolved, case=False)
+    specs = resolve_commits(project, specs)
+    edited = _with_components(text, model, specs, display)
+    validate(project, model, {display: edited}, specs, case=False)
+    series = {f"patches/{model}/{c.key}/series": render(model, model, [c])[f"patches/{model}/{c.key}/series"] for c in specs}
+    with transaction.begin(project, NEW_TRANSACTION) as txn:  # the manifest and every series, or nothing
+        txn.write(path, edited.encode("utf-8"))
+        for rel, body in series.items():
+            txn.create(root / rel, body.encode("utf-8"))
+    return Scaffolded(model, [display, *series])
+
+
+def _with_components(text: str, model: str, specs: Sequence[ComponentSpec], display: str) -> str:
+    """*text* with the blocks of *specs* after the last line of its ``components:`` mapping; everything else as it was."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if re.match(r"components:\s*(#.*)?$", line)), None)
+    if start is None:
+        raise ZmrError(f"{display}: no block `components:` mapping to add to", details=["add the component by hand (docs/reference.md §2.2)"])
+    end = start
+    for i in range(start + 1, len(lines)):
+        if lines[i].strip() and not lines[i][0].isspace():
+            break
+        if lines[i].strip():  # indented: the block's (its comments too)
+            end = i
+    blocks = render(model, model, specs)[f"manifests/{model}.yaml"]
+    ours = blocks.split("components:\n", 1)[1].split("\n# Model-level smoke tests", 1)[0].rstrip("\n").split("\n")
+    return "\n".join([*lines[: end + 1], *ours, *lines[end + 1 :]])

@@ -5,7 +5,7 @@ that a checkout still equals its series all plan with this module::
 
     commits base..tip ──list_commits (linear, no merges)──▶ commits
         ──plan_export: match each commit to a patch of the series──▶ ExportPlan
-        ──write_plan──▶ patch files, then ``series``, then removals
+        ──stage_plan──▶ a zmr.transaction: patch files, ``series`` and removals, all at once
 
 Nothing is written while planning: an ``ExportPlan`` holds every byte an
 export would write, so ``--dry-run``, ``zmr checkout`` (is there unexported
@@ -22,28 +22,23 @@ Invariants (byte-stable; docs/reference.md §3.4):
   patches are named ``NNNN-<subject-slug>.patch`` by position;
 - files are removed only when they were listed in the series; ``series``
   keeps its comments, blank lines and options where the entries survive;
-- writes are journaled, so an interrupted export (Ctrl-C, SIGKILL, a full
-  disk) converges: the next export reaches exactly the bytes of an
-  uninterrupted one. Before the first write, the journal
-  (``Project.pending_removals``, a JSON list of names) records every name the
-  export owns: the new series' names, the files it removes, leftovers of an
-  earlier interrupted export. A file the journal names is never "taken" by
-  someone else (so no ``…-2.patch``) and is removed when the new series does
-  not list it. Each file is written in a staging folder next to the journal,
-  flushed, and renamed into the series folder (so no temporary file is ever
-  left among the patches); patch files first, then ``series``, then removals;
-  the journal goes last.
+- writes are all or nothing: ``stage_plan`` hands them to a
+  ``zmr.transaction`` (``zmr export`` and ``zmr rebase`` commit it), so a
+  series is never half-written: a kill before the transaction's commit point
+  leaves the old series, after it the next zmr command finishes the renames.
+- an export journal of an older zmr (``Project.pending_removals``, a JSON
+  list of names an interrupted export owned, with its staging folder) is
+  still read: a file it names is never "taken" by someone else (so no
+  ``…-2.patch``) and is removed when the new series does not list it; the
+  export that finishes it removes the journal (``forget_legacy_journal``).
 """
 
 from __future__ import annotations
 
-import errno
 import contextlib
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +46,6 @@ from typing import TYPE_CHECKING, cast
 
 from zmr import git
 from zmr.errors import ZmrError
-from zmr.lock import pause_point
-from zmr.files import atomic_write, current_umask, prune_empty_dirs
 from zmr.patchfile import (
     CommitMeta,
     commit_diffs,
@@ -117,7 +110,7 @@ class ExportPlan:
 
     @property
     def needs_writing(self) -> bool:
-        """``write_plan`` has something to do: a change, or an interrupted export to finish."""
+        """Something to write: a change, or what an older zmr's interrupted export left to finish."""
         return self.changed or bool(self.pending) or self.interrupted
 
     @property
@@ -549,43 +542,20 @@ def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple
     return "\n".join(out) + "\n" if out else ""
 
 
-def write_plan(plan: ExportPlan, journal: Path | None = None) -> None:
-    """Write patch files, then ``series``, then remove stale files; journaled so that a rerun converges.
-
-    Without a *journal* (a library caller that wants no state), each file is
-    written with ``atomic_write`` and an interruption may leave stray files.
-    """
-    removals = sorted(set(plan.removed + plan.pending))
-    for name in [*(item.name for item in plan.writes), *removals]:
-        _refuse_links(plan.folder, name, plan.display)  # all checked before the first write
-    staging = None
-    if journal is not None:
-        owned = sorted({p.name for p in plan.patches} | set(removals))
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        staging = staging_dir(journal)
-        _remove_leftovers(journal, staging)
-        atomic_write(journal, json.dumps(owned).encode())
-        staging.mkdir()
-    for number, item in enumerate(plan.writes, start=1):
-        _write(plan.folder / item.name, item.data or b"", staging)
-        pause_point(f"export-wrote-{number}")  # tests: a kill after exactly *number* files
-    if plan.series_text is not None:
-        _write(plan.folder / "series", plan.series_text, staging)
-    for name in removals:
-        path = plan.folder / name
-        if path.is_file():
-            path.unlink()
-        prune_empty_dirs(path.parent, plan.folder)
-    if journal is not None and staging is not None:
-        shutil.rmtree(staging, ignore_errors=True)
-        forget_journal(journal)
-
-
 def forget_journal(journal: Path) -> None:
     """The journal removed, and its model's folder with it when no other export of the model left one."""
     journal.unlink()
     with contextlib.suppress(OSError):
         journal.parent.rmdir()
+
+
+def forget_legacy_journal(journal: Path) -> None:
+    """An older zmr's export journal and its staging folder gone, once an export has written the series it described (module docstring)."""
+    shutil.rmtree(staging_dir(journal), ignore_errors=True)
+    for tmp in journal.parent.glob(f".{journal.name}.*.zmr-tmp"):
+        tmp.unlink(missing_ok=True)
+    if journal.is_file() and not journal.is_symlink():
+        forget_journal(journal)
 
 
 def _refuse_links(folder: Path, name: str, display: str) -> None:
@@ -602,7 +572,9 @@ def _refuse_links(folder: Path, name: str, display: str) -> None:
 
 
 def stage_plan(plan: ExportPlan, txn: Transaction) -> None:
-    """The writes and removals of *plan* added to *txn* (zmr.transaction), for a caller that writes more with them (rebase: the pin)."""
+    """The writes and removals of *plan* added to *txn* (zmr.transaction): written all together when it commits."""
+    for name in [*(item.name for item in plan.writes), *plan.removed, *plan.pending]:
+        _refuse_links(plan.folder, name, plan.display)  # all checked before the first write
     for item in plan.writes:
         txn.write(plan.folder / item.name, item.data or b"")
     if plan.series_text is not None:
@@ -612,40 +584,5 @@ def stage_plan(plan: ExportPlan, txn: Transaction) -> None:
 
 
 def staging_dir(journal: Path) -> Path:
-    """Where ``write_plan`` stages files before renaming them into the series folder: next to the journal."""
+    """Where an older zmr's export staged files before renaming them into the series folder: next to its journal."""
     return journal.with_name(journal.stem + ".staging")
-
-
-def _remove_leftovers(journal: Path, staging: Path) -> None:
-    """What an interrupted ``write_plan`` left in the journal's folder (a staging folder, a temporary journal)."""
-    shutil.rmtree(staging, ignore_errors=True)
-    for tmp in journal.parent.glob(f".{journal.name}.*.zmr-tmp"):
-        tmp.unlink(missing_ok=True)
-
-
-def _write(path: Path, data: bytes, staging: Path | None) -> None:
-    """Write *path* whole: staged and flushed outside the series folder, then renamed into place."""
-    if staging is None:
-        atomic_write(path, data)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~current_umask()
-    fd, tmp = tempfile.mkstemp(dir=staging)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        os.unlink(tmp)
-        if err.errno != errno.EXDEV:
-            raise
-        atomic_write(path, data)  # the state folder is on another file system than the series
-    except BaseException:
-        os.unlink(tmp)
-        raise

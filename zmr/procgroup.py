@@ -42,10 +42,10 @@ class Outcome:
 
 
 def kill_grace() -> float:
-    try:
-        return max(0.0, float(os.environ.get(KILL_GRACE_ENV, DEFAULT_KILL_GRACE)))
-    except ValueError:
-        return DEFAULT_KILL_GRACE
+    """``$ZMR_SMOKE_KILL_GRACE`` seconds, default 10; a value that is not a number of seconds up to a day is an error (exit 2), never a wait forever."""
+    from zmr.lock import env_seconds
+
+    return env_seconds(KILL_GRACE_ENV, DEFAULT_KILL_GRACE, "the seconds between SIGTERM and SIGKILL of a smoke test's process group")
 
 
 def run_command(

@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from zmr import git
 from zmr.errors import SettingsError, ZmrError
@@ -52,6 +52,9 @@ class Settings:
     release_name: str = DEFAULT_RELEASE_NAME
     release_email: str = DEFAULT_RELEASE_EMAIL
     release_url: str | None = None
+
+
+L = TypeVar("L")
 
 
 @dataclass
@@ -203,6 +206,22 @@ class Project:
 
     def manifests(self, models: list[str] | None = None) -> list[Manifest]:
         return load_manifests(self.root, models or None, self.policy)
+
+    def reloaded(self, component: L) -> L:
+        """*component* as its manifest says now: a command that waited for a lock reads what the holder wrote (a rebase's new pin), not what it read before.
+
+        Anything that is not a component of a manifest, or one whose manifest
+        no longer holds it, comes back as it is (the command's own checks
+        then say what is wrong).
+        """
+        if not isinstance(component, Component):
+            return component
+        try:
+            manifests = self.manifests([component.model])
+        except ZmrError:
+            return component
+        fresh = manifests[0].components.get(component.key) if manifests else None
+        return cast(L, fresh) if fresh is not None else component
 
 
 def _state_dir_of(root: Path) -> Path:

@@ -229,11 +229,19 @@ def _load(project: Project, component: Component) -> RebaseState:
 
 
 def finishing_onto(project: Project, component: Component) -> str | None:
-    """The new pin of a rebase of *component* stopped while writing its result (phase ``finalize``: nothing left to the engineer); else None."""
+    """The new pin of a rebase of *component* that a kill cut short with nothing left to the engineer; else None.
+
+    That is one in phase ``finalize`` (writing its result), or one in phase
+    ``picking`` that has not handed a conflict to the engineer (killed
+    between or during its cherry-picks, which ``resume`` runs again). One
+    stopped on a conflict is the engineer's: None.
+    """
     if not project.rebase_state(component).is_file():
         return None
     state = _load(project, component)
-    return state.new if state.phase == "finalize" else None
+    if state.phase == "finalize" or (state.phase == "picking" and not (state.stopped is not None and state.stopped.conflict)):
+        return state.new
+    return None
 
 
 def _save(project: Project, component: Component, state: RebaseState) -> None:
@@ -712,6 +720,10 @@ def skip(project: Project, component: Component, cache: Cache | None = None, pro
 def _skip(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
     stopped = state.stopped
+    if state.phase == "finalize" or (state.phase == "picking" and stopped is not None and not stopped.conflict):
+        # Not stopped for the engineer: a run (this --skip's, killed after its skip) was cut short between cherry-picks or while
+        # writing its result. Skipping now would drop a patch nobody asked to drop: go on as --continue does.
+        return _resume(project, component, cache, progress)
     if state.phase != "picking" or stopped is None or not state.prepared or not state.remaining or state.remaining[0] != stopped.index:
         raise RebaseError(
             f"{component.label}: the rebase is not stopped on a patch; nothing to skip",

@@ -102,9 +102,11 @@ def apply_error(component: Component, patch: Patch, stderr: str, store: Path | N
     details = [f"failed at: {where}" if where else "git apply failed", *[f"git: {line}" for line in lines[-6:]]]
     if b"\r\n" in patch.data:
         details.append("the patch has CRLF line endings; if the tree's files use LF, convert the patch to LF")
-    details.append(
-        f"refresh the patch against {component.commit[:12]} (zmr checkout {component.model} -c {component.key}, fix, zmr export), or rebase the series"
-    )
+    shown = f"{component.patches}/{patch.name}"
+    details += [
+        f"no checkout can be made while it does not apply: fix the file itself (edit {shown} at the hunk above),"
+        f" or take it back from the last commit where it applied: `git log --oneline -- {shown}`, then `git checkout <commit> -- {shown}`",
+    ]
     return ApplyError(message, details=details)
 
 

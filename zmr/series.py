@@ -189,7 +189,10 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
         try:
             series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}", root=root))
         except SeriesError as err:
-            problems.append(Problem(f"{display}/series", entry.line, str(err), ""))
+            if err.problems:  # located in the patch file itself: every one of them
+                problems.extend(p for p in err.problems if isinstance(p, Problem))
+            else:
+                problems.append(Problem(f"{display}/series", entry.line, str(err), ""))
     if problems:
         raise SeriesError(
             f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {display}/series",
@@ -229,7 +232,77 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     problem = unsafe_path_problem(data, strip)
     if problem:
         raise SeriesError(f"{display}: {problem}; a patch may only change files inside the tree")
+    broken = form_problems(data, display)
+    if broken:
+        raise SeriesError(f"{len(broken)} problem{'s' if len(broken) != 1 else ''} in {display}", details=[str(b) for b in broken], problems=broken)
     return parse_patch(data, name, strip, path, display)
+
+
+_MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
+_HUNK_BODY = (b" ", b"+", b"-", b"\\")
+
+
+def form_problems(data: bytes, display: str) -> list[Problem]:
+    """What makes *data* no patch git can apply, each with its line: conflict markers, hunks whose ``@@`` counts do not match their lines.
+
+    Every problem of the file, not only the first; found before any git
+    command reads the patch, so that no command says "corrupt patch" and no
+    advice sends the user to a command that fails the same way.
+    """
+    found: list[Problem] = []
+    restore = f"or take the file back from the last commit where it was good: `git log --oneline -- {display}`, then `git checkout <commit> -- {display}`"
+    lines = data.split(b"\n")
+    start = _DIFF_START_RE.search(data)
+    first = data[: start.start()].count(b"\n") if start else len(lines)
+    for number, line in enumerate(lines, start=1):
+        if _MARKER_RE.match(line) and (number > first or not line.startswith(b"=")):
+            found.append(
+                Problem(
+                    display,
+                    number,
+                    f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`: a merge (git pull, git rebase) stopped in this patch file",
+                    f"resolve it: keep the side you want, delete the marker lines (`git checkout --theirs -- {display}` or `--ours` takes a side); {restore}",
+                )
+            )
+    if found:
+        return found  # the markers break the hunks around them too: one cause, said once
+    n = first
+    while n < len(lines):
+        match = _HUNK_RE.match(lines[n])
+        n += 1
+        if not match:
+            continue
+        header = n
+        old = int(match.group(2)) if match.group(2) is not None else 1
+        new = int(match.group(4)) if match.group(4) is not None else 1
+        seen_old = seen_new = 0
+        while n < len(lines) and (seen_old < old or seen_new < new):
+            line = lines[n]
+            if line.startswith(b"\\"):
+                n += 1
+                continue
+            if line == b"" or line.startswith(b" "):
+                seen_old, seen_new = seen_old + 1, seen_new + 1
+            elif line.startswith(b"-") and not line.startswith(b"--- "):
+                seen_old += 1
+            elif line.startswith(b"+") and not line.startswith(b"+++ "):
+                seen_new += 1
+            else:
+                break
+            n += 1
+        extra = n < len(lines) and lines[n][:1] in (b"+", b"-") and lines[n] not in (b"-- ", b"--") and not lines[n].startswith((b"--- ", b"+++ "))
+        if (seen_old, seen_new) != (old, new) or extra:
+            what = "more lines than" if extra and (seen_old, seen_new) == (old, new) else f"{seen_old} old and {seen_new} new lines where"
+            found.append(
+                Problem(
+                    display,
+                    header,
+                    f"hunk `{lines[header - 1].decode('utf-8', 'replace').split(' @@')[0]} @@` has {what} its header says ({old} old, {new} new): "
+                    "the file was edited by hand",
+                    f"correct the counts in that @@ line (old: context and - lines; new: context and + lines); {restore}",
+                )
+            )
+    return found
 
 
 def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None, display: str = "") -> Patch:

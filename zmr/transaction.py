@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zmr.errors import ZmrError
+from zmr.faults import fault_point
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, prune_empty_dirs, read_repo_file
 from zmr.lock import LockBusy, hold_file, pause_point
 
@@ -121,6 +123,7 @@ class Transaction:
         }
         self.journal.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.journal, json.dumps(record).encode())
+        fault_point("journal")
         try:
             for folder in dirs:
                 folder.mkdir()
@@ -138,6 +141,7 @@ class Transaction:
         with signals_deferred():
             record["phase"] = COMMIT
             atomic_write(self.journal, json.dumps(record).encode())
+            fault_point("commit-point")
             _roll_forward(self.root, record)
             self.journal.unlink()
 
@@ -193,10 +197,17 @@ def recover(root: Path, journal: Path) -> str | None:
         raise JournalRefused(f"{display}: is a symbolic link; zmr does not follow it", details=[f"remove {display} and run again"])
     data = read_repo_file(None, journal, limit=MAX_JSON_BYTES, what="zmr journal", display=display)
     try:
-        record = _checked(root, parse_json(data))
+        parsed = parse_json(data)
+    except ValueError:
+        _undo_truncated(root, data, display)  # cut short in the staging phase: nothing was renamed yet
+        journal.unlink()
+        return "undone"
+    try:
+        record = _checked(root, parsed)
     except ValueError as err:
         raise JournalRefused(
-            f"{display}: not a journal zmr wrote ({err})", details=[f"remove {display}; then check `git status` for files an interrupted zmr left"]
+            f"{display}: not a journal zmr wrote ({err}); zmr changed and removed nothing",
+            details=[f"look at it, remove {display}, then check `git status` for files an interrupted zmr left"],
         ) from None
     with signals_deferred():
         if record["phase"] == COMMIT:
@@ -205,6 +216,44 @@ def recover(root: Path, journal: Path) -> str | None:
             _roll_back(root, record)
         journal.unlink()
     return "finished" if record["phase"] == COMMIT else "undone"
+
+
+_STAGED_ENTRY_RE = re.compile(rb'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _undo_truncated(root: Path, data: bytes, display: str) -> None:
+    """A journal that does not parse: one a crash truncated (a file system that lost the end of a write) is undone; anything else is refused.
+
+    The journal is written whole (a temporary file, flushed, renamed) before
+    anything is staged, and rewritten whole for the commit phase; so a
+    truncated one can only be in phase ``staging`` with nothing renamed yet:
+    each staged copy its complete entries name (checked as ``_checked``
+    checks them) is removed, the targets are untouched. A truncated journal
+    that says ``commit``, or text that is no prefix of a journal, is refused.
+    """
+    text = data.lstrip()
+    if text and not text.startswith(b"{"):
+        raise JournalRefused(
+            f"{display}: not a journal zmr wrote (it is not JSON); zmr changed and removed nothing",
+            details=[f"look at it, remove {display}, then check `git status` for files an interrupted zmr left"],
+        )
+    if b'"commit"' in text:
+        raise JournalRefused(
+            f"{display}: the journal of a committed change is cut short; zmr cannot tell which files it was renaming, and changed nothing",
+            details=[
+                "its staged copies (files named .NAME.<hex>.zmr-stage next to the files they replace) hold the new content",
+                f"rename each over its file (or delete them all to keep the old content), then remove {display}",
+            ],
+        )
+    for match in _STAGED_ENTRY_RE.finditer(text):
+        try:
+            rel, name = (json.loads(b'"' + group + b'"') for group in match.groups())
+            _checked(root, {"version": JOURNAL_VERSION, "phase": STAGING, "dirs": [], "files": [[rel, name]], "remove": []})
+        except ValueError:
+            continue  # not a complete entry of ours: left alone
+        copy = (root / rel).with_name(name)
+        if _is_regular(copy):
+            copy.unlink()
 
 
 # -- checks ------------------------------------------------------------------------------------------
@@ -276,12 +325,17 @@ def _stage(target: Path, copy: Path, data: bytes) -> None:
         mode = os.lstat(target).st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o666 & ~current_umask()
-    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(copy, mode)
+    try:
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            fault_point("stage-write")
+            os.fsync(handle.fileno())
+        os.chmod(copy, mode)
+    except OSError as err:
+        err.filename = str(target)  # the file the user knows; its staged copy is removed by the roll-back
+        raise
 
 
 def _roll_forward(root: Path, record: dict) -> None:
@@ -294,6 +348,7 @@ def _roll_forward(root: Path, record: dict) -> None:
             copy.unlink()
         elif _is_regular(copy):
             os.replace(copy, target)
+        fault_point("txn-rename")
         if index == 0:
             pause_point("transaction-renaming")
     for rel in record["remove"]:
@@ -301,6 +356,7 @@ def _roll_forward(root: Path, record: dict) -> None:
         if _is_regular(path):
             path.unlink()
             prune_empty_dirs(path.parent, root)
+            fault_point("txn-remove")
 
 
 def _roll_back(root: Path, record: dict) -> None:

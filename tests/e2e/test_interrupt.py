@@ -226,48 +226,53 @@ def _reset_series(project) -> None:
     git("config", "zmr.series", (project.root.parent / "series-record").read_text(), cwd=project.root / "work/toy/rollout")
 
 
-@pytest.mark.parametrize("written", [1, 2, 15, 29, 30])
-def test_export_killed_in_its_write_phase_converges(tmp_path, upstream, written):
-    """SIGKILL after exactly *written* files (a pause point, not a timer): each file whole, the journal there, the rerun reaches the same bytes."""
+def _points(project, env, args, log) -> list[str]:
+    """The fault points (zmr.faults) an uninterrupted run of *args* passes, in order."""
+    log.unlink(missing_ok=True)
+    result = zmr(*args, cwd=project.root, env={**env, "ZMR_TEST_KILL_LOG": str(log)})
+    assert result.returncode == 0, result.stderr
+    return log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("which", ["journal", "stage-write:1", "stage-write:last", "commit-point", "txn-rename:1", "txn-rename:15", "txn-rename:last"])
+def test_export_killed_in_its_write_phase_converges(tmp_path, upstream, which):
+    """SIGKILL at a chosen step of export's transaction: the series old or new, never half; the next command says which and the rerun converges."""
     project, env = _export_fixture(tmp_path, upstream, added=30)
     series = project.root / "patches/toy/rollout"
-    journal = state_dir(project.root) / "pending-removals/toy/rollout.json"
-    staging = journal.with_name("rollout.staging")
+    journal = state_dir(project.root) / "transactions/export/toy/rollout.json"
     before = _tree_bytes(series)
-    assert zmr("export", "toy", cwd=project.root, env=env).returncode == 0
+    points = _points(project, env, ["export", "toy"], tmp_path / "points")
     after = _tree_bytes(series)
     assert len(after) == len(before) + 30 and "0002-contiguous.patch" not in after  # 30 added, one renamed
     _reset_series(project)
     assert _tree_bytes(series) == before and not journal.exists()
-    marker = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zmr", "export", "toy"],
-        cwd=project.root,
-        env={**os.environ, "ZMR_CACHE": env["ZMR_CACHE"], "ZMR_TEST_PAUSE": f"export-wrote-{written}={marker}"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    name, _, nth = which.partition(":")
+    at = [n for n, point in enumerate(points, start=1) if point == name]
+    assert len(at) >= (15 if nth == "15" else 1), points
+    kill_at = at[-1] if nth == "last" else at[int(nth or 1) - 1]
+    killed = subprocess.run(
+        [sys.executable, "-m", "zmr", "export", "toy"], cwd=project.root, env={**os.environ, **env, "ZMR_TEST_KILL": str(kill_at)},
+        capture_output=True, text=True, timeout=120,
     )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, "the export never reached its write phase"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    marker.unlink()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     now = _tree_bytes(series)
-    for name, data in now.items():
-        assert data in (before.get(name), after.get(name)), name  # whole files only, no temporary file
-    assert now != before and now != after and journal.exists()  # killed mid-write, and the journal says so
-    result = zmr("export", "toy", cwd=project.root, env=env)
+    assert not [n for n in now if n.endswith(".zmr-stage")] or journal.exists()  # a staged copy only with its journal
+    committed = name in ("commit-point", "txn-rename")
+    assert journal.exists()
+    shown = {n: d for n, d in now.items() if not n.endswith(".zmr-stage")}
+    if not committed:
+        assert shown == before  # before the commit point: not one file changed
+    result = zmr("list", cwd=project.root, env=env)  # any command finishes (or undoes) it first, and says which
     assert result.returncode == 0, result.stderr
-    assert _tree_bytes(series) == after  # the same names and bytes: no "-2.patch", no orphan
-    assert not journal.exists() and not staging.exists()
+    assert f"(export/toy/rollout): {'finished' if committed else 'undone'} now" in result.stderr, result.stderr
+    assert _tree_bytes(series) == (after if committed else before) and not journal.exists()
+    rerun = zmr("export", "toy", cwd=project.root, env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree_bytes(series) == after  # the same names and bytes: no "-2.patch", no orphan, no staged copy
 
 
 def test_export_stopped_by_a_full_disk_converges(tmp_path, upstream):
-    """A write that fails (EFBIG from RLIMIT_FSIZE, what a full disk does to a write) leaves whole files; the next export finishes."""
+    """A write that fails (EFBIG from RLIMIT_FSIZE, what a full disk does to a write): exit 2 naming the file, the old series intact; the rerun exports."""
     import resource
 
     project, env = _export_fixture(tmp_path, upstream, added=3)
@@ -287,13 +292,11 @@ def test_export_stopped_by_a_full_disk_converges(tmp_path, upstream):
 
     argv = [sys.executable, "-m", "zmr", "export", "toy"]
     proc = subprocess.run(argv, check=False, cwd=project.root, env={**os.environ, **env}, capture_output=True, text=True, preexec_fn=limited, timeout=120)
-    assert proc.returncode != 0
-    now = _tree_bytes(series)
-    assert now != after
-    for name, data in now.items():
-        assert data in (before.get(name), after.get(name)), name
-    assert (state_dir(project.root) / "pending-removals/toy/rollout.json").exists()
+    assert proc.returncode == 2, proc.stderr
+    assert "patches/toy/rollout/0006-add-a-big-module.patch: File too large" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _tree_bytes(series) == before  # the previous series intact: no file of the export was renamed in
+    assert not list((state_dir(project.root) / "transactions").rglob("*.json"))
     result = zmr("export", "toy", cwd=project.root, env=env)
     assert result.returncode == 0, result.stderr
     assert _tree_bytes(series) == after
-    assert not list((state_dir(project.root) / "pending-removals").iterdir())

@@ -231,6 +231,10 @@ def _main(argv: list[str] | None) -> int:
     from zmr.errors import ZmrError
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started with SIGINT ignored (a background job of a shell without job control, as CI runs tests): Python then leaves it
+        # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle

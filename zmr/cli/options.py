@@ -36,8 +36,9 @@ def find_project(untrusted: bool = False) -> Project:
     from zmr.manifest import Policy
     from zmr.project import Project
 
-    from zmr import legacy
+    from zmr import legacy, lock
 
+    lock.timeout()  # $ZMR_LOCK_TIMEOUT checked before any work: a bad value is exit 2 at once, not at the first lock
     project = Project.find(policy=Policy(untrusted=untrusted))
     FOUND.append(project)
     project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks

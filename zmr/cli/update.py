@@ -83,6 +83,16 @@ def update(
     for r in results:
         if r.refused:
             warn(f"{r.component.label}: not moved: {r.refused}")
+    refused = [r for r in results if r.refused]
+    if apply and refused:  # a partial --apply: a CI job must see that some pins did not move (exit 1)
+        names = ", ".join(r.component.label for r in refused)
+        raise CheckFailed(
+            f"{len(refused)} of {len(results)} component{'s' if len(results) != 1 else ''} not moved: {names}",
+            details=[
+                *(f"{r.component.label}: {r.refused}" for r in refused),
+                "the others moved; deal with what is named above, then run the same `zmr update ... --apply` again",
+            ],
+        )
     behind = [r for r in results if r.left_behind]
     if check and behind:
         names = ", ".join(r.component.label for r in behind)

@@ -38,9 +38,17 @@ def verify(
     else:
         width = max((len(r.branch) for r in results), default=0)
         for r in results:
-            line = f"{r.status:8} {r.branch.ljust(width)}  {r.expected[:12]}"
+            if r.status == "ok":
+                line = f"{r.status:8} {r.branch.ljust(width)}  {r.expected[:12]}"
+            else:  # both ids: what zmr builds, and where the branch is
+                line = f"{r.status:8} {r.branch.ljust(width)}  expected {r.expected[:12]}, branch at {r.actual[:12] if r.actual else '(none)'}"
             if r.reasons:
                 line += ": " + "; ".join(r.reasons)
             print(line)
     if bad:
-        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad))
+        named = " ".join(sorted({r.component.model for r in bad}))
+        only = "".join(f" -c {k}" for k in sorted({r.component.key for r in bad})) if components else ""
+        fix = [f"to make the branches what the manifests and series say: `zmr build {named}{only}`"]
+        if remote:
+            fix.append(f"then push them: `zmr publish {named} --remote {remote}`")
+        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad), details=fix)

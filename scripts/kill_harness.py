@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""The kill harness at full strength: every writing command SIGKILLed at each of its fault points (or N seeded ones), then recovered.
+
+    python scripts/kill_harness.py                 # every point of every command
+    python scripts/kill_harness.py --points 10     # 10 seeded points per command (plus each commit point)
+    python scripts/kill_harness.py --only export rebase-continue --seed 3
+
+What each trial checks: tests/killing.py. Prints, per command, how many
+fault points it has and how many were tried; a command whose trial fails is
+reported (the first failing kill point) and the others still run; exit 1 then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import killing  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=0, help="seeded kill points per command (0: every point)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=[], help="scenario names: " + " ".join(s.name for s in killing.SCENARIOS))
+    options = parser.parse_args()
+    scenarios = [s for s in killing.SCENARIOS if not options.only or s.name in options.only]
+    for key in [k for k in os.environ if k.startswith("GIT_")]:
+        del os.environ[key]
+    total, failed = 0, []
+    with tempfile.TemporaryDirectory(prefix="zmr-kill-") as tmp:
+        for scenario in scenarios:
+            pick = killing.sample(options.points, options.seed) if options.points else killing.every_point
+            started = time.monotonic()
+            try:
+                points, trials = killing.run_scenario(scenario, Path(tmp), pick)
+            except AssertionError as err:
+                failed.append(scenario.name)
+                print(f"{scenario.name:16} FAILED: {err}", flush=True)
+                continue
+            total += len(trials)
+            recovered = sum(1 for t in trials if t.recovered)
+            print(f"{scenario.name:16} {points:4} fault points, {len(trials):4} killed and recovered ({recovered} by a journal), {time.monotonic() - started:6.1f} s", flush=True)
+    print(f"{total} kills recovered" + (f"; FAILED: {', '.join(failed)}" if failed else ", none failed"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
