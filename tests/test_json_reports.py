@@ -82,7 +82,7 @@ def test_json_reports_keep_their_keys(project, upstream):
     assert list(checked_out["checkouts"][0]) == ["model", "component", "path", "branch", "base", "tip", "patches", "action", "backups", "history"]
     exported = _keys(zmr("export", "toy", "--dry-run", "--json", cwd=root))
     assert list(exported) == ["dry_run", "exports"]
-    assert list(exported["exports"][0]) == ["model", "component", "series", "checkout", "changed", "patches", "removed", "series_rewritten"]
+    assert list(exported["exports"][0]) == ["model", "component", "series", "checkout", "changed", "patches", "removed", "series_rewritten", "recovered"]
     assert list(exported["exports"][0]["patches"][0]) == ["name", "status", "written", "old_name", "subject"]
     merged = _keys(zmr("checkout", "toy", "--merge", "--json", cwd=root))
     assert list(merged) == ["model", "component", "path", "action", "replayed", "left", "commit", "subject", "files"]
