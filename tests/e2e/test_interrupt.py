@@ -234,7 +234,7 @@ def _points(project, env, args, log) -> list[str]:
     return log.read_text().splitlines()
 
 
-@pytest.mark.parametrize("which", ["journal", "stage-write:1", "stage-write:last", "commit-point", "txn-rename:1", "txn-rename:15", "txn-rename:last"])
+@pytest.mark.parametrize("which", ["journal", "stage-write:last", "commit-point", "txn-rename:15"])
 def test_export_killed_in_its_write_phase_converges(tmp_path, upstream, which):
     """SIGKILL at a chosen step of export's transaction: the series old or new, never half; the next command says which and the rerun converges."""
     project, env = _export_fixture(tmp_path, upstream, added=30)
