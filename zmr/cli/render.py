@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
 # -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
 _verbosity = 0
@@ -103,7 +103,7 @@ class Progress:
         self._status: Any = None
         self._held: str | None = None  # a counting line not printed yet: the next one may be its update
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Progress:
         if self.enabled:
             self._status = console(stderr=True).status("working")
             self._status.__enter__()

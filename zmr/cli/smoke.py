@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -163,7 +163,7 @@ class _View:
         self._status = "preparing"
         self._live: Any = None  # a rich Live while drawing on a terminal
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> "_View":
         if self.live_enabled:
             from rich.live import Live
 
