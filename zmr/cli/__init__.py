@@ -34,11 +34,13 @@ functions, registered here, so there is no import cycle.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
-import click
 import typer
 import typer.core
 
@@ -99,25 +101,60 @@ def _verbosity_option(value: bool, which: str) -> None:
         logger.setLevel(logging.DEBUG)
 
 
-def _verbosity_options() -> list[click.Option]:
-    """-q/-v for a command: the same as before it (`zmr verify -q` is `zmr -q verify`)."""
-    return [
-        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, help=_QUIET_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "quiet")),
-        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, help=_VERBOSE_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "verbose")),
-    ]
+def _quiet_option(value: bool) -> None:
+    _verbosity_option(value, "quiet")
+
+
+def _verbose_option(value: bool) -> None:
+    _verbosity_option(value, "verbose")
+
+
+# -q/-v for a command: the same as before it (`zmr verify -q` is `zmr -q verify`). Typer parameters that each
+# command function gets in its signature (`_with_verbosity`); their callbacks act, the command never sees them.
+_VERBOSITY_PARAMETERS = (
+    inspect.Parameter(
+        "zmr_quiet_",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, typer.Option("-q", "--quiet", help=_QUIET_HELP, callback=_quiet_option)],
+    ),
+    inspect.Parameter(
+        "zmr_verbose_",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, typer.Option("-v", "--verbose", help=_VERBOSE_HELP, callback=_verbose_option)],
+    ),
+)
+
+
+def _with_verbosity(function: Callable[..., Any]) -> Callable[..., Any]:
+    """*function* as a typer command that also takes -q/-v (what `zmr -q` does, after the command name)."""
+
+    @functools.wraps(function)
+    def command(*args: Any, zmr_quiet_: bool = False, zmr_verbose_: bool = False, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    # The annotations as objects, also those of a module with `from __future__ import annotations`.
+    signature = inspect.signature(function, eval_str=True)
+    signature = signature.replace(parameters=[*signature.parameters.values(), *_VERBOSITY_PARAMETERS])
+    command.__signature__ = signature  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return command
 
 
 class _Group(typer.core.TyperGroup):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for command in self.commands.values():
-            command.params.extend(_verbosity_options())
-
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: Any) -> Any:  # a click Context: click's, or typer's own copy from typer 0.26
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _ClosedPipe from None
+
+
+def _click_suggests_commands() -> bool:
+    """Whether the click under typer (its own copy from typer 0.26, else click) says "Did you mean" itself (click 8.4+)."""
+    package = typer.core.TyperGroup.__mro__[1].__module__.rpartition(".")[0]  # "click" or "typer._click"
+    exceptions = sys.modules.get(f"{package}.exceptions")
+    return hasattr(exceptions, "NoSuchCommand")
 
 
 app = typer.Typer(
@@ -130,7 +167,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
     # click 8.4 suggests a close command name itself; typer's own suggestion would repeat it.
-    suggest_commands=not hasattr(click.exceptions, "NoSuchCommand"),
+    suggest_commands=not _click_suggests_commands(),
 )
 
 
@@ -156,16 +193,16 @@ def _global_options(
 def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argument(help="The command (none: zmr itself).", show_default=False)] = None) -> None:
     """Help for a command: `zmr help build` is `zmr build --help`."""
     group = ctx.parent.command if ctx.parent else None
-    assert isinstance(group, click.Group)
+    assert isinstance(group, typer.core.TyperGroup)
     if not command:
         print(ctx.parent.get_help() if ctx.parent else "")
         return
     if len(command) > 1:
-        raise click.UsageError(f"give one command, not {' '.join(command)!r}", ctx=ctx)
+        ctx.fail(f"give one command, not {' '.join(command)!r}")
     found = group.get_command(ctx, command[0])
     if found is None:
-        raise click.UsageError(f"no command {command[0]!r}; `zmr --help` lists them", ctx=ctx)
-    print(click.Context(found, info_name=command[0], parent=ctx.parent).get_help())
+        ctx.fail(f"no command {command[0]!r}; `zmr --help` lists them")
+    print(type(ctx)(found, info_name=command[0], parent=ctx.parent).get_help())
 
 
 # In this order in `zmr --help`.
@@ -192,7 +229,7 @@ for _name, _command in (
     ("import", import_.import_),
     ("help", _help),
 ):
-    app.command(_name)(_command)
+    app.command(_name)(_with_verbosity(_command))
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; handled as Ctrl-C is, then reported as a shell would.
