@@ -248,11 +248,17 @@ def _interrupted() -> int:
     return TERMINATED_STATUS if _terminated else 130
 
 
+_ARGV: list[list[str]] = []  # the arguments of the running main(), for --json errors
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: maps zmr errors to exit codes."""
+    _ARGV.append(sys.argv[1:] if argv is None else list(argv))
+    render.JSON_PRINTED.clear()
     try:
         return _main(argv)
     finally:
+        _ARGV.pop()
         for project in options.FOUND:
             for notice in project.notices:
                 render.warn(notice)
@@ -275,7 +281,7 @@ def _main(argv: list[str] | None) -> int:
     except ZmrError as err:
         if _terminated and err.exit_code == 130:  # a command's own "interrupted" error, caused by SIGTERM
             return _interrupted()
-        _print_error(err)
+        _print_error(err, err.exit_code)
         return err.exit_code
     except KeyboardInterrupt:
         return _interrupted()
@@ -284,7 +290,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
         from zmr.files import os_error
 
-        _print_error(os_error(err))
+        _print_error(os_error(err), 2)
         return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence
         return _usage_or_bug(err)
@@ -302,10 +308,27 @@ def _closed_pipe() -> int:
     return CLOSED_PIPE_STATUS
 
 
-def _print_error(err: Exception) -> None:
+def _print_error(err: Exception, code: int) -> None:
     text = str(err)
     for i, line in enumerate(text.splitlines() or [""]):
         print(("zmr: error: " if i == 0 else "  ") + line, file=sys.stderr)
+    _json_error(err, code, getattr(err, "message", text.splitlines()[0] if text else ""))
+
+
+def _json_requested() -> bool:
+    args = _ARGV[-1] if _ARGV else []
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_error(err: Exception, code: int, message: str) -> None:
+    """Under --json, an error is also a JSON object on stdout (unless the command's report is there already)."""
+    if not _json_requested() or render.JSON_PRINTED:
+        return
+    error: dict[str, Any] = {"message": message, "code": code, "type": type(err).__name__, "details": list(getattr(err, "details", []))}
+    problems = [p.to_json() for p in getattr(err, "problems", [])]
+    if problems:
+        error.update(file=problems[0].get("file"), line=problems[0].get("line"), problems=problems)
+    render.print_json({"ok": False, "error": error})
 
 
 def _usage_or_bug(err: Exception) -> int:
@@ -314,6 +337,8 @@ def _usage_or_bug(err: Exception) -> int:
     exit_code = getattr(err, "exit_code", None)
     if callable(show) and isinstance(exit_code, int):
         show()
+        format_message = getattr(err, "format_message", None)
+        _json_error(err, 2, format_message() if callable(format_message) else str(err))
         return 2
     if type(err).__name__ == "Abort":
         if _terminated:

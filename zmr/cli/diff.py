@@ -21,7 +21,8 @@ Arguments = Annotated[
 ]
 Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the report as one pull-request comment (markdown) to FILE.", show_default=False)]
 Stat = Annotated[bool, typer.Option("--stat", help="Also count the lines of a moved pin's upstream changes (fetches every file upstream changed).")]
-ExitCode = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when any component changed, as git diff --exit-code.")]
+Check = Annotated[bool, typer.Option("--check", help="Exit 1 when any component changed, as git diff --exit-code.")]
+ExitCode = Annotated[bool, typer.Option("--exit-code", hidden=True, help="The old name of --check.")]
 
 
 def diff(
@@ -30,6 +31,7 @@ def diff(
     json_out: Json = False,
     markdown: Markdown = None,
     stat: Stat = False,
+    check: Check = False,
     exit_code: ExitCode = False,
     untrusted: Untrusted = False,
 ) -> None:
@@ -57,7 +59,7 @@ def diff(
             f"{len(report.broken)} component{'s' if len(report.broken) != 1 else ''} broken: " + ", ".join(c.label for c in report.broken),
             details=[c.reason or "" for c in report.broken],
         )
-    if exit_code and report.changed:
+    if (check or exit_code) and report.changed:
         raise CheckFailed(f"{len(report.changed)} of {len(report.components)} components change")
 
 

@@ -206,8 +206,9 @@ __all__ = [
 
 MAX_NAME_MAP_BYTES = 1 << 20
 
-SCHEMA_VERSION = 2
-"""``schema_version`` of `LocateReport.to_json`; 2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
+SCHEMA_VERSION = 3
+"""``schema_version`` of `LocateReport.to_json`; 3: ``tool`` is "zmr" and ``zmr`` the version (2: ``tool`` {``name``, ``version``});
+2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
 _MAX_LISTED = 10
 
 
@@ -505,7 +506,8 @@ class LocateReport:
 
         return {
             "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "zmr", "version": __version__},
+            "tool": "zmr",
+            "zmr": __version__,
             "verdict": "diverged" if self.diverged else "bitwise_equal",
             "rollout": side(self.rollout),
             "trainer": side(self.trainer),
