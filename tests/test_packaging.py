@@ -49,3 +49,18 @@ def test_zmr_uses_typer_not_click():
     assert "click" not in _imported_packages()
     assert "click" not in _declared()
 
+
+
+def test_one_version_a_license_and_py_typed():
+    """The version is zmr.__version__ alone (pyproject reads it), LICENSE is Apache-2.0, py.typed ships, CHANGELOG names the version."""
+    import zmr
+
+    assert metadata.version("zmr") == zmr.__version__
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "zmr.__version__"}' in pyproject
+    assert not re.search(r"^version\s*=\s*\"", pyproject, re.M)  # no second number
+    license_text = (REPO_ROOT / "LICENSE").read_text()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text and "END OF TERMS AND CONDITIONS" in license_text
+    assert metadata.metadata("zmr")["License-Expression"] == "Apache-2.0"
+    assert (REPO_ROOT / "zmr" / "py.typed").is_file() and '"zmr" = ["py.typed"]' in pyproject
+    assert f"## {zmr.__version__}" in (REPO_ROOT / "CHANGELOG.md").read_text()

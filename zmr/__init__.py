@@ -7,4 +7,4 @@ commits), `zmr.build` builds and verifies release branches, and
 `zmr.evidence.mismatch` compares log-prob dumps. Only `zmr.git` starts git.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
