@@ -39,6 +39,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -162,7 +163,7 @@ app = typer.Typer(
     cls=_Group,
     help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -184,7 +185,16 @@ def _global_options(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_VERBOSE_HELP)] = False,
+    directories: Annotated[
+        list[Path] | None,
+        typer.Option("-C", metavar="DIR", help="Run as if zmr was started in DIR (repeatable, each relative to the last), as git -C.", show_default=False),
+    ] = None,
 ) -> None:
+    for directory in directories or []:
+        try:
+            os.chdir(directory)
+        except OSError as err:
+            raise typer.BadParameter(f"cannot change to {str(directory)!r}: {err.strerror}", param_hint="'-C'") from None
     _asked.clear()
     _verbosity_option(quiet, "quiet")
     _verbosity_option(verbose, "verbose")
