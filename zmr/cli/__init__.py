@@ -25,6 +25,7 @@ stays instant::
     update       zmr/cli/update.py        zmr.update (moves pins with zmr.rebase)
     diff         zmr/cli/diff.py          zmr.diff
     import       zmr/cli/import_.py       zmr.importing
+    schema       zmr/cli/schema.py        zmr.file_schemas
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
 once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
@@ -63,6 +64,7 @@ from zmr.cli import (
     publish,
     rebase,
     render,
+    schema,
     smoke,
     update,
     upstreamed,
@@ -237,6 +239,7 @@ for _name, _command in (
     ("update", update.update),
     ("diff", diff.diff),
     ("import", import_.import_),
+    ("schema", schema.schema),
     ("help", _help),
 ):
     app.command(_name)(_with_verbosity(_command))
