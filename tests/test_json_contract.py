@@ -26,7 +26,7 @@ ENVELOPE = ["tool", "zmr", "schema_version"]
 # Every command but `help` (no output of its own) and `ci-matrix` (a GitHub Actions matrix: no envelope, §6.2).
 COMMANDS = {
     "init", "list", "validate", "fetch", "build", "verify", "locate", "new", "mismatch", "docs", "publish", "smoke",
-    "checkout", "export", "rebase", "upstreamed", "update", "diff", "import",
+    "checkout", "export", "rebase", "upstreamed", "update", "diff", "import", "status",
 }  # fmt: skip
 SEEN: set[str] = set()
 
@@ -136,6 +136,7 @@ def test_every_command_with_json_in_one_project(tmp_path, project, upstream):
     check("fetch", zmr("fetch", "--all", "--json", cwd=root))
     check("build", zmr("build", "--all", "--json", cwd=root))
     check("verify", zmr("verify", "--all", "--json", cwd=root))
+    check("status", zmr("status", "--json", cwd=root))
     check("diff", zmr("diff", "--json", cwd=root))
     check("update", zmr("update", "--all", "--json", cwd=root))
     check("upstreamed", zmr("upstreamed", "--all", "--json", cwd=root))

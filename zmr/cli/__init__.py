@@ -26,6 +26,7 @@ stays instant::
     diff         zmr/cli/diff.py          zmr.diff
     import       zmr/cli/import_.py       zmr.importing
     schema       zmr/cli/schema.py        zmr.file_schemas
+    status       zmr/cli/status.py        zmr.status
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
 once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
@@ -66,6 +67,7 @@ from zmr.cli import (
     render,
     schema,
     smoke,
+    status,
     update,
     upstreamed,
     validate,
@@ -221,6 +223,7 @@ def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argumen
 for _name, _command in (
     ("init", init.init),
     ("list", list_.list_models),
+    ("status", status.status),
     ("validate", validate.validate),
     ("fetch", fetch.fetch),
     ("build", build.build),
