@@ -141,6 +141,8 @@ def _summary(report: "Report", root: Path) -> None:
     print(", ".join(f"{counts[s]} {s}" for s in ("passed", "failed", "timeout", "error") if counts[s] or s == "passed") + f" in {report.duration:.1f}s")
     for path in report.evidence:
         print(f"recorded {_relative(path, root)}")
+    for note in dict.fromkeys(note for r in report.results if not r.ok for note in r.notes):
+        print(f"note: {note}")
 
 
 def _relative(path: Path | None, root: Path) -> str:
