@@ -42,7 +42,10 @@ def locate(
         print_json(report.to_json(), allow_nan=False)
     else:
         _render(report, limit)
-    zmr.evidence.locate.check(report)
+    if report.failed():
+        from zmr.errors import CheckFailed
+
+        raise CheckFailed(report.reason())
 
 
 def _num(x: float | None) -> str:

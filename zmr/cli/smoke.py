@@ -124,9 +124,11 @@ def smoke(
         print(f"JUnit report: {junit}")
     if not report.results:
         print("zmr: no smoke tests in the selection", file=sys.stderr)
-    failure = report.failure()
-    if failure is not None:
-        raise failure
+    if report.failed():
+        from zmr.errors import CheckFailed
+
+        headline, details = report.reason()
+        raise CheckFailed(headline, details=details)
 
 
 def _summary(report: "Report", root: Path) -> None:

@@ -32,7 +32,6 @@ def verify(
     for note in cache.notes:
         warn(note)
     report = zmr.verify.VerifyReport(results, remote)
-    bad = report.drifted
     if json_out:
         print_json(report.to_json())
     else:
@@ -42,5 +41,5 @@ def verify(
             if r.reasons:
                 line += ": " + "; ".join(r.reasons)
             print(line)
-    if bad:
-        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad))
+    if report.failed():
+        raise CheckFailed(report.reason())

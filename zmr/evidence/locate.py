@@ -174,7 +174,7 @@ from typing import Any, Callable
 from zmr.evidence.dumps.bits import numpy, show_value, tensor_values
 from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
-from zmr.errors import CheckFailed, ZmrError
+from zmr.errors import ZmrError
 from zmr.files import parse_json, read_repo_file
 
 __all__ = [
@@ -194,7 +194,6 @@ __all__ = [
     "StepFile",
     "TensorInfo",
     "active",
-    "check",
     "dump",
     "hook_modules",
     "load_name_map",
@@ -426,6 +425,22 @@ class LocateReport:
     only_rollout: list[str]
     only_trainer: list[str]
     notes: list[str]
+
+    def failed(self) -> bool:
+        """The check failed: a divergence was found (`zmr locate` exits 1)."""
+        return self.first is not None
+
+    def reason(self) -> str:
+        """Why it failed, in one line ('' when it did not)."""
+        f = self.first
+        if f is None:
+            return ""
+        fault = {
+            "equal": "its inputs are equal: this operation is at fault",
+            "differ": "an input already differs: an earlier, unrecorded operation is at fault",
+            "unknown": "no input could be compared",
+        }[f.inputs_verdict]
+        return f"first divergence at {f.op!r} (sequence {f.seq_id!r}, position {f.position}); {fault}"
 
     @property
     def diverged(self) -> bool:
@@ -947,16 +962,3 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows, t_rows):
 def _fixed(slot: str, status: str, how: str) -> Callable[[int], InputCheck]:
     value = InputCheck(slot, status, how)
     return lambda row: value
-
-
-def check(report: LocateReport) -> None:
-    """Raise `CheckFailed` (exit 1) when the report found a divergence."""
-    f = report.first
-    if f is None:
-        return
-    fault = {
-        "equal": "its inputs are equal: this operation is at fault",
-        "differ": "an input already differs: an earlier, unrecorded operation is at fault",
-        "unknown": "no input could be compared",
-    }[f.inputs_verdict]
-    raise CheckFailed(f"first divergence at {f.op!r} (sequence {f.seq_id!r}, position {f.position}); {fault}")

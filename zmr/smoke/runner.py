@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.git import Progress
-from zmr.errors import CheckFailed, ZmrError
+from zmr.errors import ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.smoke.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
@@ -257,15 +257,20 @@ class Report:
             "tests": tests,
         }
 
-    def failure(self) -> CheckFailed | None:
+    def failed(self) -> bool:
+        """The check failed: a test did not pass (`zmr smoke` exits 1)."""
+        return any(not r.ok for r in self.results)
+
+    def reason(self) -> tuple[str, list[str]]:
+        """Why it failed: a headline and one line per test that did not pass (('', []) when all passed)."""
         bad = [r for r in self.results if not r.ok]
         if not bad:
-            return None
+            return "", []
         counts = self.counts()
         what = ", ".join(f"{counts[s]} {s}" for s in (FAILED, TIMEOUT, ERROR) if counts[s])
-        return CheckFailed(
+        return (
             f"{len(bad)} of {len(self.results)} smoke test{'s' if len(self.results) != 1 else ''} did not pass ({what})",
-            details=[f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
+            [f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
         )
 
 
