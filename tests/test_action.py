@@ -34,6 +34,8 @@ def test_the_action_declares_its_inputs_and_runs_composite_steps():
         assert "${{" not in step["run"], step["name"]
     install = next(step for step in runs if step["name"] == "Install zmr")
     assert '"$GITHUB_ACTION_PATH"' in install["run"]  # the action's own files: the reference the workflow pinned
+    for step in action["runs"]["steps"]:  # other actions by full commit id, as the workflow zmr init writes names them
+        assert "uses" not in step or re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
     cache = next(step for step in action["runs"]["steps"] if step.get("uses", "").startswith("actions/cache@"))
     assert "steps.key.outputs.pins" in cache["with"]["key"]
 
