@@ -57,3 +57,15 @@ def test_new_points_the_manifest_at_the_schema(project, upstream):
     assert Path(first.split("/main/", 1)[1]).as_posix() == "schemas/manifest.schema.json" and (REPO_ROOT / "schemas/manifest.schema.json").is_file()
     jsonschema.validate(yaml.safe_load(text), _schema("manifest"))
     assert zmr("validate", "fresh", cwd=project.root).returncode == 0
+
+
+def test_init_points_zmr_yaml_at_the_schema(tmp_path):
+    from conftest import git
+
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    assert zmr("init", cwd=repo).returncode == 0
+    text = (repo / "zmr.yaml").read_text()
+    assert text.splitlines()[0].endswith("/schemas/settings.schema.json") and text.startswith("# yaml-language-server: $schema=")
+    jsonschema.validate(yaml.safe_load(text), _schema("settings"))

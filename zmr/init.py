@@ -177,7 +177,10 @@ def zmr_requirement() -> str:
 def settings_text(settings) -> str:
     from zmr.new import _yaml_str
 
+    from zmr.file_schemas import modeline
+
     lines = [
+        modeline("settings"),
         "# zmr settings (written by `zmr init`). The release identity is an input of",
         "# every release commit id: change it and every release branch changes.",
         "release:",
