@@ -19,6 +19,7 @@ import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
+from zmr.errors import CheckFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke.runner import Job, Report, Result
@@ -125,10 +126,7 @@ def smoke(
     if not report.results:
         print("zmr: no smoke tests in the selection", file=sys.stderr)
     if report.failed():
-        from zmr.errors import CheckFailed
-
-        headline, details = report.reason()
-        raise CheckFailed(headline, details=details)
+        raise CheckFailed(report.reason()[0], details=report.reason()[1])
 
 
 def _summary(report: "Report", root: Path) -> None:
