@@ -223,11 +223,11 @@ def zmr_mismatch_available() -> bool:
 
 
 def zmr_mismatch(rollout_path: Path, train_path: Path, out: Path) -> int | None:
-    """Exit status of `zmr mismatch --require-zero --json` (its report saved to out), None if absent."""
+    """Exit status of `zmr mismatch --check --json` (its report saved to out), None if absent."""
     if not zmr_mismatch_available():
         return None
     proc = subprocess.run(
-        [sys.executable, "-m", "zmr", "mismatch", str(rollout_path), str(train_path), "--require-zero", "--json"],
+        [sys.executable, "-m", "zmr", "mismatch", str(rollout_path), str(train_path), "--check", "--json"],
         cwd=REPO, env=zmr_env(), capture_output=True, text=True, timeout=600,
     )
     out.write_text(proc.stdout + (("\n# stderr\n" + proc.stderr) if proc.stderr.strip() else ""), encoding="utf-8")

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT, simple_model, zmr
 
 DOCS = ("README.md", "docs/reference.md")
-GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-h", "--help"}
+GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-h", "--help", "-C", "--install-completion", "--show-completion"}
 
 
 def _commands() -> dict[str, set[str]]:
@@ -102,6 +102,7 @@ def test_every_option_named_in_the_docs_exists():
     wrong = []
     for rel, span in _inline_mentions():
         words = [w.strip("[]().,") for w in span.split()[1:]]
+        words = [w for i, w in enumerate(words) if i == 0 or words[i - 1] != "-C"]  # -C DIR: DIR is no command
         command = next((w for w in words if w and not w.startswith("-")), None)
         known = commands.get(command or "")
         if known is None:

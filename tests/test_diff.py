@@ -90,7 +90,7 @@ def test_unchanged_components_cost_nothing_and_the_working_tree_is_the_default_h
     assert data["base"] == proj.ref("HEAD") and data["head"] is None
     assert [(c["status"], c["pin"]["direction"], c["patches"]["unchanged"]) for c in data["components"]] == [("unchanged", "same", 1)]
     assert mirrors() == []  # nothing fetched
-    assert zmr("diff", "--exit-code", cwd=proj.root).returncode == 0
+    assert zmr("diff", "--check", cwd=proj.root).returncode == 0
     # An uncommitted edit of the series is the head side.
     proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again"))])
     code, data, err = run_json(proj)
@@ -102,8 +102,9 @@ def test_unchanged_components_cost_nothing_and_the_working_tree_is_the_default_h
     assert "value 5 patched again" in entry["patches"]["changed"][0]["interdiff"]
     assert entry["tree"]["files_changed"] == 1 and entry["tree"]["insertions"] == 1 and entry["tree"]["deletions"] == 1
     assert entry["tree"]["series_files"] == {"old": ["src/f0.py"], "new": ["src/f0.py"]}
-    result = zmr("diff", "--exit-code", cwd=proj.root)
+    result = zmr("diff", "--check", cwd=proj.root)
     assert result.returncode == 1, result.stderr
+    assert zmr("diff", "--exit-code", cwd=proj.root).returncode == 1  # the old name of --check, still accepted
     assert "changed   toy/rollout" in result.stdout
     # The head side's branch id is what zmr build makes of the working tree.
     proj.commit_all("edit")

@@ -99,7 +99,12 @@ def test_init_workflow_installs_zmr_from_its_repository_never_by_a_bare_name(tmp
     text = (repo / ".github/workflows/zmr.yml").read_text()
     workflow = yaml.safe_load(text)
     requirement = workflow["env"]["ZMR_PIP"]
-    assert re.fullmatch(r"zmr @ git\+https://github\.com/Inferact/zero-mismatch-rl@v\d+\.\d+\.\d+", requirement), requirement
+    match = re.fullmatch(r"zmr @ git\+https://github\.com/Inferact/zero-mismatch-rl@([0-9a-f]{40})", requirement)
+    assert match, requirement  # a full commit id: immutable, unlike a tag or a branch
+    # The reference exists: it resolves to a commit in a clone of this repository.
+    clone = tmp_path / "zmr-clone"
+    git("clone", "-q", "--no-checkout", str(REPO_ROOT), str(clone), cwd=tmp_path)
+    assert git("cat-file", "-t", match.group(1), cwd=clone).strip() == "commit"
     installs = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "pip install" in step.get("run", "")]
     assert installs and all(run == 'python -m pip install -q "$ZMR_PIP"' for run in installs), installs
     node = shutil.which("node")

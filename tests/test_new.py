@@ -88,6 +88,9 @@ def test_new_json_output(tmp_path):
     result = zmr("new", "m1", "-c", f"engine=https://example.com/engine.git@{SHA_B}", "--json", cwd=project.root)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
+        "tool": "zmr",
+        "zmr": __import__("zmr").__version__,
+        "schema_version": 1,
         "model": "m1",
         "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml"],
     }

@@ -16,7 +16,7 @@ import sys
 import warnings
 from types import ModuleType
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public modules that moved into a subpackage, importable under the old name (with a DeprecationWarning) for one release.
 MOVED = {

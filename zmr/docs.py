@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from zmr.cases import Case, check_project, model_order, model_titles, short_titles
-from zmr.errors import CheckFailed, DocsError, ZmrError
+from zmr.errors import DocsError, ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.yamlnodes import Problems
 
@@ -100,6 +100,16 @@ class Outcome:
     @property
     def stale(self) -> bool:
         return self.old != self.new
+
+    def failed(self) -> bool:
+        """The check failed: the README is out of date (`zmr docs --check` exits 1)."""
+        return self.stale
+
+    def reason(self) -> str:
+        """Why it failed, in one line ('' when it did not)."""
+        if not self.stale:
+            return ""
+        return f"{self.display} is out of date: section{'s' if len(self.changed) != 1 else ''} {', '.join(self.changed) or '(layout)'} would change"
 
     def to_json(self, check: bool) -> dict:
         """The report of ``zmr docs --json``; *check*: ``--check`` was given (nothing written)."""
@@ -643,10 +653,3 @@ def write(outcome: Outcome) -> None:
         return
     _refuse_unless_regular(outcome.path, outcome.display)
     atomic_write(outcome.path, outcome.new.encode("utf-8"))
-
-
-def stale_error(outcome: Outcome) -> CheckFailed:
-    return CheckFailed(
-        f"{outcome.display} is out of date: section{'s' if len(outcome.changed) != 1 else ''} {', '.join(outcome.changed) or '(layout)'} would change",
-        details=["run `zmr docs` and commit the result"],
-    )

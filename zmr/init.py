@@ -149,17 +149,38 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
 ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
 
 
-def zmr_requirement() -> str:
-    """What the workflow `zmr init` writes installs: this version's tag of zmr's repository, as a pip direct reference."""
-    from zmr import __version__
+# The newest commit of zmr's repository that a release names (CHANGELOG.md, "Releasing"): the release step sets it,
+# and tests/test_init.py checks that it resolves in a clone of the repository. An immutable reference: a tag can move.
+RELEASED_COMMIT = "5654591ee212e377f6cf75aa0556e71de8c49cd9"
 
-    return f"zmr @ git+{ZMR_SOURCE}@v{__version__}"
+
+def zmr_requirement() -> str:
+    """What the workflow `zmr init` writes installs, as a pip direct reference by a full commit id.
+
+    The commit this zmr was installed from, when pip recorded one (`pip install git+URL@REF` writes it to the
+    distribution's direct_url.json, PEP 610), from that URL; else RELEASED_COMMIT of zmr's own repository.
+    """
+    import json
+    from importlib import metadata
+
+    try:
+        recorded = json.loads(metadata.distribution("zmr").read_text("direct_url.json") or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        recorded = None
+    vcs = recorded.get("vcs_info", {}) if isinstance(recorded, dict) else {}
+    commit, url = vcs.get("commit_id", ""), recorded.get("url", "") if isinstance(recorded, dict) else ""
+    if vcs.get("vcs") == "git" and re.fullmatch(r"[0-9a-f]{40}", commit) and url.startswith("https://"):
+        return f"zmr @ git+{url}@{commit}"
+    return f"zmr @ git+{ZMR_SOURCE}@{RELEASED_COMMIT}"
 
 
 def settings_text(settings: Settings) -> str:
     from zmr.new import _yaml_str
 
+    from zmr.file_schemas import modeline
+
     lines = [
+        modeline("settings"),
         "# zmr settings (written by `zmr init`). The release identity is an input of",
         "# every release commit id: change it and every release branch changes.",
         "release:",

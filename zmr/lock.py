@@ -269,3 +269,24 @@ def pause_point(name: str) -> None:
     Path(marker).write_text(f"{os.getpid()}\n")
     while os.path.exists(marker):
         time.sleep(_POLL)
+
+
+def holder(path: Path) -> dict | None:
+    """Who holds the lock file *path* now ({pid, command, started}; {} when it has not said yet), or None when nobody does.
+
+    Only looks: a lock that is free is taken and let go at once (shared, so it never delays a holder), and a missing
+    file is not created.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

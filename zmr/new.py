@@ -152,8 +152,13 @@ def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[
         )
         for c in components
     ).rstrip("\n")
+    from zmr.file_schemas import modeline
+
     files = {
-        f"manifests/{model}.yaml": _template("manifest.yaml.tmpl").substitute(
+        # The first line points editors (yaml-language-server) at the manifest's JSON Schema: completion and checks as you type.
+        f"manifests/{model}.yaml": modeline("manifest")
+        + "\n"
+        + _template("manifest.yaml.tmpl").substitute(
             model=model, title=title.replace("\n", " "), title_yaml=_yaml_str(title), components=blocks, needs=", ".join(c.key for c in components)
         ),
     }

@@ -48,7 +48,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -56,9 +56,6 @@ from zmr.landed import line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree
 from zmr.series import Patch
-
-if TYPE_CHECKING:  # typing.Self is Python 3.11
-    from typing_extensions import Self
 
 
 class ApplyError(ZmrError):
@@ -127,7 +124,7 @@ class TempIndex:
         self._oid_bytes = 20  # SHA-1; learnt from the first tree read
         self.env: dict[str, str] = {}
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> TempIndex:
         self._tmp = tempfile.TemporaryDirectory(prefix="zmr-index-")
         self.env = {"GIT_INDEX_FILE": os.path.join(self._tmp.name, "index")}
         return self
@@ -401,7 +398,7 @@ class Replayer:
         self._pending: list[tuple[CommitMeta, list[tuple[str, str, str, bytes]]]] = []  # sparse: commits to write
         self._index = TempIndex(repo)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Replayer:
         self._index.__enter__()
         if self._paths is not None and paths_fit(self.repo, self.base, self._paths):
             self._index.read_paths(self.base, self._paths)

@@ -361,6 +361,7 @@ def one_of(choices: tuple[str, ...], what: str, suggest: bool = False) -> Check:
         at.add(f"unknown {what} {value!r}", f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(choices)}")
         return None
 
+    check.choices = choices  # type: ignore[attr-defined]  # for json_schema: an enum
     return check
 
 
@@ -370,3 +371,63 @@ def read_file(path: Path, display: str, schema: Record, problems: Problems, ctx:
     if node is None:
         return None
     return schema.read(node, At(node, "", problems, ctx))
+
+
+def json_schema(record: Record, title: str, description: str, docs: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a file that *record* reads, for editors (yaml-language-server).
+
+    Written from the same declarations `read_file` walks: keys, which are required, types, lists and maps, enums of
+    `one_of` checks, defaults; *docs* maps a key path (``components.*.smoke[].run``) to its description, else the
+    field's hint says what to write. Checks in code (commit ids, paths, refs that must exist) are `zmr validate`'s alone.
+    """
+    body = _json_type(record, "", docs or {})
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, "description": description, **body}
+
+
+def _json_type(value_type: Any, path: str, docs: dict[str, str]) -> dict[str, Any]:
+    if isinstance(value_type, Record):
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {f.name: _json_field(f, f"{path}.{f.name}" if path else f.name, docs) for f in value_type.fields},
+            "additionalProperties": False,
+        }
+        required = [f.name for f in value_type.fields if f.required]
+        if required:
+            schema["required"] = required
+        if value_type.shorthand:
+            return {"anyOf": [schema, _json_type(value_type.field(value_type.shorthand).type, path, docs)]}
+        return schema
+    if isinstance(value_type, Text):
+        kinds = ["string", *(["number"] if {int, float} & set(value_type.written) else [])]
+        schema = {"type": kinds[0] if len(kinds) == 1 else kinds}
+        choices = getattr(value_type.check, "choices", None)
+        if choices:
+            schema["enum"] = list(choices)
+        if value_type.pattern is not None:
+            schema["pattern"] = value_type.pattern.pattern.removesuffix("\\Z") + "$"
+        return schema
+    if isinstance(value_type, Number):
+        return {"type": "integer" if value_type.integer else "number", "minimum": value_type.minimum}
+    if isinstance(value_type, Scalar):
+        return {"type": ["string", "number", "boolean"]}
+    if isinstance(value_type, ListOf):
+        schema = {"type": "array", "items": _json_type(value_type.item, f"{path}[]", docs)}
+        if value_type.nonempty:
+            schema["minItems"] = 1
+        return schema
+    if isinstance(value_type, MapOf):
+        schema = {"type": "object", "additionalProperties": _json_type(value_type.value, f"{path}.*", docs)}
+        if value_type.nonempty:
+            schema["minProperties"] = 1
+        return schema
+    return {}
+
+
+def _json_field(spec: Field, path: str, docs: dict[str, str]) -> dict[str, Any]:
+    schema = _json_type(spec.type, path, docs)
+    text = docs.get(path) or spec.hint
+    if text:
+        schema["description"] = text
+    if isinstance(spec.default, (str, int, float)) and not isinstance(spec.default, bool) and spec.default != "":
+        schema["default"] = spec.default
+    return schema

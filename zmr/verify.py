@@ -54,6 +54,15 @@ class VerifyReport:
     def drifted(self) -> list[VerifyResult]:
         return [r for r in self.results if r.status != "ok"]
 
+    def failed(self) -> bool:
+        """The check failed: a branch drifted (`zmr verify` exits 1)."""
+        return bool(self.drifted)
+
+    def reason(self) -> str:
+        """Why it failed, in one line ('' when it did not)."""
+        bad, count = self.drifted, len(self.results)
+        return f"{len(bad)} of {count} branch{'es' if count != 1 else ''} drifted: " + ", ".join(r.branch for r in bad) if bad else ""
+
     def to_json(self) -> dict:
         return {"ok": not self.drifted, "remote": self.remote, "branches": [r.to_json() for r in self.results]}
 

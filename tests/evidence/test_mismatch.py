@@ -139,7 +139,7 @@ def test_k1_can_cancel_to_zero_but_the_verdict_stays_bitwise(tmp_path):
     assert any("cancel" in n for n in report.notes)
     write_dump(tmp_path / "r.jsonl", rollout)
     write_dump(tmp_path / "t.jsonl", train)
-    result = zmr(tmp_path / "r.jsonl", tmp_path / "t.jsonl", "--require-zero")
+    result = zmr(tmp_path / "r.jsonl", tmp_path / "t.jsonl", "--check")
     assert result.returncode == 1, result.stderr
     assert "verdict: NOT bitwise equal, 2 of 2 tokens differ in 1 of 1 sequences" in result.stdout
 
@@ -468,18 +468,20 @@ def _pair(tmp_path, differ: bool):
     return tmp_path / "r.jsonl", tmp_path / "t.safetensors"
 
 
-def test_require_zero_passes_on_bitwise_equal_dumps(tmp_path):
-    result = zmr(*_pair(tmp_path, differ=False), "--require-zero")
+def test_check_passes_on_bitwise_equal_dumps(tmp_path):
+    result = zmr(*_pair(tmp_path, differ=False), "--check")
     assert result.returncode == 0, result.stderr
     assert "verdict: bitwise equal, all 4 tokens in 2 step(s)" in result.stdout
 
 
-def test_require_zero_fails_on_one_ulp(tmp_path):
+def test_check_fails_on_one_ulp_and_require_zero_is_its_hidden_old_name(tmp_path):
     r, t = _pair(tmp_path, differ=True)
-    assert zmr(r, t).returncode == 0  # without --require-zero a mismatch is a report, not a failure
-    result = zmr(r, t, "--require-zero")
-    assert result.returncode == 1
-    assert result.stderr == "zmr: error: --require-zero: 1 of 4 tokens are not bitwise equal (1 of 2 sequences diverge)\n"
+    assert zmr(r, t).returncode == 0  # without --check a mismatch is a report, not a failure
+    old = zmr(r, t, "--require-zero")
+    result = zmr(r, t, "--check")
+    assert result.returncode == old.returncode == 1
+    assert old.stderr == result.stderr
+    assert result.stderr == "zmr: error: --check: 1 of 4 tokens are not bitwise equal (1 of 2 sequences diverge)\n"
     assert "step 1 id b: position 1 of 2, 1 token(s) differ, max |Δ| 5.96e-08" in result.stdout
 
 
@@ -499,7 +501,8 @@ def test_json_output_schema(tmp_path):
     result = zmr(r, t, "--json")
     assert result.returncode == 0, result.stderr
     out = strict_json(result.stdout)
-    assert out["schema_version"] == SCHEMA_VERSION == 2
+    assert out["schema_version"] == SCHEMA_VERSION == 3
+    assert (out["tool"], out["zmr"]) == ("zmr", __import__("zmr").__version__)
     assert (out["verdict"], out["bitwise_equal"]) == ("mismatch", False)
     assert out["rollout"]["trees"] == {"toy-rollout": "3f2a" * 10}
     assert out["trainer"]["provenance"] == {"trees": {"toy-trainer": "c0de" * 10}}
@@ -566,7 +569,7 @@ def test_plot_writes_a_png(tmp_path):
     result = zmr(r, t, "--plot", png, "--json")
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert strict_json(result.stdout)["schema_version"] == 2
+    assert strict_json(result.stdout)["schema_version"] == 3
     assert [p.name for p in png.parent.iterdir()] == ["mismatch.png"]  # no temporary file left
 
 
@@ -586,8 +589,9 @@ def test_help_and_import_never_load_numpy_torch_or_matplotlib():
 def test_mismatch_help_lists_the_options():
     result = zmr("--help")
     assert result.returncode == 0
-    for option in ("--json", "--plot", "--require-zero", "ROLLOUT", "TRAINER"):
+    for option in ("--json", "--plot", "--check", "ROLLOUT", "TRAINER"):
         assert option in result.stdout
+    assert "--require-zero" not in result.stdout  # the old name of --check: accepted, not shown
 
 
 def test_struct_check_of_the_test_helpers():

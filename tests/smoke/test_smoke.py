@@ -430,7 +430,7 @@ def test_record_writes_evidence_keyed_by_commit(template, tmp_path):
     mismatch = json.loads((folder / "smoke-mismatch.json").read_text())
     assert mismatch["component"] is None and mismatch["commits"] == {"rollout": tip}
     [metrics] = mismatch["mismatch"]
-    assert metrics["schema_version"] == 2 and metrics["bitwise_equal"] is False and metrics["overall"]["tokens"] == 3
+    assert metrics["schema_version"] == 3 and metrics["bitwise_equal"] is False and metrics["overall"]["tokens"] == 3
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temp files left behind
     assert "recorded cases/toy/evidence/smoke-rollout.cwd.json" in result.stdout
     # Only the components the selected tests need were built.

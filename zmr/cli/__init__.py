@@ -26,6 +26,8 @@ stays instant::
     bisect       zmr/cli/bisect.py        zmr.bisect (checks with zmr.checks)
     diff         zmr/cli/diff.py          zmr.diff
     import       zmr/cli/import_.py       zmr.importing
+    schema       zmr/cli/schema.py        zmr.file_schemas
+    status       zmr/cli/status.py        zmr.status
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
 once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
@@ -35,11 +37,14 @@ functions, registered here, so there is no import cycle.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 import typer.core
 
@@ -62,7 +67,9 @@ from zmr.cli import (
     publish,
     rebase,
     render,
+    schema,
     smoke,
+    status,
     update,
     upstreamed,
     validate,
@@ -101,25 +108,60 @@ def _verbosity_option(value: bool, which: str) -> None:
         logger.setLevel(logging.DEBUG)
 
 
-def _verbosity_options() -> list[click.Option]:
-    """-q/-v for a command: the same as before it (`zmr verify -q` is `zmr -q verify`)."""
-    return [
-        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, help=_QUIET_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "quiet")),
-        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, help=_VERBOSE_HELP, callback=lambda _c, _p, v: _verbosity_option(v, "verbose")),
-    ]
+def _quiet_option(value: bool) -> None:
+    _verbosity_option(value, "quiet")
+
+
+def _verbose_option(value: bool) -> None:
+    _verbosity_option(value, "verbose")
+
+
+# -q/-v for a command: the same as before it (`zmr verify -q` is `zmr -q verify`). Typer parameters that each
+# command function gets in its signature (`_with_verbosity`); their callbacks act, the command never sees them.
+_VERBOSITY_PARAMETERS = (
+    inspect.Parameter(
+        "zmr_quiet_",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, typer.Option("-q", "--quiet", help=_QUIET_HELP, callback=_quiet_option)],
+    ),
+    inspect.Parameter(
+        "zmr_verbose_",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, typer.Option("-v", "--verbose", help=_VERBOSE_HELP, callback=_verbose_option)],
+    ),
+)
+
+
+def _with_verbosity(function: Callable[..., Any]) -> Callable[..., Any]:
+    """*function* as a typer command that also takes -q/-v (what `zmr -q` does, after the command name)."""
+
+    @functools.wraps(function)
+    def command(*args: Any, zmr_quiet_: bool = False, zmr_verbose_: bool = False, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    # The annotations as objects, also those of a module with `from __future__ import annotations`.
+    signature = inspect.signature(function, eval_str=True)
+    signature = signature.replace(parameters=[*signature.parameters.values(), *_VERBOSITY_PARAMETERS])
+    command.__signature__ = signature  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return command
 
 
 class _Group(typer.core.TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for command in self.commands.values():
-            command.params.extend(_verbosity_options())
-
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # a click Context: click's, or typer's own copy from typer 0.26
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _ClosedPipe from None
+
+
+def _click_suggests_commands() -> bool:
+    """Whether the click under typer (its own copy from typer 0.26, else click) says "Did you mean" itself (click 8.4+)."""
+    package = typer.core.TyperGroup.__mro__[1].__module__.rpartition(".")[0]  # "click" or "typer._click"
+    exceptions = sys.modules.get(f"{package}.exceptions")
+    return hasattr(exceptions, "NoSuchCommand")
 
 
 app = typer.Typer(
@@ -127,12 +169,12 @@ app = typer.Typer(
     cls=_Group,
     help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
     # click 8.4 suggests a close command name itself; typer's own suggestion would repeat it.
-    suggest_commands=not hasattr(click.exceptions, "NoSuchCommand"),
+    suggest_commands=not _click_suggests_commands(),
 )
 
 
@@ -149,7 +191,16 @@ def _global_options(
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_VERBOSE_HELP)] = False,
+    directories: Annotated[
+        list[Path] | None,
+        typer.Option("-C", metavar="DIR", help="Run as if zmr was started in DIR (repeatable, each relative to the last), as git -C.", show_default=False),
+    ] = None,
 ) -> None:
+    for directory in directories or []:
+        try:
+            os.chdir(directory)
+        except OSError as err:
+            raise typer.BadParameter(f"cannot change to {str(directory)!r}: {err.strerror}", param_hint="'-C'") from None
     _asked.clear()
     _verbosity_option(quiet, "quiet")
     _verbosity_option(verbose, "verbose")
@@ -158,22 +209,23 @@ def _global_options(
 def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argument(help="The command (none: zmr itself).", show_default=False)] = None) -> None:
     """Help for a command: `zmr help build` is `zmr build --help`."""
     group = ctx.parent.command if ctx.parent else None
-    assert isinstance(group, click.Group)
+    assert isinstance(group, typer.core.TyperGroup)
     if not command:
         print(ctx.parent.get_help() if ctx.parent else "")
         return
     if len(command) > 1:
-        raise click.UsageError(f"give one command, not {' '.join(command)!r}", ctx=ctx)
+        ctx.fail(f"give one command, not {' '.join(command)!r}")
     found = group.get_command(ctx, command[0])
     if found is None:
-        raise click.UsageError(f"no command {command[0]!r}; `zmr --help` lists them", ctx=ctx)
-    print(click.Context(found, info_name=command[0], parent=ctx.parent).get_help())
+        ctx.fail(f"no command {command[0]!r}; `zmr --help` lists them")
+    print(type(ctx)(found, info_name=command[0], parent=ctx.parent).get_help())
 
 
 # In this order in `zmr --help`.
 for _name, _command in (
     ("init", init.init),
     ("list", list_.list_models),
+    ("status", status.status),
     ("validate", validate.validate),
     ("fetch", fetch.fetch),
     ("build", build.build),
@@ -193,9 +245,10 @@ for _name, _command in (
     ("bisect", bisect.bisect),
     ("diff", diff.diff),
     ("import", import_.import_),
+    ("schema", schema.schema),
     ("help", _help),
 ):
-    app.command(_name)(_command)
+    app.command(_name)(_with_verbosity(_command))
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; handled as Ctrl-C is, then reported as a shell would.
@@ -214,11 +267,17 @@ def _interrupted() -> int:
     return TERMINATED_STATUS if _terminated else 130
 
 
+_ARGV: list[list[str]] = []  # the arguments of the running main(), for --json errors
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: maps zmr errors to exit codes."""
+    _ARGV.append(sys.argv[1:] if argv is None else list(argv))
+    render.JSON_PRINTED.clear()
     try:
         return _main(argv)
     finally:
+        _ARGV.pop()
         for project in options.FOUND:
             for notice in project.notices:
                 render.warn(notice)
@@ -245,7 +304,7 @@ def _main(argv: list[str] | None) -> int:
     except ZmrError as err:
         if _terminated and err.exit_code == 130:  # a command's own "interrupted" error, caused by SIGTERM
             return _interrupted()
-        _print_error(err)
+        _print_error(err, err.exit_code)
         return err.exit_code
     except KeyboardInterrupt:
         return _interrupted()
@@ -254,7 +313,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
         from zmr.files import os_error
 
-        _print_error(os_error(err))
+        _print_error(os_error(err), 2)
         return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence
         return _usage_or_bug(err)
@@ -272,10 +331,27 @@ def _closed_pipe() -> int:
     return CLOSED_PIPE_STATUS
 
 
-def _print_error(err: Exception) -> None:
+def _print_error(err: Exception, code: int) -> None:
     text = str(err)
     for i, line in enumerate(text.splitlines() or [""]):
         print(("zmr: error: " if i == 0 else "  ") + line, file=sys.stderr)
+    _json_error(err, code, getattr(err, "message", text.splitlines()[0] if text else ""))
+
+
+def _json_requested() -> bool:
+    args = _ARGV[-1] if _ARGV else []
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_error(err: Exception, code: int, message: str) -> None:
+    """Under --json, an error is also a JSON object on stdout (unless the command's report is there already)."""
+    if not _json_requested() or render.JSON_PRINTED:
+        return
+    error: dict[str, Any] = {"message": message, "code": code, "type": type(err).__name__, "details": list(getattr(err, "details", []))}
+    problems = [p.to_json() for p in getattr(err, "problems", [])]
+    if problems:
+        error.update(file=problems[0].get("file"), line=problems[0].get("line"), problems=problems)
+    render.print_json({"ok": False, "error": error})
 
 
 def _usage_or_bug(err: Exception) -> int:
@@ -284,6 +360,8 @@ def _usage_or_bug(err: Exception) -> int:
     exit_code = getattr(err, "exit_code", None)
     if callable(show) and isinstance(exit_code, int):
         show()
+        format_message = getattr(err, "format_message", None)
+        _json_error(err, 2, format_message() if callable(format_message) else str(err))
         return 2
     if type(err).__name__ == "Abort":
         if _terminated:

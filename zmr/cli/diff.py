@@ -41,7 +41,8 @@ Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write th
 Stat = Annotated[bool, typer.Option("--stat", help="Show the range-diffs and each release tree's diff stat, not the diffs (as git diff --stat).")]
 NameOnly = Annotated[bool, typer.Option("--name-only", help="Show the range-diffs and the names of the files each release tree changes, not the diffs.")]
 ColorOpt = Annotated[Color, typer.Option("--color", help="Colour the text: auto (on a terminal, without NO_COLOR), always or never.")]
-ExitCode = Annotated[bool, typer.Option("--exit-code", help="Exit 1 when any component changed, as git diff --exit-code.")]
+Check = Annotated[bool, typer.Option("--check", help="Exit 1 when any component changed, as git diff --exit-code.")]
+ExitCode = Annotated[bool, typer.Option("--exit-code", hidden=True, help="The old name of --check.")]
 
 
 def diff(
@@ -52,6 +53,7 @@ def diff(
     stat: Stat = False,
     name_only: NameOnly = False,
     color: ColorOpt = Color.auto,
+    check: Check = False,
     exit_code: ExitCode = False,
     untrusted: Untrusted = False,
 ) -> None:
@@ -85,7 +87,7 @@ def diff(
             f"{len(report.broken)} component{'s' if len(report.broken) != 1 else ''} broken: " + ", ".join(c.label for c in report.broken),
             details=[c.reason or "" for c in report.broken],
         )
-    if exit_code and report.changed:
+    if (check or exit_code) and report.changed:
         raise CheckFailed(f"{len(report.changed)} of {len(report.components)} components change")
 
 

@@ -37,5 +37,7 @@ def docs(
         print(f"{outcome.display} is up to date")
     else:
         print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
-    if check and outcome.stale:
-        raise zmr.docs.stale_error(outcome)
+    if check and outcome.failed():
+        from zmr.errors import CheckFailed
+
+        raise CheckFailed(outcome.reason(), details=["run `zmr docs` and commit the result"])

@@ -5,13 +5,13 @@ command so that `zmr --help` does not load numpy.
 """
 
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zmr.cli.options import Json
+from zmr.cli.render import print_json
 from zmr.cli.render import table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,12 +39,13 @@ def locate(
 
     report = zmr.evidence.locate.locate(rollout, trainer, name_map)
     if json_out:
-        import json
-
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        print_json(report.to_json(), allow_nan=False)
     else:
         _render(report, limit)
-    zmr.evidence.locate.check(report)
+    if report.failed():
+        from zmr.errors import CheckFailed
+
+        raise CheckFailed(report.reason())
 
 
 def _num(x: float | None) -> str:

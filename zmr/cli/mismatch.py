@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json
+from zmr.cli.render import print_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.mismatch import MismatchReport, Stats
@@ -36,7 +37,8 @@ def mismatch(
     trainer: Annotated[Path, typer.Argument(metavar="TRAINER", help="Log-prob dump of the trainer, same (step, id) pairs.")],
     json_out: Json = False,
     plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE", help="Write a PNG of per-step max |Δ| and k3.")] = None,
-    require_zero: Annotated[bool, typer.Option("--require-zero", help="Exit 1 unless every token is bitwise equal.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 unless every token is bitwise equal.")] = False,
+    require_zero: Annotated[bool, typer.Option("--require-zero", hidden=True, help="The old name of --check.")] = False,
 ) -> None:
     """Compare rollout and trainer log-probs, bit for bit, per step and overall."""
     import zmr.evidence.mismatch
@@ -46,18 +48,15 @@ def mismatch(
     if plot is not None:
         zmr.evidence.mismatch.plot_report(report, plot)
     if json_out:
-        import json
-
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        print_json(report.to_json(), allow_nan=False)
     elif sys.stdout.isatty():
         _render_rich(report)
     else:
         _render_plain(report)
-    if require_zero and not report.bitwise_equal:
+    if (check or require_zero) and not report.bitwise_equal:
         o = report.overall
         raise CheckFailed(
-            f"--require-zero: {o.tokens - o.bitwise_equal} of {o.tokens} tokens are not bitwise equal "
-            f"({o.sequences_diverged} of {o.sequences} sequences diverge)"
+            f"--check: {o.tokens - o.bitwise_equal} of {o.tokens} tokens are not bitwise equal ({o.sequences_diverged} of {o.sequences} sequences diverge)"
         )
 
 

@@ -18,11 +18,46 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _MODEL_HELP = "Model name (manifests/<model>.yaml)."
 
-Models = Annotated[list[str] | None, typer.Argument(help="Model names (manifests/<model>.yaml).", show_default=False)]
-Model = Annotated[str, typer.Argument(help=_MODEL_HELP, show_default=False)]
-OptionalModel = Annotated[str | None, typer.Argument(help=_MODEL_HELP, show_default=False)]
+
+def _manifests() -> list[Path]:
+    """For shell completion, cheaply: manifests/*.yaml of $ZMR_REPO or of the first folder up from here that has one."""
+    import os
+
+    start = Path(os.environ.get("ZMR_REPO") or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "manifests").is_dir():
+            return sorted((folder / "manifests").glob("*.yaml"))
+    return []
+
+
+def complete_models(incomplete: str) -> list[str]:
+    """Model names for shell completion (`zmr build <TAB>`)."""
+    return [path.stem for path in _manifests() if path.stem.startswith(incomplete)]
+
+
+def complete_components(incomplete: str) -> list[str]:
+    """Component names of every manifest for shell completion (`zmr checkout demo -c <TAB>`)."""
+    import yaml
+
+    names: set[str] = set()
+    for path in _manifests():
+        try:
+            components = (yaml.safe_load(path.read_text()) or {}).get("components")
+        except (OSError, ValueError, yaml.YAMLError, AttributeError):
+            continue  # completion never fails: a broken manifest just offers nothing
+        if isinstance(components, dict):
+            names.update(str(name) for name in components)
+    return sorted(name for name in names if name.startswith(incomplete))
+
+
+Models = Annotated[list[str] | None, typer.Argument(help="Model names (manifests/<model>.yaml).", show_default=False, autocompletion=complete_models)]
+Model = Annotated[str, typer.Argument(help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
+OptionalModel = Annotated[str | None, typer.Argument(help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
 All = Annotated[bool, typer.Option("--all", help="Every model.")]
-Components = Annotated[list[str] | None, typer.Option("--component", "-c", help="Only these components (repeatable).", show_default=False)]
+Components = Annotated[
+    list[str] | None,
+    typer.Option("--component", "-c", help="Only these components (repeatable).", show_default=False, autocompletion=complete_components),
+]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 Untrusted = Annotated[bool, typer.Option("--untrusted", help="Treat manifests as untrusted input (pull requests in CI).", envvar="ZMR_UNTRUSTED")]
 Dir = Annotated[Path | None, typer.Option("--dir", help="The checkout folder (default work/<model>/<component>).", show_default=False)]

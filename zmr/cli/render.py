@@ -11,10 +11,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # typing.Self is Python 3.11
-    from typing_extensions import Self
+from typing import Any
 
 # -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
 _verbosity = 0
@@ -54,8 +51,25 @@ def console(stderr: bool = False, width: int | None = None) -> Any:
     return Console(stderr=stderr, width=width, color_system=None if no_color() else "auto")
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+# `schema_version` of the `--json` reports that do not carry their own (mismatch, locate and smoke do):
+# bump it for a command when one of its keys changes meaning or goes away.
+SCHEMA_VERSION = 1
+
+
+def envelope(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* as every `--json` output is: `tool` ("zmr"), `zmr` (its version) and `schema_version` first."""
+    from zmr import __version__
+
+    return {"tool": "zmr", "zmr": __version__, "schema_version": data.get("schema_version", SCHEMA_VERSION), **data}
+
+
+JSON_PRINTED: list[bool] = []  # one entry per report printed: an error after the report is not printed as JSON a second time
+
+
+def print_json(data: dict[str, Any], *, allow_nan: bool = True) -> None:
+    """A `--json` report on stdout, in the envelope (the JSON contract, docs/reference.md §JSON output)."""
+    JSON_PRINTED.append(True)
+    sys.stdout.write(json.dumps(envelope(data), indent=2, sort_keys=False, allow_nan=allow_nan) + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
@@ -106,7 +120,7 @@ class Progress:
         self._status: Any = None
         self._held: str | None = None  # a counting line not printed yet: the next one may be its update
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Progress:
         if self.enabled:
             self._status = console(stderr=True).status("working")
             self._status.__enter__()

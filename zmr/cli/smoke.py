@@ -19,10 +19,9 @@ import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
+from zmr.errors import CheckFailed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Self  # typing.Self is Python 3.11
-
     from zmr.smoke.runner import Job, Report, Result
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR "}
@@ -126,9 +125,8 @@ def smoke(
         print(f"JUnit report: {junit}")
     if not report.results:
         print("zmr: no smoke tests in the selection", file=sys.stderr)
-    failure = report.failure()
-    if failure is not None:
-        raise failure
+    if report.failed():
+        raise CheckFailed(report.reason()[0], details=report.reason()[1])
 
 
 def _summary(report: "Report", root: Path) -> None:
@@ -143,6 +141,8 @@ def _summary(report: "Report", root: Path) -> None:
     print(", ".join(f"{counts[s]} {s}" for s in ("passed", "failed", "timeout", "error") if counts[s] or s == "passed") + f" in {report.duration:.1f}s")
     for path in report.evidence:
         print(f"recorded {_relative(path, root)}")
+    for note in dict.fromkeys(note for r in report.results if not r.ok for note in r.notes):
+        print(f"note: {note}")
 
 
 def _relative(path: Path | None, root: Path) -> str:
@@ -165,7 +165,7 @@ class _View:
         self._status = "preparing"
         self._live: Any = None  # a rich Live while drawing on a terminal
 
-    def __enter__(self) -> "Self":
+    def __enter__(self) -> "_View":
         if self.live_enabled:
             from rich.live import Live
 

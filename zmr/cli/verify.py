@@ -32,7 +32,6 @@ def verify(
     for note in cache.notes:
         warn(note)
     report = zmr.verify.VerifyReport(results, remote)
-    bad = report.drifted
     if json_out:
         print_json(report.to_json())
     else:
@@ -45,10 +44,10 @@ def verify(
             if r.reasons:
                 line += ": " + "; ".join(r.reasons)
             print(line)
-    if bad:
-        named = " ".join(sorted({r.component.model for r in bad}))
-        only = "".join(f" -c {k}" for k in sorted({r.component.key for r in bad})) if components else ""
+    if report.failed():
+        named = " ".join(sorted({r.component.model for r in report.drifted}))
+        only = "".join(f" -c {k}" for k in sorted({r.component.key for r in report.drifted})) if components else ""
         fix = [f"to make the branches what the manifests and series say: `zmr build {named}{only}`"]
         if remote:
             fix.append(f"then push them: `zmr publish {named} --remote {remote}`")
-        raise CheckFailed(f"{len(bad)} of {len(results)} branch{'es' if len(results) != 1 else ''} drifted: " + ", ".join(r.branch for r in bad), details=fix)
+        raise CheckFailed(report.reason(), details=fix)

@@ -174,7 +174,7 @@ from typing import Any, Callable
 from zmr.evidence.dumps.bits import numpy, show_value, tensor_values
 from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
-from zmr.errors import CheckFailed, ZmrError
+from zmr.errors import ZmrError
 from zmr.files import parse_json, read_repo_file
 
 __all__ = [
@@ -194,7 +194,6 @@ __all__ = [
     "StepFile",
     "TensorInfo",
     "active",
-    "check",
     "dump",
     "hook_modules",
     "load_name_map",
@@ -206,8 +205,9 @@ __all__ = [
 
 MAX_NAME_MAP_BYTES = 1 << 20
 
-SCHEMA_VERSION = 2
-"""``schema_version`` of `LocateReport.to_json`; 2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
+SCHEMA_VERSION = 3
+"""``schema_version`` of `LocateReport.to_json`; 3: ``tool`` is "zmr" and ``zmr`` the version (2: ``tool`` {``name``, ``version``});
+2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
 _MAX_LISTED = 10
 
 
@@ -426,6 +426,22 @@ class LocateReport:
     only_trainer: list[str]
     notes: list[str]
 
+    def failed(self) -> bool:
+        """The check failed: a divergence was found (`zmr locate` exits 1)."""
+        return self.first is not None
+
+    def reason(self) -> str:
+        """Why it failed, in one line ('' when it did not)."""
+        f = self.first
+        if f is None:
+            return ""
+        fault = {
+            "equal": "its inputs are equal: this operation is at fault",
+            "differ": "an input already differs: an earlier, unrecorded operation is at fault",
+            "unknown": "no input could be compared",
+        }[f.inputs_verdict]
+        return f"first divergence at {f.op!r} (sequence {f.seq_id!r}, position {f.position}); {fault}"
+
     @property
     def diverged(self) -> bool:
         return self.first is not None
@@ -505,7 +521,8 @@ class LocateReport:
 
         return {
             "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "zmr", "version": __version__},
+            "tool": "zmr",
+            "zmr": __version__,
             "verdict": "diverged" if self.diverged else "bitwise_equal",
             "rollout": side(self.rollout),
             "trainer": side(self.trainer),
@@ -945,16 +962,3 @@ def _inputs_equal(rrec: Record, trec: Record, r_rows: Any, t_rows: Any) -> Any:
 def _fixed(slot: str, status: str, how: str) -> Callable[[int], InputCheck]:
     value = InputCheck(slot, status, how)
     return lambda row: value
-
-
-def check(report: LocateReport) -> None:
-    """Raise `CheckFailed` (exit 1) when the report found a divergence."""
-    f = report.first
-    if f is None:
-        return
-    fault = {
-        "equal": "its inputs are equal: this operation is at fault",
-        "differ": "an input already differs: an earlier, unrecorded operation is at fault",
-        "unknown": "no input could be compared",
-    }[f.inputs_verdict]
-    raise CheckFailed(f"first divergence at {f.op!r} (sequence {f.seq_id!r}, position {f.position}); {fault}")

@@ -51,9 +51,9 @@ names RL frameworks log, to hold zmr's numbers against a dashboard:
 verl and slime compute in the tensors' dtype, zmr in float64, so the last
 digits can differ.
 
-Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 2
+Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 3
 ------------------------------------------------------------------------------
-- `schema_version` (2; 1 named the trainer side `train`), `tool` {`name`, `version`}, `verdict`
+- `schema_version` (3; 2 had `tool` {`name`, `version`}; 1 named the trainer side `train`), `tool` ("zmr"), `zmr` (its version), `verdict`
   ("bitwise_equal" or "mismatch"), `bitwise_equal` (bool).
 - `rollout`, `trainer`: {`path`, `format`, `records`, `tokens`, `dtypes`,
   `trees` (component -> commit id, from the provenance; {} when the dump has
@@ -111,9 +111,10 @@ __all__ = [
 ]
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """`schema_version` of `MismatchReport.to_json`; bump it when a key changes meaning or goes away.
 
+3: `tool` is "zmr" and `zmr` the version (2: `tool` {`name`, `version`}).
 2: the trainer side's keys are `trainer` and `trainer_bits` (1: `train`, `train_bits`).
 """
 
@@ -264,7 +265,8 @@ class MismatchReport:
             steps.append({"step": s.step, **entry})
         return {
             "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "zmr", "version": __version__},
+            "tool": "zmr",
+            "zmr": __version__,
             "verdict": "bitwise_equal" if self.bitwise_equal else "mismatch",
             "bitwise_equal": self.bitwise_equal,
             "rollout": info(self.rollout),

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.git import Progress
-from zmr.errors import CheckFailed, ZmrError
+from zmr.errors import ZmrError
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
@@ -258,15 +258,20 @@ class Report:
             "tests": tests,
         }
 
-    def failure(self) -> CheckFailed | None:
+    def failed(self) -> bool:
+        """The check failed: a test did not pass (`zmr smoke` exits 1)."""
+        return any(not r.ok for r in self.results)
+
+    def reason(self) -> tuple[str, list[str]]:
+        """Why it failed: a headline and one line per test that did not pass (('', []) when all passed)."""
         bad = [r for r in self.results if not r.ok]
         if not bad:
-            return None
+            return "", []
         counts = self.counts()
         what = ", ".join(f"{counts[s]} {s}" for s in (FAILED, TIMEOUT, ERROR) if counts[s])
-        return CheckFailed(
+        return (
             f"{len(bad)} of {len(self.results)} smoke test{'s' if len(self.results) != 1 else ''} did not pass ({what})",
-            details=[f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
+            [f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
         )
 
 
@@ -635,9 +640,43 @@ class LocalExecutor:
         changed = {rel for rel, meta in after.items() if before.get(rel) != meta}
         mine = {rel for rel in changed if claimant(rel, ids) in (None, job.id)}
         mismatch, notes = collect_mismatch(folder, mine)
+        if outcome.status != PASSED:
+            notes.extend(missing_extra(log))
         result = Result(job, outcome.status, outcome.exit_code, iso(outcome.started), outcome.duration, outcome.message, self.name, log, mismatch, notes)
         events("finish", job, result)
         return result
+
+
+def missing_extra(log: Path, tail_bytes: int = 65536) -> list[str]:
+    """What a failed test's log says is not installed, and which of zmr's extras installs it (``.[demo]``: torch...)."""
+    from importlib import metadata
+
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - tail_bytes))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    missing = sorted(set(re.findall(r"ModuleNotFoundError: No module named '([A-Za-z0-9_]+)", text)))
+    if not missing:
+        return []
+    extras: dict[str, list[str]] = {}
+    try:
+        for requirement in metadata.requires("zmr") or []:
+            name = re.match(r"[A-Za-z0-9._-]+", requirement)
+            extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", requirement)
+            if name and extra:
+                extras.setdefault(name.group(0).lower().replace("-", "_"), []).append(extra.group(1))
+    except metadata.PackageNotFoundError:
+        pass
+    notes = []
+    for module in missing:
+        which = extras.get(module.lower())
+        if which:
+            notes.append(f"{module} is not installed: it comes with zmr's extra {which[0]} (pip install -e '.[{which[0]}]' in zmr's checkout)")
+        else:
+            notes.append(f"{module} is not installed in the environment the test ran in")
+    return notes
 
 
 # -- the whole run -------------------------------------------------------------------------------------

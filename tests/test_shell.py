@@ -1,0 +1,79 @@
+"""git's habits: `-C DIR` before the command, and shell completion for bash, zsh and fish through the entry point the
+completion scripts call (`_ZMR_COMPLETE=...`): commands, options, model and component names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, simple_model, zmr
+
+
+def _complete(shell: str, words: str, cwd, env: dict | None = None) -> list[str]:
+    """What the shell's completion function gets for the command line *words* (the cursor at its end)."""
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO"} | (env or {})
+    full["_ZMR_COMPLETE"] = f"complete_{shell}"
+    if shell == "bash":
+        parts = words.split(" ")
+        full |= {"COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1)}
+    else:
+        full["_TYPER_COMPLETE_ARGS"] = words
+        if shell == "fish":
+            full["_TYPER_COMPLETE_FISH_ACTION"] = "get-args"
+    code = "import sys; sys.argv[0] = 'zmr'; from zmr.cli import main; sys.exit(main())"
+    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=full, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    if shell == "zsh":  # _arguments '*: :(("build":"help" "verify":"help"))', or (("demo")) without help
+        import re
+
+        return re.findall(r'"((?:[^"\\]|\\.)*)"(?::"(?:[^"\\]|\\.)*")?', result.stdout)
+    return [line.split("\t")[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_of_commands_options_models_and_components(shell, project, upstream):
+    simple_model(project, upstream)
+    simple_model(project, upstream, model="other")
+    root = project.root
+    assert _complete(shell, "zmr bu", root) == ["build"]
+    assert set(_complete(shell, "zmr ", root)) >= {"build", "verify", "checkout", "export", "diff", "help"}
+    assert "--all" in _complete(shell, "zmr build --a", root)
+    assert _complete(shell, "zmr verify o", root) == ["other"]
+    assert set(_complete(shell, "zmr checkout ", root)) >= {"toy", "other"}
+    assert _complete(shell, "zmr checkout toy -c r", root) == ["rollout"]
+    # From a folder below the project, and nowhere near one: nothing to offer, no error.
+    (root / "patches").mkdir(exist_ok=True)
+    assert _complete(shell, "zmr verify t", root / "patches") == ["toy"]
+    assert _complete(shell, "zmr verify t", root.parent) == []
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_name_the_entry_point(shell, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.argv[0] = 'zmr'; from zmr.cli import main; sys.exit(main())"],
+        env=os.environ | {"_ZMR_COMPLETE": f"source_{shell}"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"_ZMR_COMPLETE=complete_{shell}" in result.stdout
+    assert "zmr" in result.stdout
+
+
+def test_dash_c_runs_as_if_started_in_dir(project, upstream, tmp_path):
+    simple_model(project, upstream)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    listed = zmr("-C", str(project.root), "list", "--json", cwd=elsewhere)
+    assert listed.returncode == 0, listed.stderr
+    assert "toy" in listed.stdout
+    # Repeatable, each relative to the one before, as git's.
+    again = zmr("-C", str(project.root.parent), "-C", project.root.name, "-q", "list", cwd=elsewhere)
+    assert again.returncode == 0 and again.stdout == zmr("list", cwd=project.root).stdout
+    missing = zmr("-C", str(tmp_path / "nowhere"), "list", cwd=elsewhere)
+    assert missing.returncode == 2 and "cannot change to" in missing.stderr
+    assert "-C DIR" in zmr("--help", cwd=REPO_ROOT).stdout
