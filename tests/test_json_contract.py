@@ -162,9 +162,20 @@ def test_smoke_with_json(project, upstream):
     assert data["ok"] is True
 
 
+def _evidence_test_module(name: str) -> Any:
+    """A module of tests/evidence/ (its fixtures' writers), loaded by path: that folder is on sys.path only when pytest collected it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"evidence_{name}", REPO_ROOT / "tests" / "evidence" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_mismatch_and_locate_with_json(tmp_path):
-    from test_locate import write_pair
-    from test_mismatch import _pair
+    write_pair = _evidence_test_module("test_locate").write_pair
+    _pair = _evidence_test_module("test_mismatch")._pair
 
     check("mismatch", zmr("mismatch", *map(str, _pair(tmp_path, differ=True)), "--json", cwd=tmp_path))
     rollout, trainer = write_pair(tmp_path / "locate")
