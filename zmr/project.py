@@ -341,7 +341,7 @@ class Listing:
 
 def list_models(project: Project) -> Listing:
     """Every manifest of *project*, with the patch count and the upstream statuses of each series (read, so a broken series fails here)."""
-    from zmr.upstream_status import status_of
+    from zmr import upstream_status
 
     listed = []
     for manifest in project.manifests():
@@ -349,7 +349,6 @@ def list_models(project: Project) -> Listing:
         for c in manifest.components.values():
             patches = project.series(c).patches
             counts[c.key] = len(patches)
-            kinds = [status.kind if (status := status_of(p)[0]) else "none" for p in patches]
-            statuses[c.key] = {kind: kinds.count(kind) for kind in sorted(set(kinds))}
+            statuses[c.key] = upstream_status.counts(patches)
         listed.append(ModelListing(manifest, counts, statuses))
     return Listing(listed)

@@ -2,7 +2,7 @@
 
 Per component: the pin, whether a checkout is there and holds commits not exported, whether a rebase is in progress,
 whether the release branch is current (its trailers name this pin and this series' digest; `zmr verify` rebuilds to be
-sure), and who holds its lock. Reads only: no fetch, no build, no lock taken.
+sure), who holds its lock, and how many patches declare each upstream status (`zmr.upstream_status`). Reads only: no fetch, no build, no lock taken.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class ComponentStatus:
     not_exported: list[str] = field(default_factory=list)  # what exporting would save
     rebase_in_progress: bool = False
     lock_holder: dict | None = None  # {pid, command, started} while another zmr works on it
+    upstream_status: dict[str, int] = field(default_factory=dict)  # the series' patches per upstream status kind (`none`: no header)
 
     def to_json(self) -> dict:
         return {
@@ -40,6 +41,7 @@ class ComponentStatus:
             "not_exported": self.not_exported,
             "rebase_in_progress": self.rebase_in_progress,
             "lock_holder": self.lock_holder,
+            "upstream_status": self.upstream_status,
         }
 
 
@@ -56,13 +58,18 @@ def status(project: Project, components: list[Component]) -> StatusReport:
 
 
 def component_status(project: Project, component: Component) -> ComponentStatus:
-    from zmr import checkout, lock
+    from zmr import checkout, lock, upstream_status
+    from zmr.errors import ZmrError
 
     co = checkout.remembered_checkout(project, component) or checkout.checkout_of(project.default_checkout(component), component)
     work: list[str] = []
     if co is not None:
         _, work = checkout.sync_state(project, component, co)
     release, tip = _release_state(project, component)
+    try:
+        statuses = upstream_status.counts(project.series(component).patches)
+    except ZmrError:  # a series that does not read: `zmr validate` says why; status still shows the rest
+        statuses = {}
     return ComponentStatus(
         model=component.model,
         component=component.key,
@@ -74,6 +81,7 @@ def component_status(project: Project, component: Component) -> ComponentStatus:
         not_exported=work,
         rebase_in_progress=checkout.rebase_in_progress(project, component),
         lock_holder=lock.holder(project.lock_path(component.model, component.key)),
+        upstream_status=statuses,
     )
 
 

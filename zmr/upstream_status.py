@@ -18,6 +18,7 @@ Standard library and zmr.series only.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zmr.series import Patch
@@ -103,3 +104,9 @@ def _read(number: int, header: str, value: str, problems: list[tuple[int, str]])
         status = UpstreamStatus("backport", detail.strip(), "Origin", number)
         return status if status.commit else None  # a URL without a commit id: nothing to check
     return None  # vendor, other: where it came from, not where it stands
+
+
+def counts(patches: Sequence[Patch]) -> dict[str, int]:
+    """How many of *patches* declare each upstream status kind (``none``: no header), kinds in name order: `zmr list` and `zmr status`."""
+    kinds = [status.kind if (status := status_of(p)[0]) else "none" for p in patches]
+    return {kind: kinds.count(kind) for kind in sorted(set(kinds))}

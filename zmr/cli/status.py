@@ -8,7 +8,7 @@ from zmr.cli.render import print_json, table
 
 
 def status(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
-    """Where each component stands: pin, checkout, commits not exported, rebase, release branch current or stale, lock."""
+    """Where each component stands: pin, checkout, commits not exported, rebase, release branch current or stale, lock, upstream status."""
     from zmr import selection
     import zmr.status
 
@@ -27,9 +27,10 @@ def status(models: Models = None, all_models: All = False, components: Component
                 (c.checkout or "-") + (" (not exported)" if c.not_exported else ""),
                 "rebase in progress" if c.rebase_in_progress else "-",
                 f"pid {c.lock_holder.get('pid')}: {c.lock_holder.get('command', '')}" if c.lock_holder is not None else "-",
+                ", ".join(f"{n} {kind}" for kind, n in c.upstream_status.items()) or "-",
             ]
         )
-    table(["component", "pin", "release branch", "checkout", "rebase", "lock"], rows)
+    table(["component", "pin", "release branch", "checkout", "rebase", "lock", "upstream status"], rows)
     for c in report.components:
         for line in c.not_exported:
             print(f"{c.model}/{c.component}: {line}")
