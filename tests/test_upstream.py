@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import git, make_upstream
 
 from zmr import git as zgit
-from zmr.upstream import commit_subject, first_parent_line, range_diff, upstream_commits, upstream_patch_ids
+from zmr.upstream import commit_subject, first_parent_line, pair_series, upstream_commits, upstream_patch_ids
 
 
 def _commit(path, files: dict[str, str], message: str) -> str:
@@ -48,7 +48,7 @@ def test_upstream_commits_and_their_patch_ids_are_those_touching_the_paths(tmp_p
     assert commit_subject(repo, touch_f) == "change f" and commit_subject(repo, None) == "" and commit_subject(repo, "0" * 40) == ""
 
 
-def test_range_diff_gives_each_new_commit_its_block(tmp_path):
+def test_pair_series_pairs_by_range_diff_and_leaves_a_new_commit_added(tmp_path):
     up = make_upstream(tmp_path / "up", [{"f": "1\n", "g": "1\n"}])
     (base,) = up.commits
     old_tip = _commit(up.path, {"f": "patched\n"}, "Patch f")
@@ -57,9 +57,7 @@ def test_range_diff_gives_each_new_commit_its_block(tmp_path):
     same = _commit(up.path, {"f": "patched\n"}, "Patch f")
     changed = _commit(up.path, {"f": "patched again\n"}, "Patch f again")
     repo = zgit.Repo.discover(up.path)
-    blocks = range_diff(repo, base, old_tip, new_base, changed)
-    assert len(blocks) == 2
-    (first, first_block), (second, second_block) = blocks.items()
-    assert same.startswith(first) and " = " in first_block.splitlines()[0]  # the patch, unchanged on the new base
-    assert changed.startswith(second) and " > " in second_block.splitlines()[0]  # a new commit, nothing old matches it
-    assert range_diff(repo, base, old_tip, "0" * 40, changed) == {}  # git cannot compare: no blocks, no error
+    pairs = pair_series(repo, base, [old_tip], ["0001-patch-f.patch"], new_base, [same, changed], ["0001-patch-f.patch", "0002-patch-f-again.patch"])
+    assert [(p.old, p.sign, p.new) for p in pairs] == [(0, "=", 0), (None, ">", 1)]  # the patch unchanged on the new base; a new one
+    assert pairs[1].new_name == "0002-patch-f-again.patch" and pairs[1].old_name is None
+    assert repo.range_diff(f"{base}..{old_tip}", f"{'0' * 40}..{changed}") is None  # git cannot compare: None, no error

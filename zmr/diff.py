@@ -7,7 +7,7 @@ default) its working tree::
              ──load_manifests, Project.series (the working tree's validation, same limits)──▶ components
     component on both sides, same pin, series and identity ──▶ unchanged (no fetch)
     otherwise ──zmr.build.compute, partial like verify──▶ tree and branch id of each side
-              ──zmr.replay.build_chain + zmr.upstream.range_diff──▶ patches added, removed, changed, reordered
+              ──zmr.replay.build_chain + zmr.upstream.pair_series──▶ patches added, removed, changed, reordered
               ──Cache.commit_history (commits only)──▶ how far the pin moved
 
 A revision is never checked out: its files are read from git objects and

@@ -453,27 +453,9 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
 # -- range-diff ------------------------------------------------------------------------------------
 
 
-_RANGE_HEAD_RE = re.compile(r"^\s*(?:-|\d+):\s+(?:-+|[0-9a-f]+) [<>=!] \s*(?:-|\d+):\s+(-+|[0-9a-f]+) ")
 _RANGE_LINE_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) (.*)$")
 # Past any cost git's matching can give a pair of two patches: the pair is made (a pair asked for by name or position).
 _FORCE_PAIR = 100_000
-
-
-def range_diff(repo: git.Repo, old_base: str, old_tip: str, new_base: str, new_tip: str) -> dict[str, str]:
-    """``git range-diff`` old series vs new series: new commit → its block of the output."""
-    text = repo.range_diff(f"{old_base}..{old_tip}", f"{new_base}..{new_tip}")
-    blocks: dict[str, str] = {}
-    current = None
-    for line in (text or "").splitlines():
-        match = _RANGE_HEAD_RE.match(line)
-        if match:
-            current = match.group(1) if not match.group(1).startswith("-") else None
-            if current:
-                blocks[current] = line + "\n"
-            continue
-        if current:
-            blocks[current] += line + "\n"
-    return blocks
 
 
 @dataclass(frozen=True)
