@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import make_project, simple_model
+from conftest import make_project, simple_model, zmr
 
 from zmr.project import Project
 from zmr.validate import validate
@@ -40,3 +40,22 @@ def test_every_problem_is_reported_at_once(tmp_path, upstream, monkeypatch):
     assert message["line"] and "Index: a line a reader takes for a diff" in message["message"]
     assert len(report.errors) == 2 and report.to_json()["ok"] is False
     assert {p: p.read_bytes() for p in project.root.rglob("*") if p.is_file() and ".git" not in p.parts} == before  # nothing written
+
+
+def test_a_hand_added_component_gets_its_manifest_problem_and_its_missing_series_folder_at_once(tmp_path, upstream):
+    """Issue #36: `commit: 'main' is not a full commit id` first, and only after that is fixed, `series folder ... does not exist`."""
+    project, _ = _project(tmp_path, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text() + "  trainer:\n    upstream: https://example.com/t.git\n    commit: main\n")
+    result = zmr("validate", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert "zmr: error: 2 problems in manifests/toy.yaml" in result.stderr, result.stderr
+    assert "components.trainer.commit: 'main' is not a full commit id" in result.stderr
+    assert "components.trainer: series folder patches/toy/trainer does not exist; fix `patches:`" in result.stderr
+    # The advice, followed: an empty series for a component without patches, and the pin of the commit.
+    (project.root / "patches/toy/trainer").mkdir()
+    (project.root / "patches/toy/trainer/series").write_text("")
+    manifest.write_text(manifest.read_text().replace("commit: main", "commit: " + "2" * 40))
+    fixed = zmr("validate", cwd=project.root)
+    assert fixed.returncode == 0, fixed.stderr
+    assert fixed.stdout.startswith("ok: 1 manifest")
