@@ -30,6 +30,34 @@ def test_reports_that_are_checks_say_failed_and_why():
     from zmr.smoke.runner import Report
     from zmr.verify import VerifyReport
 
-    for report_class in (VerifyReport, LocateReport, Report, Outcome):
+    from zmr.diff import DiffReport
+    from zmr.update import UpdateReport
+
+    for report_class in (VerifyReport, LocateReport, Report, Outcome, DiffReport, UpdateReport):
         assert callable(getattr(report_class, "failed", None)) and callable(getattr(report_class, "reason", None)), report_class
     assert VerifyReport([], None).failed() is False and VerifyReport([], None).reason() == ""
+
+
+def test_update_and_diff_reports_say_what_their_check_fails_on():
+    """update: --apply fails on a component left unmoved, --check on one left behind; diff --check on a changed component."""
+    from types import SimpleNamespace
+
+    from zmr.diff import DiffReport
+    from zmr.update import UpdateReport
+
+    comp = SimpleNamespace(label="m/rollout")
+    unmoved = SimpleNamespace(component=comp, refused="its checkout holds work not exported", left_behind=False)
+    behind = SimpleNamespace(component=SimpleNamespace(label="m/trainer"), refused=None, left_behind=True)
+    both = [unmoved, behind]
+    assert not UpdateReport(both).failed() and UpdateReport(both).reason() == ""  # neither --apply nor --check: a report only
+    applied = UpdateReport(both, applied=True)
+    assert applied.failed() and applied.reason() == "1 of 2 components not moved: m/rollout"
+    assert applied.details()[0] == "m/rollout: its checkout holds work not exported" and "--apply` again" in applied.details()[-1]
+    checked = UpdateReport(both, checked=True, target="main")
+    assert checked.failed() and checked.reason() == "1 component behind main: m/trainer" and checked.details() == []
+    assert not UpdateReport([behind], applied=True).failed()  # behind but not refused: --apply moved what it could
+    unchanged = SimpleNamespace(status="unchanged")
+    changed = SimpleNamespace(status="changed")
+    assert not DiffReport("a" * 40, "HEAD~1", None, None, [unchanged]).failed()
+    report = DiffReport("a" * 40, "HEAD~1", None, None, [unchanged, changed])
+    assert report.failed() and report.reason() == "1 of 2 components change"

@@ -210,6 +210,13 @@ class DiffReport:
     def broken(self) -> list[ComponentDiff]:
         return [c for c in self.components if c.status == "broken"]
 
+    def failed(self) -> bool:
+        """What ``--check`` fails on (exit 1, as ``git diff --exit-code``): a component changed."""
+        return bool(self.changed)
+
+    def reason(self) -> str:
+        return f"{len(self.changed)} of {len(self.components)} components change" if self.changed else ""
+
     def to_json(self) -> dict[str, Any]:
         return {"base": self.base, "head": self.head, "components": [c.to_json() for c in self.components]}
 

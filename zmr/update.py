@@ -595,9 +595,49 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
 
 @dataclass(frozen=True)
 class UpdateReport:
-    """What ``zmr update --json`` prints: one ``Update`` per component, in the order examined."""
+    """What ``zmr update --json`` prints: one ``Update`` per component, in the order examined.
+
+    ``failed()`` is the exit rule (§6.1): with ``--apply``, a component left
+    unmoved (``refused``: unexported work, a rebase in progress, ...); with
+    ``--check``, a component left behind its track (or ``--onto``).
+    """
 
     components: list[Update]
+    applied: bool = False  # --apply
+    checked: bool = False  # --check
+    target: str | None = None  # --onto REV; None: each component's track
+
+    @property
+    def refused(self) -> list[Update]:
+        return [u for u in self.components if u.refused]
+
+    @property
+    def behind(self) -> list[Update]:
+        return [u for u in self.components if u.left_behind]
+
+    def failed(self) -> bool:
+        return bool(self.applied and self.refused) or bool(self.checked and self.behind)
+
+    def reason(self) -> str:
+        """The first line of the failure; empty when none."""
+        count = len(self.components)
+        if self.applied and self.refused:
+            names = ", ".join(u.component.label for u in self.refused)
+            return f"{len(self.refused)} of {count} component{'s' if count != 1 else ''} not moved: {names}"
+        if self.checked and self.behind:
+            names = ", ".join(u.component.label for u in self.behind)
+            behind = len(self.behind)
+            return f"{behind} component{'s' if behind != 1 else ''} behind {'their track' if self.target is None else self.target}: {names}"
+        return ""
+
+    def details(self) -> list[str]:
+        """What to do about the failure ``reason`` names."""
+        if self.applied and self.refused:
+            return [
+                *(f"{u.component.label}: {u.refused}" for u in self.refused),
+                "the others moved; deal with what is named above, then run the same `zmr update ... --apply` again",
+            ]
+        return []
 
     def to_json(self) -> dict:
         return {"components": [u.to_json() for u in self.components]}

@@ -87,8 +87,8 @@ def diff(
             f"{len(report.broken)} component{'s' if len(report.broken) != 1 else ''} broken: " + ", ".join(c.label for c in report.broken),
             details=[c.reason or "" for c in report.broken],
         )
-    if (check or exit_code) and report.changed:
-        raise CheckFailed(f"{len(report.changed)} of {len(report.components)} components change")
+    if (check or exit_code) and report.failed():
+        raise CheckFailed(report.reason())
 
 
 def _page(text: str, repo: git.Repo | None) -> None:

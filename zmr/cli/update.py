@@ -76,27 +76,15 @@ def update(
         warn(note)
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
+    outcome = zmr.update.UpdateReport(results, applied=apply, checked=check, target=to)
     if json_out:
-        print_json(zmr.update.UpdateReport(results).to_json())
+        print_json(outcome.to_json())
     else:
         print_text(results, apply)
-    for r in results:
-        if r.refused:
-            warn(f"{r.component.label}: not moved: {r.refused}")
-    refused = [r for r in results if r.refused]
-    if apply and refused:  # a partial --apply: a CI job must see that some pins did not move (exit 1)
-        names = ", ".join(r.component.label for r in refused)
-        raise CheckFailed(
-            f"{len(refused)} of {len(results)} component{'s' if len(results) != 1 else ''} not moved: {names}",
-            details=[
-                *(f"{r.component.label}: {r.refused}" for r in refused),
-                "the others moved; deal with what is named above, then run the same `zmr update ... --apply` again",
-            ],
-        )
-    behind = [r for r in results if r.left_behind]
-    if check and behind:
-        names = ", ".join(r.component.label for r in behind)
-        raise CheckFailed(f"{len(behind)} component{'s' if len(behind) != 1 else ''} behind {'their track' if to is None else to}: {names}")
+    for r in outcome.refused:
+        warn(f"{r.component.label}: not moved: {r.refused}")
+    if outcome.failed():  # a partial --apply (a CI job must see that some pins did not move), or --check and behind
+        raise CheckFailed(outcome.reason(), details=outcome.details())
 
 
 def check_factory(project: Project, test: str | None, smoke: bool, bitwise: bool, lenient: bool = False) -> Callable[[Component], Check | None] | None:
