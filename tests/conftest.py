@@ -215,6 +215,19 @@ def simple_model(project: Project, upstream: Upstream, model: str = "toy", pin_i
     return pin
 
 
+def team_clones(tmp_path: Path, upstream: Upstream, ignore: str = "/work/\n") -> tuple[Path, Path]:
+    """(mine, theirs): two clones, through a bare hub (their origin), of a zmr repository with the simple model and *ignore* as .gitignore."""
+    origin = make_project(tmp_path / "origin")
+    origin.write(".gitignore", ignore)
+    simple_model(origin, upstream)
+    hub = tmp_path / "hub.git"
+    git("clone", "-q", "--bare", str(origin.root), str(hub))
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for clone in (mine, theirs):
+        git("clone", "-q", str(hub), str(clone))
+    return mine, theirs
+
+
 def two_models(project, upstream) -> None:
     """toy/rollout (tracks main, two patches) and other/trainer (no track, one patch)."""
     simple_model(project, upstream)

@@ -10,7 +10,7 @@ import re
 import shlex
 from pathlib import Path
 
-from conftest import Upstream, git, make_project, simple_model, zmr
+from conftest import Upstream, git, make_project, simple_model, team_clones, zmr
 
 
 def _advised(stderr: str, starting: str) -> list[str]:
@@ -28,14 +28,7 @@ def _run(argv: list[str], cwd: Path):
 
 def _moved_pin_under_my_commit(tmp_path: Path, upstream: Upstream) -> tuple[Path, Path]:
     """My clone's checkout has one new commit; a colleague moved the pin (`zmr rebase --onto main`) and I pulled it."""
-    origin = make_project(tmp_path / "origin")
-    origin.write(".gitignore", "/work/\n")
-    simple_model(origin, upstream)
-    hub = tmp_path / "hub.git"
-    git("clone", "-q", "--bare", str(origin.root), str(hub))
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    for clone in (mine, theirs):
-        git("clone", "-q", str(hub), str(clone))
+    mine, theirs = team_clones(tmp_path, upstream)
     assert zmr("checkout", "toy", cwd=mine).returncode == 0
     work = mine / "work/toy/rollout"
     (work / "src/notes.md").write_text("my notes\n")

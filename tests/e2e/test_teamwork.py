@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Upstream, git, make_project, simple_model, zmr
+from conftest import Upstream, git, make_project, simple_model, team_clones, zmr
 
 FIX_ONE = "Fix one"
 
@@ -25,14 +25,7 @@ def _edit(checkout: Path, old: str, new: str, subject: str, amend: bool = False)
 @pytest.fixture
 def team(tmp_path, upstream: Upstream):
     """(mine, colleague's): clones of one zmr repository through a bare hub; 0003-fix-one.patch exported and pushed by me, then edited by the colleague."""
-    origin = make_project(tmp_path / "origin")
-    origin.write(".gitignore", "/work/\n/.zmr/\n")
-    simple_model(origin, upstream)
-    hub = tmp_path / "hub.git"
-    git("clone", "-q", "--bare", str(origin.root), str(hub))
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    for clone in (mine, theirs):
-        git("clone", "-q", str(hub), str(clone))
+    mine, theirs = team_clones(tmp_path, upstream, "/work/\n/.zmr/\n")
     work = mine / "work/toy/rollout"
     assert zmr("checkout", "toy", "-c", "rollout", cwd=mine).returncode == 0
     _edit(work, "line 20\n", "line 20 fix one\n", FIX_ONE)
