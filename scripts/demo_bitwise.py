@@ -76,6 +76,14 @@ def parse_args(argv):
     for d in args.dtypes:
         if d not in DTYPES:
             p.error(f"--dtypes: unknown {d!r}; use fp32, bf16 or fp16")
+    parse_sizes(p, args)
+    if args.hidden % args.heads:
+        p.error("--hidden must be a multiple of --heads")
+    return args
+
+
+def parse_sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--batch-sizes (a comma list), --prompt-len and --new-tokens (MIN:MAX, MIN >= 1) into numbers, in place; demo_parallel.py's too."""
     try:
         args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
         args.prompt_len = tuple(int(x) for x in args.prompt_len.split(":"))
@@ -84,9 +92,6 @@ def parse_args(argv):
         p.error("--batch-sizes is a comma list of ints, --prompt-len/--new-tokens are MIN:MAX")
     if len(args.prompt_len) != 2 or len(args.new_tokens) != 2 or min(args.prompt_len + args.new_tokens) < 1:
         p.error("--prompt-len and --new-tokens are MIN:MAX with MIN >= 1")
-    if args.hidden % args.heads:
-        p.error("--hidden must be a multiple of --heads")
-    return args
 
 
 # ---------------------------------------------------------------------------

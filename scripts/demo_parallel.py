@@ -104,14 +104,7 @@ def parse_args(argv):
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if any(d not in DTYPES for d in args.dtypes):
         p.error(f"--dtypes: use {', '.join(DTYPES)}")
-    try:
-        args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-        args.prompt_len = tuple(int(x) for x in args.prompt_len.split(":"))
-        args.new_tokens = tuple(int(x) for x in args.new_tokens.split(":"))
-    except ValueError:
-        p.error("--batch-sizes is a comma list of ints, --prompt-len/--new-tokens are MIN:MAX")
-    if len(args.prompt_len) != 2 or len(args.new_tokens) != 2 or min(args.prompt_len + args.new_tokens) < 1:
-        p.error("--prompt-len and --new-tokens are MIN:MAX with MIN >= 1")
+    db.parse_sizes(p, args)
     if args.tp < 1 or args.cp < 1 or args.hidden % args.heads:
         p.error("--tp and --cp are >= 1, --hidden a multiple of --heads")
     if args.break_rank is not None and not (args.locate and 0 <= args.break_rank < args.tp):
