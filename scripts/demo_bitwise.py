@@ -53,13 +53,7 @@ def parse_args(argv):
     p.add_argument("--max-running", type=int, default=4,
                    help="rows of a decode step at most; more requests wait and join later (default 4)")
     p.add_argument("--hidden", type=int, default=64, help="hidden size (default 64)")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--intermediate", type=int, default=None, help="MLP size (default 3 * hidden)")
-    p.add_argument("--vocab", type=int, default=320)
-    p.add_argument("--prompt-len", default="2:32", help="MIN:MAX prompt length (default 2:32)")
-    p.add_argument("--new-tokens", default="4:24", help="MIN:MAX response length (default 4:24)")
-    p.add_argument("--seed", type=int, default=0)
+    add_model_args(p)
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads (torch.set_num_threads); 0: torch's default (default 1: no OpenMP stalls "
                         "on a busy machine)")
@@ -80,6 +74,17 @@ def parse_args(argv):
     if args.hidden % args.heads:
         p.error("--hidden must be a multiple of --heads")
     return args
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model's shape (less --hidden), the request lengths and the seed: the options demo_parallel.py shares."""
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--intermediate", type=int, default=None, help="MLP size (default 3 * hidden)")
+    p.add_argument("--vocab", type=int, default=320)
+    p.add_argument("--prompt-len", default="2:32", help="MIN:MAX prompt length (default 2:32)")
+    p.add_argument("--new-tokens", default="4:24", help="MIN:MAX response length (default 4:24)")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def parse_sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
