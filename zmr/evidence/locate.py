@@ -171,7 +171,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 # What runs inside the engines, handed on: adapters, templates and scripts import these from zmr.evidence.locate.
-from zmr.evidence.dumps.bits import numpy, show_value, tensor_values
+from zmr.evidence.dumps.bits import json_number, numpy, show_value, tensor_values
 from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
 from zmr.errors import ZmrError
@@ -455,13 +455,6 @@ class LocateReport:
     def to_json(self) -> dict[str, Any]:
         from zmr import __version__
 
-        def num(x: Any) -> Any:
-            if x is None:
-                return None
-            if isinstance(x, float) and not math.isfinite(x):
-                return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-            return x
-
         def op(o: OpResult) -> dict[str, Any]:
             return {
                 "name": o.name,
@@ -470,7 +463,7 @@ class LocateReport:
                 "rows_differ": o.rows_differ,
                 "elements": o.elements,
                 "elements_differ": o.elements_differ,
-                "max_abs_diff": num(o.max_abs_diff),
+                "max_abs_diff": json_number(o.max_abs_diff),
                 "nonfinite_differ": o.nonfinite_differ,
                 "introduced": o.introduced,
                 "inputs_differ_rows": o.inputs_differ_rows,
@@ -507,9 +500,9 @@ class LocateReport:
                     "label": f.trainer_label,
                     "site": f.trainer_site,
                 },
-                "abs_diff": num(f.abs_diff),
+                "abs_diff": json_number(f.abs_diff),
                 "kind": f.kind,
-                "inputs": [{"slot": i.slot, "status": i.status, "how": i.how, "max_abs_diff": num(i.max_abs_diff)} for i in f.inputs],
+                "inputs": [{"slot": i.slot, "status": i.status, "how": i.how, "max_abs_diff": json_number(i.max_abs_diff)} for i in f.inputs],
                 "inputs_verdict": f.inputs_verdict,
                 "at_fault": {"equal": "this operation", "differ": "an earlier operation that was not recorded", "unknown": "unknown (no input was comparable)"}[
                     f.inputs_verdict

@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
-from zmr.evidence.dumps.bits import DTYPES, format_value, narrow_bits, native_hex, numpy, widen_bits
+from zmr.evidence.dumps.bits import DTYPES, format_value, json_number, narrow_bits, native_hex, numpy, widen_bits
 from zmr.evidence.dumps.logprobs import FORMAT_VERSION, MAX_LISTED_ERRORS, Dump, DumpRecord, make_record, read_dump, write_dump, write_rendered
 from zmr.errors import ZmrError
 
@@ -239,9 +239,9 @@ class MismatchReport:
         from zmr import __version__
 
         def stats(s: Stats) -> dict[str, Any]:
-            out = {k: _json_num(v) for k, v in s.__dict__.items()}
+            out = {k: json_number(v) for k, v in s.__dict__.items()}
             out["all_bitwise_equal"] = s.all_bitwise_equal
-            out["aliases"] = {k: _json_num(v) for k, v in s.aliases().items()}
+            out["aliases"] = {k: json_number(v) for k, v in s.aliases().items()}
             return out
 
         def info(d: DumpInfo) -> dict[str, Any]:
@@ -273,7 +273,7 @@ class MismatchReport:
             "trainer": info(self.trainer),
             "overall": stats(self.overall),
             "steps": steps,
-            "sequences": [{k: _json_num(v) for k, v in q.__dict__.items()} for q in self.sequences],
+            "sequences": [{k: json_number(v) for k, v in q.__dict__.items()} for q in self.sequences],
             "signed_zero_tokens": {
                 "count": self.overall.signed_zero,
                 "listed": [special(t) for t in self.signed_zeros],
@@ -285,12 +285,6 @@ class MismatchReport:
             },
             "notes": list(self.notes),
         }
-
-
-def _json_num(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
 
 
 # --------------------------------------------------------------------------

@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 
+def json_number(value: Any) -> Any:
+    """A number for JSON: a non-finite float as the string "nan", "inf" or "-inf" (JSON has no spelling for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
 def numpy() -> ModuleType:
     """The numpy module; a clear error where it is not installed (it is a dependency of zmr)."""
     try:
