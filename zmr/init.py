@@ -16,7 +16,8 @@ that exists is changed, except that missing lines are appended to
   README is left alone; zmr says which markers it lacks);
 - ``.github/workflows/zmr.yml``, the CI workflow, and
   ``.github/workflows/zmr-diff-comment.yml``, which posts its ``zmr diff``
-  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own).
+  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own):
+  each job one use of zmr's action (action.yml) by a full commit id (`zmr_action`).
 
 A second run finds everything there and changes nothing.
 """
@@ -139,26 +140,35 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         filled, _ = docs.update(template, docs.render(docs.gather(Project(root, settings))), README)  # so `zmr docs --check` passes at once
         _create(txn, README, filled, result)
     if not (root / WORKFLOW).exists():
-        _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", zmr_requirement()), result)
+        _create(txn, WORKFLOW, workflow_text("workflow.yml.tmpl"), result)
     if not (root / DIFF_COMMENT_WORKFLOW).exists():
-        _create(txn, DIFF_COMMENT_WORKFLOW, template_text("workflow-diff-comment.yml.tmpl"), result)
+        _create(txn, DIFF_COMMENT_WORKFLOW, workflow_text("workflow-diff-comment.yml.tmpl"), result)
 
 
-# zmr's own repository. The workflow installs zmr from it, never by a bare name from a package
-# index: no project named zmr is published there, and whoever registered the name would run code in the publish job.
+def workflow_text(template: str) -> str:
+    """A workflow `zmr init` writes: the template with zmr's action named by `zmr_action()`."""
+    return template_text(template).replace("@ZMR_ACTION@", zmr_action())
+
+
+# zmr's own repository: the workflows `zmr init` writes use its action (action.yml), which installs zmr from its own
+# files; never a bare name from a package index, where whoever registered `zmr` would run code in the publish job.
 ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
 
 
-# The newest commit of zmr's repository that a release names (CHANGELOG.md, "Releasing"): the release step sets it,
-# and tests/test_init.py checks that it resolves in a clone of the repository. An immutable reference: a tag can move.
+# The commit of zmr's repository that a release names (CHANGELOG.md, "Releasing"): the release step sets it. An
+# immutable reference (a tag can move): the written workflows' `uses:`, the pip reference and the `$schema` lines of
+# the files zmr writes (zmr.file_schemas) all name it. tests/test_init.py checks that it resolves in a clone of the
+# repository and that its action.yml declares every input the written workflows pass; tests/test_file_schemas.py that
+# its schemas/ equal the committed ones.
 RELEASED_COMMIT = "5654591ee212e377f6cf75aa0556e71de8c49cd9"
 
 
-def zmr_requirement() -> str:
-    """What the workflow `zmr init` writes installs, as a pip direct reference by a full commit id.
+def zmr_source() -> tuple[str, str]:
+    """(repository URL, full commit id) of the zmr that the files `zmr init` writes name.
 
-    The commit this zmr was installed from, when pip recorded one (`pip install git+URL@REF` writes it to the
-    distribution's direct_url.json, PEP 610), from that URL; else RELEASED_COMMIT of zmr's own repository.
+    The GitHub repository and commit this zmr was installed from, when pip recorded them (`pip install git+URL@REF`
+    writes them to the distribution's direct_url.json, PEP 610); else RELEASED_COMMIT of zmr's own repository.
+    Only a GitHub repository has an action a workflow can `uses:`, so another URL counts as none.
     """
     import json
     from importlib import metadata
@@ -169,9 +179,22 @@ def zmr_requirement() -> str:
         recorded = None
     vcs = recorded.get("vcs_info", {}) if isinstance(recorded, dict) else {}
     commit, url = vcs.get("commit_id", ""), recorded.get("url", "") if isinstance(recorded, dict) else ""
-    if vcs.get("vcs") == "git" and re.fullmatch(r"[0-9a-f]{40}", commit) and url.startswith("https://"):
-        return f"zmr @ git+{url}@{commit}"
-    return f"zmr @ git+{ZMR_SOURCE}@{RELEASED_COMMIT}"
+    page = github_page(url) if isinstance(url, str) else None
+    if vcs.get("vcs") == "git" and isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) and page:
+        return page, commit
+    return ZMR_SOURCE, RELEASED_COMMIT
+
+
+def zmr_requirement() -> str:
+    """zmr as a pip direct reference by a full commit id: what the action of `zmr_action()` installs."""
+    url, commit = zmr_source()
+    return f"zmr @ git+{url}@{commit}"
+
+
+def zmr_action() -> str:
+    """``OWNER/REPO@<full commit id>``: the action the workflows `zmr init` writes name in `uses:` (zmr_source())."""
+    url, commit = zmr_source()
+    return f"{url.removeprefix('https://github.com/')}@{commit}"
 
 
 def settings_text(settings: Settings) -> str:
