@@ -121,7 +121,7 @@ def test_init_workflows_use_zmrs_action_by_a_commit_that_has_every_input_they_pa
                         assert git("cat-file", "-t", f"{RELEASED_COMMIT}:{helper}", cwd=clone).strip() == "blob", helper
     assert "zmr==" not in "".join(texts) and "pip install" not in "".join(texts)
     # actionlint, with the action of that commit as `./` (actionlint reads a local action's inputs, fetches none).
-    (repo / "action.yml").write_text(git("show", f"{RELEASED_COMMIT}:action.yml", cwd=clone))
+    (repo / "action.yml").write_text(git("show", f"{RELEASED_COMMIT}:action.yml", cwd=clone) + "\n")
     for path in (repo / ".github/workflows").iterdir():
         path.write_text(re.sub(r"uses: Inferact/zero-mismatch-rl@[0-9a-f]{40}", "uses: ./", path.read_text()))
     lint = actionlint(*sorted((repo / ".github/workflows").iterdir()), cwd=repo)

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.new import template_text
+from zmr.source import RELEASED_COMMIT, ZMR_SOURCE, github_page, zmr_source
+
+__all__ = ["RELEASED_COMMIT", "ZMR_SOURCE", "github_page", "zmr_source"]  # kept here too: zmr.source is their home
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Settings
@@ -44,7 +47,6 @@ WORKFLOW = ".github/workflows/zmr.yml"
 DIFF_COMMENT_WORKFLOW = ".github/workflows/zmr-diff-comment.yml"
 README = "README.md"
 INIT_TRANSACTION = "init"
-_GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
 @dataclass
@@ -70,12 +72,6 @@ def repository_root(start: Path) -> Path:
             f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"]
         )
     return Path(top)
-
-
-def github_page(url: str) -> str | None:
-    """``https://github.com/OWNER/REPO`` for a GitHub remote URL, else None."""
-    match = _GITHUB_RE.match(url.strip())
-    return f"https://github.com/{match.group(1)}/{match.group(2)}" if match else None
 
 
 def init(start: Path, *, name: str | None = None, email: str | None = None, url: str | None = None, readme_sections: bool = False) -> InitResult:
@@ -148,41 +144,6 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
 def workflow_text(template: str) -> str:
     """A workflow `zmr init` writes: the template with zmr's action named by `zmr_action()`."""
     return template_text(template).replace("@ZMR_ACTION@", zmr_action())
-
-
-# zmr's own repository: the workflows `zmr init` writes use its action (action.yml), which installs zmr from its own
-# files; never a bare name from a package index, where whoever registered `zmr` would run code in the publish job.
-ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
-
-
-# The commit of zmr's repository that a release names (CHANGELOG.md, "Releasing"): the release step sets it. An
-# immutable reference (a tag can move): the written workflows' `uses:`, the pip reference and the `$schema` lines of
-# the files zmr writes (zmr.file_schemas) all name it. tests/test_init.py checks that it resolves in a clone of the
-# repository and that its action.yml declares every input the written workflows pass; tests/test_file_schemas.py that
-# its schemas/ equal the committed ones.
-RELEASED_COMMIT = "5654591ee212e377f6cf75aa0556e71de8c49cd9"
-
-
-def zmr_source() -> tuple[str, str]:
-    """(repository URL, full commit id) of the zmr that the files `zmr init` writes name.
-
-    The GitHub repository and commit this zmr was installed from, when pip recorded them (`pip install git+URL@REF`
-    writes them to the distribution's direct_url.json, PEP 610); else RELEASED_COMMIT of zmr's own repository.
-    Only a GitHub repository has an action a workflow can `uses:`, so another URL counts as none.
-    """
-    import json
-    from importlib import metadata
-
-    try:
-        recorded = json.loads(metadata.distribution("zmr").read_text("direct_url.json") or "null")
-    except (metadata.PackageNotFoundError, ValueError):
-        recorded = None
-    vcs = recorded.get("vcs_info", {}) if isinstance(recorded, dict) else {}
-    commit, url = vcs.get("commit_id", ""), recorded.get("url", "") if isinstance(recorded, dict) else ""
-    page = github_page(url) if isinstance(url, str) else None
-    if vcs.get("vcs") == "git" and isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) and page:
-        return page, commit
-    return ZMR_SOURCE, RELEASED_COMMIT
 
 
 def zmr_requirement() -> str:
