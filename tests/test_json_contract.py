@@ -23,11 +23,13 @@ from conftest import REPO_ROOT, git, make_project, simple_model, two_models, zmr
 SCHEMAS = REPO_ROOT / "docs" / "json-schema"
 WRITE = os.environ.get("ZMR_WRITE_JSON_SCHEMAS") == "1"
 ENVELOPE = ["tool", "zmr", "schema_version"]
-# Every command but `help` (no output of its own) and `ci-matrix` (a GitHub Actions matrix: no envelope, §6.2).
+# Every command with --json but `ci-matrix` (a GitHub Actions matrix: no envelope, §6.2);
+# test_every_command_with_a_json_option_is_here asks the CLI which those are.
 COMMANDS = {
     "init", "list", "validate", "fetch", "build", "verify", "locate", "new", "mismatch", "docs", "publish", "smoke",
-    "checkout", "export", "rebase", "upstreamed", "update", "diff", "import", "status",
+    "checkout", "export", "rebase", "upstreamed", "update", "diff", "import", "status", "bisect", "schema",
 }  # fmt: skip
+NO_ENVELOPE = {"ci-matrix"}
 SEEN: set[str] = set()
 
 
@@ -160,6 +162,33 @@ def test_smoke_with_json(project, upstream):
     project.commit_all("a smoke test")
     data = check("smoke", zmr("smoke", "toy", "--json", cwd=project.root))
     assert data["ok"] is True
+
+
+def test_every_command_with_a_json_option_is_here():
+    """A new command with --json, or --json added to one, must join COMMANDS (and get its schema) to pass."""
+    import typer.main
+
+    from zmr.cli import app
+
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    with_json = {name for name, command in commands.items() if any("--json" in getattr(param, "opts", ()) for param in command.params)}
+    assert with_json - NO_ENVELOPE == COMMANDS, f"not in COMMANDS: {sorted(with_json - NO_ENVELOPE - COMMANDS)}; without --json: {sorted(COMMANDS - with_json)}"
+    assert NO_ENVELOPE <= with_json and "help" in commands and len(commands) > len(COMMANDS)  # the CLI was read
+
+
+def test_bisect_and_schema_with_json(project, upstream, tmp_path):
+    from test_update import grow
+
+    simple_model(project, upstream)
+    made = grow(upstream, 6, special={4: ({"BROKEN": "x\n"}, "Break the release")})
+    data = check("bisect", zmr("bisect", "toy", "--good", made[0], "--bad", made[-1], "--test", "[ ! -e BROKEN ]", "--json", cwd=project.root))
+    assert data["found"] is True and data["first_bad"]["commit"] == made[4]
+    for name in ("manifest", "settings"):
+        data = check("schema", zmr("schema", name, "--json", cwd=project.root))
+        assert data["name"] == name and data["schema"] == json.loads((REPO_ROOT / "schemas" / f"{name}.schema.json").read_text())
+        assert data["url"].endswith(f"/schemas/{name}.schema.json")
+    assert "give one of manifest, settings" in check("schema", zmr("schema", "case", "--json", cwd=project.root), codes=(2,))["error"]["message"]
 
 
 def _evidence_test_module(name: str) -> Any:

@@ -4,14 +4,19 @@
 `zmr.schema.json_schema`; the descriptions are here, by key path. Copies are committed under ``schemas/`` (a test keeps
 them equal to what this module writes), and `zmr new` points a manifest at the published one with a
 ``# yaml-language-server: $schema=`` line.
+
+Where editors fetch them: the copies of zmr's repository at an immutable commit (`schema_url`: the commit of
+`zmr.source.zmr_source()`, by default `zmr.source.RELEASED_COMMIT`), never a branch that moves under a file that names it.
+So the schemas carry no ``$id`` with that commit in it (a release would change them), and a change of a schema is
+published by a release: tests/test_file_schemas.py requires the files at RELEASED_COMMIT to equal the committed ones.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# Where editors fetch the committed copies: zmr's own repository (zmr.init.ZMR_SOURCE), its main branch.
-SCHEMA_BASE = "https://raw.githubusercontent.com/Inferact/zero-mismatch-rl/main/schemas"
+# The raw files of a GitHub repository at a commit.
+RAW_BASE = "https://raw.githubusercontent.com"
 NAMES = ("manifest", "settings")
 
 _SMOKE = {
@@ -50,7 +55,7 @@ def manifest_schema() -> dict[str, Any]:
     from zmr.schema import json_schema
 
     schema = json_schema(MANIFEST, "zmr manifest", "manifests/<model>.yaml: a model's pinned upstreams and smoke tests (docs/reference.md §2).", MANIFEST_DOCS)
-    return {"$id": f"{SCHEMA_BASE}/manifest.schema.json", **schema}
+    return schema
 
 
 def settings_schema() -> dict[str, Any]:
@@ -58,7 +63,7 @@ def settings_schema() -> dict[str, Any]:
     from zmr.schema import json_schema
 
     schema = json_schema(SETTINGS, "zmr settings", "zmr.yaml: the project's settings (docs/reference.md §1.1).", SETTINGS_DOCS)
-    return {"$id": f"{SCHEMA_BASE}/settings.schema.json", **schema}
+    return schema
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -73,6 +78,15 @@ def schema_text(name: str) -> str:
     return json.dumps(schema(name), indent=2, ensure_ascii=False) + "\n"
 
 
+def schema_url(name: str) -> str:
+    """Where *name*'s committed schema is published: ``schemas/<name>.schema.json`` of zmr's repository at the commit
+    the workflows `zmr init` writes name too (`zmr.source.zmr_source()`)."""
+    from zmr.source import zmr_source
+
+    url, commit = zmr_source()
+    return f"{RAW_BASE}/{url.removeprefix('https://github.com/')}/{commit}/schemas/{name}.schema.json"
+
+
 def modeline(name: str) -> str:
     """The first line of a YAML file that points yaml-language-server (VS Code's YAML extension, ...) at the schema."""
-    return f"# yaml-language-server: $schema={SCHEMA_BASE}/{name}.schema.json"
+    return f"# yaml-language-server: $schema={schema_url(name)}"

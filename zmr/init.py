@@ -16,7 +16,8 @@ that exists is changed, except that missing lines are appended to
   README is left alone; zmr says which markers it lacks);
 - ``.github/workflows/zmr.yml``, the CI workflow, and
   ``.github/workflows/zmr-diff-comment.yml``, which posts its ``zmr diff``
-  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own).
+  of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own):
+  each job one use of zmr's action (action.yml) by a full commit id (`zmr_action`).
 
 A second run finds everything there and changes nothing.
 """
@@ -33,6 +34,9 @@ from typing import TYPE_CHECKING
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.new import template_text
+from zmr.source import RELEASED_COMMIT, ZMR_SOURCE, github_page, zmr_source
+
+__all__ = ["RELEASED_COMMIT", "ZMR_SOURCE", "github_page", "zmr_source"]  # kept here too: zmr.source is their home
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Settings
@@ -43,7 +47,6 @@ WORKFLOW = ".github/workflows/zmr.yml"
 DIFF_COMMENT_WORKFLOW = ".github/workflows/zmr-diff-comment.yml"
 README = "README.md"
 INIT_TRANSACTION = "init"
-_GITHUB_RE = re.compile(r"^(?:https://|ssh://git@|git@)github\.com[/:]([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
 @dataclass
@@ -69,12 +72,6 @@ def repository_root(start: Path) -> Path:
             f"{start}: not inside a git repository", details=["zmr keeps release branches in a git repository: run `git init` (or clone one), then `zmr init`"]
         )
     return Path(top)
-
-
-def github_page(url: str) -> str | None:
-    """``https://github.com/OWNER/REPO`` for a GitHub remote URL, else None."""
-    match = _GITHUB_RE.match(url.strip())
-    return f"https://github.com/{match.group(1)}/{match.group(2)}" if match else None
 
 
 def init(start: Path, *, name: str | None = None, email: str | None = None, url: str | None = None, readme_sections: bool = False) -> InitResult:
@@ -139,39 +136,26 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         filled, _ = docs.update(template, docs.render(docs.gather(Project(root, settings))), README)  # so `zmr docs --check` passes at once
         _create(txn, README, filled, result)
     if not (root / WORKFLOW).exists():
-        _create(txn, WORKFLOW, template_text("workflow.yml.tmpl").replace("@ZMR_PIP@", zmr_requirement()), result)
+        _create(txn, WORKFLOW, workflow_text("workflow.yml.tmpl"), result)
     if not (root / DIFF_COMMENT_WORKFLOW).exists():
-        _create(txn, DIFF_COMMENT_WORKFLOW, template_text("workflow-diff-comment.yml.tmpl"), result)
+        _create(txn, DIFF_COMMENT_WORKFLOW, workflow_text("workflow-diff-comment.yml.tmpl"), result)
 
 
-# zmr's own repository. The workflow installs zmr from it, never by a bare name from a package
-# index: no project named zmr is published there, and whoever registered the name would run code in the publish job.
-ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
-
-
-# The newest commit of zmr's repository that a release names (CHANGELOG.md, "Releasing"): the release step sets it,
-# and tests/test_init.py checks that it resolves in a clone of the repository. An immutable reference: a tag can move.
-RELEASED_COMMIT = "5654591ee212e377f6cf75aa0556e71de8c49cd9"
+def workflow_text(template: str) -> str:
+    """A workflow `zmr init` writes: the template with zmr's action named by `zmr_action()`."""
+    return template_text(template).replace("@ZMR_ACTION@", zmr_action())
 
 
 def zmr_requirement() -> str:
-    """What the workflow `zmr init` writes installs, as a pip direct reference by a full commit id.
+    """zmr as a pip direct reference by a full commit id: what the action of `zmr_action()` installs."""
+    url, commit = zmr_source()
+    return f"zmr @ git+{url}@{commit}"
 
-    The commit this zmr was installed from, when pip recorded one (`pip install git+URL@REF` writes it to the
-    distribution's direct_url.json, PEP 610), from that URL; else RELEASED_COMMIT of zmr's own repository.
-    """
-    import json
-    from importlib import metadata
 
-    try:
-        recorded = json.loads(metadata.distribution("zmr").read_text("direct_url.json") or "null")
-    except (metadata.PackageNotFoundError, ValueError):
-        recorded = None
-    vcs = recorded.get("vcs_info", {}) if isinstance(recorded, dict) else {}
-    commit, url = vcs.get("commit_id", ""), recorded.get("url", "") if isinstance(recorded, dict) else ""
-    if vcs.get("vcs") == "git" and re.fullmatch(r"[0-9a-f]{40}", commit) and url.startswith("https://"):
-        return f"zmr @ git+{url}@{commit}"
-    return f"zmr @ git+{ZMR_SOURCE}@{RELEASED_COMMIT}"
+def zmr_action() -> str:
+    """``OWNER/REPO@<full commit id>``: the action the workflows `zmr init` writes name in `uses:` (zmr_source())."""
+    url, commit = zmr_source()
+    return f"{url.removeprefix('https://github.com/')}@{commit}"
 
 
 def settings_text(settings: Settings) -> str:
