@@ -120,9 +120,18 @@ class FileChange:
 class TreeDiff:
     """The release trees of both sides: what changed between them, and the files each side's series touches.
 
-    *repository*: where the trees and the release commits are kept (refs
-    ``refs/zmr/diff/<commit>``) for ``git diff`` to show; *patch*: the
-    unified diff, None when not asked for (``--stat``, ``--name-only``).
+    *git_dir*: the cache mirror where the trees and the release commits are
+    kept (refs ``refs/zmr/diff/<commit>``) for ``git diff`` to show, an
+    absolute path; *alternate*: the old side's mirror when the two sides
+    come from two upstream URLs (the old commit is kept there, and git reads
+    it through ``GIT_ALTERNATE_OBJECT_DIRECTORIES``); *patch*: the unified
+    diff, None when not asked for (``--stat``, ``--name-only``).
+
+    Not in the project's own repository: only the files that differ are in
+    the mirror, so copying a release tree there would mean every blob of the
+    upstream's tree, or a repository git's own checks call corrupt (a tree
+    whose blobs are missing); and an alternate pointing into the cache would
+    break the repository when the cache is pruned.
     """
 
     old: str | None
@@ -131,8 +140,9 @@ class TreeDiff:
     patch: str | None = None
     series_files_old: tuple[str, ...] = ()
     series_files_new: tuple[str, ...] = ()
-    repository: str | None = None
+    git_dir: str | None = None
     commits: tuple[str | None, str | None] = (None, None)
+    alternate: str | None = None
     same_as: str | None = None  # an earlier component of the report with the same two trees: its patch is that one's
 
     @property
@@ -148,12 +158,26 @@ class TreeDiff:
         return sum(f.deletions or 0 for f in self.files)
 
     @property
-    def command(self) -> str | None:
-        """The ``git diff`` that shows the same change from the kept objects."""
+    def alternates(self) -> list[str]:
+        """The object directories git must also read (``GIT_ALTERNATE_OBJECT_DIRECTORIES``) to find the old side."""
+        return [os.path.join(self.alternate, "objects")] if self.alternate else []
+
+    @property
+    def kept(self) -> list[tuple[str, str]]:
+        """(git dir, commit): where each side's release commit is kept."""
         old, new = self.commits
-        if self.repository is None or old is None or new is None:
+        if self.git_dir is None:
+            return []
+        return [(where, c) for where, c in ((self.alternate or self.git_dir, old), (self.git_dir, new)) if c is not None]
+
+    @property
+    def command(self) -> str | None:
+        """The ``git diff`` that shows the same diff as *patch* from the kept objects, in a shell in any folder (full ids: never ambiguous)."""
+        old, new = self.commits
+        if self.git_dir is None or old is None or new is None:
             return None
-        return f"git --git-dir={shlex.quote(self.repository)} diff {old[:12]} {new[:12]}"
+        env = "".join(f"GIT_ALTERNATE_OBJECT_DIRECTORIES={shlex.quote(d)} " for d in self.alternates)
+        return f"{env}git --git-dir={shlex.quote(self.git_dir)} diff --no-renames --full-index {old} {new}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,7 +190,7 @@ class TreeDiff:
             "patch": self.patch,
             "same_as": self.same_as,
             "series_files": {"old": list(self.series_files_old), "new": list(self.series_files_new)},
-            "objects": {"repository": self.repository, "old": self.commits[0], "new": self.commits[1], "command": self.command},
+            "objects": {"git_dir": self.git_dir, "alternates": self.alternates, "old": self.commits[0], "new": self.commits[1], "command": self.command},
         }
 
 
@@ -896,7 +920,7 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
     """
     files_old, files_new = _series_files(before), _series_files(after)
     kept = (old.tip if old else None, new.tip if new else None)
-    where = str((new or old).mirror.path)
+    where = os.path.abspath((new or old).mirror.path)
     if old is None or new is None:
         one = TreeDiff(old.tree if old else None, new.tree if new else None, (), None, files_old, files_new, where, kept)
         return lambda: one
@@ -908,7 +932,7 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
 
     def made() -> TreeDiff:
         files, text = parts.result()
-        return TreeDiff(old.tree, new.tree, files, text, files_old, files_new, None if alternate else where, kept)
+        return TreeDiff(old.tree, new.tree, files, text, files_old, files_new, where, kept, os.path.abspath(old.mirror.path) if alternate else None)
 
     return made
 
@@ -954,8 +978,8 @@ def _keep(results: Sequence[ComponentDiff]) -> None:
 
     by_repo: dict[str, set[str]] = {}
     for c in results:
-        if c.tree is not None and c.tree.repository is not None:
-            by_repo.setdefault(c.tree.repository, set()).update(x for x in c.tree.commits if x)
+        for where, commit in c.tree.kept if c.tree is not None else []:
+            by_repo.setdefault(where, set()).add(commit)
     for where, commits in by_repo.items():
         repo = git.Repo(where)
         repo.keep_commits(KEEP_PREFIX, sorted(commits), "zmr diff")
