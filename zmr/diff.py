@@ -576,9 +576,10 @@ def _moved_pins(old: Side, new: Side, keys: Sequence[tuple[str, str]]) -> list[t
 def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Shared) -> None:
     """Pins moved within one upstream: what the tree diffs will read, fetched while the components are built.
 
-    Here, for each upstream and pair of pins, both pins blobless with the
-    blobs every series on them touches (what the builds fetch, in one go:
-    no build then waits for the mirror's lock); then, in *shared*'s pool,
+    Here, for each upstream and pair of pins, both pins blobless (one
+    fetch) and the blobs every series on them touches (another): what the
+    builds would fetch, so that no build then waits for the mirror's lock
+    the next fetch holds. Then, in *shared*'s pool,
     the blobs of the files that differ between the two pins in one fetch
     by id, and the pin's history. The blobs are those the tree diffs read
     but for files a series touches (the mirror has them already); a file
