@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -223,8 +224,8 @@ def test_pin_moved_forward_backward_and_to_an_unrelated_commit(proj, up):
     objects = back["tree"]["objects"]
     assert objects["old"] == back["branch"]["old"] and objects["new"] == back["branch"]["new"]
     for tree in (back["tree"]["old"], back["tree"]["new"]):
-        assert git("--git-dir", objects["repository"], "cat-file", "-t", tree, cwd=proj.root) == "tree"
-    assert git("--git-dir", objects["repository"], "rev-parse", f"refs/zmr/diff/{objects['new']}", cwd=proj.root) == objects["new"]
+        assert git("--git-dir", objects["git_dir"], "cat-file", "-t", tree, cwd=proj.root) == "tree"
+    assert git("--git-dir", objects["git_dir"], "rev-parse", f"refs/zmr/diff/{objects['new']}", cwd=proj.root) == objects["new"]
     shown = git(*objects["command"].split()[1:], "--stat", cwd=proj.root)
     assert f"{len(numstat)} files changed" in shown
     # A commit on a side branch: neither pin is an ancestor of the other.
@@ -710,7 +711,7 @@ def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(p
     assert code == 0, err
     first = component(data, "toy/rollout")
     objects = first["tree"]["objects"]
-    mirror = objects["repository"]
+    mirror = objects["git_dir"]
     assert Path(mirror).parent == Path(os.environ["ZMR_CACHE"]) / "mirrors"  # the cache's mirror, never the repository
     assert proj.root / ".git" != Path(mirror) and git("for-each-ref", "refs/zmr/diff/", cwd=proj.root) == ""
     now = int(time.time())
@@ -726,6 +727,63 @@ def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(p
     # Each ref the diff showed was made anew: its reflog entry is this run's.
     stamp = git("--git-dir", mirror, "log", "-g", "--format=%gd", "--date=unix", f"refs/zmr/diff/{objects['new']}", cwd=proj.root)
     assert [int(line.rpartition("@{")[2].rstrip("}")) >= now - 5 for line in stamp.splitlines()] == [True]
+
+
+def _shell(command: str, cwd: Path) -> str:
+    """*command* run as a reviewer pastes it: by a shell, in *cwd*, with no GIT_ variable of zmr's or the tests'."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_printed_git_diff_run_as_printed_shows_the_release_tree_diff(proj, up, tmp_path):
+    """The command in the text and in objects.command, pasted into a shell in the project folder, shows the very diff zmr counted.
+
+    Upstream renamed a file between the pins (git diff would show a rename of
+    1 file where zmr counts 2); the ids are found through objects.git_dir,
+    never in the project's repository; a second upstream URL is read
+    through an alternate that the command names.
+    """
+    old = up.commits[1]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, old, 0, 5, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    new = up.commit({"src/f5.py": None, "src/g5.py": BIG, "src/f1.py": _edit(BIG, 9, "value 9 upstream")}, "rename f5, change f1")
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    tree = component(data, "toy/rollout")["tree"]
+    objects = tree["objects"]
+    assert {f["path"] for f in tree["files"]} >= {"src/f5.py", "src/g5.py", "src/f1.py"}
+    assert Path(objects["git_dir"]).is_absolute() and objects["alternates"] == []
+    assert shlex.split(objects["command"]) == ["git", f"--git-dir={objects['git_dir']}", "diff", "--no-renames", "--full-index", objects["old"], objects["new"]]
+    assert _shell(objects["command"], proj.root) == tree["patch"]
+    # The text prints the same command; from another folder it works as well.
+    text = zmr("diff", "--color=never", base, "HEAD", cwd=proj.root)
+    assert text.returncode == 0, text.stderr
+    printed = [line.split(": ", 1)[1] for line in text.stdout.splitlines() if line.lstrip().startswith("release tree ")]
+    assert printed == [objects["command"]]
+    assert _shell(printed[0], tmp_path) == tree["patch"]
+    for tree_id in (tree["old"], tree["new"]):
+        assert git("--git-dir", objects["git_dir"], "cat-file", "-t", tree_id, cwd=proj.root) == "tree"
+        assert git("cat-file", "-t", tree_id, cwd=proj.root, check=False) == ""  # the project's own repository is left alone
+    # The upstream moved to another URL: the old side is in the other mirror, which the command adds as an alternate.
+    moved = tmp_path / "moved.git"
+    git("clone", "-q", "--bare", str(up.path), str(moved))
+    proj.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: {moved}\n    commit: {new}\n")
+    proj.commit_all("moved upstream")
+    code, data, err = run_json(proj, base, "HEAD")
+    assert code == 0, err
+    tree = component(data, "toy/rollout")["tree"]
+    objects = tree["objects"]
+    assert len(objects["alternates"]) == 1 and Path(objects["alternates"][0]).parent != Path(objects["git_dir"])
+    assert objects["command"].startswith("GIT_ALTERNATE_OBJECT_DIRECTORIES=")
+    assert _shell(objects["command"], proj.root) == tree["patch"]
+    assert git("--git-dir", str(Path(objects["alternates"][0]).parent), "rev-parse", f"refs/zmr/diff/{objects['old']}", cwd=proj.root) == objects["old"]
+    assert git("--git-dir", objects["git_dir"], "rev-parse", f"refs/zmr/diff/{objects['new']}", cwd=proj.root) == objects["new"]
 
 
 def test_components_with_the_same_release_trees_share_one_patch(proj, up, tmp_path):

@@ -242,3 +242,31 @@ def test_history_fetches_into_a_partial_mirror_get_every_blob(project, big_upstr
     git("rev-list", "--objects", "--missing=error", "--glob=refs/zmr/heads/*", cwd=mirror)
     assert zmr("build", "toy", cwd=project.root).returncode == 0
     git("fsck", "--no-dangling", cwd=project.root)
+
+
+def test_a_pin_move_diff_fetches_the_blobs_that_differ_between_the_pins_by_id_in_one_fetch(project, big_upstream, tmp_path):
+    """zmr diff of a moved pin: both pins blobless with the series' blobs (one fetch each), then the blobs of the files that
+    differ between the pins in one fetch by id, while the components are built; big files upstream left alone never come."""
+    old = simple_model(project, big_upstream)
+    base = project.ref("HEAD")
+    rng = random.Random(23)
+    new = big_upstream.commit({"big/blob-1.txt": base64.b64encode(rng.randbytes(BIG_BYTES)).decode() + "\n", "docs/guide.md": "guide v2\n"}, "upstream work")
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(old, new))
+    project.commit_all("move the pin")
+    cache = tmp_path / "diff-cache"
+    result = zmr("diff", "--json", base, "HEAD", cwd=project.root, env={"ZMR_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no fallback to whole trees
+    [entry] = json.loads(result.stdout)["components"]
+    numstat = [line.split("\t") for line in git("diff", "--numstat", "--no-renames", old, new, cwd=big_upstream.path).splitlines()]
+    # The series touch files upstream left alone: the release trees differ exactly where the pins do.
+    assert sorted(f["path"] for f in entry["tree"]["files"]) == sorted(path for _, _, path in numstat)
+    assert (entry["tree"]["insertions"], entry["tree"]["deletions"]) == (sum(int(i) for i, _, _ in numstat), sum(int(d) for _, d, _ in numstat))
+    mirror = _mirror(big_upstream, cache)
+    for pin in (old, new):
+        assert _has(mirror, git("rev-parse", f"{pin}:big/blob-1.txt", cwd=big_upstream.path))
+        assert _has(mirror, git("rev-parse", f"{pin}:src/model.py", cwd=big_upstream.path))  # a series' file
+    assert not _has(mirror, _big_blob(big_upstream, old))  # big/blob-0.txt: the same at both pins
+    # Three fetches into the mirror: both pins blobless, the series' blobs, the blobs that differ.
+    assert len(list((mirror / "objects/pack").glob("*.pack"))) == 3

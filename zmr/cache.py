@@ -266,6 +266,9 @@ class Upstream:
     def ensure(self, commits: Sequence[str], *, paths: Collection[str] | None = None) -> Mirror:
         return self.cache.ensure(self.url, commits, display=self.display, paths=paths)
 
+    def ensure_blobs(self, commits: Sequence[str], blobs: Collection[str]) -> Mirror:
+        return self.cache.ensure_blobs(self.url, commits, blobs, display=self.display)
+
     def ensure_history(self) -> Mirror:
         return self.cache.ensure_history(self.url, display=self.display)
 
@@ -729,12 +732,19 @@ class Cache:
         needed = sorted({oid for c in commits for oid in self._missing_blobs(mirror, c, paths)})
         if not needed:
             return
+        self._fetch_ids(mirror, needed, display)
+        short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
+        if short:
+            self._note(f"{display}: the server does not send single blobs by id; fetched whole trees at depth 1")
+            self._fetch_whole(mirror, short, display)
+
+    def _fetch_ids(self, mirror: Mirror, oids: Sequence[str], display: str) -> None:
+        """Objects by id, in one fetch without haves (what git's own lazy fetch does); a server that refuses is no error here."""
         try:
-            # No haves: the server needs none to send blobs by id (what git's own lazy fetch does).
             self._fetch(
                 mirror,
                 _PROMISOR,
-                needed,
+                oids,
                 extra=["--filter=blob:none"],
                 config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"],
                 progress=self._reporter(display),
@@ -743,10 +753,37 @@ class Cache:
             raise
         except git.GitError:
             pass
-        short = [c for c in commits if self._missing_blobs(mirror, c, paths)]
-        if short:
-            self._note(f"{display}: the server does not send single blobs by id; fetched whole trees at depth 1")
-            self._fetch_whole(mirror, short, display)
+
+    def ensure_blobs(self, url: str, commits: Sequence[str], blobs: Collection[str], *, display: str = "") -> Mirror:
+        """A mirror of *url* that holds *blobs*, blobs of *commits* (whose trees it has): those missing in one fetch by id.
+
+        For ``zmr diff``: the blobs of the files that differ between two trees,
+        named by the trees themselves, so nothing walks either tree and no file
+        is looked up by path. Where the server does not send single objects,
+        *commits* are fetched whole.
+        """
+        mirror = self.mirror_for(url)
+        display = display or url
+        wanted = sorted(set(blobs))
+        if not mirror.path.is_dir():
+            self.ensure(url, commits, display=display, paths=())
+        if not wanted or not mirror.repo.missing_objects(wanted):
+            return mirror
+        with self.lock(mirror):
+            needed = mirror.repo.missing_objects(wanted)
+            if needed:
+                self._fetch_ids(mirror, needed, display)
+                needed = mirror.repo.missing_objects(needed)
+            if needed:
+                self._note(f"{display}: the server does not send single blobs by id; fetched whole trees at depth 1")
+                self._fetch_whole(mirror, commits, display)
+                needed = mirror.repo.missing_objects(needed)
+            if needed:
+                raise CacheError(
+                    f"{display}: blob {needed[0]} of {', '.join(c[:12] for c in commits)} is missing after fetching",
+                    details=["the upstream itself may be damaged; run `git fsck` on it"],
+                )
+        return mirror
 
     def _fetch_whole(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
         """Fetch again, whole, commits the mirror has without all their blobs.

@@ -27,7 +27,9 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,9 +120,18 @@ class FileChange:
 class TreeDiff:
     """The release trees of both sides: what changed between them, and the files each side's series touches.
 
-    *repository*: where the trees and the release commits are kept (refs
-    ``refs/zmr/diff/<commit>``) for ``git diff`` to show; *patch*: the
-    unified diff, None when not asked for (``--stat``, ``--name-only``).
+    *git_dir*: the cache mirror where the trees and the release commits are
+    kept (refs ``refs/zmr/diff/<commit>``) for ``git diff`` to show, an
+    absolute path; *alternate*: the old side's mirror when the two sides
+    come from two upstream URLs (the old commit is kept there, and git reads
+    it through ``GIT_ALTERNATE_OBJECT_DIRECTORIES``); *patch*: the unified
+    diff, None when not asked for (``--stat``, ``--name-only``).
+
+    Not in the project's own repository: only the files that differ are in
+    the mirror, so copying a release tree there would mean every blob of the
+    upstream's tree, or a repository git's own checks call corrupt (a tree
+    whose blobs are missing); and an alternate pointing into the cache would
+    break the repository when the cache is pruned.
     """
 
     old: str | None
@@ -129,8 +140,9 @@ class TreeDiff:
     patch: str | None = None
     series_files_old: tuple[str, ...] = ()
     series_files_new: tuple[str, ...] = ()
-    repository: str | None = None
+    git_dir: str | None = None
     commits: tuple[str | None, str | None] = (None, None)
+    alternate: str | None = None
     same_as: str | None = None  # an earlier component of the report with the same two trees: its patch is that one's
 
     @property
@@ -146,12 +158,26 @@ class TreeDiff:
         return sum(f.deletions or 0 for f in self.files)
 
     @property
-    def command(self) -> str | None:
-        """The ``git diff`` that shows the same change from the kept objects."""
+    def alternates(self) -> list[str]:
+        """The object directories git must also read (``GIT_ALTERNATE_OBJECT_DIRECTORIES``) to find the old side."""
+        return [os.path.join(self.alternate, "objects")] if self.alternate else []
+
+    @property
+    def kept(self) -> list[tuple[str, str]]:
+        """(git dir, commit): where each side's release commit is kept."""
         old, new = self.commits
-        if self.repository is None or old is None or new is None:
+        if self.git_dir is None:
+            return []
+        return [(where, c) for where, c in ((self.alternate or self.git_dir, old), (self.git_dir, new)) if c is not None]
+
+    @property
+    def command(self) -> str | None:
+        """The ``git diff`` that shows the same diff as *patch* from the kept objects, in a shell in any folder (full ids: never ambiguous)."""
+        old, new = self.commits
+        if self.git_dir is None or old is None or new is None:
             return None
-        return f"git --git-dir={shlex.quote(self.repository)} diff {old[:12]} {new[:12]}"
+        env = "".join(f"GIT_ALTERNATE_OBJECT_DIRECTORIES={shlex.quote(d)} " for d in self.alternates)
+        return f"{env}git --git-dir={shlex.quote(self.git_dir)} diff --no-renames --full-index {old} {new}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,7 +190,7 @@ class TreeDiff:
             "patch": self.patch,
             "same_as": self.same_as,
             "series_files": {"old": list(self.series_files_old), "new": list(self.series_files_new)},
-            "objects": {"repository": self.repository, "old": self.commits[0], "new": self.commits[1], "command": self.command},
+            "objects": {"git_dir": self.git_dir, "alternates": self.alternates, "old": self.commits[0], "new": self.commits[1], "command": self.command},
         }
 
 
@@ -451,10 +477,14 @@ def diff(
     keys = _chosen(old, new, models, components)
     same_identity = old.project.settings == new.project.settings
     results = []
-    for key in keys:
-        if progress:
-            progress(f"{key[0]}/{key[1]}: comparing")
-        results.append(compare_component(old, new, key, cache, same_identity, progress, patch=patch))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        shared = _Shared(pool)
+        _prefetch(_moved_pins(old, new, keys), cache, shared)
+        for key in keys:
+            if progress:
+                progress(f"{key[0]}/{key[1]}: comparing")
+            results.append(compare_component(old, new, key, cache, same_identity, progress, patch=patch, shared=shared))
+        results = [r.finish() if isinstance(r, _Compared) else r for r in results]
     _keep(results)
     _share_patches(results)
     return DiffReport(base_commit, base_rev, head_commit, head, results)
@@ -475,7 +505,7 @@ def _share_patches(results: Sequence[ComponentDiff]) -> None:
 def _forget() -> None:
     """Empty the memos of a previous run in this process (they name mirrors, which a cache may have replaced since)."""
     _CHAINS.clear()
-    for memo in (_pairs, _tree_parts, _moved):
+    for memo in (_pairs, _moved):
         memo.cache_clear()
 
 
@@ -502,10 +532,140 @@ class _Input:
     series: Series
 
 
+class _Shared:
+    """The comparing work of one run, each piece once (components on one pin with one series share it), in a pool of threads.
+
+    Components are built one after the other in the calling thread; each
+    built one's parts (pairing, tree diff, pin history) go to the pool at
+    once, so that one component's blob fetch runs while the next are built.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self.pool = pool
+        self.futures: dict[tuple[Any, ...], Future[Any]] = {}
+        self.lock = threading.Lock()
+
+    def once(self, key: tuple[Any, ...], fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        with self.lock:
+            future = self.futures.get(key)
+            if future is None:
+                future = self.futures[key] = self.pool.submit(fn, *args)
+            return future
+
+    @staticmethod
+    def done(value: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(value)
+        return future
+
+
+def _moved_pins(old: Side, new: Side, keys: Sequence[tuple[str, str]]) -> list[tuple[_Input, _Input]]:
+    """The components on both sides whose pin moved (those ``_prefetch`` fetches for); one whose series cannot be read is left out."""
+    found = []
+    for key in keys:
+        a, b = old.components.get(key), new.components.get(key)
+        if a is None or b is None or a.commit == b.commit:
+            continue
+        try:
+            found.append((_Input(old, a, old.project.series(a)), _Input(new, b, new.project.series(b))))
+        except ZmrError:
+            continue  # compare_component says why
+    return found
+
+
+def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Shared) -> None:
+    """Pins moved within one upstream: what the tree diffs will read, fetched while the components are built.
+
+    Here, for each upstream and pair of pins, both pins blobless (one
+    fetch) and the blobs every series on them touches (another): what the
+    builds would fetch, so that no build then waits for the mirror's lock
+    the next fetch holds. Then, in *shared*'s pool,
+    the blobs of the files that differ between the two pins in one fetch
+    by id, and the pin's history. The blobs are those the tree diffs read
+    but for files a series touches (the mirror has them already); a file
+    the series make equal again at both sides is the only one fetched for
+    nothing. A fetch that fails here is left to the builds and tree diffs,
+    which say what failed for which component.
+    """
+    from zmr.replay import patch_file_sets
+
+    groups: dict[tuple[str, str, str], tuple[Upstream, set[str] | None]] = {}
+    touched: dict[tuple[str, str], list[frozenset[str]] | None] = {}  # (side, series digest): the files of each patch
+    for before, after in items:
+        a, b = before.component, after.component
+        upstream = cache.for_component(b, after.side.project.root)
+        if a.commit == b.commit or cache.for_component(a, before.side.project.root).url != upstream.url:
+            continue
+        _, paths = groups.setdefault((upstream.url, a.commit, b.commit), (upstream, set()))
+        for item in (before, after):
+            digest = (item.side.name, item.series.digest())
+            if digest not in touched:
+                touched[digest] = patch_file_sets(item.side.project.repo, item.series.patches) if item.series.patches else []
+            sets = touched[digest]
+            if sets is None or paths is None:
+                groups[(upstream.url, a.commit, b.commit)] = (upstream, None)  # which files cannot be told: the builds fetch whole pins
+                paths = None
+            else:
+                paths.update(*sets)
+    for (url, old, new), (upstream, paths) in groups.items():
+        if paths is None:
+            continue
+        try:
+            upstream.ensure([old, new], paths=frozenset(paths))
+        except ZmrError:
+            continue
+        shared.once(("pin blobs", url, old, new), _pin_blobs, upstream, old, new)
+        shared.once(("pin", url, old, new), _moved, upstream, old, new)
+
+
+def _pin_blobs(upstream: Upstream, old: str, new: str) -> None:
+    """The blobs of the files that differ between the trees of two pins, in one fetch by id (``_prefetch``)."""
+    try:
+        olds, news = upstream.mirror.repo.tree_blobs(old, new)
+        upstream.ensure_blobs([old, new], [*olds, *news])
+    except ZmrError:
+        pass  # the tree diff that needs them fetches them again, and says why it cannot
+
+
+@dataclass
+class _Compared(ComponentDiff):
+    """A component whose parts are being computed (``_Shared``): ``finish`` waits for them."""
+
+    parts: tuple[Future[Any], Callable[[], TreeDiff], Future[Any] | None] | None = None
+    side: Side | None = None  # named when a part fails
+    same_tip: bool = False
+
+    def finish(self) -> ComponentDiff:
+        assert self.parts is not None and self.side is not None
+        patches, tree, pin = self.parts
+        result = ComponentDiff(self.model, self.component, self.status, self.pin, self.branch_name, branch=self.branch)
+        try:
+            result.patches, result.tree = dataclasses.replace(patches.result()), tree()
+            if pin is not None:
+                result.pin = pin.result()
+        except ZmrError as err:
+            return _broken(result, self.side, err)
+        if self.same_tip:
+            result.status = "unchanged"  # different inputs, the same commits (e.g. only a manifest's formatting)
+        return result
+
+
 def compare_component(
-    old: Side, new: Side, key: tuple[str, str], cache: Cache, same_identity: bool, progress: Progress | None = None, *, patch: bool = True
+    old: Side,
+    new: Side,
+    key: tuple[str, str],
+    cache: Cache,
+    same_identity: bool,
+    progress: Progress | None = None,
+    *,
+    patch: bool = True,
+    shared: _Shared | None = None,
 ) -> ComponentDiff:
-    """One component on both sides: unchanged without a fetch when nothing that goes into its branch differs."""
+    """One component on both sides: unchanged without a fetch when nothing that goes into its branch differs.
+
+    With *shared*, a changed component's parts are computed in its pool and a
+    ``_Compared`` is returned (its ``finish`` gives the result).
+    """
     old_comp, new_comp = old.components.get(key), new.components.get(key)
     some = new_comp or old_comp
     assert some is not None
@@ -528,7 +688,11 @@ def compare_component(
         return result
     if before is None or after is None:
         result.status = "added" if before is None else "removed"
-    return _compared(result, before, after, cache, progress, patch)
+    if shared is not None:
+        return _compared(result, before, after, cache, progress, patch, shared)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        compared = _compared(result, before, after, cache, progress, patch, _Shared(pool))
+        return compared.finish() if isinstance(compared, _Compared) else compared
 
 
 def _same_build(before: _Input, after: _Input) -> bool:
@@ -544,15 +708,16 @@ def _broken(result: ComponentDiff, side: Side, err: ZmrError) -> ComponentDiff:
     return result
 
 
-def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, patch: bool) -> ComponentDiff:
+def _compared(
+    result: ComponentDiff, before: _Input | None, after: _Input | None, cache: Cache, progress: Progress | None, patch: bool, shared: _Shared
+) -> ComponentDiff:
+    """Both sides built (at once: mostly waiting on git), then their parts handed to *shared*'s pool."""
     from zmr.build import Release, compute
-
-    from concurrent.futures import ThreadPoolExecutor
 
     def build(item: _Input | None) -> Release | None:
         return None if item is None else compute(item.side.project, item.component, cache, progress, partial=True, series=item.series)
 
-    # The two sides at once: mostly waiting on git. Safe: one mirror's fetches take its lock; each replay has its own index.
+    # Safe: one mirror's fetches take its lock; each replay has its own index.
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = [(item, pool.submit(build, item)) for item in (before, after)]
     releases: list[Release | None] = []
@@ -563,34 +728,45 @@ def _compared(result: ComponentDiff, before: _Input | None, after: _Input | None
             assert item is not None
             return _broken(result, item.side, err)
     old, new = releases
-    result.branch = (old.tip if old else None, new.tip if new else None)
-    # Three independent parts, at once: the chains (objects written into the mirror, as any replay does), the diff
-    # stat's blobs (a fetch under the mirror's lock) and the pin's history (another repository).
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        patches = pool.submit(_patch_changes, old, new)
-        tree = pool.submit(_tree_diff, old, new, before, after, cache, patch)
-        pin = pool.submit(_pin_move, old, new, cache, before, after) if old and new else None
+    branch = (old.tip if old else None, new.tip if new else None)
+    # Three independent parts: the chains (objects written into the mirror, as any replay does), the tree diff's blobs
+    # (a fetch under the mirror's lock) and the pin's history (another repository). Each once per run for its inputs.
+    patches = shared.once(("patches", *_series_key(old), *_series_key(new)), _patch_changes, old, new)
     try:
-        result.patches, result.tree = patches.result(), tree.result()
-        if pin is not None:
-            result.pin = pin.result()
+        tree = _tree_diff(old, new, before, after, cache, patch, shared)
     except ZmrError as err:
         return _broken(result, (after or before).side, err)  # type: ignore[union-attr]
-    if old and new and old.tip == new.tip:
-        result.status = "unchanged"  # different inputs, the same commits (e.g. only a manifest's formatting)
-    return result
+    pin = None
+    if old and new and after is not None:
+        if old.component.commit == new.component.commit:
+            pin = shared.done(PinMove(old.component.commit, new.component.commit, 0, "same"))
+        else:
+            # Named by the upstream, not the component: the key of the work.
+            upstream = cache.for_upstream(new.component.upstream, after.side.project.root)
+            pin = shared.once(("pin", upstream.url, old.component.commit, new.component.commit), _moved, upstream, old.component.commit, new.component.commit)
+    some = after or before
+    assert some is not None
+    return _Compared(
+        result.model,
+        result.component,
+        result.status,
+        result.pin,
+        result.branch_name,
+        branch=branch,
+        parts=(patches, tree, pin),
+        side=some.side,
+        same_tip=bool(old and new and old.tip == new.tip),
+    )
+
+
+def _series_key(rel: Any) -> tuple[Any, ...]:
+    """What a side's pairing depends on: its mirror, pin and series (names and bytes)."""
+    if rel is None:
+        return (None, None, None)
+    return (str(rel.mirror.path), rel.component.commit, tuple((p.strip, p.sha256, p.name, p.subject) for p in rel.series.patches))
 
 
 # -- the parts of a changed component -------------------------------------------------------------
-
-
-def _pin_move(old: Any, new: Any, cache: Cache, before: _Input | None, after: _Input | None) -> PinMove:
-    a, b = old.component.commit, new.component.commit
-    if a == b:
-        return PinMove(a, b, 0, "same")
-    assert before is not None and after is not None
-    # Named by the upstream, not the component: the key of the memo.
-    return _moved(cache.for_upstream(new.component.upstream, after.side.project.root), a, b)
 
 
 @functools.lru_cache(maxsize=256)
@@ -669,8 +845,6 @@ def _patch_changes(old: Any, new: Any) -> PatchChanges:
         return PatchChanges(only + gone)
     if old.series.digest() == new.series.digest():
         return PatchChanges(_same_pairs(new.series))
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=2) as pool:  # different chains (the series differ): different refs, own indexes
         old_chain, new_chain = pool.map(_chain, (old, new))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
@@ -739,40 +913,53 @@ def _series_files(item: _Input | None) -> tuple[str, ...]:
     return item.side.series_files[digest]
 
 
-def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, patch: bool) -> TreeDiff:
-    """What changed between the two release trees (lines counted), and the files each side's series touches."""
+def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, cache: Cache, patch: bool, shared: _Shared) -> Callable[[], TreeDiff]:
+    """What changed between the two release trees (lines counted), and the files each side's series touches: a function that gives it.
+
+    The comparison itself is ``_tree_parts`` in *shared*'s pool, once per
+    pair of trees; the function waits for it.
+    """
     files_old, files_new = _series_files(before), _series_files(after)
     kept = (old.tip if old else None, new.tip if new else None)
-    where = str((new or old).mirror.path)
+    where = os.path.abspath((new or old).mirror.path)
     if old is None or new is None:
-        return TreeDiff(old.tree if old else None, new.tree if new else None, (), None, files_old, files_new, where, kept)
+        one = TreeDiff(old.tree if old else None, new.tree if new else None, (), None, files_old, files_new, where, kept)
+        return lambda: one
     assert before is not None and after is not None
     sides = tuple((cache.for_upstream(rel.component.upstream, item.side.project.root), rel.component.commit) for rel, item in ((old, before), (new, after)))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
-    files, text = _tree_parts(str(new.mirror.path), alternate, (old.tree, new.tree), sides, patch)
-    return TreeDiff(old.tree, new.tree, files, text, files_old, files_new, None if alternate else where, kept)
+    trees = (old.tree, new.tree)
+    parts = shared.once(("tree", where, alternate, trees, sides, patch), _tree_parts, where, alternate, trees, sides, patch)
+
+    def made() -> TreeDiff:
+        files, text = parts.result()
+        return TreeDiff(old.tree, new.tree, files, text, files_old, files_new, where, kept, os.path.abspath(old.mirror.path) if alternate else None)
+
+    return made
 
 
-@functools.lru_cache(maxsize=256)
 def _tree_parts(
     git_dir: str, alternate: str, trees: tuple[str, str], sides: tuple[tuple[Upstream, str], ...], patch: bool
 ) -> tuple[tuple[FileChange, ...], str | None]:
     """The files that differ between two release trees with their lines counted (and the unified diff with *patch*).
 
-    First the blobs of those files at both pins, in one fetch per upstream
-    (the series' own blobs are in the mirror already): only what differs is
-    fetched, never every file upstream changed. Once per pair of trees.
+    First the blobs of those files on both sides, named by the trees (the
+    series' own blobs are in the mirror already, so only the pins' are
+    fetched), in one fetch per upstream: only what differs is fetched,
+    never every file upstream changed. Then one ``diff-tree`` for the counts and the diff.
     """
     repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
-    names = repo.tree_names(*trees)
-    if names:
-        by_url: dict[str, tuple[Upstream, list[str]]] = {}
-        for upstream, commit in sides:
-            by_url.setdefault(upstream.url, (upstream, []))[1].append(commit)
-        for upstream, commits in by_url.values():
-            upstream.ensure(commits, paths=frozenset(names))
-    files = tuple(FileChange(path, ins, dels) for path, ins, dels in repo.tree_changes(*trees))
-    return files, (repo.tree_patch(*trees) if patch else None)
+    blobs = repo.tree_blobs(*trees)
+    by_url: dict[str, tuple[Upstream, list[str], set[str]]] = {}
+    for (upstream, commit), side_blobs in zip(sides, blobs):
+        entry = by_url.setdefault(upstream.url, (upstream, [], set()))
+        entry[1].append(commit)
+        entry[2].update(side_blobs)
+    for upstream, commits, wanted in by_url.values():
+        if wanted:
+            upstream.ensure_blobs(commits, wanted)
+    changes, text = repo.tree_diff(*trees, patch=patch)
+    return tuple(FileChange(path, ins, dels) for path, ins, dels in changes), text
 
 
 # -- objects a reviewer can open -------------------------------------------------------------------
@@ -792,8 +979,8 @@ def _keep(results: Sequence[ComponentDiff]) -> None:
 
     by_repo: dict[str, set[str]] = {}
     for c in results:
-        if c.tree is not None and c.tree.repository is not None:
-            by_repo.setdefault(c.tree.repository, set()).update(x for x in c.tree.commits if x)
+        for where, commit in c.tree.kept if c.tree is not None else []:
+            by_repo.setdefault(where, set()).add(commit)
     for where, commits in by_repo.items():
         repo = git.Repo(where)
         repo.keep_commits(KEEP_PREFIX, sorted(commits), "zmr diff")

@@ -904,26 +904,40 @@ class Repo:
                 current.append(line)
         return {c: "".join(patches.get(c, [])) for c in commits}
 
-    def tree_changes(self, old: str, new: str) -> list[tuple[str, int | None, int | None]]:
-        """(path, insertions, deletions) of each file that differs between two trees; None counts for a binary file."""
-        out = self.run(["diff-tree", "-r", "-z", "--numstat", "--no-renames", old, new]).stdout
+    def tree_diff(self, old: str, new: str, *, patch: bool) -> tuple[list[tuple[str, int | None, int | None]], str | None]:
+        """(path, insertions, deletions) of each file that differs between two trees (None counts: a binary file), and with *patch* the unified diff.
+
+        One ``diff-tree`` for both (no renames, uncoloured): each blob pair is
+        read and compared once. With ``-z`` the numstat records end in NUL and
+        one more NUL comes before the patch, whose text ``-z`` leaves as it is.
+        """
+        args = ["diff-tree", "-r", "-z", "--numstat", *(["-p", "--no-color", "--no-ext-diff"] if patch else []), "--no-renames", old, new]
+        out = self.run(args).stdout
+        records, _, text = out.partition(b"\0\0") if patch else (out, b"", b"")
         changes: list[tuple[str, int | None, int | None]] = []
-        for record in out.split(b"\0"):
+        for record in records.split(b"\0"):
             fields = record.split(b"\t", 2)
             if len(fields) == 3:
                 ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
                 changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
-        return changes
+        return changes, (text.decode("utf-8", "replace") if patch else None)
 
-    def tree_names(self, old: str, new: str) -> list[str]:
-        """The paths that differ between two trees (read from the trees alone: no blob)."""
-        out = self.run(["diff-tree", "-r", "-z", "--name-only", "--no-renames", old, new]).stdout
-        return [name.decode("utf-8", "surrogateescape") for name in out.split(b"\0") if name]
+    def tree_blobs(self, old: str, new: str) -> tuple[list[str], list[str]]:
+        """The blob ids of each entry that differs between two trees, on the old side and on the new (read from the trees alone).
 
-    def tree_patch(self, old: str, new: str) -> str:
-        """The unified diff from one tree to the other (no renames, uncoloured)."""
-        args = ["diff-tree", "-r", "-p", "--no-renames", "--no-color", "--no-ext-diff", old, new]
-        return self.run(args).stdout.decode("utf-8", "replace")
+        A side where the entry is absent, or is a submodule (a commit of
+        another repository), names no blob.
+        """
+        out = self.run(["diff-tree", "-r", "-z", "--no-renames", old, new]).stdout
+        olds: list[str] = []
+        news: list[str] = []
+        fields = out.split(b"\0")
+        for record in fields[0 : len(fields) - 1 : 2]:  # ":<mode> <mode> <oid> <oid> <status>", then its path (no renames: one)
+            mode_a, mode_b, oid_a, oid_b, _ = record[1:].decode("ascii").split(" ", 4)
+            for mode, oid, into in ((mode_a, oid_a, olds), (mode_b, oid_b, news)):
+                if mode not in ("000000", "160000") and oid.strip("0"):
+                    into.append(oid)
+        return olds, news
 
     def pager(self) -> str:
         """The pager git would use for the user (``GIT_PAGER``, ``core.pager`` of any config, ``PAGER``, else less); empty for none.
