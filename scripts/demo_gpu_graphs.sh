@@ -11,6 +11,16 @@
 #   PART=c  with TILES: throughput of both models with a third arm, standard_varlen (PyTorch's varlen
 #           FlashAttention / memory-efficient decode kernels reading the cache in place).
 #
+#   PART=d  fixed-shape cuBLAS (rollout 0012, trainer 0010; ROLLOUT and TRAINER are trees with it, BASE a rollout
+#           tree without it, for its Triton GEMM, run with TILES): demo_gemm_chunks.py (checks and times C rows per
+#           call against Triton and cuBLAS, writes the chosen rows to $OUT/rows.json, then TOY_BI_GEMM_ROWS);
+#           throughput + roofline of both models (standard, standard_varlen, zero_mismatch); bitwise on both models
+#           with graphs (negative control included); the decode step (--engine 0) of BASE on both models, the
+#           before on the same device; the GPU tests of both trees; a kernel profile of the
+#           GPU-bound model at bf16 batch 128. In that order, as far as DEADLINE lets it go.
+#   PART=e  trees whose GEMM_ROWS is the choice of demo_gemm_chunks.py --choose-from (part d's JSON): throughput
+#           + roofline of the GPU-bound model (standard_varlen, zero_mismatch) and of the small one, bitwise on both.
+#
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=a bash scripts/demo_gpu_graphs.sh
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=b TILES=tiles.json bash scripts/demo_gpu_graphs.sh
 #
@@ -68,6 +78,31 @@ if [ "$PART" = a ]; then
     step throughput-gpu-bound-tuned 200 throughput gpu-bound standard,zero_mismatch
     unset TOY_BI_GEMM_TILES
     step bitwise-small 90 bitwise bitwise-small "${SMALL[@]}"
+elif [ "$PART" = d ]; then  # fixed-shape cuBLAS: measured first, then the trees that use it
+    export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"  # for BASE's Triton GEMM only
+    step gemm-chunks 200 "$PY" scripts/demo_gemm_chunks.py --rollout "${BASE:?BASE=rollout tree without the cuBLAS GEMM}" \
+        --table "$OUT/rows.json"
+    unset TOY_BI_GEMM_TILES
+    export TOY_BI_GEMM_ROWS="$(cat "$OUT/rows.json" 2>/dev/null || echo '{}')"
+    say "TOY_BI_GEMM_ROWS=$TOY_BI_GEMM_ROWS"
+    step throughput-gpu-bound 200 throughput gpu-bound standard,standard_varlen,zero_mismatch
+    step bitwise-gpu-bound 120 bitwise bitwise-gpu-bound "${GPU_BOUND[@]}"
+    # the same decode step on BASE (the Triton GEMM, TILES), in this call: the before of the same device
+    TOY_BI_GEMM_TILES="$(cat "$TILES")" ROLLOUT="$BASE" step step-gpu-bound-base 70 throughput gpu-bound standard_varlen,zero_mismatch --engine 0
+    step throughput-small 80 throughput small standard,standard_varlen,zero_mismatch
+    step bitwise-small 80 bitwise bitwise-small "${SMALL[@]}"
+    ROLLOUT="$BASE" step step-small-base 40 throughput small standard_varlen,zero_mismatch --engine 0
+    say "tests"
+    (cd "$ROLLOUT" && timeout 100 "$PY" -m pytest -q -rs tests/test_batch_invariant_kernels.py tests/test_graphs.py) 2>&1 | tail -6 | tee -a "$LOG"
+    (cd "$TRAINER" && timeout 60 "$PY" -m pytest -q -rs tests/test_batch_invariant_kernels.py) 2>&1 | tail -4 | tee -a "$LOG"
+    step profile-gpu-bound 60 "$PY" scripts/demo_throughput.py --rollout "$ROLLOUT" --device cuda --preset gpu-bound \
+        --arms standard_varlen,zero_mismatch --dtype bf16 --max-running 128 --requests 128 --prompt-len 32 --new-tokens 32 \
+        --reps 1 --profile --profile-requests 128
+elif [ "$PART" = e ]; then  # the trees' own GEMM_ROWS (demo_gemm_chunks.py --choose-from part d's JSON): both models again
+    step throughput-gpu-bound 130 throughput gpu-bound standard_varlen,zero_mismatch
+    step bitwise-gpu-bound 90 bitwise bitwise-gpu-bound "${GPU_BOUND[@]}"
+    step throughput-small 40 throughput small standard,standard_varlen,zero_mismatch
+    step bitwise-small 30 bitwise bitwise-small "${SMALL[@]}"
 elif [ "$PART" = c ]; then  # the standard arm with PyTorch's varlen decode kernels beside the masked SDPA
     export TOY_BI_GEMM_TILES="$(cat "${TILES:?TILES=tiles.json from part a}")"
     say "TOY_BI_GEMM_TILES=$TOY_BI_GEMM_TILES"

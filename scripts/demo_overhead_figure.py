@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "cases" / "demo" / "case.yaml"
-EVIDENCE = ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06-graphs-c-throughput-gpu-bound-varlen.json"
+EVIDENCE = ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06b-e-throughput-gpu-bound.json"
 
 
 def _short_device(name: str) -> str:
@@ -42,7 +42,7 @@ def overhead_block(result: dict, evidence: str) -> str:
         return s.get("best_standard_arm", "standard")
 
     def over(s):
-        return s.get("overhead_vs_best_standard_percent", s["overhead_vs_standard_percent"])
+        return s["overhead_vs_best_standard_percent"] if "overhead_vs_best_standard_percent" in s else s["overhead_vs_standard_percent"]
 
     head, small = step("bf16", 128), step("bf16", 8)
     figure = (f"{over(head)} % vs the fastest standard path ({device}, bf16, batch 128, hidden {result['hidden']}, "
@@ -58,8 +58,16 @@ def overhead_block(result: dict, evidence: str) -> str:
                      f"roofline {zm.get('roofline_percent')} vs {std.get('roofline_percent')} %, "
                      f"{zm['GBps']} vs {std['GBps']} GB/s; engine {eng_over} %)")
     tiles = result.get("gemm_tiles")
+    if "gemm_rows" in result:  # rollout 0012: the GEMM as cuBLAS calls of one fixed shape, the rest Triton
+        rows = result["gemm_rows"]
+        kernels = ("batch-invariant kernels: the GEMM as cuBLAS calls of one fixed shape, C rows each"
+                   + (f" (TOY_BI_GEMM_ROWS={json.dumps(rows, separators=(',', ':'))})" if rows else " (the release tree's GEMM_ROWS)")
+                   + ", TF32 and reduced-precision reductions off; RMSNorm, attention, SiLU and log-softmax in Triton")
+        tiles = None  # the Triton GEMM tiles do not run
+    else:
+        kernels = "Triton batch-invariant kernels"
     footnote = (
-        f"Rollout-side cost only, the zero-mismatch arm (Triton batch-invariant kernels) against the model's fastest "
+        f"Rollout-side cost only, the zero-mismatch arm ({kernels}) against the model's fastest "
         f"standard path (cuBLAS, F.rms_norm, decode attention reading the KV cache in place: standard = SDPA with a "
         f"length mask, standard_varlen = PyTorch's varlen FlashAttention or memory-efficient kernel where measured), "
         f"{graphs} (one graph per batch-size "

@@ -311,7 +311,9 @@ def main(argv=None) -> int:
         "reps": args.reps, "arms": arms, "cuda_graphs": graphs, "baseline": "the fastest standard arm (best_standard_arm)",
         "peaks": peaks, "copy_GBps": _copy_bandwidth(torch, args.device) if cuda else None,
         "gemm_tiles": json.loads(os.environ.get("TOY_BI_GEMM_TILES") or "{}") or None,
-        "gemm_dtype": os.environ.get("TOY_BI_GEMM_DTYPE") or "auto", "configs": [],
+        "gemm_dtype": os.environ.get("TOY_BI_GEMM_DTYPE") or "auto",
+        "gemm_backend": os.environ.get("TOY_BI_GEMM_BACKEND") or "auto",
+        "gemm_rows": json.loads(os.environ.get("TOY_BI_GEMM_ROWS") or "{}") or None, "configs": [],
     }
     for dtype_name in dtypes:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]

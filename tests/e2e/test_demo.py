@@ -395,9 +395,43 @@ def test_the_overhead_figure_is_the_committed_evidence(tmp_path):
     evidence = re.search(r"Generated from (cases/demo/evidence/\S+\.json)", case).group(1)
     result = json.loads((ROOT / evidence).read_text(encoding="utf-8").strip().splitlines()[-1])
     step = next(c["step"] for c in result["configs"] if (c["dtype"], c["batch"]) == ("bf16", 128))
-    over = step.get("overhead_vs_best_standard_percent", step["overhead_vs_standard_percent"])
+    over = step["overhead_vs_best_standard_percent"] if "overhead_vs_best_standard_percent" in step else step["overhead_vs_standard_percent"]
     assert figure.startswith(f"{over} % vs the fastest standard path (H100, bf16, batch 128")
     assert ("CUDA graphs on both arms" in figure) == result["cuda_graphs"]
+
+
+GEMM_CHUNKS = ROOT / "scripts" / "demo_gemm_chunks.py"
+GEMM_CHUNKS_EVIDENCE = ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06b-d-gemm-chunks.json"
+
+
+def test_gemm_rows_of_the_release_trees_are_the_committed_choice(demo_trees, tmp_path):
+    """The trees' GEMM_ROWS is what demo_gemm_chunks.py chooses from the committed H100 run; a C that failed a check is never chosen."""
+    evidence = json.loads(GEMM_CHUNKS_EVIDENCE.read_text(encoding="utf-8").strip().splitlines()[-1])
+    # the run checked what it claims: every C, shape and dtype kept a row's bits (batches, graph replay, two processes)
+    assert evidence["two_processes"]["compared"] == 200 and evidence["two_processes"]["differ"] == []
+    for rec in evidence["shapes"].values():
+        for inv in rec["invariant"].values():
+            assert inv["rows_differ_in_batches"] == [] and all(inv["graph_equals_eager"].values())
+    proc = _run([sys.executable, str(GEMM_CHUNKS), "--choose-from", str(GEMM_CHUNKS_EVIDENCE)], cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout)["table"]
+    committed = json.loads((ROOT / "cases" / "demo" / "evidence" / "h100-2026-12-06b-gemm-rows-choice.json").read_text(encoding="utf-8"))
+    assert committed["table"] == table
+    code = "import json, sys; from toy_{0} import batch_invariant as bi; print(json.dumps(bi.GEMM_ROWS))"
+    for comp in COMPONENTS:
+        rows = _run([sys.executable, "-c", code.format(comp)], cwd=demo_trees["release"][comp], timeout=120)
+        assert rows.returncode == 0, rows.stderr
+        assert json.loads(rows.stdout) == table, comp
+    # the negative control: one shape of one dtype differing at C = 64 in one batch rules C = 64 out for that dtype
+    broken = dict(evidence)
+    broken["shapes"] = json.loads(json.dumps(evidence["shapes"]))
+    broken["shapes"]["small/fp32/o"]["invariant"]["64"]["rows_differ_in_batches"] = [9]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken), encoding="utf-8")
+    proc = _run([sys.executable, str(GEMM_CHUNKS), "--choose-from", str(path)], cwd=ROOT, timeout=120)
+    choice = json.loads(proc.stdout)
+    assert 64 not in choice["why"]["fp32"]["valid"] and 64 not in [c for k, c in choice["table"].items() if k.startswith("ieee")]
+    assert choice["table"]["tensor"] == table["tensor"]
 
 
 def test_release_trees_graph_and_tile_tests_pass_on_cpu(demo_trees):
