@@ -79,7 +79,7 @@ def test_the_json_error_lists_every_problem_and_following_the_hints_fixes_them_a
 
 
 def test_a_valid_manifest_still_names_only_what_it_loads(tmp_path, upstream):
-    """Without a manifest problem, the series of a component a command does not act on is not read: checkout -c rollout works while another series is missing."""
+    """Without a manifest problem, a series a command does not act on is not read: checkout -c rollout works while another series is missing."""
     project = make_project(tmp_path / "project")
     simple_model(project, upstream)
     manifest = project.root / "manifests/toy.yaml"
