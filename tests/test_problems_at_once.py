@@ -87,3 +87,26 @@ def test_a_valid_manifest_still_names_only_what_it_loads(tmp_path, upstream):
     assert zmr("checkout", "toy", "-c", "rollout", cwd=project.root).returncode == 0
     result = zmr("build", "toy", cwd=project.root)
     assert result.returncode == 2 and "series folder patches/toy/trainer does not exist" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["build", "verify"])
+def test_with_a_valid_manifest_every_broken_series_of_the_components_acted_on_is_named_at_once(tmp_path, upstream, command):
+    """Two components, a missing series folder for one and conflict markers in the other's patch: one run names both."""
+    project = make_project(tmp_path / "project")
+    simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text() + f"  trainer:\n    upstream: {upstream.path}\n    commit: {upstream.commits[1]}\n")
+    patch = project.root / "patches/toy/rollout/0001-fixed-split.patch"
+    patch.write_text(patch.read_text().replace("+line 10 fixed split\n", MARKED))
+    folder_line = manifest.read_text().split("\n").index("  trainer:") + 1
+    result = zmr(command, "toy", cwd=project.root)
+    assert result.returncode == 2, result.stderr
+    assert "problems in manifests/toy.yaml, patches/toy/rollout/0001-fixed-split.patch" in result.stderr, result.stderr
+    assert f"manifests/toy.yaml:{folder_line}: series folder patches/toy/trainer does not exist" in result.stderr, result.stderr
+    assert "patches/toy/rollout/0001-fixed-split.patch:" in result.stderr and "conflict marker `<<<<<<< HEAD`" in result.stderr
+    assert not any(project.root.joinpath(".git/refs/heads").rglob("toy"))  # nothing built
+    # One broken series alone keeps its own message.
+    (project.root / "patches/toy/trainer").mkdir()
+    (project.root / "patches/toy/trainer/series").write_text("")
+    alone = zmr(command, "toy", cwd=project.root)
+    assert alone.returncode == 2 and "3 problems in patches/toy/rollout/series" in alone.stderr, alone.stderr

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -180,6 +181,32 @@ class Project:
 
         folder = self.series_folder(component) if no_links else self.root / component.patches
         return read_series(folder, component.patches, origin=component.patches_origin)
+
+    def series_of(self, components: Sequence[Component]) -> dict[Component, Series]:
+        """Each of *components*' series (`series`); a SeriesError names every problem of all of them at once.
+
+        For a command that reads them all before it does anything (``build``,
+        ``verify``): two broken series are reported in one run, not the second
+        after the first is fixed. One broken series raises its own error.
+        """
+        found: dict[Component, Series] = {}
+        errors: list[SeriesError] = []
+        problems: list[Located] = []
+        for component in components:
+            try:
+                found[component] = self.series(component)
+            except SeriesError as err:
+                errors.append(err)
+                where = f"{manifest_file(component.model)}:{component.patches_line or component.line}"
+                message = err.message.removeprefix(f"{where}: ")
+                problems += err.problems or [Problem(manifest_file(component.model), component.patches_line or component.line, message, "; ".join(err.details))]
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            problems.sort(key=lambda p: (p.path, p.line))
+            files = sorted({p.path for p in problems})
+            raise SeriesError(f"{len(problems)} problems in {', '.join(files)}", details=[str(p) for p in problems], problems=problems)
+        return found
 
     def series_folder(self, component: Component) -> Path:
         """The folder of *component*'s series, refused when it or a folder above it in the repository is a symbolic link."""
