@@ -45,8 +45,10 @@ def main() -> int:
                 print(f"{scenario.name:16} FAILED: {err}", flush=True)
                 continue
             total += len(trials)
-            recovered = sum(1 for t in trials if t.recovered)
-            print(f"{scenario.name:16} {points:4} fault points, {len(trials):4} killed and recovered ({recovered} by a journal), {time.monotonic() - started:6.1f} s", flush=True)
+            finished = sum(1 for t in trials if t.recovered == "finished")
+            undone = sum(1 for t in trials if t.recovered == "undone")
+            by = f"the next command finished {finished} and undid {undone} half-written changes, the rerun did the rest"
+            print(f"{scenario.name:20} {points:4} fault points, {len(trials):4} killed and recovered ({by}), {time.monotonic() - started:6.1f} s", flush=True)
     print(f"{total} kills recovered" + (f"; FAILED: {', '.join(failed)}" if failed else ", none failed"))
     return 1 if failed else 0
 

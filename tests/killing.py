@@ -244,12 +244,15 @@ def _stopped_rebase(base: Path) -> tuple[Path, dict[str, str]]:
 _NO_REBASE = r"no rebase (is )?in progress"
 
 
-def _rebase_continue(base: Path) -> Fixture:
-    root, env = _stopped_rebase(base)
-    co = root / "work/toy/rollout"
+def _resolve(co: Path) -> None:
     text = (co / "src/model.py").read_text()
     (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S))
     git("add", "src/model.py", cwd=co)
+
+
+def _rebase_continue(base: Path) -> Fixture:
+    root, env = _stopped_rebase(base)
+    _resolve(root / "work/toy/rollout")
     return Fixture(base, root, ["rebase", "toy", "--continue"], env, done=_NO_REBASE)
 
 
@@ -260,6 +263,25 @@ def _rebase_skip(base: Path) -> Fixture:
 
 def _rebase_abort(base: Path) -> Fixture:
     root, env = _stopped_rebase(base)
+    return Fixture(base, root, ["rebase", "toy", "--abort"], env, done=_NO_REBASE)
+
+
+def _rebase_abort_written(base: Path) -> Fixture:
+    """--abort of a rebase whose --continue was killed after writing its result (series and pin), before it forgot its state:
+    the abort writes the series' files and the manifest back, in one transaction."""
+    probe_root, probe_env = _stopped_rebase(base / "probe")
+    _resolve(probe_root / "work/toy/rollout")
+    log = base / "continue.points"
+    assert run_zmr(["rebase", "toy", "--continue"], probe_root, probe_env, {"ZMR_TEST_KILL_LOG": str(log)}).returncode == 0
+    points = log.read_text().splitlines()
+    shutil.rmtree(base / "probe")
+    log.unlink()
+    root, env = _stopped_rebase(base / "real")
+    _resolve(root / "work/toy/rollout")
+    after = max(n for n, name in enumerate(points, start=1) if name in ("txn-rename", "txn-remove")) + 1  # the transaction done
+    killed = run_zmr(["rebase", "toy", "--continue"], root, env, {"ZMR_TEST_KILL": str(after)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert b"line 10 upstream" in b"".join(p.read_bytes() for p in (root / "patches/toy/rollout").glob("*.patch")), "the series was written"
     return Fixture(base, root, ["rebase", "toy", "--abort"], env, done=_NO_REBASE)
 
 
@@ -345,6 +367,7 @@ SCENARIOS = [
     Scenario("rebase-continue", _rebase_continue),
     Scenario("rebase-skip", _rebase_skip),
     Scenario("rebase-abort", _rebase_abort),
+    Scenario("rebase-abort-written", _rebase_abort_written),
     Scenario("update-apply", _update_apply),
     Scenario("update-apply-3way", _update_apply_3way),
     Scenario("import", _import),

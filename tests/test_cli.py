@@ -198,3 +198,32 @@ def test_the_upstream_revision_option_is_onto_for_every_command(command):
     old = {"upstreamed": "--rev", "update": "--to"}.get(command)
     if old:
         assert old in options
+
+
+# A real SIGINT while `zmr.cli` is being imported (typer and rich take a tenth of a second and more on a busy machine):
+# the process sends it to itself from an import hook, then goes on importing.
+_INTERRUPTED_IMPORT = """
+import os, signal, sys, time
+class Hook:
+    def find_spec(self, name, path=None, target=None):
+        if name == "zmr.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the signal lands here, during the import
+        return None
+sys.meta_path.insert(0, Hook())
+from zmr.__main__ import run
+sys.exit(run())
+"""
+
+
+@pytest.mark.parametrize("how", ["console script", "python -m zmr"])
+def test_a_ctrl_c_while_the_cli_is_imported_ends_as_an_interrupted_command(tmp_path, how):
+    """Issue #36: a Ctrl-C in zmr's first tenth of a second printed a traceback and exited 1."""
+    if how == "console script":  # the `zmr` script pip writes calls zmr.__main__:run (pyproject.toml)
+        assert re.search(r'^zmr = "zmr\.__main__:run"$', (REPO_ROOT / "pyproject.toml").read_text(), re.M)
+        command = [sys.executable, "-c", _INTERRUPTED_IMPORT, "list"]
+    else:
+        command = [sys.executable, "-c", _INTERRUPTED_IMPORT.replace("from zmr.__main__ import run\nsys.exit(run())", "import runpy; runpy.run_module('zmr', run_name='__main__')"), "list"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == "zmr: interrupted\n"

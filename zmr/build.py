@@ -96,7 +96,7 @@ def compute(
 ) -> Release:
     """The release commits of *component*, written into its mirror (not into the repository).
 
-    *series*: the component's series when the caller has read it already (``zmr diff``).
+    *series*: the component's series when the caller has read it already (``build``, ``verify``, ``zmr diff``).
 
     *partial*: the ids are all that is wanted (verify), so the mirror needs
     the pin's trees and only the blobs the series touches; the commits are
@@ -255,7 +255,8 @@ def build(project: Project, components: Sequence[Component], cache: Cache | None
     """Compute every release, copy the objects in, then move all branches at once."""
     cache = cache or Cache()
     repo = project.repo
-    releases = [compute(project, comp, cache, progress) for comp in components]
+    series = project.series_of(components)  # every broken series named at once, before any fetch
+    releases = [compute(project, comp, cache, progress, series=series[comp]) for comp in components]
     before = repo.refs("refs/heads/")
     by_mirror: dict[Path, list[Release]] = {}
     for rel in releases:

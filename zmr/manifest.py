@@ -24,7 +24,7 @@ from yaml.nodes import MappingNode, ScalarNode
 from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
 from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, invisible_character, one_of, read_file
-from zmr.yamlnodes import Problems, display_path, line_of, scalar
+from zmr.yamlnodes import Problems, display_path, line_of, read_yaml, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -604,6 +604,42 @@ def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[M
     if problems:
         return None, problems.items
     return manifest, []
+
+
+def series_folders_as_written(path: Path, root: Path) -> list[tuple[str, str, int]]:
+    """``(component, series folder, line)`` for each component of the manifest at *path*, read as written, problems or not.
+
+    A manifest with a problem yields no `Manifest`, yet the series of its
+    components are worth reading: `Project.manifests` reports their problems
+    beside the manifest's own, in one run. The folder is ``patches:`` when it
+    is a plain relative path inside *root* (the manifest's own check refuses
+    any other, and it is then left out), else ``patches/<model>/<component>``;
+    the line is the ``patches:`` line, else the component's.
+    """
+    display = display_path(path, root)
+    node = read_yaml(path, display, Problems(display), root=root, what="manifest")  # as the manifest is read: no FIFO, no link out
+    model = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.stem
+    components = _mapping_value(node, "components")
+    found: list[tuple[str, str, int]] = []
+    for key_node, value in components.value if isinstance(components, MappingNode) else ():
+        if not isinstance(key_node, ScalarNode) or not isinstance(value, MappingNode) or not COMPONENT_RE.match(str(key_node.value)):
+            continue
+        given = _mapping_value(value, "patches")
+        folder = given.value if isinstance(given, ScalarNode) else f"patches/{model}/{key_node.value}"
+        pure = PurePosixPath(folder)
+        if not folder or pure.is_absolute() or ".." in pure.parts or "\\" in folder or not _inside((root / folder).resolve(), root.resolve()):
+            continue
+        found.append((key_node.value, folder, line_of(given if isinstance(given, ScalarNode) else key_node)))
+    return found
+
+
+def _mapping_value(node: object, name: str) -> object:
+    """The value node of key *name* in a YAML mapping node, or None."""
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            if isinstance(key, ScalarNode) and key.value == name:
+                return value
+    return None
 
 
 def _check_branch_collisions(components: dict[str, Component], problems: Problems) -> None:

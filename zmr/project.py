@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from zmr import git
-from zmr.errors import SettingsError, ZmrError
+from zmr.errors import Located, ManifestError, SeriesError, SettingsError, ZmrError
 from zmr.files import atomic_write
-from zmr.manifest import Component, Manifest, Policy, load_manifests, manifest_file
+from zmr.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
 from zmr.schema import At, Check, Field, Record, Text, read_file
-from zmr.yamlnodes import Problems
+from zmr.yamlnodes import Problem, Problems
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.series import Series
@@ -181,6 +182,32 @@ class Project:
         folder = self.series_folder(component) if no_links else self.root / component.patches
         return read_series(folder, component.patches, origin=component.patches_origin)
 
+    def series_of(self, components: Sequence[Component]) -> dict[Component, Series]:
+        """Each of *components*' series (`series`); a SeriesError names every problem of all of them at once.
+
+        For a command that reads them all before it does anything (``build``,
+        ``verify``): two broken series are reported in one run, not the second
+        after the first is fixed. One broken series raises its own error.
+        """
+        found: dict[Component, Series] = {}
+        errors: list[SeriesError] = []
+        problems: list[Located] = []
+        for component in components:
+            try:
+                found[component] = self.series(component)
+            except SeriesError as err:
+                errors.append(err)
+                where = f"{manifest_file(component.model)}:{component.patches_line or component.line}"
+                message = err.message.removeprefix(f"{where}: ")
+                problems += err.problems or [Problem(manifest_file(component.model), component.patches_line or component.line, message, "; ".join(err.details))]
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            problems.sort(key=lambda p: (p.path, p.line))
+            files = sorted({p.path for p in problems})
+            raise SeriesError(f"{len(problems)} problems in {', '.join(files)}", details=[str(p) for p in problems], problems=problems)
+        return found
+
     def series_folder(self, component: Component) -> Path:
         """The folder of *component*'s series, refused when it or a folder above it in the repository is a symbolic link."""
         return self.no_links(component.patches, "a series folder")
@@ -205,7 +232,49 @@ class Project:
         return git.Repo.discover(self.root)
 
     def manifests(self, models: list[str] | None = None) -> list[Manifest]:
-        return load_manifests(self.root, models or None, self.policy)
+        """The manifests of *models* (all when empty); ManifestError names every problem of theirs and of their series at once.
+
+        A manifest with a problem stops every command, so the series of its
+        model's components (read as written: `series_folders_as_written`) and
+        of the other models asked for are read too, and their problems (a
+        missing folder, conflict markers, a malformed hunk...) come in the
+        same error: one run names all that is wrong, never one class of
+        problem after another.
+        """
+        try:
+            return load_manifests(self.root, models or None, self.policy)
+        except ManifestError as err:
+            more = self.series_problems(models)
+            if not more:
+                raise
+            raise ManifestError([*err.problems, *more]) from None
+
+    def series_problems(self, models: list[str] | None = None) -> list[Located]:
+        """Every problem of the series of *models*' components (all models when empty), their manifests read as written, valid or not.
+
+        A series folder that does not exist is a problem at the manifest line
+        that names it; a series or patch file's problems are located in that
+        file (`zmr.series.read_series`). Never raises for what it finds.
+        """
+        from zmr.series import read_series
+
+        found: list[Located] = []
+        for path in manifest_paths(self.root):
+            model = path.name[: -len(".yaml")]
+            if path.suffix != ".yaml" or (models and model not in models):
+                continue
+            display = manifest_file(model)
+            for key, folder, line in series_folders_as_written(path, self.root):
+                if not (self.root / folder).is_dir():
+                    fix = f"fix `patches:` (or the component's name), or, for a component without patches, create {folder}/series, empty"
+                    found.append(Problem(display, line, f"components.{key}: series folder {folder} does not exist", fix))
+                    continue
+                try:
+                    read_series(self.root / folder, folder, origin=f"{display}:{line}")
+                except SeriesError as err:
+                    message = err.message.removeprefix(f"{display}:{line}: ")  # the origin, which the problem names anyway
+                    found += err.problems or [Problem(display, line, f"components.{key}: {message}", "; ".join(err.details))]
+        return found
 
     def reloaded(self, component: L) -> L:
         """*component* as its manifest says now: a command that waited for a lock reads what the holder wrote (a rebase's new pin), not what it read before.

@@ -771,29 +771,32 @@ def abort(project: Project, component: Component) -> Aborted:
     folder = project.rebase_dir(component)
     saved = state.saved
     assert saved is not None
-    transaction.finish_interrupted(project, _transaction_name(component))  # whole, then put back below
-    # The series folder: saved files back, files the rebase added removed.
-    series_folder = project.series_folder(component)
-    saved_files = set(saved.series_files)
-    if series_folder.is_dir():
-        for path in sorted(series_folder.rglob("*"), reverse=True):
-            rel = path.relative_to(series_folder).as_posix()
-            is_ours = path.is_file() and not path.is_symlink() and not _under_link(series_folder, path)
-            if is_ours and rel not in saved_files and (path.suffix in (".patch", ".diff") or path.name == "series"):
-                path.unlink()
-    for rel in saved_files:
-        data = (folder / "series" / rel).read_bytes()
-        target = project.no_links(f"{component.patches}/{rel}", "a series folder")
-        if not target.is_file() or target.read_bytes() != data:
-            atomic_write(target, data)
+    # The series folder (saved files back, files the rebase added removed) and the manifest, in one transaction: a kill
+    # leaves them all as the rebase made them or all as they were, and the journal says which (the next command
+    # finishes or undoes it); the state folder stays until the end, so `--abort` run again does the rest.
+    with transaction.begin(project, _transaction_name(component)) as txn:  # an interrupted one of the rebase's finished first
+        series_folder = project.series_folder(component)
+        saved_files = set(saved.series_files)
+        if series_folder.is_dir():
+            for path in sorted(series_folder.rglob("*"), reverse=True):
+                rel = path.relative_to(series_folder).as_posix()
+                is_ours = path.is_file() and not path.is_symlink() and not _under_link(series_folder, path)
+                if is_ours and rel not in saved_files and (path.suffix in (".patch", ".diff") or path.name == "series"):
+                    txn.remove(path)
+        for rel in sorted(saved_files):
+            data = (folder / "series" / rel).read_bytes()
+            target = project.no_links(f"{component.patches}/{rel}", "a series folder")
+            if not target.is_file() or target.read_bytes() != data:
+                txn.write(target, data)
+        manifest = project.manifest_path(component.model)
+        original = (folder / "manifest.orig").read_bytes()
+        if manifest.read_bytes() != original:
+            txn.write(manifest, original)
+    # zmr's own state (outside the repository, so outside the journal): what an interrupted export of the series left.
     journal = project.pending_removals(component)
     shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
     if journal.exists() and not saved.journal_existed:
         forget_journal(journal)
-    manifest = project.manifest_path(component.model)
-    original = (folder / "manifest.orig").read_bytes()
-    if manifest.read_bytes() != original:
-        atomic_write(manifest, original)
     if not checkout.restore(saved.checkout, folder):
         raise RebaseError(
             f"{saved.checkout.path}: the checkout is gone, or is not the one this rebase saved (its zmr.token differs); nothing restored there",

@@ -49,10 +49,11 @@ def validate(project: Project, models: list[str] | None = None, *, require_upstr
     try:
         manifests, cases = check_project(project, models)
         report.models, report.cases = [m.model for m in manifests], [c.model for c in cases]
-    except CaseError as err:  # every problem of the manifests and cases, and the series folders they name that are missing
-        missing = _missing_series_folders(project, models)
-        report.problems += [*err.problems, *missing]
-        report.errors.append(CaseError([*err.problems, *missing]) if missing else err)
+    except CaseError as err:  # every problem of the manifests (their series' too: Project.manifests) and cases
+        known = {str(p) for p in err.problems}
+        more = [p for p in project.series_problems(models) if str(p) not in known]
+        report.problems += [*err.problems, *more]
+        report.errors.append(CaseError([*err.problems, *more]) if more else err)
     for manifest in manifests:
         for comp in manifest.components.values():
             try:
@@ -95,65 +96,3 @@ def _status_problems(folder: str, patches: Sequence[Patch], require: bool) -> li
         if require and status is None and not problems:
             found.append(Problem(f"{folder}/{patch.name}", 1, "no upstream status (--require-upstream-status)", FIX))
     return found
-
-
-def _missing_series_folders(project: Project, models: list[str] | None) -> list[Located]:
-    """The series folders that components of manifests which did not parse name, and that do not exist.
-
-    A manifest with a problem yields no components, so the series of its
-    components are not read; their folders are looked for here, in the YAML as
-    written, so that one run reports them beside the manifest's own problems.
-    Only a plain relative path inside the repository is looked at (the
-    manifest's own check refuses any other).
-    """
-    from pathlib import PurePosixPath
-
-    import yaml
-
-    from zmr.manifest import manifest_paths
-    from zmr.yamlnodes import Problems, read_yaml
-
-    found: list[Located] = []
-    for path in manifest_paths(project.root):
-        model = path.stem
-        if models and model not in models:
-            continue
-        display = f"manifests/{path.name}"
-        node = read_yaml(path, display, Problems(display), root=project.root, what="manifest")  # as the manifest is read: no FIFO, no link out
-        if node is None:
-            continue  # the manifest's own problems say why
-        components = _mapping_value(node, "components")
-        if not isinstance(components, yaml.MappingNode):
-            continue
-        for key_node, value in components.value:
-            if not isinstance(key_node, yaml.ScalarNode) or not isinstance(value, yaml.MappingNode):
-                continue
-            key = key_node.value
-            given = _mapping_value(value, "patches")
-            folder = given.value if isinstance(given, yaml.ScalarNode) else f"patches/{model}/{key}"
-            at = given if isinstance(given, yaml.ScalarNode) else key_node
-            pure = PurePosixPath(folder)
-            if not folder or pure.is_absolute() or ".." in pure.parts or "\\" in folder:
-                continue
-            if not (project.root / pure).is_dir():
-                line = at.start_mark.line + 1
-                found.append(
-                    Problem(
-                        display,
-                        line,
-                        f"components.{key}: series folder {folder} does not exist",
-                        f"fix `patches:` (or the component's name), or, for a component without patches, create {folder}/series, empty",
-                    )
-                )
-    return found
-
-
-def _mapping_value(node: object, name: str) -> object:
-    """The value node of key *name* in a YAML mapping node, or None."""
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == name:
-                return value
-    return None

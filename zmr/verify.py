@@ -78,9 +78,10 @@ def verify(
     else:
         repo.check_remote(remote)
         actual_refs = repo.ls_remote(remote, [f"refs/heads/{c.branch}" for c in components])
+    series = project.series_of(components)  # every broken series named at once, before any fetch
     results = []
     for comp in components:
-        rel = compute(project, comp, cache, progress, partial=True)
+        rel = compute(project, comp, cache, progress, partial=True, series=series[comp])
         actual = actual_refs.get(rel.ref)
         result = VerifyResult(comp, comp.branch, "ok", rel.tip, actual)
         if actual is None:

@@ -66,7 +66,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
 from zmr.git import Progress
@@ -567,6 +567,44 @@ class Executor(Protocol):
     def run(self, jobs: Sequence[Job], artifacts: Mapping[str, Path], events: Events) -> list[Result]: ...
 
 
+class _SignalsNoted:
+    """SIGINT and SIGTERM only noted while the jobs run (in the main thread); `check` raises KeyboardInterrupt for one that came.
+
+    The wait for the jobs (`concurrent.futures.wait`) takes each job's lock;
+    a KeyboardInterrupt raised by Python's own handler at an unlucky line of
+    it leaves a lock taken, the job cannot report its end, and the clean-up's
+    wait for the jobs never ends: a Ctrl-C that went unanswered (issue #36;
+    tests/smoke/test_smoke.py sends the signal at each line of the wait). So
+    the handlers here set a field, nothing else (no lock, nothing to leave
+    half done), and the loop looks at it every 0.2 s, where an interrupt
+    leaves nothing behind. The handlers that were there go back as soon as a
+    signal is acted on, so a second Ctrl-C cuts the clean-up short.
+    """
+
+    def __init__(self) -> None:
+        self.noted: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_SignalsNoted":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.noted = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)  # None: one set outside Python
+        self._previous.clear()
+
+    def check(self) -> None:
+        if self.noted is not None:
+            self.__exit__()
+            raise KeyboardInterrupt
+
+
 class LocalExecutor:
     """Runs jobs as local processes, up to *jobs* at a time, each in fresh worktrees."""
 
@@ -586,14 +624,18 @@ class LocalExecutor:
         pool = ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="zmr-smoke")
         futures: dict[Future, int] = {}
         results: list[Result | None] = [None] * len(jobs)
+        signals = _SignalsNoted()
         try:
-            for index, job in enumerate(jobs):
-                futures[pool.submit(self._one, index, job, artifacts[job.model], trees, cancel, events, ids[job.model])] = index
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for future in done:
-                    results[futures[future]] = future.result()
+            with signals:
+                for index, job in enumerate(jobs):
+                    futures[pool.submit(self._one, index, job, artifacts[job.model], trees, cancel, events, ids[job.model])] = index
+                pending = set(futures)
+                while pending:
+                    signals.check()
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        results[futures[future]] = future.result()
+            signals.check()  # one that came after the last look, before the handlers went back
         except BaseException:
             cancel.set()  # each running job kills its process group and returns
             raise
