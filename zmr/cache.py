@@ -45,6 +45,7 @@ whole tree: that is today's depth-1 fetch, noted once in ``Cache.notes``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -319,11 +320,38 @@ class Cache:
         return Mirror(url, self.mirrors_dir / f"{slug}-{digest}.git")
 
     @contextlib.contextmanager
+    def writing(self, where: Path | None = None) -> Iterator[None]:
+        """The block writes *where* (default: the cache root) in the cache: an OSError (a full disk, a folder not writable) is a `CacheError` naming it."""
+        try:
+            yield
+        except OSError as err:
+            if err.filename is None:  # os.write and friends do not say which file
+                err.filename = str(where or self.root)
+            raise self.refused(err) from None
+
+    def refused(self, err: OSError) -> CacheError:
+        """What *err*, met writing into the cache, means to a user: exit 2, the path, and where else the cache can be."""
+        from zmr.files import os_error
+
+        plain = os_error(err)
+        if err.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+            return CacheError(plain.message, details=plain.details)
+        return CacheError(
+            f"{plain.message}: zmr cannot write its cache there",
+            details=[
+                "zmr fetches upstream commits into the cache and writes there the objects of the release commits it computes,"
+                f" so the cache must be writable: set ZMR_CACHE to a folder you can write (it fills on first use), or make {self.root} writable"
+            ],
+        )
+
+    @contextlib.contextmanager
     def lock(self, mirror: Mirror) -> Iterator[None]:
         """Exclusive lock of one mirror; the kernel drops it when the holder dies."""
-        self.mirrors_dir.mkdir(parents=True, exist_ok=True)
         lock_path = mirror.path.with_suffix(".lock")
-        with open(lock_path, "a+b") as handle:
+        with self.writing(lock_path):
+            self.mirrors_dir.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_path, "a+b")
+        with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield

@@ -347,20 +347,21 @@ def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> 
     target = cache.root / "revisions" / f"{REVISION_FORMAT}-{commit}"
     if target.is_dir() and not target.is_symlink():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    try:
-        _write_entries(repo, commit, tmp, _ALWAYS, display)
-        _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+    with cache.writing(target):  # a full disk or a cache not writable: exit 2 naming the path, nothing half-made left
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
         try:
-            os.rename(tmp, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another run made it first: same content
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _write_entries(repo, commit, tmp, _ALWAYS, display)
+            _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another run made it first: same content
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return target
 
 

@@ -1,0 +1,195 @@
+"""A read-only repository (#36): verify, diff, list, validate and status work; writing commands say why not.
+
+Run as root (as the tests usually are), zmr runs as the unprivileged uid
+65534 on a fixture owned by root, which permissions then really protect (they
+stop no root process). Run as another user, the fixture is made read-only
+with ``chmod -R a-w``. git refuses a repository another user owns ("dubious
+ownership"): the runs name it in ``safe.directory`` through
+``GIT_CONFIG_COUNT``, as a user sharing a read-only checkout does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, git, make_project, make_upstream, simple_model, zmr
+
+NOBODY = 65534
+AS_ROOT = os.geteuid() == 0
+
+
+@dataclass
+class ReadOnly:
+    """A built project nobody but its owner may write, and how to run zmr as someone else there."""
+
+    base: Path
+    project: Path
+    upstream: Path
+    home: Path
+    cache: Path
+    python: list[str]
+    env: dict[str, str]
+
+    def run(
+        self, *args: str, cache: Path | None = None, trust: bool = True, cwd: Path | None = None, env: dict | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        full = {k: v for k, v in self.env.items() if not k.startswith("GIT_")}
+        full.update(HOME=str(self.home), ZMR_CACHE=str(cache or self.cache))
+        if trust:  # the repository, and the checkout in it (a repository of its own)
+            full.update(GIT_CONFIG_COUNT="2", GIT_CONFIG_KEY_0="safe.directory", GIT_CONFIG_VALUE_0=str(self.project))
+            full.update(GIT_CONFIG_KEY_1="safe.directory", GIT_CONFIG_VALUE_1=str(self.project / "work/toy/rollout"))
+        full.update(env or {})
+        drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if AS_ROOT else {}
+        return subprocess.run([*self.python, "-m", "zmr", *args], cwd=cwd or self.project, env=full, capture_output=True, text=True, timeout=300, **drop)
+
+
+def _python_for_nobody(env: dict[str, str]) -> list[str] | None:
+    """An interpreter uid 65534 can run with zmr and its dependencies importable (this one, else the system's of the same version)."""
+    paths = os.pathsep.join([str(REPO_ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    probe = "import typer, yaml, zmr.cli"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}", shutil.which(version)):
+        if python is None or not os.path.exists(python):
+            continue
+        env["PYTHONPATH"] = paths
+        try:
+            proc = subprocess.run([python, "-c", probe], env=env, capture_output=True, user=NOBODY, group=NOBODY, extra_groups=[], cwd="/")
+        except PermissionError:  # it lies in a folder uid 65534 cannot reach (a pyenv under /root)
+            continue
+        if proc.returncode == 0:
+            return [python]
+    return None
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
+    """Every path under *root* (git directory included): its mode and content (a link's target), to compare before and after."""
+    seen: dict[str, tuple[int, bytes | str]] = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(top, name)
+            info = path.lstat()
+            content: bytes | str = os.readlink(path) if stat.S_ISLNK(info.st_mode) else path.read_bytes() if stat.S_ISREG(info.st_mode) else b""
+            seen[str(path.relative_to(root))] = (info.st_mode, content)
+    return seen
+
+
+@pytest.fixture
+def read_only() -> Iterator[ReadOnly]:
+    # Not under pytest's tmp_path: its folders are private to their owner (0700), and uid 65534 must reach the fixture.
+    base = Path(tempfile.mkdtemp(prefix="zmr-read-only-"))
+    os.chmod(base, 0o755)
+    try:
+        upstream = make_upstream(base / "upstream")
+        project = make_project(base / "project")
+        project.write(".gitignore", "/work/\n")
+        simple_model(project, upstream)
+        built = zmr("build", "toy", cwd=project.root)
+        assert built.returncode == 0, built.stderr
+        # A checkout with a commit not exported yet: what `zmr export` would write.
+        checked_out = zmr("checkout", "toy", cwd=project.root)
+        assert checked_out.returncode == 0, checked_out.stderr
+        checkout = project.root / "work/toy/rollout"
+        (checkout / "NOTES.md").write_text("a change to export\n")
+        git("add", "NOTES.md", cwd=checkout)
+        git("commit", "-q", "-m", "Add notes", cwd=checkout)
+        # A drift that only `zmr build` mends: the branch one commit behind (the root commit of the release).
+        git("update-ref", "refs/heads/rollout/toy", "rollout/toy~1", cwd=project.root)
+        home, cache = base / "home", base / "cache"
+        home.mkdir()
+        cache.mkdir()
+        env = dict(os.environ)
+        env.pop("ZMR_REPO", None)
+        if AS_ROOT:
+            # The user's own: HOME, its cache, and the upstream it fetches (git reads a local upstream with upload-pack, which trusts only its owner).
+            for mine in (home, cache, upstream.path):
+                for top, dirs, files in os.walk(mine):
+                    for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+                        os.lchown(name, NOBODY, NOBODY)
+            python = _python_for_nobody(env)
+            if python is None:
+                pytest.skip(f"no Python that uid {NOBODY} can run with zmr importable ({sys.executable} lies in a folder it cannot reach)")
+        else:
+            python = [sys.executable]
+            subprocess.run(["chmod", "-R", "a-w", str(project.root)], check=True)
+        yield ReadOnly(base, project.root, upstream.path, home, cache, python, env)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_reading_commands_work_in_a_read_only_repository_and_write_nothing_there(read_only):
+    before = _snapshot(read_only.project)
+    verify = read_only.run("verify")
+    assert verify.returncode == 1, verify.stderr  # the drift is found: the check ran
+    assert "differs  rollout/toy" in verify.stdout and "zmr build toy" in verify.stderr, verify.stdout + verify.stderr
+    assert "Traceback" not in verify.stderr
+    for args in (["diff", "toy"], ["list"], ["validate"], ["status"], ["verify", "--json"]):
+        result = read_only.run(*args)
+        assert result.returncode == (1 if args[0] == "verify" else 0), (args, result.stderr)
+        assert "Traceback" not in result.stderr and (args[0] == "verify" or "error" not in result.stderr), (args, result.stderr)
+    assert read_only.run("list").stdout.count("rollout/toy") == 1
+    assert _snapshot(read_only.project) == before
+
+
+WRITING = [
+    ("build", ["build", "toy"]),
+    ("checkout", ["checkout", "toy"]),
+    ("export", ["export", "toy"]),
+    ("rebase", ["rebase", "toy", "--onto", "main"]),
+    ("update --apply", ["update", "toy", "--apply"]),
+    ("new", ["new", "other", "-c", "comp=UPSTREAM@main"]),
+    ("init", ["init"]),
+]
+
+
+@pytest.mark.parametrize("args", [args for _, args in WRITING], ids=[name for name, _ in WRITING])
+def test_writing_commands_refuse_a_read_only_repository_naming_the_path_and_what_to_do(read_only, args):
+    before = _snapshot(read_only.project)
+    args = [a.replace("UPSTREAM", str(read_only.upstream)) for a in args]
+    result = read_only.run(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"zmr: error: {read_only.project}/"), result.stderr
+    assert "the repository is read-only for you" in first or "git cannot write there" in first, result.stderr
+    assert f"git clone {read_only.project} FOLDER" in result.stderr or "make that folder writable" in result.stderr, result.stderr
+    assert _snapshot(read_only.project) == before
+
+
+def test_a_read_only_cache_is_an_error_that_names_it_and_zmr_cache(read_only):
+    """The cache holds what verify computes: one zmr may not write is exit 2 naming it, and ZMR_CACHE elsewhere works."""
+    theirs = read_only.base / "their-cache"
+    theirs.mkdir()
+    result = read_only.run("verify", cache=theirs)
+    assert result.returncode == 2, result.stderr
+    assert f"zmr: error: {theirs}/mirrors: Permission denied: zmr cannot write its cache there" in result.stderr, result.stderr
+    assert "set ZMR_CACHE to a folder you can write" in result.stderr
+    diff = read_only.run("diff", "toy", cache=theirs)
+    assert diff.returncode == 2 and f"{theirs}/revisions: Permission denied: zmr cannot write its cache there" in diff.stderr, diff.stderr
+    assert read_only.run("verify").returncode == 1  # the advice: a cache of one's own
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="a repository of another user needs two users: this run is not root, so the fixture is its own")
+def test_another_users_repository_needs_safe_directory_and_the_advice_works(read_only):
+    refused = read_only.run("verify", trust=False)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{read_only.project}: the repository belongs to another user" in refused.stderr, refused.stderr
+    advice = f"GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={read_only.project} zmr ..."
+    assert advice in refused.stderr, refused.stderr
+    assert read_only.run("verify").returncode == 1  # followed for one run: the check runs (and finds the drift)
+    # The other form of the advice: the user's global git config.
+    git_config = ["git", "config", "--global", "--add", "safe.directory", str(read_only.project)]
+    subprocess.run(git_config, env={"HOME": str(read_only.home), "PATH": os.environ["PATH"]}, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
+    followed = read_only.run("verify", trust=False)
+    assert followed.returncode == 1 and "differs" in followed.stdout, followed.stderr
