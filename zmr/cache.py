@@ -461,6 +461,8 @@ class Cache:
                     mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url)
                 )
                 repo.write_commit_graph()
+            except git.StorageError:
+                raise  # the disk, not the fetch: the message names the folder
             except git.GitError as err:
                 raise CacheError(
                     f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]
@@ -487,6 +489,8 @@ class Cache:
                         # its own temp packs after a failure, and a partial mirror offers only complete refs.
                         self._fetch(mirror, url, [f"+{commit}:{PINS}{commit}"], depth=depth, extra=self._haves(mirror))
                         break
+                    except git.StorageError:
+                        raise  # a full disk is no answer about the commit
                     except git.GitError:
                         continue
             return mirror if self._complete(mirror, commit) else None
@@ -508,6 +512,8 @@ class Cache:
             try:
                 self._fetch(mirror, url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 mirror.repo.write_commit_graph()
+            except git.StorageError:
+                raise  # the disk, not the fetch: the message names the folder
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror
@@ -540,6 +546,8 @@ class Cache:
                         config=config,
                         progress=self._reporter(display or url),
                     )
+                except git.StorageError:
+                    raise  # the disk, not the fetch: the message names the folder
                 except git.GitError as err:
                     raise CacheError(f"{display or url}: cannot fetch the history of {_commits(missing)}", details=[err.message, *err.details]) from None
                 if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -746,8 +754,8 @@ class Cache:
             proc = self._fetch(
                 mirror, _PROMISOR, refspecs, depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display)
             )
-        except git.DamagedRepoError:
-            raise
+        except (git.DamagedRepoError, git.StorageError):
+            raise  # damage, or a full disk: no other kind of fetch answers it
         except git.GitError:
             return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
         if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -777,8 +785,8 @@ class Cache:
                 config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"],
                 progress=self._reporter(display),
             )
-        except git.DamagedRepoError:
-            raise
+        except (git.DamagedRepoError, git.StorageError):
+            raise  # damage, or a full disk: no other kind of fetch answers it
         except git.GitError:
             pass
 
@@ -886,8 +894,8 @@ class Cache:
         for depth, specs in attempts:
             try:
                 self._fetch(mirror, mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
-            except git.DamagedRepoError:
-                raise
+            except (git.DamagedRepoError, git.StorageError):
+                raise  # damage, or a full disk: no other kind of fetch answers it
             except git.GitError as err:
                 errors.append(_last_line(err))
                 continue

@@ -38,6 +38,7 @@ from zmr import git
 from zmr.git import Progress
 from zmr.cache import Cache, CacheError, Upstream
 from zmr.errors import ZmrError
+from zmr.faults import fault_point
 from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
 from zmr.project import Project, load_settings
@@ -353,6 +354,7 @@ def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> 
         try:
             _write_entries(repo, commit, tmp, _ALWAYS, display)
             _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+            fault_point("cache-write")
             try:
                 os.rename(tmp, target)
             except OSError:

@@ -120,11 +120,16 @@ _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand",
 _STORAGE_FAILURES = (
     ("Read-only file system", "the file system is mounted read-only"),
     ("No space left on device", "the disk is full"),
+    ("Out of diskspace", "the disk is full"),  # pack-objects' own words
     ("Disk quota exceeded", "the disk quota is used up"),
     ("insufficient permission for adding an object", "permission denied"),
     ("Permission denied", "permission denied"),
     ("Operation not permitted", "the file system refuses writes (an immutable file?)"),
 )
+
+
+# What only this machine's disk can mean, also in a fetch's output.
+_DISK_FULL = frozenset({"the file system is mounted read-only", "the disk is full", "the disk quota is used up"})
 
 
 def storage_problem(stderr: str) -> str:
@@ -584,8 +589,14 @@ def run(
         argv.append(f"--git-dir={os.fspath(git_dir)}")
     argv += list(args)
     started = time.monotonic()
-    fault_point(f"git {_subcommand(args)}")
-    proc = _start(args, argv, cwd, env, transport, own_source, progress, input)
+    try:
+        fault_point(f"git {_subcommand(args)}")
+    except OSError as err:
+        # A full disk injected here (ZMR_TEST_FAULT='git <subcommand>=ENOSPC'): git fails as it does on one, so the code that answers a real one runs.
+        into = os.fspath(git_dir if git_dir is not None else cwd or os.getcwd())
+        proc = subprocess.CompletedProcess(argv, 128, b"", f"error: unable to write into {into}: {err.strerror}\nfatal: {_subcommand(args)} failed\n".encode())
+    else:
+        proc = _start(args, argv, cwd, env, transport, own_source, progress, input)
     dubious = _DUBIOUS_RE.search(proc.stderr.decode("utf-8", "replace")) if proc.returncode > 0 else None
     if dubious is not None:
         if not _trusting and trusted_directories():
@@ -606,7 +617,7 @@ def run(
             raise DamagedRepoError(args, proc.returncode, proc.stdout, proc.stderr, os.fspath(git_dir if git_dir is not None else cwd or os.getcwd()), damage)
         if check:
             reason = storage_problem(proc.stderr.decode("utf-8", "replace"))
-            if reason and not transport:  # a remote's "Permission denied" is about access, not this disk
+            if reason and (not transport or reason in _DISK_FULL):  # a remote's "Permission denied" is about access, not this disk
                 raise StorageError(args, proc.returncode, proc.stdout, proc.stderr, git_dir or cwd or os.getcwd(), reason)
             raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
     return proc
