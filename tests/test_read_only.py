@@ -142,6 +142,26 @@ def test_reading_commands_work_in_a_read_only_repository_and_write_nothing_there
     assert _snapshot(read_only.project) == before
 
 
+def test_an_interrupted_write_that_this_user_may_not_finish_is_a_warning_for_reading_commands(read_only):
+    """The owner's zmr was killed mid-transaction: a reader is told, and reads; nothing is changed (the owner's next zmr finishes it)."""
+    journals = read_only.project / ".git/zmr/transactions"
+    if not AS_ROOT:
+        subprocess.run(["chmod", "-R", "u+w", str(read_only.project / ".git")], check=True)
+    journals.mkdir(parents=True, exist_ok=True)
+    (journals / "new.json").write_text('{"version": 1, "phase": "staging", "dirs": [], "files": [], "remove": []}')
+    (journals / "new.lock").write_bytes(b"")
+    if not AS_ROOT:
+        subprocess.run(["chmod", "-R", "a-w", str(read_only.project / ".git")], check=True)
+    before = _snapshot(read_only.project)
+    result = read_only.run("list")
+    assert result.returncode == 0, result.stderr
+    assert "zmr: warning: an interrupted zmr left a half-written change (new) that this user may not finish" in result.stderr, result.stderr
+    assert "rollout/toy" in result.stdout and _snapshot(read_only.project) == before
+    if not AS_ROOT:  # the owner, with the rights of an owner again
+        subprocess.run(["chmod", "-R", "u+w", str(read_only.project)], check=True)
+    assert zmr("list", cwd=read_only.project).returncode == 0 and not (journals / "new.json").exists()  # the owner's zmr: undone
+
+
 WRITING = [
     ("build", ["build", "toy"]),
     ("checkout", ["checkout", "toy"]),
@@ -170,7 +190,7 @@ def test_writing_commands_refuse_a_read_only_repository_naming_the_path_and_what
 def test_a_read_only_cache_is_an_error_that_names_it_and_zmr_cache(read_only):
     """The cache holds what verify computes: one zmr may not write is exit 2 naming it, and ZMR_CACHE elsewhere works."""
     theirs = read_only.base / "their-cache"
-    theirs.mkdir()
+    theirs.mkdir(mode=0o555)  # also when this run owns it (not root): nobody may write it
     result = read_only.run("verify", cache=theirs)
     assert result.returncode == 2, result.stderr
     assert f"zmr: error: {theirs}/mirrors: Permission denied: zmr cannot write its cache there" in result.stderr, result.stderr
