@@ -41,14 +41,24 @@ class ReadOnly:
     python: list[str]
     env: dict[str, str]
 
+    def new_cache(self) -> Path:
+        """An empty cache folder of the user zmr runs as."""
+        folder = Path(tempfile.mkdtemp(prefix="cache-", dir=self.base))
+        os.chmod(folder, 0o755)
+        if AS_ROOT:
+            os.chown(folder, NOBODY, NOBODY)
+        return folder
+
     def run(
         self, *args: str, cache: Path | None = None, trust: bool = True, cwd: Path | None = None, env: dict | None = None
     ) -> subprocess.CompletedProcess[str]:
         full = {k: v for k, v in self.env.items() if not k.startswith("GIT_")}
         full.update(HOME=str(self.home), ZMR_CACHE=str(cache or self.cache))
-        if trust:  # the repository, and the checkout in it (a repository of its own)
-            full.update(GIT_CONFIG_COUNT="2", GIT_CONFIG_KEY_0="safe.directory", GIT_CONFIG_VALUE_0=str(self.project))
-            full.update(GIT_CONFIG_KEY_1="safe.directory", GIT_CONFIG_VALUE_1=str(self.project / "work/toy/rollout"))
+        if trust:  # the repository, the checkout in it (a repository of its own), and the local upstream (git's upload-pack names its .git)
+            trusted = [self.project, self.project / "work/toy/rollout", self.upstream / ".git"]
+            full["GIT_CONFIG_COUNT"] = str(len(trusted))
+            for n, path in enumerate(trusted):
+                full.update({f"GIT_CONFIG_KEY_{n}": "safe.directory", f"GIT_CONFIG_VALUE_{n}": str(path)})
         full.update(env or {})
         drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if AS_ROOT else {}
         return subprocess.run([*self.python, "-m", "zmr", *args], cwd=cwd or self.project, env=full, capture_output=True, text=True, timeout=300, **drop)
@@ -111,8 +121,7 @@ def read_only() -> Iterator[ReadOnly]:
         env = dict(os.environ)
         env.pop("ZMR_REPO", None)
         if AS_ROOT:
-            # The user's own: HOME, its cache, and the upstream it fetches (git reads a local upstream with upload-pack, which trusts only its owner).
-            for mine in (home, cache, upstream.path):
+            for mine in (home, cache):  # the user's own; the upstream stays root's, as the repository
                 for top, dirs, files in os.walk(mine):
                     for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
                         os.lchown(name, NOBODY, NOBODY)
@@ -208,8 +217,14 @@ def test_another_users_repository_needs_safe_directory_and_the_advice_works(read
     advice = f"GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={read_only.project} zmr ..."
     assert advice in refused.stderr, refused.stderr
     assert read_only.run("verify").returncode == 1  # followed for one run: the check runs (and finds the drift)
-    # The other form of the advice: the user's global git config.
-    git_config = ["git", "config", "--global", "--add", "safe.directory", str(read_only.project)]
-    subprocess.run(git_config, env={"HOME": str(read_only.home), "PATH": os.environ["PATH"]}, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
-    followed = read_only.run("verify", trust=False)
+    # A local upstream of another user: git's upload-pack refuses it the same way, and the same advice works for it.
+    only_project = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": str(read_only.project)}
+    upstream = read_only.run("verify", trust=False, env=only_project, cache=read_only.new_cache())
+    assert upstream.returncode == 2, upstream.stderr
+    assert f"{read_only.upstream}/.git: the repository belongs to another user" in upstream.stderr, upstream.stderr
+    # The other form of the advice: the user's global git config (zmr gives it to the upload-pack of a local fetch too).
+    for path in (read_only.project, read_only.upstream / ".git"):
+        git_config = ["git", "config", "--global", "--add", "safe.directory", str(path)]
+        subprocess.run(git_config, env={"HOME": str(read_only.home), "PATH": os.environ["PATH"]}, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
+    followed = read_only.run("verify", trust=False, cache=read_only.new_cache())  # a cache that fetches from the upstream
     assert followed.returncode == 1 and "differs" in followed.stdout, followed.stderr

@@ -18,9 +18,11 @@ environment, so that nothing on the machine can change what zmr computes:
 - the caller's ``safe.directory`` is honoured, never widened: git refuses a
   repository another user owns ("dubious ownership"); once it has, zmr reads
   the directories the caller trusts (``GIT_CONFIG_COUNT`` entries, the user's
-  and the system's git config) and passes them to every later git call, so a
-  read-only checkout shared by another user works as it does for plain git
-  (it changes which repositories git opens, never what it computes there);
+  and the system's git config) and gives them, and nothing else of that
+  config, to every later git as its global config (`_trust_file`), so a
+  read-only checkout or a local upstream of another user works as it does
+  for plain git (it changes which repositories git opens, never what it
+  computes there);
 - the caller's ``GIT_ALLOW_PROTOCOL`` is narrowed, never dropped: git gets
   the caller's list less ``ext`` and ``fd`` (``own_source`` fetches between
   zmr's own repositories add ``file``); a remote helper (``fd::0``,
@@ -171,22 +173,10 @@ class GitError(ZmrError):
 
 
 class NotTrusted(ZmrError):
-    """git refuses a repository another user owns ("dubious ownership") and the caller trusts no such directory: exit 2, whatever the caller checks.
+    """git refuses a repository another user owns ("dubious ownership") and the caller trusts no such directory: exit 2, whatever the caller checks."""
 
-    *remote*: the refused repository is one a fetch reads (a local upstream), which git's upload-pack opens without the caller's config.
-    """
-
-    def __init__(self, path: str, *, remote: bool = False):
+    def __init__(self, path: str):
         self.path = path
-        if remote:
-            super().__init__(
-                f"{path}: this upstream belongs to another user, and git does not read it from a local path",
-                details=[
-                    "git's upload-pack checks who owns a local upstream, and zmr runs it without your git config;"
-                    f" make a copy of your own (`git clone --mirror {path} FOLDER`) and name FOLDER as the component's upstream, or fetch it by URL",
-                ],
-            )
-            return
         super().__init__(
             f"{path}: the repository belongs to another user, and git does not open it until you say you trust it",
             details=[
@@ -218,6 +208,32 @@ def trusted_directories() -> tuple[str, ...]:
 
 
 _trusting = False  # set once git refused a repository: every later call passes the caller's safe.directory values
+
+
+@lru_cache(maxsize=1)
+def _trust_file() -> str:
+    """A config file holding only the caller's ``safe.directory`` values: git's global config, for every git zmr starts once `_trusting`.
+
+    A file, not ``GIT_CONFIG_COUNT`` entries: git clears those for the
+    ``upload-pack`` a fetch from a local path starts, which checks the
+    upstream's owner too. Removed when zmr ends (a SIGKILL leaves these few
+    bytes in the temporary folder).
+    """
+    import atexit
+
+    fd, path = tempfile.mkstemp(prefix="zmr-trust-", suffix=".gitconfig")
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write("[safe]\n")
+        for directory in trusted_directories():
+            quoted = directory.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            handle.write(f'\tdirectory = "{quoted}"\n')
+    atexit.register(_remove, path)
+    return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 class GitCrashed(GitError):
@@ -547,7 +563,7 @@ def _environment(extra: Mapping[str, str] | None, transport: bool, own_source: b
     if transport:
         pairs.extend(_user_transport_config())
     if _trusting:
-        pairs.extend(("safe.directory", path) for path in trusted_directories())
+        env["GIT_CONFIG_GLOBAL"] = _trust_file()
     if pairs:
         env["GIT_CONFIG_COUNT"] = str(len(pairs))
         for i, (key, value) in enumerate(pairs):
@@ -604,7 +620,7 @@ def run(
             proc = _start(args, argv, cwd, env, transport, own_source, progress, input)
             dubious = _DUBIOUS_RE.search(proc.stderr.decode("utf-8", "replace")) if proc.returncode > 0 else None
         if dubious is not None:  # never an answer ("not a repository", "no such ref"): the caller's trust is what is missing
-            raise NotTrusted(dubious.group("x"), remote=transport)
+            raise NotTrusted(dubious.group("x"))
     if log.isEnabledFor(logging.DEBUG):
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
