@@ -228,3 +228,19 @@ def test_another_users_repository_needs_safe_directory_and_the_advice_works(read
         subprocess.run(git_config, env={"HOME": str(read_only.home), "PATH": os.environ["PATH"]}, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
     followed = read_only.run("verify", trust=False, cache=read_only.new_cache())  # a cache that fetches from the upstream
     assert followed.returncode == 1 and "differs" in followed.stdout, followed.stderr
+
+
+def test_the_advice_of_a_refused_write_works_a_clone_of_ones_own_builds(read_only):
+    refused = read_only.run("build", "toy")
+    assert refused.returncode == 2 and f"`git clone {read_only.project} FOLDER`, then in FOLDER" in refused.stderr, refused.stderr
+    mine = read_only.new_cache() / "mine"  # a folder of the user's own (new_cache makes one)
+    env = {k: v for k, v in read_only.env.items() if not k.startswith("GIT_")}
+    env.update(HOME=str(read_only.home), GIT_CONFIG_NOSYSTEM="1")
+    if AS_ROOT:  # plain git trusts the other user's repository by the user's global config (upload-pack reads no GIT_CONFIG_COUNT)
+        trust = ["git", "config", "--global", "--add", "safe.directory", f"{read_only.project}/.git"]
+        subprocess.run(trust, env=env, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
+    drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if AS_ROOT else {}
+    subprocess.run(["git", "clone", "-q", str(read_only.project), str(mine)], env=env, check=True, **drop)
+    built = read_only.run("build", "toy", cwd=mine)
+    assert built.returncode == 0, built.stderr
+    assert read_only.run("verify", cwd=mine).returncode == 0
