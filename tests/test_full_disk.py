@@ -61,6 +61,20 @@ def test_a_full_disk_while_fetching_into_the_cache_leaves_it_usable(project, ups
     assert verify.returncode == 0, verify.stderr
 
 
+def test_a_full_disk_while_the_cache_makes_a_mirror_leaves_no_half_mirror(project, upstream):
+    """A mirror is made in a temporary folder and renamed into place: a failure leaves neither, and the next command makes it."""
+    simple_model(project, upstream)
+    cache = project.root.parent / os.environ["ZMR_CACHE"]
+    result = zmr("fetch", cwd=project.root, env={"ZMR_TEST_FAULT": "git init=ENOSPC"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    made = rf"zmr: error: {re.escape(str(cache))}/mirrors/\.tmp-upstream-\w+\.git-\w+: git cannot write there \(the disk is full\)"
+    assert re.search(made, result.stderr), result.stderr
+    assert not list((cache / "mirrors").glob("*.git")) and not list((cache / "mirrors").glob(".tmp-*"))
+    assert zmr("fetch", cwd=project.root).returncode == 0
+    assert len(list((cache / "mirrors").glob("*.git"))) == 1
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+
+
 @pytest.mark.parametrize(("code", "reason", "words"), CODES, ids=[c[0] for c in CODES])
 def test_a_full_disk_while_the_cache_keeps_a_revision_for_diff_leaves_nothing_half_made(project, upstream, code, reason, words):
     simple_model(project, upstream)

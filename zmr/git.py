@@ -1334,8 +1334,12 @@ class Repo:
 
 
 def init_bare(path: str | os.PathLike[str]) -> Repo:
-    """A new bare repository at *path*."""
-    run(["init", "--quiet", "--bare", os.fspath(path)])
+    """A new bare repository at *path* (a folder, made when missing).
+
+    Run there, so that a failure of the disk names *path*, not the folder zmr was started in.
+    """
+    Path(path).mkdir(parents=True, exist_ok=True)
+    run(["init", "--quiet", "--bare"], cwd=path)
     return Repo(path)
 
 
