@@ -11,6 +11,8 @@ ownership"): the runs name it in ``safe.directory`` through
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -209,38 +211,51 @@ def test_a_read_only_cache_is_an_error_that_names_it_and_zmr_cache(read_only):
     assert read_only.run("verify").returncode == 1  # the advice: a cache of one's own
 
 
+def _advised(stderr: str, starting: str) -> list[str]:
+    """The first command in backticks in *stderr* that starts with *starting*, as arguments: advice is run as printed, never retyped."""
+    for command in re.findall(r"`([^`]+)`", stderr):
+        if command.startswith(starting):
+            return shlex.split(command)
+    raise AssertionError(f"no `{starting}...` in the advice:\n{stderr}")
+
+
+def _as_user(argv: list[str], read_only: ReadOnly, cwd: Path | None = None) -> None:
+    """Run *argv* (git, as the advice says) as the user zmr runs as, with its HOME and none of the machine's git config."""
+    env = {k: v for k, v in read_only.env.items() if not k.startswith("GIT_")}
+    env.update(HOME=str(read_only.home), GIT_CONFIG_NOSYSTEM="1")
+    drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if AS_ROOT else {}
+    subprocess.run(argv, env=env, cwd=cwd or read_only.base, check=True, capture_output=True, **drop)
+
+
 @pytest.mark.skipif(not AS_ROOT, reason="a repository of another user needs two users: this run is not root, so the fixture is its own")
 def test_another_users_repository_needs_safe_directory_and_the_advice_works(read_only):
     refused = read_only.run("verify", trust=False)
     assert refused.returncode == 2, refused.stderr
     assert f"{read_only.project}: the repository belongs to another user" in refused.stderr, refused.stderr
-    advice = f"GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={read_only.project} zmr ..."
-    assert advice in refused.stderr, refused.stderr
-    assert read_only.run("verify").returncode == 1  # followed for one run: the check runs (and finds the drift)
-    # A local upstream of another user: git's upload-pack refuses it the same way, and the same advice works for it.
-    only_project = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": str(read_only.project)}
-    upstream = read_only.run("verify", trust=False, env=only_project, cache=read_only.new_cache())
+    # The advice for one run: its variables, as printed, with the command.
+    one_run = re.search(r"for one run only: (GIT_CONFIG_COUNT=\S+ GIT_CONFIG_KEY_0=\S+ GIT_CONFIG_VALUE_0=\S+) zmr \.\.\.", refused.stderr)
+    assert one_run, refused.stderr
+    variables = dict(item.split("=", 1) for item in one_run.group(1).split())
+    # Followed, zmr gets past the repository to the upstream (a local path of the same user): git's upload-pack refuses it the same way.
+    upstream = read_only.run("verify", trust=False, env=variables)
     assert upstream.returncode == 2, upstream.stderr
     assert f"{read_only.upstream}/.git: the repository belongs to another user" in upstream.stderr, upstream.stderr
-    # The other form of the advice: the user's global git config (zmr gives it to the upload-pack of a local fetch too).
-    for path in (read_only.project, read_only.upstream / ".git"):
-        git_config = ["git", "config", "--global", "--add", "safe.directory", str(path)]
-        subprocess.run(git_config, env={"HOME": str(read_only.home), "PATH": os.environ["PATH"]}, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
+    # The lasting form of the advice, for both: the user's global git config (zmr gives it to that upload-pack too).
+    for stderr in (refused.stderr, upstream.stderr):
+        _as_user(_advised(stderr, "git config --global --add safe.directory"), read_only)
     followed = read_only.run("verify", trust=False, cache=read_only.new_cache())  # a cache that fetches from the upstream
     assert followed.returncode == 1 and "differs" in followed.stdout, followed.stderr
 
 
 def test_the_advice_of_a_refused_write_works_a_clone_of_ones_own_builds(read_only):
     refused = read_only.run("build", "toy")
-    assert refused.returncode == 2 and f"`git clone {read_only.project} FOLDER`, then in FOLDER" in refused.stderr, refused.stderr
+    assert refused.returncode == 2, refused.stderr
     mine = read_only.new_cache() / "mine"  # a folder of the user's own (new_cache makes one)
-    env = {k: v for k, v in read_only.env.items() if not k.startswith("GIT_")}
-    env.update(HOME=str(read_only.home), GIT_CONFIG_NOSYSTEM="1")
-    if AS_ROOT:  # plain git trusts the other user's repository by the user's global config (upload-pack reads no GIT_CONFIG_COUNT)
-        trust = ["git", "config", "--global", "--add", "safe.directory", f"{read_only.project}/.git"]
-        subprocess.run(trust, env=env, check=True, user=NOBODY, group=NOBODY, extra_groups=[])
-    drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if AS_ROOT else {}
-    subprocess.run(["git", "clone", "-q", str(read_only.project), str(mine)], env=env, check=True, **drop)
+    if AS_ROOT:  # plain git clones another user's repository once the user trusts it (the advice above)
+        _as_user(["git", "config", "--global", "--add", "safe.directory", f"{read_only.project}/.git"], read_only)
+    clone = _advised(refused.stderr, "git clone")
+    assert clone[-1] == "FOLDER", clone
+    _as_user([*clone[:-1], str(mine)], read_only)
     built = read_only.run("build", "toy", cwd=mine)
     assert built.returncode == 0, built.stderr
     assert read_only.run("verify", cwd=mine).returncode == 0
