@@ -259,3 +259,35 @@ def test_the_advice_of_a_refused_write_works_a_clone_of_ones_own_builds(read_onl
     built = read_only.run("build", "toy", cwd=mine)
     assert built.returncode == 0, built.stderr
     assert read_only.run("verify", cwd=mine).returncode == 0
+
+
+def test_a_repository_on_a_read_only_mount_reads_and_refuses_writes(tmp_path, project, upstream):
+    """A read-only bind mount refuses root too (EROFS): reading commands work, writing ones say so, and advise no owner who could."""
+    simple_model(project, upstream)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    git("update-ref", "refs/heads/rollout/toy", "rollout/toy~1", cwd=project.root)
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    if not AS_ROOT:
+        pytest.skip("a read-only bind mount needs root (this run is not root); the chmod -R a-w tests above cover the same code")
+    bound = subprocess.run(["mount", "--bind", str(project.root), str(mounted)], capture_output=True, text=True, check=False)
+    if bound.returncode != 0:
+        pytest.skip(f"mount --bind is not permitted here ({bound.stderr.strip()}); the tests above cover the same code as another user")
+    try:
+        remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], capture_output=True, text=True, check=False)
+        assert remount.returncode == 0, remount.stderr
+        before = _snapshot(project.root)
+        verify = zmr("verify", cwd=mounted)
+        assert verify.returncode == 1 and "differs  rollout/toy" in verify.stdout, verify.stderr
+        for args in (["diff", "toy"], ["list"], ["validate"], ["status"]):
+            assert zmr(*args, cwd=mounted).returncode == 0, args
+        for args in (["build", "toy"], ["new", "other", "-c", f"comp={upstream.path}@main"]):
+            result = zmr(*args, cwd=mounted)
+            assert result.returncode == 2, result.stderr
+            first = result.stderr.splitlines()[0]
+            assert first.startswith(f"zmr: error: {mounted}/.git/zmr/"), first
+            assert first.endswith("Read-only file system: the repository is on a read-only file system"), first
+            assert f"`git clone {mounted} FOLDER`, then in FOLDER)" in result.stderr and "the user who owns" not in result.stderr, result.stderr
+        assert _snapshot(project.root) == before
+    finally:
+        subprocess.run(["umount", str(mounted)], check=False)

@@ -225,15 +225,21 @@ def os_error(err: OSError, repositories: Sequence[Path] = ()) -> ZmrError:
     reason = err.strerror or str(err)
     message = f"{where}: {reason}" if where else f"{reason} (errno {err.errno})" if err.errno else reason
     if err.errno in _REFUSED_WRITES and err.filename is not None and any(_inside(err.filename, folder) for folder in repositories):
-        return ZmrError(f"{message}: the repository is read-only for you", details=read_only_advice(repositories[0]))
+        mounted = err.errno == errno.EROFS
+        what = "the repository is on a read-only file system" if mounted else "the repository is read-only for you"
+        return ZmrError(f"{message}: {what}", details=read_only_advice(repositories[0], mounted=mounted))
     return ZmrError(message, details=[_advice(err.errno)])
 
 
-def read_only_advice(root: Path) -> list[str]:
-    """What to do where a writing command meets a repository it may not write (docs/reference.md, "A read-only repository")."""
+def read_only_advice(root: Path, *, mounted: bool = False) -> list[str]:
+    """What to do where a writing command meets a repository it may not write (docs/reference.md, "A read-only repository").
+
+    *mounted*: the file system is read-only (EROFS), for its owner too.
+    """
+    elsewhere = "" if mounted else ", or as the user who owns the repository"
     return [
         "this command writes files, branches or zmr's state (in the git directory), and may not write here",
-        f"run it in a clone of your own (`git clone {root} FOLDER`, then in FOLDER), or as the user who owns the repository;"
+        f"run it in a clone of your own (`git clone {root} FOLDER`, then in FOLDER){elsewhere};"
         " zmr verify, diff, list, validate and status only read, and work here",
     ]
 
