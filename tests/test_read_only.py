@@ -5,7 +5,8 @@ Run as root (as the tests usually are), zmr runs as the unprivileged uid
 stop no root process). Run as another user, the fixture is made read-only
 with ``chmod -R a-w``. git refuses a repository another user owns ("dubious
 ownership"): the runs name it in ``safe.directory`` through
-``GIT_CONFIG_COUNT``, as a user sharing a read-only checkout does.
+``GIT_CONFIG_COUNT``, as a user sharing a read-only checkout does. As root,
+a read-only bind mount (EROFS, which stops root too) is tried as well.
 """
 
 from __future__ import annotations
