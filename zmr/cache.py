@@ -45,6 +45,7 @@ whole tree: that is today's depth-1 fetch, noted once in ``Cache.notes``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -319,11 +320,38 @@ class Cache:
         return Mirror(url, self.mirrors_dir / f"{slug}-{digest}.git")
 
     @contextlib.contextmanager
+    def writing(self, where: Path | None = None) -> Iterator[None]:
+        """The block writes *where* (default: the cache root) in the cache: an OSError (a full disk, a folder not writable) is a `CacheError` naming it."""
+        try:
+            yield
+        except OSError as err:
+            if err.filename is None:  # os.write and friends do not say which file
+                err.filename = str(where or self.root)
+            raise self.refused(err) from None
+
+    def refused(self, err: OSError) -> CacheError:
+        """What *err*, met writing into the cache, means to a user: exit 2, the path, and where else the cache can be."""
+        from zmr.files import os_error
+
+        plain = os_error(err)
+        if err.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+            return CacheError(plain.message, details=plain.details)
+        return CacheError(
+            f"{plain.message}: zmr cannot write its cache there",
+            details=[
+                "zmr fetches upstream commits into the cache and writes there the objects of the release commits it computes,"
+                f" so the cache must be writable: set ZMR_CACHE to a folder you can write (it fills on first use), or make {self.root} writable"
+            ],
+        )
+
+    @contextlib.contextmanager
     def lock(self, mirror: Mirror) -> Iterator[None]:
         """Exclusive lock of one mirror; the kernel drops it when the holder dies."""
-        self.mirrors_dir.mkdir(parents=True, exist_ok=True)
         lock_path = mirror.path.with_suffix(".lock")
-        with open(lock_path, "a+b") as handle:
+        with self.writing(lock_path):
+            self.mirrors_dir.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_path, "a+b")
+        with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -433,6 +461,8 @@ class Cache:
                     mirror, url, [f"+{ref}:{target}"], extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url)
                 )
                 repo.write_commit_graph()
+            except git.StorageError:
+                raise  # the disk, not the fetch: the message names the folder
             except git.GitError as err:
                 raise CacheError(
                     f"{display or url}: cannot fetch {ref!r}", details=[*err.details, "check that the branch, tag or commit exists upstream"]
@@ -459,6 +489,8 @@ class Cache:
                         # its own temp packs after a failure, and a partial mirror offers only complete refs.
                         self._fetch(mirror, url, [f"+{commit}:{PINS}{commit}"], depth=depth, extra=self._haves(mirror))
                         break
+                    except git.StorageError:
+                        raise  # a full disk is no answer about the commit
                     except git.GitError:
                         continue
             return mirror if self._complete(mirror, commit) else None
@@ -480,6 +512,8 @@ class Cache:
             try:
                 self._fetch(mirror, url, _ALL_REFS, extra=[*self._unshallow_args(mirror), *self._haves(mirror)], progress=self._reporter(display or url))
                 mirror.repo.write_commit_graph()
+            except git.StorageError:
+                raise  # the disk, not the fetch: the message names the folder
             except git.GitError as err:
                 raise CacheError(f"{display or url}: fetch failed", details=err.details) from None
         return mirror
@@ -512,6 +546,8 @@ class Cache:
                         config=config,
                         progress=self._reporter(display or url),
                     )
+                except git.StorageError:
+                    raise  # the disk, not the fetch: the message names the folder
                 except git.GitError as err:
                     raise CacheError(f"{display or url}: cannot fetch the history of {_commits(missing)}", details=[err.message, *err.details]) from None
                 if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -718,8 +754,8 @@ class Cache:
             proc = self._fetch(
                 mirror, _PROMISOR, refspecs, depth=1, extra=["--filter=blob:none"], config=self._promisor_config(mirror), progress=self._reporter(display)
             )
-        except git.DamagedRepoError:
-            raise
+        except (git.DamagedRepoError, git.StorageError):
+            raise  # damage, or a full disk: no other kind of fetch answers it
         except git.GitError:
             return False  # e.g. a server that refuses unadvertised commits: the full path knows what to do
         if _FILTER_IGNORED in proc.stderr.decode("utf-8", "replace"):
@@ -749,8 +785,8 @@ class Cache:
                 config=[*self._promisor_config(mirror), "fetch.negotiationAlgorithm=noop"],
                 progress=self._reporter(display),
             )
-        except git.DamagedRepoError:
-            raise
+        except (git.DamagedRepoError, git.StorageError):
+            raise  # damage, or a full disk: no other kind of fetch answers it
         except git.GitError:
             pass
 
@@ -858,8 +894,8 @@ class Cache:
         for depth, specs in attempts:
             try:
                 self._fetch(mirror, mirror.url, specs, depth=depth, extra=haves, progress=self._reporter(display))
-            except git.DamagedRepoError:
-                raise
+            except (git.DamagedRepoError, git.StorageError):
+                raise  # damage, or a full disk: no other kind of fetch answers it
             except git.GitError as err:
                 errors.append(_last_line(err))
                 continue

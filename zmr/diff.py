@@ -38,6 +38,7 @@ from zmr import git
 from zmr.git import Progress
 from zmr.cache import Cache, CacheError, Upstream
 from zmr.errors import ZmrError
+from zmr.faults import fault_point
 from zmr.files import FileRefused, read_repo_file
 from zmr.manifest import Component
 from zmr.project import Project, load_settings
@@ -347,20 +348,22 @@ def revision_folder(repo: git.Repo, commit: str, cache: Cache, display: str) -> 
     target = cache.root / "revisions" / f"{REVISION_FORMAT}-{commit}"
     if target.is_dir() and not target.is_symlink():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    try:
-        _write_entries(repo, commit, tmp, _ALWAYS, display)
-        _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+    with cache.writing(target):  # a full disk or a cache not writable: exit 2 naming the path, nothing half-made left
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
         try:
-            os.rename(tmp, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another run made it first: same content
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _write_entries(repo, commit, tmp, _ALWAYS, display)
+            _write_entries(repo, commit, tmp, _outermost(_named_paths(tmp)), display)
+            fault_point("cache-write")
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another run made it first: same content
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return target
 
 

@@ -4,7 +4,8 @@ zmr calls ``fault_point(name)`` at each step that changes something on disk
 or runs git: every git process it starts (``git <subcommand>``), each file
 ``atomic_write`` writes (``atomic-write`` before its flush, ``atomic-rename``
 after its rename), each step of a transaction (``journal``, ``stage-write``,
-``commit-point``, ``txn-rename``, ``txn-remove``).
+``commit-point``, ``txn-rename``, ``txn-remove``), the cache's own files
+(``cache-write``: a revision folder of ``zmr diff`` before its rename).
 Without the variables below it does nothing (one dictionary lookup).
 
 - ``ZMR_TEST_KILL=N``: the process sends itself SIGKILL at its N-th point,
@@ -13,6 +14,10 @@ Without the variables below it does nothing (one dictionary lookup).
   line, before the kill (the kill harness counts a command's points with it);
 - ``ZMR_TEST_FAULT=NAME=ERRNO``: the first point NAME raises ``OSError``
   with that errno (``ENOSPC``, ``EDQUOT``, ``EIO``), as a full disk would.
+  At a git point (``git update-ref=ENOSPC``, ``git fetch=EDQUOT``) git is
+  not started and fails as it does on a full disk (exit 128, the error's
+  text on stderr: zmr/git.py's ``run``), so the code that answers a real
+  full disk is what runs.
 
 The values are parsed strictly: anything else is an error (exit 2), never a
 hook that silently does nothing.

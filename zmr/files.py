@@ -27,6 +27,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from zmr.errors import ZmrError
@@ -209,12 +210,43 @@ def _advice(code: int | None, *, write: bool = True) -> str:
     return "check the path and run again" if not write else "check the path, its permissions and the free space, and run again"
 
 
-def os_error(err: OSError) -> ZmrError:
-    """A user-facing error for *err* (the disk, not zmr, failed): names the path and what to do."""
+_REFUSED_WRITES = (errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def os_error(err: OSError, repositories: Sequence[Path] = ()) -> ZmrError:
+    """A user-facing error for *err* (the disk, not zmr, failed): names the path and what to do.
+
+    *repositories*: the folders of the zmr repository the command acts on (its
+    work tree and git directory). A write there that the system refuses
+    (permissions, a read-only mount) means the repository is read-only for
+    this user: the advice says where such a command can run instead.
+    """
     where = " -> ".join(str(p) for p in (err.filename, err.filename2) if p is not None)
     reason = err.strerror or str(err)
     message = f"{where}: {reason}" if where else f"{reason} (errno {err.errno})" if err.errno else reason
+    if err.errno in _REFUSED_WRITES and err.filename is not None and any(_inside(err.filename, folder) for folder in repositories):
+        mounted = err.errno == errno.EROFS
+        what = "the repository is on a read-only file system" if mounted else "the repository is read-only for you"
+        return ZmrError(f"{message}: {what}", details=read_only_advice(repositories[0], mounted=mounted))
     return ZmrError(message, details=[_advice(err.errno)])
+
+
+def read_only_advice(root: Path, *, mounted: bool = False) -> list[str]:
+    """What to do where a writing command meets a repository it may not write (docs/reference.md, "A read-only repository").
+
+    *mounted*: the file system is read-only (EROFS), for its owner too.
+    """
+    elsewhere = "" if mounted else ", or as the user who owns the repository"
+    return [
+        "this command writes files, branches or zmr's state (in the git directory), and may not write here",
+        f"run it in a clone of your own (`git clone {root} FOLDER`, then in FOLDER){elsewhere};"
+        " zmr verify, diff, list, validate and status only read, and work here",
+    ]
+
+
+def _inside(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], folder: Path) -> bool:
+    shown = os.fsdecode(path)
+    return Path(os.path.abspath(shown)).is_relative_to(os.path.abspath(folder))
 
 
 # -- JSON from files zmr did not write -------------------------------------------------------

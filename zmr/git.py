@@ -15,6 +15,14 @@ environment, so that nothing on the machine can change what zmr computes:
   and zmr never writes a promisor remote into a repository's config (see
   zmr/cache.py), so older gits have nowhere to fetch from: zmr alone
   decides what is fetched, and when;
+- the caller's ``safe.directory`` is honoured, never widened: git refuses a
+  repository another user owns ("dubious ownership"); once it has, zmr reads
+  the directories the caller trusts (``GIT_CONFIG_COUNT`` entries, the user's
+  and the system's git config) and gives them, and nothing else of that
+  config, to every later git as its global config (`_trust_file`), so a
+  read-only checkout or a local upstream of another user works as it does
+  for plain git (it changes which repositories git opens, never what it
+  computes there);
 - the caller's ``GIT_ALLOW_PROTOCOL`` is narrowed, never dropped: git gets
   the caller's list less ``ext`` and ``fd`` (``own_source`` fetches between
   zmr's own repositories add ``file``); a remote helper (``fd::0``,
@@ -114,11 +122,16 @@ _TRANSPORT_CONFIG_PREFIXES = ("url.", "credential.", "http.", "core.sshcommand",
 _STORAGE_FAILURES = (
     ("Read-only file system", "the file system is mounted read-only"),
     ("No space left on device", "the disk is full"),
+    ("Out of diskspace", "the disk is full"),  # pack-objects' own words
     ("Disk quota exceeded", "the disk quota is used up"),
     ("insufficient permission for adding an object", "permission denied"),
     ("Permission denied", "permission denied"),
     ("Operation not permitted", "the file system refuses writes (an immutable file?)"),
 )
+
+
+# What only this machine's disk can mean, also in a fetch's output.
+_DISK_FULL = frozenset({"the file system is mounted read-only", "the disk is full", "the disk quota is used up"})
 
 
 def storage_problem(stderr: str) -> str:
@@ -157,6 +170,70 @@ class GitError(ZmrError):
         """git's own message, the last lines, each prefixed ``git:``."""
         lines = [line.strip() for line in self.stderr_text.splitlines() if line.strip()]
         return [f"git: {line}" for line in lines[-12:]]
+
+
+class NotTrusted(ZmrError):
+    """git refuses a repository another user owns ("dubious ownership") and the caller trusts no such directory: exit 2, whatever the caller checks."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(
+            f"{path}: the repository belongs to another user, and git does not open it until you say you trust it",
+            details=[
+                f"if you trust it: `git config --global --add safe.directory {path}`, then run again"
+                f" (for one run only: GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0={path} zmr ...)",
+            ],
+        )
+
+
+_DUBIOUS_RE = re.compile(r"detected dubious ownership in repository at '(?P<x>[^']*)'")
+
+
+@lru_cache(maxsize=1)
+def trusted_directories() -> tuple[str, ...]:
+    """The caller's ``safe.directory`` values, as the caller's own git reads them (system, global and ``GIT_CONFIG_COUNT`` entries).
+
+    Asked only once git has refused a repository (`run`): no cost for the usual case of a repository of one's own.
+    """
+    keep = ("GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith(keep)}
+    env["LC_ALL"] = "C"
+    try:
+        proc = subprocess.run(
+            ["git", "config", "--null", "--get-all", "safe.directory"], cwd="/", env=env, check=False, stdin=subprocess.DEVNULL, capture_output=True
+        )
+    except OSError:
+        return ()
+    return tuple(item for item in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if item)
+
+
+_trusting = False  # set once git refused a repository: every later call passes the caller's safe.directory values
+
+
+@lru_cache(maxsize=1)
+def _trust_file() -> str:
+    """A config file holding only the caller's ``safe.directory`` values: git's global config, for every git zmr starts once `_trusting`.
+
+    A file, not ``GIT_CONFIG_COUNT`` entries: git clears those for the
+    ``upload-pack`` a fetch from a local path starts, which checks the
+    upstream's owner too. Removed when zmr ends (a SIGKILL leaves these few
+    bytes in the temporary folder).
+    """
+    import atexit
+
+    fd, path = tempfile.mkstemp(prefix="zmr-trust-", suffix=".gitconfig")
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write("[safe]\n")
+        for directory in trusted_directories():
+            quoted = directory.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            handle.write(f'\tdirectory = "{quoted}"\n')
+    atexit.register(_remove, path)
+    return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 class GitCrashed(GitError):
@@ -485,6 +562,8 @@ def _environment(extra: Mapping[str, str] | None, transport: bool, own_source: b
     pairs: list[tuple[str, str]] = []
     if transport:
         pairs.extend(_user_transport_config())
+    if _trusting:
+        env["GIT_CONFIG_GLOBAL"] = _trust_file()
     if pairs:
         env["GIT_CONFIG_COUNT"] = str(len(pairs))
         for i, (key, value) in enumerate(pairs):
@@ -514,7 +593,9 @@ def run(
     are passed to it as they come; the caller adds ``--progress`` to *args*.
     *own_source*: a fetch from a repository zmr manages (a cache mirror, the project), for which ``file`` is always allowed.
     A network command whose remote is a remote helper (``fd::0``) raises RemoteRefused before git starts.
+    A repository of another user that the caller does not trust (``safe.directory``) raises NotTrusted.
     """
+    global _trusting
     if transport and _subcommand(args) in ("fetch", "ls-remote", "push", "clone") and _REMOTE_HELPER_RE.match(_remote_of(args)):
         check_remote(_remote_of(args))
     argv = ["git", "--no-pager"]
@@ -523,27 +604,23 @@ def run(
     if git_dir is not None:
         argv.append(f"--git-dir={os.fspath(git_dir)}")
     argv += list(args)
-    fault_point(f"git {_subcommand(args)}")
     started = time.monotonic()
     try:
-        if progress is not None:
-            proc = _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress, input)
-        else:
-            proc = subprocess.run(
-                argv,
-                cwd=cwd,
-                input=input,
-                stdin=None if input is not None else subprocess.DEVNULL,
-                capture_output=True,
-                env=_environment(env, transport, own_source),
-                check=False,
-            )
-    except FileNotFoundError as exc:
-        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
-    except OSError as exc:
-        if exc.errno == errno.E2BIG:  # not a disk or permission problem: zmr passed too much
-            raise ArgumentsTooLong(args, argv) from None
-        raise
+        fault_point(f"git {_subcommand(args)}")
+    except OSError as err:
+        # A full disk injected here (ZMR_TEST_FAULT='git <subcommand>=ENOSPC'): git fails as it does on one, so the code that answers a real one runs.
+        into = os.fspath(git_dir if git_dir is not None else cwd or os.getcwd())
+        proc = subprocess.CompletedProcess(argv, 128, b"", f"error: unable to write into {into}: {err.strerror}\nfatal: {_subcommand(args)} failed\n".encode())
+    else:
+        proc = _start(args, argv, cwd, env, transport, own_source, progress, input)
+    dubious = _DUBIOUS_RE.search(proc.stderr.decode("utf-8", "replace")) if proc.returncode > 0 else None
+    if dubious is not None:
+        if not _trusting and trusted_directories():
+            _trusting = True  # the caller trusts some directories: say so to git, and ask again
+            proc = _start(args, argv, cwd, env, transport, own_source, progress, input)
+            dubious = _DUBIOUS_RE.search(proc.stderr.decode("utf-8", "replace")) if proc.returncode > 0 else None
+        if dubious is not None:  # never an answer ("not a repository", "no such ref"): the caller's trust is what is missing
+            raise NotTrusted(dubious.group("x"))
     if log.isEnabledFor(logging.DEBUG):
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
@@ -556,10 +633,41 @@ def run(
             raise DamagedRepoError(args, proc.returncode, proc.stdout, proc.stderr, os.fspath(git_dir if git_dir is not None else cwd or os.getcwd()), damage)
         if check:
             reason = storage_problem(proc.stderr.decode("utf-8", "replace"))
-            if reason and not transport:  # a remote's "Permission denied" is about access, not this disk
+            if reason and (not transport or reason in _DISK_FULL):  # a remote's "Permission denied" is about access, not this disk
                 raise StorageError(args, proc.returncode, proc.stdout, proc.stderr, git_dir or cwd or os.getcwd(), reason)
             raise GitError(args, proc.returncode, proc.stdout, proc.stderr, hint)
     return proc
+
+
+def _start(
+    args: Sequence[str],
+    argv: list[str],
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    transport: bool,
+    own_source: bool,
+    progress: Progress | None,
+    input: bytes | None,
+) -> subprocess.CompletedProcess[bytes]:
+    """One git process of `run`, to its end."""
+    try:
+        if progress is not None:
+            return _run_with_progress(argv, cwd, _environment(env, transport, own_source), progress, input)
+        return subprocess.run(
+            argv,
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=_environment(env, transport, own_source),
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:  # not a disk or permission problem: zmr passed too much
+            raise ArgumentsTooLong(args, argv) from None
+        raise
 
 
 # A progress line of git (fetch, push, clone): kept out of error messages, passed to the callback.
@@ -1226,8 +1334,12 @@ class Repo:
 
 
 def init_bare(path: str | os.PathLike[str]) -> Repo:
-    """A new bare repository at *path*."""
-    run(["init", "--quiet", "--bare", os.fspath(path)])
+    """A new bare repository at *path* (a folder, made when missing).
+
+    Run there, so that a failure of the disk names *path*, not the folder zmr was started in.
+    """
+    Path(path).mkdir(parents=True, exist_ok=True)
+    run(["init", "--quiet", "--bare"], cwd=path)
     return Repo(path)
 
 

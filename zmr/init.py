@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
+from zmr.files import os_error
 from zmr.new import template_text
 from zmr.source import RELEASED_COMMIT, ZMR_SOURCE, github_page, zmr_source
 
@@ -85,8 +86,12 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
 
     root = repository_root(start)
     result = InitResult(root)
-    with transaction.begin(Project(root, Settings()), INIT_TRANSACTION) as txn:  # every file or none (zmr.transaction)
-        _init(root, txn, result, name, email, url, readme_sections)
+    project = Project(root, Settings())
+    try:
+        with transaction.begin(project, INIT_TRANSACTION) as txn:  # every file or none (zmr.transaction)
+            _init(root, txn, result, name, email, url, readme_sections)
+    except OSError as err:  # a read-only repository is said so (the CLI knows no project yet to tell)
+        raise os_error(err, project.folders()) from None
     return result
 
 

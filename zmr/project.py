@@ -120,6 +120,13 @@ class Project:
             self._state_dir = _state_dir_of(self.root)
         return self._state_dir
 
+    def folders(self) -> list[Path]:
+        """The work tree and, where it has one, the git directory: what a command that writes this repository writes in."""
+        try:
+            return [self.root, self.state_dir.parent]
+        except ZmrError:
+            return [self.root]
+
     def rebase_dir(self, component: Component) -> Path:
         """``zmr/rebase/<model>/<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
         return self.state_dir / "rebase" / component.model / component.key

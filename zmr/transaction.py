@@ -183,6 +183,12 @@ def finish_all(project: Project) -> list[str]:
         except ZmrError as err:
             done.append(f"{err.message}; left alone")
             continue
+        except OSError as err:  # a repository this user may read but not write: a reading command goes on, and says what it saw
+            done.append(
+                f"an interrupted zmr left a half-written change ({name}) that this user may not finish"
+                f" ({err.filename}: {err.strerror}); files it names may be half-written until a zmr of the repository's owner runs there"
+            )
+            continue
         if what:
             done.append(f"an interrupted zmr left a half-written change ({name}): {what} now")
     return done

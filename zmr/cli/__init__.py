@@ -334,7 +334,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
         from zmr.files import os_error
 
-        _print_error(os_error(err), 2)
+        _print_error(os_error(err, [folder for project in options.FOUND for folder in project.folders()]), 2)
         return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence
         return _usage_or_bug(err)
