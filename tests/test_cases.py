@@ -83,6 +83,8 @@ def test_check_project_reports_manifest_and_case_problems_together(tmp_path):
         check_project(zp)
     assert [str(p) for p in info.value.problems] == [
         "cases/duplicate-key/case.yaml:3: top level: duplicate key 'family' (first at line 1); keep one of them",
+        "manifests/alpha.yaml:3: components.rollout: series folder patches/alpha/rollout does not exist; fix `patches:` (or the component's name),"
+        + " or, for a component without patches, create patches/alpha/rollout/series, empty",
         "manifests/alpha.yaml:5: components.rollout.commit: 'main' is not a full commit id (a branch or tag name is not a pin); "
         + "pin the commit: run `git ls-remote https://example.org/a.git main` and write the 40-hex id it prints",
     ]

@@ -191,7 +191,8 @@ def test_validate_json_reports_problems_as_data(project, upstream):
     manifest.write_text(manifest.read_text().replace("commit: ", "commit: abc"))
     line = next(n for n, text in enumerate(manifest.read_text().splitlines(), 1) if "commit:" in text)
     broken = json.loads(zmr("validate", "--json", cwd=project.root).stdout)
-    assert [(p["file"], p["line"]) for p in broken["problems"]] == [("manifests/other.yaml", line)]
+    # The series problem above is still there: every problem of the project at once (#36), the manifest's first.
+    assert [(p["file"], p["line"]) for p in broken["problems"]] == [("manifests/other.yaml", line), ("patches/toy/rollout/series", 2)]
     assert broken["problems"][0]["message"] and set(broken["problems"][0]) == {"file", "line", "message", "hint"}
 
 

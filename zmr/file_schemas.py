@@ -13,6 +13,7 @@ published by a release: tests/test_file_schemas.py requires the files at RELEASE
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # The raw files of a GitHub repository at a commit.
@@ -85,6 +86,23 @@ def schema_url(name: str) -> str:
 
     url, commit = zmr_source()
     return f"{RAW_BASE}/{url.removeprefix('https://github.com/')}/{commit}/schemas/{name}.schema.json"
+
+
+@dataclass(frozen=True)
+class PublishedSchema:
+    """What `zmr schema NAME --json` reports: the schema, and where it is published (`schema_url`)."""
+
+    name: str
+    url: str
+    schema: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "schema": self.schema}
+
+
+def published(name: str) -> PublishedSchema:
+    """*name*'s schema (one of NAMES) with the address editors fetch it from."""
+    return PublishedSchema(name, schema_url(name), schema(name))
 
 
 def modeline(name: str) -> str:

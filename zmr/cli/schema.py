@@ -24,6 +24,6 @@ def schema(
     if json_out:
         from zmr.cli.render import print_json
 
-        print_json({"name": name, "url": zmr.file_schemas.schema_url(name), "schema": zmr.file_schemas.schema(name)})
+        print_json(zmr.file_schemas.published(name).to_json())
         return
     sys.stdout.write(zmr.file_schemas.schema_text(name))
