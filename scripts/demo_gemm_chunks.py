@@ -35,16 +35,11 @@ import argparse
 import hashlib
 import itertools
 import json
-import statistics
 import subprocess
 import sys
 
-PRESETS = {"small": (2048, 4, 512), "gpu-bound": (4096, 8, 32000)}  # hidden, layers, vocab
-
-
-def shapes(hidden: int, vocab: int) -> dict[str, tuple[int, int]]:
-    f = 3 * hidden
-    return {"qkv": (3 * hidden, hidden), "o": (hidden, hidden), "gate_up": (2 * f, hidden), "down": (hidden, f), "lm_head": (vocab, hidden)}
+# The models' presets and GEMM shapes, and the CUDA-graph timer, as the tile tuner has them.
+from demo_gemm_tune import PRESETS, graph_time, shapes  # noqa: E402 - scripts/ is on sys.path when run as a script
 
 
 def chunked_mm(torch, x, w, c: int):
@@ -60,26 +55,6 @@ def chunked_mm(torch, x, w, c: int):
     for i in range(calls):
         torch.mm(x[i * c:(i + 1) * c], wt, out=out[i * c:(i + 1) * c])
     return out[:m]
-
-
-def graph_time(torch, fn, calls: int = 10, reps: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000 / calls)
-    return statistics.median(times)
 
 
 def inputs(torch, n, k, dtype, rows, seed):
