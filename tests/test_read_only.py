@@ -182,6 +182,7 @@ WRITING = [
     ("update --apply", ["update", "toy", "--apply"]),
     ("new", ["new", "other", "-c", "comp=UPSTREAM@main"]),
     ("init", ["init"]),
+    ("import", ["import", "rollout/toy", "--model", "imported"]),
 ]
 
 

@@ -224,11 +224,22 @@ def _trust_file() -> str:
     fd, path = tempfile.mkstemp(prefix="zmr-trust-", suffix=".gitconfig")
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
         handle.write("[safe]\n")
-        for directory in trusted_directories():
+        for directory in _with_git_dirs(trusted_directories()):
             quoted = directory.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
             handle.write(f'\tdirectory = "{quoted}"\n')
     atexit.register(_remove, path)
     return path
+
+
+def _with_git_dirs(directories: Sequence[str]) -> list[str]:
+    """*directories*, each work tree followed by its ``.git``: the same repository, which git checks by the git directory's
+    path where it is opened by it (``--git-dir``, as zmr's plumbing does; the ``upload-pack`` of a local fetch)."""
+    out: list[str] = []
+    for directory in directories:
+        out.append(directory)
+        if directory != "*" and not directory.endswith(("/.git", "/*")):
+            out.append(directory.rstrip("/") + "/.git")
+    return out
 
 
 def _remove(path: str) -> None:
