@@ -186,6 +186,24 @@ WRITING = [
 ]
 
 
+def test_publish_from_a_read_only_repository_pushes_and_writes_nothing_there(read_only):
+    """publish only reads the repository (it verifies, then pushes): from a read-only one, to a remote the user may write."""
+    if not AS_ROOT:
+        subprocess.run(["chmod", "-R", "u+w", str(read_only.project)], check=True)
+    git("update-ref", "refs/heads/rollout/toy", "rollout/toy@{1}", cwd=read_only.project)  # the owner mends the drift
+    if not AS_ROOT:
+        subprocess.run(["chmod", "-R", "a-w", str(read_only.project)], check=True)
+    assert read_only.run("verify").returncode == 0
+    remote = read_only.new_cache() / "remote.git"
+    _as_user(["git", "init", "-q", "--bare", str(remote)], read_only)
+    before = _snapshot(read_only.project)
+    published = read_only.run("publish", "toy", "--remote", str(remote))
+    assert published.returncode == 0, published.stdout + published.stderr
+    pushed = subprocess.run(["git", "-c", "safe.directory=*", "--git-dir", str(remote), "rev-parse", "refs/heads/rollout/toy"], capture_output=True, text=True)
+    assert pushed.returncode == 0 and pushed.stdout.strip() == git("rev-parse", "rollout/toy", cwd=read_only.project).strip(), pushed.stderr
+    assert _snapshot(read_only.project) == before
+
+
 @pytest.mark.parametrize("args", [args for _, args in WRITING], ids=[name for name, _ in WRITING])
 def test_writing_commands_refuse_a_read_only_repository_naming_the_path_and_what_to_do(read_only, args):
     before = _snapshot(read_only.project)
