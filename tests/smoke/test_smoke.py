@@ -674,6 +674,44 @@ def test_ray_run_leaves_the_checkout_untouched(ray_run):
     assert ray_run.temp_left == set()  # not even the folder of the task whose worker died
 
 
+def _sleeps() -> set[int]:
+    """The pids of the live `sleep 1000` processes (the `wait` test's; Ray runs it in a worker, with the task's environment)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x001000\x00" and not process_gone(int(entry.name)):
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_ray_ctrl_c_cancels_the_tasks_and_ends_the_run(template, tmp_path, ray_cluster):
+    """A Ctrl-C while Ray runs the tests is acted on between waits (never inside ray.wait): exit 130, the tasks cancelled,
+    their processes killed."""
+    project = copy_project(template, tmp_path / "project")
+    env = {**os.environ, **isolated_env(tmp_path)}
+    env.pop("ZMR_REPO", None)
+    args = [sys.executable, "-m", "zmr", "smoke", "slow", "--only", "wait", "--executor", "ray", "--ray-address", ray_cluster]
+    before = _sleeps()  # none, unless another test left one: those are not this run's
+    proc = subprocess.Popen(args, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until = time.monotonic() + 240
+    sleeping: set[int] = set()
+    while not sleeping and time.monotonic() < until and proc.poll() is None:  # ready: the test's `sleep 1000` runs
+        sleeping = _sleeps() - before
+        time.sleep(0.05)
+    assert sleeping, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("zmr smoke --executor ray still ran 60 s after SIGINT") from None
+    assert proc.returncode == 130, err
+    assert "zmr: error: interrupted" in err
+    assert all(wait_gone(pid, seconds=60) for pid in sleeping)
+
+
 def test_ray_local_instance_with_a_shared_dir(template, tmp_path):
     """No --ray-address: zmr starts (and stops) its own instance; trees are read from --shared-dir."""
     pytest.importorskip("ray")  # the ray extra

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from zmr.errors import ZmrError
 from zmr.procgroup import ERROR, kill_grace, run_command
-from zmr.smoke.runner import MISMATCH_SUFFIX, Events, Job, Result, Worktrees, collect_mismatch, iso, smoke_environment
+from zmr.smoke.runner import MISMATCH_SUFFIX, Events, Job, Result, SignalsNoted, Worktrees, collect_mismatch, iso, smoke_environment
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
@@ -218,18 +218,22 @@ class RayExecutor:
             queue.append((index, job, spec, options["ray"]))
         running: dict = {}
         limit = self.limit or len(queue) or 1
+        signals = SignalsNoted()  # a Ctrl-C acted on between waits, never inside ray.wait (as the local executor does)
         try:
-            while queue or running:
-                while queue and len(running) < limit:
-                    index, job, spec, opts = queue.pop(0)
-                    ref = task.options(name=f"zmr-smoke:{job.label}", **opts).remote(spec)
-                    running[ref] = (index, job, time.time())
-                    events("start", job, None)
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
-                for ref in ready:
-                    index, job, submitted = running.pop(ref)
-                    results[index] = self._collect(ray, ref, job, submitted, artifacts[job.model])
-                    events("finish", job, results[index])
+            with signals:
+                while queue or running:
+                    signals.check()
+                    while queue and len(running) < limit:
+                        index, job, spec, opts = queue.pop(0)
+                        ref = task.options(name=f"zmr-smoke:{job.label}", **opts).remote(spec)
+                        running[ref] = (index, job, time.time())
+                        events("start", job, None)
+                    ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
+                    for ref in ready:
+                        index, job, submitted = running.pop(ref)
+                        results[index] = self._collect(ray, ref, job, submitted, artifacts[job.model])
+                        events("finish", job, results[index])
+            signals.check()
         except BaseException:
             for ref in running:
                 with contextlib.suppress(Exception):

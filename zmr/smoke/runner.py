@@ -567,7 +567,7 @@ class Executor(Protocol):
     def run(self, jobs: Sequence[Job], artifacts: Mapping[str, Path], events: Events) -> list[Result]: ...
 
 
-class _SignalsNoted:
+class SignalsNoted:
     """SIGINT and SIGTERM only noted while the jobs run (in the main thread); `check` raises KeyboardInterrupt for one that came.
 
     The wait for the jobs (`concurrent.futures.wait`) takes each job's lock;
@@ -585,7 +585,7 @@ class _SignalsNoted:
         self.noted: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "_SignalsNoted":
+    def __enter__(self) -> "SignalsNoted":
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._note)
@@ -624,7 +624,7 @@ class LocalExecutor:
         pool = ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="zmr-smoke")
         futures: dict[Future, int] = {}
         results: list[Result | None] = [None] * len(jobs)
-        signals = _SignalsNoted()
+        signals = SignalsNoted()
         try:
             with signals:
                 for index, job in enumerate(jobs):
