@@ -264,3 +264,82 @@ def test_the_comment_script_refuses_a_report_without_zmrs_marker(tmp_path):
     body.write_text("@everyone look here\n")
     result = subprocess.run([str(REPO_ROOT / "action/post-comment"), "7", str(body)], capture_output=True, text=True, env={**os.environ, "GH_REPO": "o/r"}, timeout=30)
     assert result.returncode == 1 and "does not start with <!-- zmr-diff -->" in result.stdout
+
+
+def test_the_weekly_pull_request_step_pushes_one_branch_per_moved_pin_and_names_the_blocking_author(project, upstream, tmp_path, monkeypatch):
+    """update with pull-requests: the action's own loop, with gh a recorder and origin a bare repository: the pin moves
+    as far as the blocking patch lets it, on branch zmr/update/<model>/<component>, and the pull request's body is the
+    report with the blocking patch's author named (the login GitHub's user search gives for the author's email)."""
+    from test_update import grow
+
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    grow(upstream, 6, special={3: ({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")})
+    origin = tmp_path / "origin.git"
+    git("clone", "-q", "--bare", str(project.root), str(origin), cwd=tmp_path)
+    git("remote", "add", "origin", str(origin), cwd=project.root)
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "gh-calls"
+    (bin_dir / "gh").write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >>{calls}\n'
+        'case "$1 $2" in\n'
+        '  "api -X") echo octocat ;;\n'  # the user search: the author's login
+        f'  "pr create") for a in "$@"; do [ -f "$a" ] && cp "$a" {tmp_path}/body.md; done ;;\n'
+        "esac\n"
+    )
+    (bin_dir / "gh").chmod(0o755)
+    tested = project.ref("HEAD")
+    monkeypatch.setenv("GITHUB_SHA", tested)
+    inputs = _inputs("update", **{"update-check": "", "pull-requests": "true"})
+    ran = _run_step("Run zmr", project.root, runner, inputs)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    opened = _run_step("Open a pull request per moved pin", project.root, runner, inputs, {"event.repository.default_branch": "main"}, bin_dir)
+    assert opened.returncode == 0, opened.stdout + opened.stderr
+    assert "::warning::toy/rollout: blocked by 0001-fixed-split.patch; cc @octocat" in opened.stdout
+    recorded = calls.read_text().splitlines()
+    assert "auth setup-git" in recorded
+    assert "pr create --head zmr/update/toy/rollout --base main --title zmr update: move toy/rollout along its track --body-file " + str(runner / "zmr/body.md") in recorded
+    # The branch on origin: one commit on the tested one, the pin moved to the commit before the blocking one.
+    moved = git("--git-dir", str(origin), "show", "zmr/update/toy/rollout:manifests/toy.yaml", cwd=tmp_path)
+    assert f"commit: {upstream.commits[-4]}" in moved, moved
+    assert git("--git-dir", str(origin), "rev-parse", "zmr/update/toy/rollout~1", cwd=tmp_path).strip() == tested
+    body = (tmp_path / "body.md").read_text()
+    assert body.endswith("\ncc @octocat: 0001-fixed-split.patch blocks moving further.\n") and "toy/rollout" in body
+
+
+def test_comment_true_posts_for_a_pull_request_of_the_same_repository_and_leaves_a_forks_to_the_comment_workflow(project, upstream, tmp_path):
+    """diff with comment: true: the diff job's own token comments on a same-repository pull request (editing zmr's
+    earlier comment, found by its marker); on a fork's, whose token is read-only, it says why and posts nothing."""
+    simple_model(project, upstream)
+    base = project.ref("HEAD")
+    project.write("patches/toy/rollout/0002-contiguous.patch", (project.root / "patches/toy/rollout/0002-contiguous.patch").read_text().replace("Make matmul", "Make the matmul"))
+    project.commit_all("reword")
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls, posted = tmp_path / "gh-calls", tmp_path / "posted.md"
+    (bin_dir / "gh").write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >>{calls}\n'
+        'case "$1 $2" in\n'
+        '  "api --paginate") echo 4242 ;;\n'  # zmr's earlier comment
+        f'  "api -X") for a in "$@"; do case "$a" in body=@*) cp "${{a#body=@}}" {posted} ;; esac; done ;;\n'
+        "esac\n"
+    )
+    (bin_dir / "gh").chmod(0o755)
+    inputs = _inputs("diff", comment="true")
+    pull_request = {"event.pull_request.base.sha": base, "event.pull_request.number": "7", "repository": "o/r", "token": "t"}
+    ran = _run_step("Run zmr", project.root, runner, inputs, pull_request)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    fork = _run_step("Comment on the pull request", project.root, runner, inputs, pull_request | {"event.pull_request.head.repo.full_name": "someone/r"}, bin_dir)
+    assert fork.returncode == 0 and "pull request from someone/r: its token cannot comment" in fork.stdout, fork.stdout + fork.stderr
+    assert not calls.exists()  # nothing asked of GitHub
+    same = _run_step("Comment on the pull request", project.root, runner, inputs, pull_request | {"event.pull_request.head.repo.full_name": "o/r"}, bin_dir)
+    assert same.returncode == 0 and "updated comment 4242 on #7" in same.stdout, same.stdout + same.stderr
+    assert calls.read_text().splitlines()[-1].startswith("api -X PATCH repos/o/r/issues/comments/4242 -F body=@")
+    assert posted.read_text() == (runner / "zmr/diff/diff.md").read_text() and posted.read_text().startswith("<!-- zmr-diff -->\n")
