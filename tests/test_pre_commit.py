@@ -47,31 +47,6 @@ def test_hooks_pass_on_the_bundled_example_and_fail_on_a_broken_project(project,
     assert stale.returncode != 0
 
 
-def _zmr(*args: str, cwd, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
-
-
-def test_the_hooks_lines_called_directly_say_what_the_parsed_lines_say(project, upstream):
-    """`zmr validate` and `zmr docs --check` skip click's parsing (zmr.cli._HOOK_LINES); `zmr -C . ...` is parsed."""
-    simple_model(project, upstream)
-    sections = ["support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes"]
-    project.write("README.md", "".join(f"<!-- zmr:begin {s} -->\n<!-- zmr:end {s} -->\n" for s in sections))
-    for state in ("stale README", "a broken manifest"):
-        if state == "a broken manifest":
-            project.write("manifests/bad.yaml", "model: bad\ncomponents: {}\n")
-        for line in (["validate"], ["docs", "--check"]):
-            direct, parsed = _zmr(*line, cwd=project.root), _zmr("-C", ".", *line, cwd=project.root)
-            assert (direct.returncode, direct.stdout, direct.stderr) == (parsed.returncode, parsed.stdout, parsed.stderr), (state, line)
-            assert (direct.returncode == 0) == ((state, line[0]) == ("stale README", "validate")), (state, line, direct.returncode)
-    # ZMR_UNTRUSTED, which an option reads, takes the parsed path: an upstream outside the repository is refused.
-    (project.root / "manifests/bad.yaml").unlink()
-    assert _zmr("validate", cwd=project.root).returncode == 0
-    untrusted = _zmr("validate", cwd=project.root, env={"ZMR_UNTRUSTED": "1"})
-    assert untrusted.returncode == 2 and "refused for untrusted manifests" in untrusted.stderr
-
-
 def test_each_hook_takes_under_a_second_of_cpu_on_the_bundled_example():
     """The budget of #35 (≤ 1 s), in CPU time: wall time on a shared machine says more about the neighbours."""
     import os

@@ -251,22 +251,6 @@ for _name, _command in (
     app.command(_name)(_with_verbosity(_command))
 
 
-# The command lines pre-commit's hooks run (.pre-commit-hooks.yaml), exactly as they run them, are called without
-# click's parsing: with typer 0.29 it builds a pydantic validator for each parameter, a third of the hook's time. The
-# same command functions with their declared defaults, which is what parsing those words gives (without ZMR_UNTRUSTED,
-# the one environment variable an option reads); tests/test_pre_commit.py compares both paths.
-_HOOK_LINES: dict[tuple[str, ...], Callable[[], Any]] = {
-    ("validate",): validate.validate,
-    ("docs", "--check"): functools.partial(docs.docs, check=True),
-}
-
-
-def _hook_line(argv: list[str] | None) -> Callable[[], Any] | None:
-    if "ZMR_UNTRUSTED" in os.environ:
-        return None
-    return _HOOK_LINES.get(tuple(sys.argv[1:] if argv is None else argv))
-
-
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; handled as Ctrl-C is, then reported as a shell would.
 TERMINATED_STATUS = 143
 _terminated = False
@@ -311,12 +295,7 @@ def _main(argv: list[str] | None) -> int:
         # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        hook = _hook_line(argv)
-        if hook is not None:
-            _asked.clear()
-            code = hook()
-        else:
-            code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
     except _ClosedPipe:
         return _closed_pipe()
