@@ -169,6 +169,21 @@ def actionlint(*files: Path | str, cwd: Path | None = None) -> subprocess.Comple
     return subprocess.run([str(binary), "-no-color", *map(str, files)], cwd=cwd or REPO_ROOT, capture_output=True, text=True, timeout=120)
 
 
+def interrupted(proc: subprocess.Popen[str], what: str, seconds: float = 60) -> str:
+    """Send *proc* (a zmr started with pipes) a SIGINT, as a Ctrl-C does; its stderr once it ended, or a failure naming *what*
+    when it still runs *seconds* later (then it is killed)."""
+    import signal
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"{what} still ran {seconds:g} s after SIGINT") from None
+    return err
+
+
 def zmr(*args: str, cwd: Path, env: dict | None = None, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess."""
     full_env = dict(os.environ)

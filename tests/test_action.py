@@ -194,14 +194,20 @@ def test_the_actions_shell_steps_on_a_fixture_project(command, status, project, 
     assert (runner / "zmr-cache").is_dir() or command in ("diff", "upstreamed")  # ZMR_CACHE points where actions/cache saves
 
 
-def test_a_pull_requests_diff_is_kept_for_the_comment_workflow(project, upstream, tmp_path):
-    """On a pull request: base..HEAD, its number beside the report (what the diff-comment step checks)."""
+def _reworded_pull_request(project, upstream, tmp_path: Path) -> tuple[str, Path]:
+    """A pull request that rewords one patch's message: its base commit, and an empty folder for the runner's files."""
     simple_model(project, upstream)
     base = project.ref("HEAD")
     project.write("patches/toy/rollout/0002-contiguous.patch", (project.root / "patches/toy/rollout/0002-contiguous.patch").read_text().replace("Make matmul", "Make the matmul"))
     project.commit_all("reword")
     runner = tmp_path / "runner"
     runner.mkdir()
+    return base, runner
+
+
+def test_a_pull_requests_diff_is_kept_for_the_comment_workflow(project, upstream, tmp_path):
+    """On a pull request: base..HEAD, its number beside the report (what the diff-comment step checks)."""
+    base, runner = _reworded_pull_request(project, upstream, tmp_path)
     result = _run_step("Run zmr", project.root, runner, _inputs("diff"), {"event.pull_request.base.sha": base, "event.pull_request.number": "17"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"$ zmr diff {base} HEAD --json --markdown" in result.stdout
@@ -314,12 +320,7 @@ def test_the_weekly_pull_request_step_pushes_one_branch_per_moved_pin_and_names_
 def test_comment_true_posts_for_a_pull_request_of_the_same_repository_and_leaves_a_forks_to_the_comment_workflow(project, upstream, tmp_path):
     """diff with comment: true: the diff job's own token comments on a same-repository pull request (editing zmr's
     earlier comment, found by its marker); on a fork's, whose token is read-only, it says why and posts nothing."""
-    simple_model(project, upstream)
-    base = project.ref("HEAD")
-    project.write("patches/toy/rollout/0002-contiguous.patch", (project.root / "patches/toy/rollout/0002-contiguous.patch").read_text().replace("Make matmul", "Make the matmul"))
-    project.commit_all("reword")
-    runner = tmp_path / "runner"
-    runner.mkdir()
+    base, runner = _reworded_pull_request(project, upstream, tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls, posted = tmp_path / "gh-calls", tmp_path / "posted.md"

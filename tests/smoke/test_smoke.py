@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Project, git, make_patch, make_project, make_upstream, state_dir, zmr
+from conftest import Project, git, interrupted, make_patch, make_project, make_upstream, state_dir, zmr
 
 TRAINER_V1 = "import math\n\n\ndef train(batch):\n    return sum(batch)\n"
 TRAINER_PATCHED = "import math\n\n\ndef train(batch):\n    return math.fsum(batch)  # order-independent\n"
@@ -701,12 +701,7 @@ def test_ray_ctrl_c_cancels_the_tasks_and_ends_the_run(template, tmp_path, ray_c
         sleeping = _sleeps() - before
         time.sleep(0.05)
     assert sleeping, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    try:
-        _out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("zmr smoke --executor ray still ran 60 s after SIGINT") from None
+    err = interrupted(proc, "zmr smoke --executor ray")
     assert proc.returncode == 130, err
     assert "zmr: error: interrupted" in err
     assert all(wait_gone(pid, seconds=60) for pid in sleeping)
