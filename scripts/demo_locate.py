@@ -86,18 +86,17 @@ def _traced(stack: contextlib.ExitStack, functions: dict[str, list[str]]) -> Non
         stack.enter_context(locate.trace_functions(importlib.import_module(module), names))
 
 
-def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_running: int, seed: int):
-    """Serve *requests* with the engine, one step file per prefill or decode; returns the completions."""
+def trace_engine(model, engine, requests, rec, *, sample_inputs: bool):
+    """Record *engine*'s run with *rec*: one step per prefill or decode, each row named (sequence, position, token), the
+    logits of a prefill's last position, and the sampled token's log-prob (with the logits as its input where
+    *sample_inputs*). Installs the wrappers on *model* and *engine*; returns the function that closes the last step."""
     import torch
 
     from zmr.evidence import locate
 
-    model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
-    engine = toy_rollout.Engine(model, max_running=max_running, seed=seed)
     by_prompt = {tuple(p): rid for rid, p, _ in requests}
     slot_seq: dict[int, str] = {}
-    state: dict = {"step": None, "rows": None}
-    rec = locate.Recorder(out, side="rollout", overwrite=True)
+    state: dict = {"step": None, "rows": None, "last": None}
 
     def open_step(rows, label):
         close_step()
@@ -113,8 +112,7 @@ def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_ru
     prefill, decode, logits_of, sample = model.prefill, model.decode, model._logits, engine._sample
 
     def traced_prefill(ids, cache, slot):
-        sid = by_prompt[tuple(ids.tolist())]
-        slot_seq[slot] = sid
+        slot_seq[slot] = sid = by_prompt[tuple(ids.tolist())]
         n = ids.shape[0]
         open_step(locate.Rows.make(sid, range(n), ids), "prefill")
         state["last"] = state["rows"].narrow(slice(n - 1, n))
@@ -133,11 +131,23 @@ def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_ru
 
     def traced_sample(logits, generators):
         tokens, chosen = sample(logits, generators)
-        locate.dump("token_logprob", torch.tensor(chosen, dtype=torch.float32), inputs={"logits": logits}, rows=state["last"])
+        inputs = {"logits": logits} if sample_inputs else None
+        locate.dump("token_logprob", torch.tensor(chosen, dtype=torch.float32), inputs=inputs, rows=state["last"])
         close_step()
         return tokens, chosen
 
     model.prefill, model.decode, model._logits, engine._sample = traced_prefill, traced_decode, traced_logits, traced_sample
+    return close_step
+
+
+def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_running: int, seed: int):
+    """Serve *requests* with the engine, one step file per prefill or decode; returns the completions."""
+    from zmr.evidence import locate
+
+    model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
+    engine = toy_rollout.Engine(model, max_running=max_running, seed=seed)
+    rec = locate.Recorder(out, side="rollout", overwrite=True)
+    close_step = trace_engine(model, engine, requests, rec, sample_inputs=True)
     reqs = [toy_rollout.Request(rid, prompt, n) for rid, prompt, n in requests]
     with rec, contextlib.ExitStack() as stack:
         _traced(stack, ROLLOUT_FUNCTIONS)

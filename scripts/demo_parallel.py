@@ -52,6 +52,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import demo_bitwise as db  # noqa: E402  (make_requests, dumps, comparison, zmr mismatch)
+import demo_locate  # noqa: E402  (trace_engine: the rollout recorded step by step)
 
 sys.path.remove(str(HERE))
 
@@ -439,7 +440,7 @@ def locate_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, rli, tli, 
     import torch
     import torch.distributed as dist
 
-    from zmr import locate
+    from zmr.evidence import locate
 
     out = Path(config["out"])
     dtype = getattr(torch, DTYPES[config["dtypes"][0]])
@@ -453,48 +454,8 @@ def locate_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, rli, tli, 
     # -- the rollout: this rank's shards as they are --
     model = rpar.TPModel(mcfg, weights, tp_group, device=device, dtype=dtype, layout_invariant=True)
     engine = rpar.TPEngine(model, max_running=min(len(requests), config["max_running"]), seed=config["seed"])
-    by_prompt = {tuple(p): rid for rid, p, _ in requests}
-    slot_seq: dict[int, str] = {}
-    state: dict = {"step": None, "rows": None, "last": None}
     rec = locate.Recorder(out / f"rollout-rank{rank}", side=f"rollout rank {rank} of TP {tp}", overwrite=True)
-
-    def open_step(rows, label):
-        close_step()
-        ctx = rec.step(rows, label=label)
-        ctx.__enter__()
-        state["step"], state["rows"] = ctx, rows
-
-    def close_step():
-        if state["step"] is not None:
-            ctx, state["step"] = state["step"], None
-            ctx.__exit__(None, None, None)
-
-    prefill, decode, logits_of, sample = model.prefill, model.decode, model._logits, engine._sample
-
-    def traced_prefill(ids, cache, slot):
-        slot_seq[slot] = sid = by_prompt[tuple(ids.tolist())]
-        n = ids.shape[0]
-        open_step(locate.Rows.make(sid, range(n), ids), "prefill")
-        state["last"] = state["rows"].narrow(slice(n - 1, n))
-        return prefill(ids, cache, slot)
-
-    def traced_decode(ids, slots, cache):
-        rows = locate.Rows.make([slot_seq[s] for s in slots], [cache.lengths[s] for s in slots], ids)
-        open_step(rows, "decode")
-        state["last"] = rows
-        return decode(ids, slots, cache)
-
-    def traced_logits(x):
-        with rec.rows(state["last"]) if x.shape[0] != state["rows"].size else contextlib.nullcontext():
-            return logits_of(x)
-
-    def traced_sample(logits, generators):
-        tokens, chosen = sample(logits, generators)
-        locate.dump("token_logprob", torch.tensor(chosen, dtype=torch.float32), rows=state["last"])
-        close_step()
-        return tokens, chosen
-
-    model.prefill, model.decode, model._logits, engine._sample = traced_prefill, traced_decode, traced_logits, traced_sample
+    close_step = demo_locate.trace_engine(model, engine, requests, rec, sample_inputs=False)
     with rec, _wrapped(rbi, rli, tp, r, side="rollout"):
         completions = engine.generate([toy_rollout.Request(rid, prompt, n) for rid, prompt, n in requests])
         close_step()
