@@ -44,3 +44,17 @@ def test_rebase_skip_killed_between_its_cherry_picks_drops_only_the_patch_it_was
 
     points, trials = killing.run_scenario(scenario, tmp_path, before_the_next_pick)
     assert [t.name for t in trials] == ["git cherry-pick"] and trials[0].killed
+
+
+def test_rebase_continue_killed_after_a_clean_cherry_pick_records_no_resolution(tmp_path):
+    """Found by the harness at full strength: --continue killed after zmr's own cherry-pick of the next patch went through,
+    before it saved that it went on; the rerun took that commit for the engineer's resolution of the patch it had stopped
+    on and wrote a file into resolutions/ that the uninterrupted run does not (run_scenario compares every file)."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "rebase-continue")
+
+    def after_a_clean_pick(points: list[str]) -> list[int]:
+        picks = [n for n, name in enumerate(points, start=1) if name == "git cherry-pick"]
+        return [picks[0] + 1]  # the write of the state that says the pick went through
+
+    points, trials = killing.run_scenario(scenario, tmp_path, after_a_clean_pick)
+    assert [t.name for t in trials] == ["atomic-write"] and trials[0].killed

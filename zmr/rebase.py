@@ -677,8 +677,10 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
                 details=[*checkout.dirty(co, untracked_files=False), "commit or drop those changes, then run --continue again"],
             )
         elif co.head() != stopped.head_before:
-            _record_resolution(project, component, state, co)
-            state.remaining.pop(0)  # the engineer committed the resolution (git cherry-pick --continue / git commit)
+            if stopped.conflict:  # the engineer committed the resolution (git cherry-pick --continue / git commit)
+                _record_resolution(project, component, state, co)
+            # else: zmr's own cherry-pick went through and zmr was killed before it saved so: nothing to record
+            state.remaining.pop(0)
             state.stopped = None
             _save(project, component, state)
         elif stopped.conflict:
