@@ -18,7 +18,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,21 +66,81 @@ class ReadOnly:
         return subprocess.run([*self.python, "-m", "zmr", *args], cwd=cwd or self.project, env=full, capture_output=True, text=True, timeout=300, **drop)
 
 
+def _reachable_site(base: Path) -> Path:
+    """zmr and the distributions it needs, copied into *base* (0755): this run's may lie in a folder uid 65534 cannot
+    reach (a clone in ``mktemp -d``, a virtual environment under /root). Each distribution's own file list (RECORD)
+    says what to copy; only the base requirements are followed, not the extras."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    site = base / "site"
+    shutil.copytree(REPO_ROOT / "zmr", site / "zmr", ignore=shutil.ignore_patterns("__pycache__"))
+    wanted, seen = ["zmr"], set()
+    while wanted:
+        name = wanted.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = metadata.distribution(name)
+        for file in dist.files or []:
+            if file.parts[0] == ".." or (name == "zmr" and ".dist-info" not in file.parts[0]):
+                continue  # scripts in bin/; zmr's editable finder (its source is copied above)
+            source = Path(str(dist.locate_file(file)))
+            if source.is_file():
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, site / file)
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                wanted.append(requirement.name)
+    for top, _dirs, files in os.walk(site):
+        os.chmod(top, 0o755)
+        for name in files:
+            os.chmod(os.path.join(top, name), 0o644)
+    return site
+
+
+@dataclass(frozen=True)
+class NobodysPython:
+    """How uid 65534 runs zmr: the interpreter's command line, and the environment that makes zmr importable."""
+
+    command: list[str]
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def nobodys_python() -> Iterator[NobodysPython | None]:
+    """Made once per run (the copy holds numpy); None when this run is not root or no interpreter is within reach."""
+    if not AS_ROOT:
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="zmr-nobody-python-"))
+    os.chmod(base, 0o755)
+    try:
+        env = {"PYTHONPATH": str(_reachable_site(base)), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = _python_for_nobody(env)
+        yield None if command is None else NobodysPython(command, env)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _python_for_nobody(env: dict[str, str]) -> list[str] | None:
-    """An interpreter uid 65534 can run with zmr and its dependencies importable (this one, else the system's of the same version)."""
-    paths = os.pathsep.join([str(REPO_ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    probe = "import typer, yaml, zmr.cli"
+    """An interpreter uid 65534 can run with *env* (a copy of zmr and its dependencies on PYTHONPATH): this one, else
+    the system's of the same version (a pyenv under /root is out of its reach). ``-S``: no site-packages but the copy."""
+    probe = "import typer, yaml, rich, numpy, zmr.cli"
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}", shutil.which(version)):
         if python is None or not os.path.exists(python):
             continue
-        env["PYTHONPATH"] = paths
         try:
-            proc = subprocess.run([python, "-c", probe], env=env, capture_output=True, user=NOBODY, group=NOBODY, extra_groups=[], cwd="/")
-        except PermissionError:  # it lies in a folder uid 65534 cannot reach (a pyenv under /root)
+            proc = subprocess.run(
+                [python, "-S", "-c", probe], env={**os.environ, **env}, capture_output=True, user=NOBODY, group=NOBODY, extra_groups=[], cwd="/"
+            )
+        except PermissionError:  # it lies in a folder uid 65534 cannot reach
             continue
         if proc.returncode == 0:
-            return [python]
+            return [python, "-S"]
     return None
 
 
@@ -98,7 +157,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
 
 
 @pytest.fixture
-def read_only() -> Iterator[ReadOnly]:
+def read_only(nobodys_python: NobodysPython | None) -> Iterator[ReadOnly]:
     # Not under pytest's tmp_path: its folders are private to their owner (0700), and uid 65534 must reach the fixture.
     base = Path(tempfile.mkdtemp(prefix="zmr-read-only-"))
     os.chmod(base, 0o755)
@@ -128,9 +187,11 @@ def read_only() -> Iterator[ReadOnly]:
                 for top, dirs, files in os.walk(mine):
                     for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
                         os.lchown(name, NOBODY, NOBODY)
-            python = _python_for_nobody(env)
-            if python is None:
-                pytest.skip(f"no Python that uid {NOBODY} can run with zmr importable ({sys.executable} lies in a folder it cannot reach)")
+            if nobodys_python is None:
+                version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+                pytest.skip(f"no Python that uid {NOBODY} can run ({sys.executable} is out of its reach, and no {version} outside one)")
+            python = nobodys_python.command
+            env.update(nobodys_python.env)
         else:
             python = [sys.executable]
             subprocess.run(["chmod", "-R", "a-w", str(project.root)], check=True)
