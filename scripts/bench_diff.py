@@ -18,8 +18,10 @@ Measured, interleaved, medians of --reps runs:
   one added) on the same pin;
 - ``diff_pin``: HEAD moves every pin from SHA to SHA2, series unchanged
   (the series touch files upstream left alone between them): lines counted
-  and the release trees' unified diff made (the blobs of the files that
-  differ are fetched); ``diff_pin_stat`` the same with ``--stat`` (counts, no
+  and the release trees' unified diff made (the new side's blobs of the
+  files that differ are fetched; the old side's are copied from the
+  project, which holds the base side's release branches that verify
+  compares with); ``diff_pin_stat`` the same with ``--stat`` (counts, no
   unified diff);
 - ``diff_unchanged``: HEAD changes only a file zmr does not read.
 

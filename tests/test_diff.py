@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -576,7 +577,9 @@ def test_a_conflict_resolved_by_hand_is_a_changed_pair_in_the_rebase_report_and_
     entry = component(diffed, "toy/rollout")
     patches = entry["patches"]
     assert (patches["added"], patches["removed"], patches["unchanged"]) == ([], [], 1)
-    assert [(c["old"], c["new"], c["kind"], c["paired_by"]) for c in patches["changed"]] == [("0001-fixed-split.patch", "0001-fixed-split.patch", "code", "name")]
+    assert [(c["old"], c["new"], c["kind"], c["paired_by"]) for c in patches["changed"]] == [
+        ("0001-fixed-split.patch", "0001-fixed-split.patch", "code", "name")
+    ]
     assert "++split part 7" in patches["changed"][0]["interdiff"]
     assert [p["sign"] for p in patches["range_diff"]] == ["!", "="]
     assert entry["pin"]["direction"] == "forward" and entry["pin"]["commits"] == 3  # the fixture upstream had one more commit
@@ -632,7 +635,9 @@ def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
     proj.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: upstreams/up.bundle\n    commit: {pin}\n")
     proj.commit_all("toy")
     base = proj.ref("HEAD")
-    proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again")), ("0002-b.patch", patch(up, pin, 1, 7, "Patch B"))])
+    proj.series(
+        "toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 patched again")), ("0002-b.patch", patch(up, pin, 1, 7, "Patch B"))]
+    )
     proj.commit_all("the pull request")
     from test_action import _inputs, _run_step
 
@@ -679,7 +684,9 @@ def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
         main, terminal = pty.openpty()
         try:
             clean = {k: v for k, v in os.environ.items() if k not in ("PAGER", "GIT_PAGER", "CI", "NO_COLOR")}
-            return subprocess.run([sys.executable, "-m", "zmr", "-q", "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300)
+            return subprocess.run(
+                [sys.executable, "-m", "zmr", "-q", "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300
+            )
         finally:
             os.close(terminal)
             os.close(main)
@@ -811,3 +818,103 @@ def test_components_with_the_same_release_trees_share_one_patch(proj, up, tmp_pa
     assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
     comment = out.read_text()
     assert comment.count("release tree: unified diff") == 1 and "The release tree's diff is `toy/rollout`'s (the same two trees)." in comment
+
+
+# -- blobs the project has ---------------------------------------------------------------------------
+
+
+def _packs_holding(mirror: Path, oid: str) -> list[Path]:
+    """The packs of *mirror* whose index lists *oid*."""
+    found = []
+    for index in sorted((mirror / "objects/pack").glob("*.idx")):
+        listed = subprocess.run(["git", "show-index"], stdin=index.open("rb"), capture_output=True, text=True, check=True).stdout
+        if any(line.split()[1] == oid for line in listed.splitlines()):
+            found.append(index.with_suffix(".pack"))
+    return found
+
+
+def _fetched(pack: Path) -> bool:
+    """A pack a fetch from the upstream wrote (git marks those of a partial-clone fetch with a ``.promisor`` file)."""
+    return pack.with_suffix(".promisor").exists()
+
+
+def _pin_move_with_base_built(proj, up) -> tuple[str, str, list[str]]:
+    """A pin move whose base side's release branch is built in the project (with a cache of its own, as on another
+    machine: the diffs below start from an empty one): (base commit, the old blob of a file upstream changed between
+    the pins, the new blobs)."""
+    git("config", "uploadpack.allowFilter", "true", cwd=up.path)
+    git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=up.path)
+    old, new = up.commits[1], up.commits[3]
+    proj.series("toy", "rollout", [("0001-a.patch", patch(up, old, 0, 5, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    built = zmr("build", "toy", cwd=proj.root, env={"ZMR_CACHE": str(proj.root.parent / "cache-of-the-build")})
+    assert built.returncode == 0, built.stderr
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    changed = ("docs/guide.md", "src/extra.py", "src/later.py")
+    assert git("diff", "--name-only", old, new, cwd=up.path).split() == list(changed)
+    assert not mirrors()
+    return base, git("rev-parse", f"{old}:docs/guide.md", cwd=up.path), [git("rev-parse", f"{new}:{path}", cwd=up.path) for path in changed]
+
+
+def _diff_in(proj, cache: Path, *args: str, env: dict | None = None) -> tuple[dict, Path, subprocess.CompletedProcess[str]]:
+    """``zmr diff --json ARGS`` with *cache* (empty at first): the report, the upstream's mirror there, the process."""
+    result = zmr(*(["-v"] if env else []), "diff", "--json", *args, cwd=proj.root, env={"ZMR_CACHE": str(cache), **(env or {})})
+    assert result.returncode == 0, result.stderr
+    (mirror,) = sorted((cache / "mirrors").glob("*.git"))
+    return json.loads(result.stdout), mirror, result
+
+
+def test_a_pin_moves_old_blobs_come_from_the_projects_release_branch_not_the_network(proj, up, tmp_path):
+    base, old_blob, new_blobs = _pin_move_with_base_built(proj, up)
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache", base, "HEAD")
+    tree = component(data, "toy/rollout")["tree"]
+    assert (tree["files_changed"], tree["insertions"], tree["deletions"]) == (3, 4, 1)
+    assert "+guide v2" in tree["patch"] and "-guide" in tree["patch"]
+    # The old side's blob was copied from the project's rollout/toy (a pack no fetch wrote); the new side's were fetched.
+    assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [False]
+    assert all(_packs_holding(mirror, oid) and all(map(_fetched, _packs_holding(mirror, oid))) for oid in new_blobs)
+    # The printed command shows the same diff from what the mirror now holds.
+    assert git(*tree["objects"]["command"].split()[1:], cwd=proj.root) + "\n" == tree["patch"]
+
+
+def test_blobs_are_not_taken_from_a_partial_clone_or_from_an_object_that_is_not_what_its_id_says(proj, up, tmp_path):
+    base, old_blob, _ = _pin_move_with_base_built(proj, up)
+    # A partial clone: asking it which objects it has could start a fetch there (git before 2.44). It is not asked.
+    git("config", "core.repositoryformatversion", "1", cwd=proj.root)
+    git("config", "extensions.partialClone", "origin", cwd=proj.root)
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache-partial", base, "HEAD")
+    assert component(data, "toy/rollout")["tree"]["insertions"] == 4
+    assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [True]
+    git("config", "--unset", "extensions.partialClone", cwd=proj.root)
+    # An object whose bytes are not what its id says (a damaged or forged loose object): index-pack names the bytes by
+    # their own id, so the wanted blob is still missing and is fetched; the diff is the true one.
+    git("repack", "-a", "-d", "-q", cwd=proj.root)
+    for pack in sorted((proj.root / ".git/objects/pack").glob("pack-*.pack")):  # every object loose, the blob among them
+        moved = tmp_path / pack.name
+        pack.rename(moved)
+        for other in pack.parent.glob(f"{pack.stem}.*"):
+            other.unlink()
+        subprocess.run(["git", "unpack-objects", "-q"], stdin=moved.open("rb"), cwd=proj.root, check=True)
+    loose = proj.root / ".git/objects" / old_blob[:2] / old_blob[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob 7\0forged\n"))
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache-forged", base, "HEAD")
+    tree = component(data, "toy/rollout")["tree"]
+    assert (tree["insertions"], tree["deletions"]) == (4, 1) and "forged" not in tree["patch"]
+    assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [True]
+    forged = subprocess.run(["git", "hash-object", "--stdin"], input="forged\n", capture_output=True, text=True, check=True).stdout.strip()
+    assert [_fetched(p) for p in _packs_holding(mirror, forged)] == [False]  # copied, under the id of its own bytes
+
+
+def test_a_full_disk_while_copying_the_projects_blobs_leaves_no_half_pack_and_the_copy_is_made_again(proj, up, tmp_path):
+    """The fault hits the first copy (the prefetch, which leaves failures to the tree diff); the tree diff copies again."""
+    base, old_blob, _ = _pin_move_with_base_built(proj, up)
+    data, mirror, result = _diff_in(proj, tmp_path / "cache", base, "HEAD", env={"ZMR_TEST_FAULT": "git index-pack=ENOSPC"})
+    assert re.findall(r"zmr: git index-pack --stdin .*: exit (\d+)", result.stderr) == ["128", "0"], result.stderr  # failed, then made
+    tree = component(data, "toy/rollout")["tree"]
+    assert (tree["insertions"], tree["deletions"]) == (4, 1)
+    assert not list(mirror.glob("objects/pack/tmp_*"))
+    assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [False]

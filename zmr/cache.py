@@ -54,6 +54,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,8 +268,8 @@ class Upstream:
     def ensure(self, commits: Sequence[str], *, paths: Collection[str] | None = None) -> Mirror:
         return self.cache.ensure(self.url, commits, display=self.display, paths=paths)
 
-    def ensure_blobs(self, commits: Sequence[str], blobs: Collection[str]) -> Mirror:
-        return self.cache.ensure_blobs(self.url, commits, blobs, display=self.display)
+    def ensure_blobs(self, commits: Sequence[str], blobs: Collection[str], *, local: git.Repo | None = None) -> Mirror:
+        return self.cache.ensure_blobs(self.url, commits, blobs, display=self.display, local=local)
 
     def ensure_history(self) -> Mirror:
         return self.cache.ensure_history(self.url, display=self.display)
@@ -790,13 +791,15 @@ class Cache:
         except git.GitError:
             pass
 
-    def ensure_blobs(self, url: str, commits: Sequence[str], blobs: Collection[str], *, display: str = "") -> Mirror:
+    def ensure_blobs(self, url: str, commits: Sequence[str], blobs: Collection[str], *, display: str = "", local: git.Repo | None = None) -> Mirror:
         """A mirror of *url* that holds *blobs*, blobs of *commits* (whose trees it has): those missing in one fetch by id.
 
         For ``zmr diff``: the blobs of the files that differ between two trees,
         named by the trees themselves, so nothing walks either tree and no file
         is looked up by path. Where the server does not send single objects,
-        *commits* are fetched whole.
+        *commits* are fetched whole. Those *local* has (the project's
+        repository: its release branches hold whole trees) are copied from it
+        instead (``_copy_local``).
         """
         mirror = self.mirror_for(url)
         display = display or url
@@ -807,7 +810,9 @@ class Cache:
             return mirror
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
-            if needed:
+            if needed and local is not None:
+                needed = self._copy_local(mirror, local, needed, display)
+            if needed:  # (again, after a copy that failed)
                 self._fetch_ids(mirror, needed, display)
                 needed = mirror.repo.missing_objects(needed)
             if needed:
@@ -820,6 +825,38 @@ class Cache:
                     details=["the upstream itself may be damaged; run `git fsck` on it"],
                 )
         return mirror
+
+    def _copy_local(self, mirror: Mirror, local: git.Repo, oids: Sequence[str], display: str) -> list[str]:
+        """The blobs *oids* into *mirror* (under its lock): those *local* has copied from it while the rest are fetched by id; those still missing.
+
+        A pin move's diff needs the old release tree's blobs of every file that
+        differs, and the base side's release branch in the project holds
+        them: only the new side's then cross the network. Copy and fetch each
+        write a pack of their own, at once. Not from a partial clone (asking
+        it could start a fetch there). A copy that fails is no error: those
+        blobs are fetched after it, as without *local*.
+        """
+        try:
+            if local.may_fetch_lazily():
+                return list(oids)
+            here = [oid for oid, info in zip(oids, local.object_infos(oids)) if info is not None and info.type == "blob"]
+        except git.GitError:
+            return list(oids)  # the project's own commands say what is wrong with it
+        if not here:
+            return list(oids)
+        found = set(here)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            copying = pool.submit(local.copy_objects, here, mirror.repo)
+            rest = [oid for oid in oids if oid not in found]
+            if rest:
+                self._fetch_ids(mirror, rest, display)
+            try:
+                copying.result()
+            except git.StorageError:
+                raise  # the mirror's disk is full: fetching would fail the same way
+            except git.GitError as err:
+                self._note(f"{display}: blobs not copied from {local.git_dir} ({err.git_lines[-1] if err.git_lines else err}); fetched instead")
+        return mirror.repo.missing_objects(oids)
 
     def _fetch_whole(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
         """Fetch again, whole, commits the mirror has without all their blobs.

@@ -617,15 +617,15 @@ def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Sha
             upstream.ensure([old, new], paths=frozenset(paths))
         except ZmrError:
             continue
-        shared.once(("pin blobs", url, old, new), _pin_blobs, upstream, old, new)
+        shared.once(("pin blobs", url, old, new), _pin_blobs, upstream, old, new, items[0][1].side.project.repo)
         shared.once(("pin", url, old, new), _moved, upstream, old, new)
 
 
-def _pin_blobs(upstream: Upstream, old: str, new: str) -> None:
-    """The blobs of the files that differ between the trees of two pins, in one fetch by id (``_prefetch``)."""
+def _pin_blobs(upstream: Upstream, old: str, new: str, project: git.Repo) -> None:
+    """The blobs of the files that differ between the trees of two pins, in one fetch by id (``_prefetch``); those the project has copied from it."""
     try:
         olds, news = upstream.mirror.repo.tree_blobs(old, new)
-        upstream.ensure_blobs([old, new], [*olds, *news])
+        upstream.ensure_blobs([old, new], [*olds, *news], local=project)
     except ZmrError:
         pass  # the tree diff that needs them fetches them again, and says why it cannot
 
@@ -932,7 +932,8 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
     sides = tuple((cache.for_upstream(rel.component.upstream, item.side.project.root), rel.component.commit) for rel, item in ((old, before), (new, after)))
     alternate = "" if old.mirror.path == new.mirror.path else str(old.mirror.path / "objects")
     trees = (old.tree, new.tree)
-    parts = shared.once(("tree", where, alternate, trees, sides, patch), _tree_parts, where, alternate, trees, sides, patch)
+    project = after.side.project.repo
+    parts = shared.once(("tree", where, alternate, trees, sides, patch), _tree_parts, where, alternate, trees, sides, patch, project)
 
     def made() -> TreeDiff:
         files, text = parts.result()
@@ -942,14 +943,15 @@ def _tree_diff(old: Any, new: Any, before: _Input | None, after: _Input | None, 
 
 
 def _tree_parts(
-    git_dir: str, alternate: str, trees: tuple[str, str], sides: tuple[tuple[Upstream, str], ...], patch: bool
+    git_dir: str, alternate: str, trees: tuple[str, str], sides: tuple[tuple[Upstream, str], ...], patch: bool, project: git.Repo
 ) -> tuple[tuple[FileChange, ...], str | None]:
     """The files that differ between two release trees with their lines counted (and the unified diff with *patch*).
 
     First the blobs of those files on both sides, named by the trees (the
     series' own blobs are in the mirror already, so only the pins' are
     fetched), in one fetch per upstream: only what differs is fetched,
-    never every file upstream changed. Then one ``diff-tree`` for the counts and the diff.
+    never every file upstream changed, and what *project* has (the base
+    side's release branch) is copied from it. Then one ``diff-tree`` for the counts and the diff.
     """
     repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
     blobs = repo.tree_blobs(*trees)
@@ -960,7 +962,7 @@ def _tree_parts(
         entry[2].update(side_blobs)
     for upstream, commits, wanted in by_url.values():
         if wanted:
-            upstream.ensure_blobs(commits, wanted)
+            upstream.ensure_blobs(commits, wanted, local=project)
     changes, text = repo.tree_diff(*trees, patch=patch)
     return tuple(FileChange(path, ins, dels) for path, ins, dels in changes), text
 

@@ -953,6 +953,30 @@ class Repo:
         """Those of *oids* this repository does not have."""
         return [oid for oid, info in zip(oids, self.object_infos(oids)) if info is None]
 
+    def may_fetch_lazily(self) -> bool:
+        """A partial clone (``extensions.partialClone``, a ``remote.*.promisor``): there, git older than 2.44 fetches an object
+        it lacks when asked for one (``GIT_NO_LAZY_FETCH`` is newer), so asking it which objects it has can reach the network."""
+        proc = self.run(["config", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$"], check=False)
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "extensions.partialclone" or value.strip().lower() in ("true", "yes", "on", "1"):
+                return True
+        return False
+
+    def copy_objects(self, oids: Sequence[str], into: Repo) -> None:
+        """Copy *oids*, which this repository has, into *into* as one pack.
+
+        Packed without a delta search (``--window=0``: deltas stored here are
+        reused, the rest stored whole); *into*'s ``index-pack`` recomputes
+        each object's id from its bytes, so nothing that is not what its id
+        says gets in, and installs the pack by rename, whole or not at all.
+        """
+        if not oids:
+            return
+        pack = self.run(["pack-objects", "--stdout", "-q", "--window=0"], input="".join(f"{oid}\n" for oid in oids).encode("ascii")).stdout
+        with into._writing():  # a temporary pack of a live process: a fetch's cleanup beside it leaves it alone
+            into.run(["index-pack", "--stdin"], input=pack)
+
     def count(self, tip: str, *, exclude: Sequence[str] = (), first_parent: bool = False, max_count: int | None = None) -> int:
         """``git rev-list --count``: the commits of *tip* that none of *exclude* reaches."""
         args = ["rev-list", *(["--first-parent"] if first_parent else []), "--count"]
