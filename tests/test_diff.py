@@ -918,3 +918,37 @@ def test_a_full_disk_while_copying_the_projects_blobs_leaves_no_half_pack_and_th
     assert (tree["insertions"], tree["deletions"]) == (4, 1)
     assert not list(mirror.glob("objects/pack/tmp_*"))
     assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [False]
+
+
+# -- a large tree diff, in two processes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["halves", "a-file-became-a-folder"])
+def test_a_pin_move_of_many_files_is_diffed_in_two_halves_with_the_same_result(proj, tmp_path, nested):
+    """SPLIT_FILES changed files or more: two diff-tree processes at once, the same counts and diff as one `git diff`.
+
+    Where a changed path is a folder of another (a file became a folder) a pathspec would list both: one process then.
+    """
+    from zmr.diff import SPLIT_FILES
+
+    count = SPLIT_FILES + 44
+    first = {f"pkg/m{k:03d}.py": f"value = {k}\n" for k in range(count)} | {"pkg/m150": "a file, later a folder\n"}
+    up = make_upstream(tmp_path / "upstream-many", [{"README.md": "many\n", **first}])
+    moved = {f"pkg/m{k:03d}.py": f"value = {k}\nmore = {k}\n" for k in range(count)}
+    moved |= {"pkg/m150": None, "pkg/m150/inner.py": "inner = 1\n"} if nested else {}
+    up.commit(moved, "touch every module")
+    old, new = up.commits
+    proj.series("toy", "rollout", [("0001-a.patch", make_patch(up, old, {"README.md": "many, patched\n"}, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    result = zmr("-v", "diff", "--json", base, "HEAD", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    tree = component(json.loads(result.stdout), "toy/rollout")["tree"]
+    numstat = [line.split("\t") for line in git("diff", "--numstat", "--no-renames", old, new, cwd=up.path).splitlines()]
+    assert [(f["path"], f["insertions"], f["deletions"]) for f in tree["files"]] == [(p, int(i), int(d)) for i, d, p in numstat]
+    assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
+    processes = re.findall(r"zmr: git (--literal-pathspecs )?diff-tree -r -z --numstat", result.stderr)
+    assert processes == ([""] if nested else ["--literal-pathspecs "] * 2), processes

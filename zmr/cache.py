@@ -54,8 +54,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -298,6 +298,7 @@ class Cache:
         # tree): six components on one pin walk its tree once. Forgotten when a mirror is replaced.
         self._verified: set[tuple[Path, str]] = set()
         self._trees: set[tuple[Path, str]] = set()
+        self._listings: dict[tuple[Path, str], list[git.TreeEntry]] = {}  # (mirror, commit): its tree's entries (a commit's tree never changes)
         self._recovered: set[Path] = set()  # mirrors this process replaced after damage: once each
         # What the user should know about how pins were fetched, each said once.
         self.notes: list[str] = []
@@ -600,9 +601,11 @@ class Cache:
 
     def _missing_blobs(self, mirror: Mirror, commit: str, paths: Collection[str]) -> list[str]:
         """Blob ids at *paths* in *commit*'s tree that *mirror* lacks (paths not in the tree need none)."""
-        repo = mirror.repo
-        wanted = [entry.oid for entry in repo.ls_tree(commit) if entry.type == "blob" and entry.path in paths]
-        return repo.missing_objects(wanted)
+        key = (mirror.path, commit)
+        if key not in self._listings:  # twelve builds on two pins ask 24 times
+            self._listings[key] = mirror.repo.ls_tree(commit)
+        wanted = [entry.oid for entry in self._listings[key] if entry.type == "blob" and entry.path in paths]
+        return mirror.repo.missing_objects(wanted)
 
     def _is_partial(self, mirror: Mirror) -> bool:
         return mirror.repo.config_get(PARTIAL_KEY, bool_type=True) == "true"
@@ -645,6 +648,7 @@ class Cache:
     def _forget(self, mirror: Mirror) -> None:
         self._verified = {entry for entry in self._verified if entry[0] != mirror.path}
         self._trees = {entry for entry in self._trees if entry[0] != mirror.path}
+        self._listings = {key: entries for key, entries in self._listings.items() if key[0] != mirror.path}
 
     def _quarantine(self, mirror: Mirror) -> None:
         target = self.root / "quarantine" / f"{mirror.path.name}-{int(time.time())}-{os.getpid()}"

@@ -28,7 +28,7 @@ import shlex
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,10 +271,17 @@ class Side:
     project: Project
     components: dict[tuple[str, str], Component]
     series_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # series digest -> the files it touches
+    read: dict[Component, Series] = field(default_factory=dict)  # each component's series, read once a run
 
     @property
     def title(self) -> str:
         return f"{self.name} ({self.rev if self.rev is not None else 'working tree'})"
+
+    def series(self, component: Component) -> Series:
+        """*component*'s series on this side, read (and checked) once a run: the prefetch and the comparison share it."""
+        if component not in self.read:
+            self.read[component] = self.project.series(component)
+        return self.read[component]
 
 
 def default_base(repo: git.Repo) -> tuple[str, str]:
@@ -570,7 +577,7 @@ def _moved_pins(old: Side, new: Side, keys: Sequence[tuple[str, str]]) -> list[t
         if a is None or b is None or a.commit == b.commit:
             continue
         try:
-            found.append((_Input(old, a, old.project.series(a)), _Input(new, b, new.project.series(b))))
+            found.append((_Input(old, a, old.series(a)), _Input(new, b, new.series(b))))
         except ZmrError:
             continue  # compare_component says why
     return found
@@ -624,7 +631,7 @@ def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Sha
 def _pin_blobs(upstream: Upstream, old: str, new: str, project: git.Repo) -> None:
     """The blobs of the files that differ between the trees of two pins, in one fetch by id (``_prefetch``); those the project has copied from it."""
     try:
-        olds, news = upstream.mirror.repo.tree_blobs(old, new)
+        olds, news, _ = upstream.mirror.repo.tree_blobs(old, new)
         upstream.ensure_blobs([old, new], [*olds, *news], local=project)
     except ZmrError:
         pass  # the tree diff that needs them fetches them again, and says why it cannot
@@ -680,7 +687,7 @@ def compare_component(
             inputs[side.name] = None
             continue
         try:
-            inputs[side.name] = _Input(side, comp, side.project.series(comp))
+            inputs[side.name] = _Input(side, comp, side.series(comp))
         except ZmrError as err:
             return _broken(result, side, err)
     before, after = inputs["base"], inputs["head"]
@@ -954,7 +961,7 @@ def _tree_parts(
     side's release branch) is copied from it. Then one ``diff-tree`` for the counts and the diff.
     """
     repo = _WithAlternate(git_dir, alternate) if alternate else git.Repo(git_dir)
-    blobs = repo.tree_blobs(*trees)
+    *blobs, paths = repo.tree_blobs(*trees)
     by_url: dict[str, tuple[Upstream, list[str], set[str]]] = {}
     for (upstream, commit), side_blobs in zip(sides, blobs):
         entry = by_url.setdefault(upstream.url, (upstream, [], set()))
@@ -963,8 +970,36 @@ def _tree_parts(
     for upstream, commits, wanted in by_url.values():
         if wanted:
             upstream.ensure_blobs(commits, wanted, local=project)
-    changes, text = repo.tree_diff(*trees, patch=patch)
+    changes, text = _halves(repo, trees, patch, paths)
     return tuple(FileChange(path, ins, dels) for path, ins, dels in changes), text
+
+
+SPLIT_FILES = 256  # a tree diff of this many files or more runs as two git processes at once
+
+
+def _halves(repo: git.Repo, trees: tuple[str, str], patch: bool, paths: list[str]) -> tuple[list[tuple[str, int | None, int | None]], str | None]:
+    """``Repo.tree_diff`` of two trees (*paths*: the files that differ, in git's order), the first and second half of the
+    files in two processes at once when they are many (a pin move: 0.45 s of diff-tree on Megatron-LM's 1,423 files).
+
+    The same result as one process: git's order is the byte order of the paths, so the halves follow each other. Not
+    split where a changed path is a folder of another (a file that became a folder): its pathspec would list both.
+    """
+    listed = set(paths)
+    if len(paths) < SPLIT_FILES or any(folder in listed for path in paths for folder in _folders(path)):
+        return repo.tree_diff(*trees, patch=patch)
+    half = len(paths) // 2
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        parts = list(pool.map(lambda part: repo.tree_diff(*trees, patch=patch, paths=part), (paths[:half], paths[half:])))
+    changes = [change for part in parts for change in part[0]]
+    return changes, "".join(part[1] or "" for part in parts) if patch else None
+
+
+def _folders(path: str) -> Iterator[str]:
+    """The folders *path* lies in: ``a/b/c`` → ``a``, ``a/b``."""
+    at = path.find("/")
+    while at != -1:
+        yield path[:at]
+        at = path.find("/", at + 1)
 
 
 # -- objects a reviewer can open -------------------------------------------------------------------

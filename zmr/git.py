@@ -1047,26 +1047,36 @@ class Repo:
                 current.append(line)
         return {c: "".join(patches.get(c, [])) for c in commits}
 
-    def tree_diff(self, old: str, new: str, *, patch: bool) -> tuple[list[tuple[str, int | None, int | None]], str | None]:
+    def tree_diff(self, old: str, new: str, *, patch: bool, paths: Sequence[str] | None = None) -> tuple[list[tuple[str, int | None, int | None]], str | None]:
         """(path, insertions, deletions) of each file that differs between two trees (None counts: a binary file), and with *patch* the unified diff.
 
         One ``diff-tree`` for both (no renames, uncoloured): each blob pair is
         read and compared once. With ``-z`` the numstat records end in NUL and
         one more NUL comes before the patch, whose text ``-z`` leaves as it is.
+        *paths*: only those files (literal pathspecs, in batches that fit in a
+        process's arguments, in the order given); none may be a folder of
+        another, which its pathspec would list again.
         """
         args = ["diff-tree", "-r", "-z", "--numstat", *(["-p", "--no-color", "--no-ext-diff"] if patch else []), "--no-renames", old, new]
-        out = self.run(args).stdout
-        records, _, text = out.partition(b"\0\0") if patch else (out, b"", b"")
+        if paths is None:
+            outs = [self.run(args).stdout]
+        else:
+            outs = [self.run(["--literal-pathspecs", *args, "--", *batch]).stdout for batch in argument_batches(paths)]
         changes: list[tuple[str, int | None, int | None]] = []
-        for record in records.split(b"\0"):
-            fields = record.split(b"\t", 2)
-            if len(fields) == 3:
-                ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
-                changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
-        return changes, (text.decode("utf-8", "replace") if patch else None)
+        texts: list[bytes] = []
+        for out in outs:
+            records, _, text = out.partition(b"\0\0") if patch else (out, b"", b"")
+            texts.append(text)
+            for record in records.split(b"\0"):
+                fields = record.split(b"\t", 2)
+                if len(fields) == 3:
+                    ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
+                    changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
+        return changes, (b"".join(texts).decode("utf-8", "replace") if patch else None)
 
-    def tree_blobs(self, old: str, new: str) -> tuple[list[str], list[str]]:
-        """The blob ids of each entry that differs between two trees, on the old side and on the new (read from the trees alone).
+    def tree_blobs(self, old: str, new: str) -> tuple[list[str], list[str], list[str]]:
+        """The blob ids of each entry that differs between two trees, on the old side and on the new, and the entries' paths
+        in git's order (read from the trees alone).
 
         A side where the entry is absent, or is a submodule (a commit of
         another repository), names no blob.
@@ -1080,7 +1090,7 @@ class Repo:
             for mode, oid, into in ((mode_a, oid_a, olds), (mode_b, oid_b, news)):
                 if mode not in ("000000", "160000") and oid.strip("0"):
                     into.append(oid)
-        return olds, news
+        return olds, news, [path.decode("utf-8", "surrogateescape") for path in fields[1 : len(fields) : 2]]
 
     def pager(self) -> str:
         """The pager git would use for the user (``GIT_PAGER``, ``core.pager`` of any config, ``PAGER``, else less); empty for none.
