@@ -7,6 +7,13 @@ The project is the one scripts/bench.py's cold verify uses: N components
 (default 6) pinned to SHA with the same 30-patch series, the upstream served
 over file:// with ``uploadpack.allowFilter`` (blobless pins plus the blobs
 the series touches). Every run starts from an empty cache (CI's case).
+
+Over file:// the upstream's git (``upload-pack``, its ``pack-objects``) runs
+on the machine's CPUs beside zmr. ``--serve daemon --client-cpus 0,1
+--server-cpus 2-15`` serves it with ``git daemon`` (git://) on CPUs of its
+own instead, as GitHub's runs elsewhere, and runs every measured command on
+the client's CPUs only (``taskset``): what a 2-CPU CI runner fetching from a
+remote upstream sees.
 Measured, interleaved, medians of --reps runs:
 
 - ``verify``: ``zmr verify --all`` of the base side (its branches built
@@ -136,8 +143,13 @@ def main(argv=None) -> int:
     parser.add_argument("--patches", type=int, default=30)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--serve", choices=("file", "daemon"), default="file", help="the upstream over file:// (its git on zmr's CPUs) or git daemon")
+    parser.add_argument("--client-cpus", help="taskset CPU list for every measured command (with --serve daemon)")
+    parser.add_argument("--server-cpus", help="taskset CPU list for git daemon (with --serve daemon)")
     args = parser.parse_args(argv)
     zmr = [sys.executable, "-m", "zmr"]
+    if args.client_cpus:
+        zmr = ["taskset", "-c", args.client_cpus, *zmr]
     work = Path(tempfile.mkdtemp(prefix="zmr-bench-diff-"))
     try:
         return _run(args, zmr, work)
@@ -155,7 +167,35 @@ def _run(args, zmr: list[str], work: Path) -> int:
     bench.git("config", "uploadpack.allowFilter", "true", cwd=served)
     # Wants by id answered without a walk of all history (GitHub answers them from bitmaps): the pin move's diff stat asks for ~1,000 blobs.
     bench.git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=served)
-    project, revs = _project(work, up, patches, args.components, f"file://{served}", zmr)
+    daemon = _daemon(work, args.server_cpus) if args.serve == "daemon" else None
+    url = f"git://127.0.0.1:{daemon[1]}/served.git" if daemon else f"file://{served}"
+    try:
+        return _measure(args, zmr, work, path, pin, onto, up, patches, url)
+    finally:
+        if daemon:
+            daemon[0].terminate()
+            daemon[0].wait()
+
+
+def _daemon(work: Path, cpus: str | None) -> tuple[subprocess.Popen, int]:
+    """``git daemon`` serving *work* on a free port of 127.0.0.1 (on *cpus* with taskset); it and its port."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={work}", "--listen=127.0.0.1", f"--port={port}", str(work)]
+    proc = subprocess.Popen([*(["taskset", "-c", cpus] if cpus else []), *argv], env=bench.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):  # until it answers
+        if subprocess.run(["git", "ls-remote", f"git://127.0.0.1:{port}/served.git"], env=bench.env(), capture_output=True).returncode == 0:
+            return proc, port
+        __import__("time").sleep(0.05)
+    proc.terminate()
+    raise SystemExit("git daemon did not start")
+
+
+def _measure(args, zmr: list[str], work: Path, path: Path, pin: str, onto: str, up, patches, url: str) -> int:
+    project, revs = _project(work, up, patches, args.components, url, zmr)
     runs = {
         "verify": [*zmr, "verify", "--all"],
         "diff_one_patch": [*zmr, "diff", "--json", revs["base"], revs["one_patch"]],
@@ -191,6 +231,8 @@ def _run(args, zmr: list[str], work: Path) -> int:
             "components": args.components,
             "patches": len(patches),
             "reps": args.reps,
+            "served": url.split(":", 1)[0] + (f" (git daemon on CPUs {args.server_cpus})" if args.serve == "daemon" else ""),
+            "client_cpus": args.client_cpus or "all",
         },
         "measurements": {name: {**series[name].as_json(), "cpu_s": round(_cpu(series[name]), 3), "cache_bytes": sizes[name]} for name in runs},
         "ratios": {
@@ -247,7 +289,8 @@ def render(results: dict) -> str:
         "",
         f"Upstream: {p['upstream']}, {p['files']} files; {p['components']} components pinned to {p['commit'][:12]}, {p['patches']} patches each;"
         f" the pin move goes to {p['onto'][:12]} ({p['first_parent_commits_pin_to_onto']} first-parent commits)."
-        f" Cold cache every run, upstream over file:// with uploadpack.allowFilter. {p['reps']} interleaved repetitions, medians ± half-range."
+        f" Cold cache every run, upstream served over {p.get('served', 'file')} with uploadpack.allowFilter; zmr on CPUs {p.get('client_cpus', 'all')}."
+        f" {p['reps']} interleaved repetitions, medians ± half-range."
         f" Machine: {results['machine']['cpus']} CPUs, Python {results['machine']['python']}, {results['machine']['git']}.",
         "",
         "| measurement | median (s) | ± | CPU (s) | cache (MB) | peak RSS (MB) | ÷ verify (medians) | ÷ verify (median per repetition) | ÷ verify (CPU) |",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import email.header
 import email.utils
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -59,8 +60,9 @@ class Patch:
     timestamp: int | None  # author date, epoch seconds
     offset: str = "+0000"
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        """Of the bytes: computed once (series digests and comparisons ask again and again)."""
         return hashlib.sha256(self.data).hexdigest()
 
     def hunks(self) -> list[Hunk]:
