@@ -981,8 +981,9 @@ def _halves(repo: git.Repo, trees: tuple[str, str], patch: bool, paths: list[str
     """``Repo.tree_diff`` of two trees (*paths*: the files that differ, in git's order), the first and second half of the
     files in two processes at once when they are many (a pin move: 0.45 s of diff-tree on Megatron-LM's 1,423 files).
 
-    The same result as one process: git's order is the byte order of the paths, so the halves follow each other. Not
-    split where a changed path is a folder of another (a file that became a folder): its pathspec would list both.
+    The same result as one process: each half is a run of git's own order, and a pathspec-limited diff-tree keeps that
+    order. Not split where a changed path is a folder of another (a file that became a folder): its pathspec would
+    list both.
     """
     listed = set(paths)
     if len(paths) < SPLIT_FILES or any(folder in listed for path in paths for folder in _folders(path)):
