@@ -147,6 +147,11 @@ def main(argv=None) -> int:
     parser.add_argument("--client-cpus", help="taskset CPU list for every measured command (with --serve daemon)")
     parser.add_argument("--server-cpus", help="taskset CPU list for git daemon (with --serve daemon)")
     args = parser.parse_args(argv)
+    # zmr's bytecode up to date, as an installed zmr has it (pip compiles at install): a shell with PYTHONDONTWRITEBYTECODE
+    # and an edited checkout would compile the changed modules in every run, more of them for diff than for verify.
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "zmr"), quiet=1)
     zmr = [sys.executable, "-m", "zmr"]
     if args.client_cpus:
         zmr = ["taskset", "-c", args.client_cpus, *zmr]
