@@ -803,7 +803,7 @@ class Cache:
         is looked up by path. Where the server does not send single objects,
         *commits* are fetched whole. Those *local* has (the project's
         repository: its release branches hold whole trees) are copied from it
-        instead (``_copy_local``).
+        instead (``_local_blobs``, ``_copy_and_fetch``).
         """
         mirror = self.mirror_for(url)
         display = display or url
@@ -814,10 +814,12 @@ class Cache:
             return mirror
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
-            if needed and local is not None:
-                needed = self._copy_local(mirror, local, needed, display)
-            if needed:  # (again, after a copy that failed)
-                self._fetch_ids(mirror, needed, display)
+            copied = set(self._local_blobs(local, needed) if local is not None and needed else [])
+            self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display)
+            needed = mirror.repo.missing_objects(needed)
+            uncopied = [oid for oid in needed if oid in copied]  # a copy that failed: fetched by id now
+            if uncopied:
+                self._fetch_ids(mirror, uncopied, display)
                 needed = mirror.repo.missing_objects(needed)
             if needed:
                 self._note(f"{display}: the server does not send single blobs by id; fetched whole trees at depth 1")
@@ -830,37 +832,41 @@ class Cache:
                 )
         return mirror
 
-    def _copy_local(self, mirror: Mirror, local: git.Repo, oids: Sequence[str], display: str) -> list[str]:
-        """The blobs *oids* into *mirror* (under its lock): those *local* has copied from it while the rest are fetched by id; those still missing.
+    def _local_blobs(self, local: git.Repo, oids: Sequence[str]) -> list[str]:
+        """Of the blobs *oids*, those *local* (the project's repository) has.
 
         A pin move's diff needs the old release tree's blobs of every file that
         differs, and the base side's release branch in the project holds
-        them: only the new side's then cross the network. Copy and fetch each
-        write a pack of their own, at once. Not from a partial clone (asking
-        it could start a fetch there). A copy that fails is no error: those
-        blobs are fetched after it, as without *local*.
+        them: only the new side's then cross the network. None from a partial
+        clone (asking it could start a fetch there), nor from a repository git
+        cannot read (the project's own commands say what is wrong with it).
         """
         try:
             if local.may_fetch_lazily():
-                return list(oids)
-            here = [oid for oid, info in zip(oids, local.object_infos(oids)) if info is not None and info.type == "blob"]
+                return []
+            return [oid for oid, info in zip(oids, local.object_infos(oids)) if info is not None and info.type == "blob"]
         except git.GitError:
-            return list(oids)  # the project's own commands say what is wrong with it
-        if not here:
-            return list(oids)
-        found = set(here)
+            return []
+
+    def _copy_and_fetch(self, mirror: Mirror, local: git.Repo | None, copied: Sequence[str], fetched: Sequence[str], display: str) -> None:
+        """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched by id: each writes a pack of its own, at once.
+
+        A copy that fails is noted, not raised (``ensure_blobs`` fetches what it left out), but for a full disk, where a fetch would fail the same way.
+        """
+        if not copied or local is None:
+            if fetched:
+                self._fetch_ids(mirror, fetched, display)
+            return
         with ThreadPoolExecutor(max_workers=1) as pool:
-            copying = pool.submit(local.copy_objects, here, mirror.repo)
-            rest = [oid for oid in oids if oid not in found]
-            if rest:
-                self._fetch_ids(mirror, rest, display)
+            copying = pool.submit(local.copy_objects, copied, mirror.repo)
+            if fetched:
+                self._fetch_ids(mirror, fetched, display)
             try:
                 copying.result()
             except git.StorageError:
-                raise  # the mirror's disk is full: fetching would fail the same way
+                raise
             except git.GitError as err:
                 self._note(f"{display}: blobs not copied from {local.git_dir} ({err.git_lines[-1] if err.git_lines else err}); fetched instead")
-        return mirror.repo.missing_objects(oids)
 
     def _fetch_whole(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
         """Fetch again, whole, commits the mirror has without all their blobs.

@@ -28,10 +28,10 @@ import shlex
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from zmr import git
@@ -986,21 +986,13 @@ def _halves(repo: git.Repo, trees: tuple[str, str], patch: bool, paths: list[str
     list both.
     """
     listed = set(paths)
-    if len(paths) < SPLIT_FILES or any(folder in listed for path in paths for folder in _folders(path)):
+    if len(paths) < SPLIT_FILES or any(str(folder) in listed for path in paths for folder in PurePosixPath(path).parents):
         return repo.tree_diff(*trees, patch=patch)
     half = len(paths) // 2
     with ThreadPoolExecutor(max_workers=2) as pool:
         parts = list(pool.map(lambda part: repo.tree_diff(*trees, patch=patch, paths=part), (paths[:half], paths[half:])))
     changes = [change for part in parts for change in part[0]]
     return changes, "".join(part[1] or "" for part in parts) if patch else None
-
-
-def _folders(path: str) -> Iterator[str]:
-    """The folders *path* lies in: ``a/b/c`` → ``a``, ``a/b``."""
-    at = path.find("/")
-    while at != -1:
-        yield path[:at]
-        at = path.find("/", at + 1)
 
 
 # -- objects a reviewer can open -------------------------------------------------------------------
