@@ -41,13 +41,17 @@ commits after --commit for the issue's case).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
+import os
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,8 +153,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     # zmr's bytecode up to date, as an installed zmr has it (pip compiles at install): a shell with PYTHONDONTWRITEBYTECODE
     # and an edited checkout would compile the changed modules in every run, more of them for diff than for verify.
-    import compileall
-
     compileall.compile_dir(str(ROOT / "zmr"), quiet=1)
     zmr = [sys.executable, "-m", "zmr"]
     if args.client_cpus:
@@ -184,8 +186,6 @@ def _run(args, zmr: list[str], work: Path) -> int:
 
 def _daemon(work: Path, cpus: str | None) -> tuple[subprocess.Popen, int]:
     """``git daemon`` serving *work* on a free port of 127.0.0.1 (on *cpus* with taskset); it and its port."""
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -194,7 +194,7 @@ def _daemon(work: Path, cpus: str | None) -> tuple[subprocess.Popen, int]:
     for _ in range(100):  # until it answers
         if subprocess.run(["git", "ls-remote", f"git://127.0.0.1:{port}/served.git"], env=bench.env(), capture_output=True).returncode == 0:
             return proc, port
-        __import__("time").sleep(0.05)
+        time.sleep(0.05)
     proc.terminate()
     raise SystemExit("git daemon did not start")
 
@@ -226,7 +226,7 @@ def _measure(args, zmr: list[str], work: Path, path: Path, pin: str, onto: str, 
     first = {name: report["components"][0] for name, report in reports.items()}
     results = {
         "schema_version": 1,
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(), "git": bench.git("--version")},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "git": bench.git("--version")},
         "params": {
             "upstream": args.label,
             "commit": pin,
