@@ -859,9 +859,9 @@ def _pin_move_with_base_built(proj, up) -> tuple[str, str, list[str]]:
     return base, git("rev-parse", f"{old}:docs/guide.md", cwd=up.path), [git("rev-parse", f"{new}:{path}", cwd=up.path) for path in changed]
 
 
-def _diff_in(proj, cache: Path, *args: str, env: dict | None = None) -> tuple[dict, Path, subprocess.CompletedProcess[str]]:
-    """``zmr diff --json ARGS`` with *cache* (empty at first): the report, the upstream's mirror there, the process."""
-    result = zmr(*(["-v"] if env else []), "diff", "--json", *args, cwd=proj.root, env={"ZMR_CACHE": str(cache), **(env or {})})
+def _diff_in(proj, cache: Path, *args: str, env: dict | None = None, verbose: bool = False) -> tuple[dict, Path, subprocess.CompletedProcess[str]]:
+    """``zmr diff --json ARGS`` with *cache* (empty at first): the report, the upstream's mirror there, the process (``-v`` with *env* or *verbose*)."""
+    result = zmr(*(["-v"] if env or verbose else []), "diff", "--json", *args, cwd=proj.root, env={"ZMR_CACHE": str(cache), **(env or {})})
     assert result.returncode == 0, result.stderr
     (mirror,) = sorted((cache / "mirrors").glob("*.git"))
     return json.loads(result.stdout), mirror, result
@@ -891,22 +891,27 @@ def test_blobs_are_not_taken_from_a_partial_clone_or_from_an_object_that_is_not_
     git("config", "--unset", "extensions.partialClone", cwd=proj.root)
     # An object whose bytes are not what its id says (a damaged or forged loose object): index-pack names the bytes by
     # their own id, so the wanted blob is still missing and is fetched; the diff is the true one.
-    git("repack", "-a", "-d", "-q", cwd=proj.root)
-    for pack in sorted((proj.root / ".git/objects/pack").glob("pack-*.pack")):  # every object loose, the blob among them
-        moved = tmp_path / pack.name
-        pack.rename(moved)
-        for other in pack.parent.glob(f"{pack.stem}.*"):
-            other.unlink()
-        subprocess.run(["git", "unpack-objects", "-q"], stdin=moved.open("rb"), cwd=proj.root, check=True)
-    loose = proj.root / ".git/objects" / old_blob[:2] / old_blob[2:]
-    loose.chmod(0o644)
-    loose.write_bytes(zlib.compress(b"blob 7\0forged\n"))
+    _forge(proj, old_blob, tmp_path)
     data, mirror, _ = _diff_in(proj, tmp_path / "cache-forged", base, "HEAD")
     tree = component(data, "toy/rollout")["tree"]
     assert (tree["insertions"], tree["deletions"]) == (4, 1) and "forged" not in tree["patch"]
     assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [True]
     forged = subprocess.run(["git", "hash-object", "--stdin"], input="forged\n", capture_output=True, text=True, check=True).stdout.strip()
     assert [_fetched(p) for p in _packs_holding(mirror, forged)] == [False]  # copied, under the id of its own bytes
+
+
+def _forge(proj, oid: str, tmp_path: Path) -> None:
+    """Every object of the project loose, and *oid*'s file holding the bytes of another blob ("forged\\n")."""
+    git("repack", "-a", "-d", "-q", cwd=proj.root)
+    for pack in sorted((proj.root / ".git/objects/pack").glob("pack-*.pack")):
+        moved = tmp_path / pack.name
+        pack.rename(moved)
+        for other in pack.parent.glob(f"{pack.stem}.*"):
+            other.unlink()
+        subprocess.run(["git", "unpack-objects", "-q"], stdin=moved.open("rb"), cwd=proj.root, check=True)
+    loose = proj.root / ".git/objects" / oid[:2] / oid[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob 7\0forged\n"))
 
 
 def test_a_full_disk_while_copying_the_projects_blobs_leaves_no_half_pack_and_the_copy_is_made_again(proj, up, tmp_path):
@@ -918,6 +923,81 @@ def test_a_full_disk_while_copying_the_projects_blobs_leaves_no_half_pack_and_th
     assert (tree["insertions"], tree["deletions"]) == (4, 1)
     assert not list(mirror.glob("objects/pack/tmp_*"))
     assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [False]
+
+
+# -- the new pin's blobs, by a fetch that walks both trees --------------------------------------------
+
+LONG = "".join(f"line {i}: long enough that the server sends a new version as a delta against the old one\n" for i in range(400))
+
+
+def _long_pin_move(proj, tmp_path: Path, *, build: str = "old"):
+    """An upstream whose pin move drops one line of three long files, the release branch of the *build* side built in
+    the project (with a cache of its own): (upstream, base commit, old pin, new pin)."""
+    files = {f"src/long{k}.py": LONG.replace("line 7:", f"line 7 of {k}:") for k in range(3)}
+    up = make_upstream(tmp_path / "upstream-long", [{"README.md": "long\n", **files}])
+    up.commit({path: "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i != 200) for path, text in files.items()}, "drop a line of each")
+    # Packed, the smaller new versions stored as deltas against the old ones: what a thin pack reuses.
+    git("repack", "-a", "-d", "-q", cwd=up.path)
+    git("config", "uploadpack.allowFilter", "true", cwd=up.path)
+    git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=up.path)
+    old, new = up.commits
+    proj.series("toy", "rollout", [("0001-a.patch", make_patch(up, old, {"README.md": "long, patched\n"}, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    if build == "old":
+        git("checkout", "-q", base, cwd=proj.root)
+    built = zmr("build", "toy", cwd=proj.root, env={"ZMR_CACHE": str(tmp_path / "cache-of-the-build")})
+    assert built.returncode == 0, built.stderr
+    if build == "old":
+        git("checkout", "-q", "-", cwd=proj.root)
+    return up, base, old, new
+
+
+def _blob(up, commit: str, path: str) -> str:
+    return git("rev-parse", f"{commit}:{path}", cwd=up.path)
+
+
+def test_a_pin_moved_forward_gets_the_new_blobs_in_one_fetch_of_the_new_pin_whose_delta_bases_come_from_the_project(proj, tmp_path):
+    up, base, old, new = _long_pin_move(proj, tmp_path)
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache", base, "HEAD")
+    tree = component(data, "toy/rollout")["tree"]
+    assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
+    assert (tree["files_changed"], tree["insertions"], tree["deletions"]) == (3, 0, 3)
+    for k in range(3):
+        (pack,) = _packs_holding(mirror, _blob(up, new, f"src/long{k}.py"))
+        # A fetch that walked the new pin's tree (its root is in the pack), not one by id, which sends blobs alone ...
+        assert _fetched(pack) and pack in _packs_holding(mirror, git("rev-parse", f"{new}^{{tree}}", cwd=up.path))
+        # ... whose thin pack sent the new version as a delta against the old one, which index-pack read from the
+        # project's release branch and appended to the pack.
+        assert pack in _packs_holding(mirror, _blob(up, old, f"src/long{k}.py"))
+
+
+def test_a_delta_base_that_is_not_what_its_id_says_fails_that_fetch_and_the_blobs_are_fetched_by_id(proj, tmp_path):
+    up, base, old, new = _long_pin_move(proj, tmp_path)
+    old_blob = _blob(up, old, "src/long0.py")
+    _forge(proj, old_blob, tmp_path)
+    data, mirror, result = _diff_in(proj, tmp_path / "cache", base, "HEAD", verbose=True)
+    assert re.search(r"the fetch of \w{12} against \w{12} failed \(.*local object \w+ is corrupt\)", result.stderr), result.stderr
+    tree = component(data, "toy/rollout")["tree"]
+    assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n" and "forged" not in tree["patch"]
+    new_tree = git("rev-parse", f"{new}^{{tree}}", cwd=up.path)
+    for k in range(3):
+        (pack,) = _packs_holding(mirror, _blob(up, new, f"src/long{k}.py"))
+        assert _fetched(pack) and pack not in _packs_holding(mirror, new_tree)  # by id: blobs alone
+    assert [_fetched(p) for p in _packs_holding(mirror, old_blob)] == [True]
+
+
+def test_a_pin_moved_backward_with_the_base_built_gets_the_older_pins_blobs_and_the_reverse_diff(proj, tmp_path):
+    up, base, old, new = _long_pin_move(proj, tmp_path, build="new")
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache", "HEAD", base)
+    entry = component(data, "toy/rollout")
+    assert entry["pin"]["direction"] == "backward"
+    assert entry["tree"]["patch"] == git("diff", "--no-renames", "--full-index", new, old, cwd=up.path) + "\n"
+    for k in range(3):
+        assert all(map(_fetched, _packs_holding(mirror, _blob(up, old, f"src/long{k}.py"))))
 
 
 # -- a large tree diff, in two processes --------------------------------------------------------------

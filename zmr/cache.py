@@ -89,6 +89,7 @@ _ALL_REFS = [f"+refs/heads/*:{HEADS}*", f"+refs/tags/*:{TAGS}*"]  # every branch
 _FETCHED_REFS = tuple(prefix.rstrip("/") for prefix in UPSTREAM_REFS)
 _MIRROR_OID_HEX = 40  # mirrors are made by `git init` with no object format: SHA-1
 _HASH_NAMES = {40: "SHA-1", 64: "SHA-256"}
+_BLOB_LIMIT = "4g"  # _fetch_move's filter: a larger blob is left out, then fetched by id
 _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, never live work
 
 
@@ -268,8 +269,8 @@ class Upstream:
     def ensure(self, commits: Sequence[str], *, paths: Collection[str] | None = None) -> Mirror:
         return self.cache.ensure(self.url, commits, display=self.display, paths=paths)
 
-    def ensure_blobs(self, commits: Sequence[str], blobs: Collection[str], *, local: git.Repo | None = None) -> Mirror:
-        return self.cache.ensure_blobs(self.url, commits, blobs, display=self.display, local=local)
+    def ensure_blobs(self, commits: Sequence[str], blobs: Collection[str], *, local: git.Repo | None = None, move: tuple[str, str] | None = None) -> Mirror:
+        return self.cache.ensure_blobs(self.url, commits, blobs, display=self.display, local=local, move=move)
 
     def ensure_history(self) -> Mirror:
         return self.cache.ensure_history(self.url, display=self.display)
@@ -671,11 +672,14 @@ class Cache:
             self._fetch_blobs(mirror, commits, paths, display)
         self._settle(mirror, commits)
 
-    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    def _fetch(self, mirror: Mirror, source: str, refspecs: Sequence[str], *, answered: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         """``git fetch`` into *mirror*, under its lock: stale leftovers of killed fetches removed first, its own temp packs after a failure.
 
         git leaves ``objects/pack/tmp_pack_*`` behind when a fetch dies (a full
         disk, a dropped connection, a kill); zmr removes those this fetch made.
+        *answered*: the caller answers a failure with a fetch of another kind,
+        so one that ended early raises the GitError itself, not
+        FetchInterrupted (but for git killed by a signal).
         """
         git.check_remote(mirror.url, what="upstream")  # a protocol the caller's GIT_ALLOW_PROTOCOL forbids: refused before git starts
         self._clear_stale(mirror)
@@ -701,7 +705,8 @@ class Cache:
                         ],
                     ) from None
                 if not transient:
-                    self._fetch_failed(mirror, err)
+                    if not answered or err.returncode < 0:
+                        self._fetch_failed(mirror, err)
                     raise
                 wait = min(delay * 2 ** (attempt - 1), 60.0)
                 self._note(f"{mirror.url}: fetch attempt {attempt} of {attempts} failed ({transient}); retried after {wait:g}s")
@@ -795,7 +800,9 @@ class Cache:
         except git.GitError:
             pass
 
-    def ensure_blobs(self, url: str, commits: Sequence[str], blobs: Collection[str], *, display: str = "", local: git.Repo | None = None) -> Mirror:
+    def ensure_blobs(
+        self, url: str, commits: Sequence[str], blobs: Collection[str], *, display: str = "", local: git.Repo | None = None, move: tuple[str, str] | None = None
+    ) -> Mirror:
         """A mirror of *url* that holds *blobs*, blobs of *commits* (whose trees it has): those missing in one fetch by id.
 
         For ``zmr diff``: the blobs of the files that differ between two trees,
@@ -803,7 +810,10 @@ class Cache:
         is looked up by path. Where the server does not send single objects,
         *commits* are fetched whole. Those *local* has (the project's
         repository: its release branches hold whole trees) are copied from it
-        instead (``_local_blobs``, ``_copy_and_fetch``).
+        instead (``_local_blobs``, ``_copy_and_fetch``). *move*: (old pin, new
+        pin) when *blobs* are those that differ between the two pins' trees:
+        the new pin's come first in one fetch that names the old pin
+        (``_fetch_move``).
         """
         mirror = self.mirror_for(url)
         display = display or url
@@ -815,7 +825,7 @@ class Cache:
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
             copied = set(self._local_blobs(local, needed) if local is not None and needed else [])
-            self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display)
+            self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display, move)
             needed = mirror.repo.missing_objects(needed)
             uncopied = [oid for oid in needed if oid in copied]  # a copy that failed: fetched by id now
             if uncopied:
@@ -848,9 +858,13 @@ class Cache:
         except git.GitError:
             return []
 
-    def _copy_and_fetch(self, mirror: Mirror, local: git.Repo | None, copied: Sequence[str], fetched: Sequence[str], display: str) -> None:
-        """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched by id: each writes a pack of its own, at once.
+    def _copy_and_fetch(
+        self, mirror: Mirror, local: git.Repo | None, copied: Sequence[str], fetched: Sequence[str], display: str, move: tuple[str, str] | None = None
+    ) -> None:
+        """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched: each writes a pack of its own, at once.
 
+        With *move*, first by ``_fetch_move`` (its thin pack's bases read from
+        *local*), then what that left out by id; else by id.
         A copy that fails is noted, not raised (``ensure_blobs`` fetches what it left out), but for a full disk, where a fetch would fail the same way.
         """
         if not copied or local is None:
@@ -859,6 +873,9 @@ class Cache:
             return
         with ThreadPoolExecutor(max_workers=1) as pool:
             copying = pool.submit(local.copy_objects, copied, mirror.repo)
+            if fetched and move is not None:
+                self._fetch_move(mirror, move, local, display)
+                fetched = mirror.repo.missing_objects(fetched)
             if fetched:
                 self._fetch_ids(mirror, fetched, display)
             try:
@@ -867,6 +884,55 @@ class Cache:
                 raise
             except git.GitError as err:
                 self._note(f"{display}: blobs not copied from {local.git_dir} ({err.git_lines[-1] if err.git_lines else err}); fetched instead")
+
+    def _fetch_move(self, mirror: Mirror, move: tuple[str, str], local: git.Repo, display: str) -> None:
+        """The blobs of the new pin of *move* that its old pin's tree lacks: one depth-1 fetch of the new pin offering the old one as have.
+
+        The same blobs a fetch by id asks for, but the server finds them by
+        walking both trees, so it knows each one's path: its delta search
+        compares versions of one file, where blobs asked for by id are all
+        nameless and compared by size alone (on Megatron-LM's 400-commit pin
+        move, 1,354 blobs: 0.7 s of the upstream's CPU instead of 1.5 s). Its
+        thin pack's deltas are against the old tree's blobs, read from *local*
+        (the base side's release branch has them) and the mirror.
+
+        Only where that fetch cannot change what the mirror holds: both pins
+        here, the new one a shallow commit (a depth-1 fetch of it leaves the
+        history as it is). ``--filter=blob:limit`` keeps it a filtered fetch (a
+        promisor pack: blobs the have stands for may stay missing) that leaves
+        out no blob of the size git stores. A fetch that fails (a server that
+        refuses shallow fetches, a base found nowhere) is no error: what is
+        still missing is fetched by id.
+        """
+        old, new = move
+        if old == new or not {old, new} <= self._shallow(mirror):
+            return
+        objects = local.git_path("objects")
+        alternates = [str(objects)] if objects is not None and not re.search(r'[:"\n]', str(objects)) else []
+        try:
+            self._fetch(
+                mirror,
+                _PROMISOR,
+                [new],
+                depth=1,
+                extra=[f"--filter=blob:limit={_BLOB_LIMIT}", f"--negotiation-tip={old}"],
+                config=self._promisor_config(mirror),
+                alternates=alternates,
+                progress=self._reporter(display),
+                answered=True,
+            )
+        except git.StorageError:
+            raise  # a full disk: the fetch by id would fail the same way
+        except git.GitError as err:  # refused, cut off, or a base that is not what its id says (git's "corrupt": the project's, maybe)
+            said = [line for line in err.stderr_text.splitlines() if line.startswith(("fatal:", "error:"))]  # the first says why
+            self._note(f"{display}: the fetch of {new[:12]} against {old[:12]} failed ({said[0] if said else _last_line(err)}); its blobs were fetched by id")
+
+    def _shallow(self, mirror: Mirror) -> set[str]:
+        """The commits whose parents the mirror does not have (its ``shallow`` file, written by depth-1 fetches under its lock)."""
+        try:
+            return set((mirror.path / "shallow").read_text("ascii").split())
+        except (OSError, UnicodeDecodeError):
+            return set()
 
     def _fetch_whole(self, mirror: Mirror, commits: Sequence[str], display: str) -> None:
         """Fetch again, whole, commits the mirror has without all their blobs.

@@ -629,10 +629,11 @@ def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Sha
 
 
 def _pin_blobs(upstream: Upstream, old: str, new: str, project: git.Repo) -> None:
-    """The blobs of the files that differ between the trees of two pins, in one fetch by id (``_prefetch``); those the project has copied from it."""
+    """The blobs of the files that differ between the trees of two pins (``_prefetch``): those the project has copied from it, the new pin's
+    fetched by a depth-1 fetch of it that offers the old pin as have (``Cache._fetch_move``), the rest by id."""
     try:
         olds, news, _ = upstream.mirror.repo.tree_blobs(old, new)
-        upstream.ensure_blobs([old, new], [*olds, *news], local=project)
+        upstream.ensure_blobs([old, new], [*olds, *news], local=project, move=(old, new))
     except ZmrError:
         pass  # the tree diff that needs them fetches them again, and says why it cannot
 

@@ -1267,11 +1267,16 @@ class Repo:
         config: Sequence[str] = (),
         progress: Progress | None = None,
         own_source: bool = False,
+        alternates: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[bytes]:
         """``git fetch``; *config* (``key=value`` items) holds for this fetch only, never written to the repository.
 
         With *progress*, git's counts (objects, bytes) are passed to it as they come.
         *own_source*: *source* is a repository zmr manages (a mirror, the project), fetched over ``file`` whatever GIT_ALLOW_PROTOCOL says.
+        *alternates*: object directories this fetch also reads (``GIT_ALTERNATE_OBJECT_DIRECTORIES``, for this process only):
+        where ``index-pack --fix-thin`` finds the bases of a thin pack's deltas. It checks each base's bytes against its id
+        before it copies it into the pack ("local object ... is corrupt"). git's transport does not pass the variable to a
+        local upstream's ``upload-pack``.
         """
         args = [arg for item in config for arg in ("-c", item)]
         args += ["fetch", "--progress" if progress else "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
@@ -1281,7 +1286,8 @@ class Repo:
         # Refspecs on stdin: there can be one per blob or commit wanted, more than the arguments of one process may hold.
         args += ["--stdin", "--end-of-options", source]
         refspec_lines = "".join(f"{spec}\n" for spec in refspecs).encode("utf-8", "surrogateescape")
-        return self.run(args, input=refspec_lines, transport=True, progress=progress, own_source=own_source)
+        env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": ":".join(alternates)} if alternates else None
+        return self.run(args, input=refspec_lines, transport=True, progress=progress, own_source=own_source, env=env)
 
     def push(self, args: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
         """``git push ARGS``; the caller reads the exit status and the porcelain output."""
