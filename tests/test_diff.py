@@ -930,6 +930,19 @@ def test_a_full_disk_while_copying_the_projects_blobs_leaves_no_half_pack_and_th
 LONG = "".join(f"line {i}: long enough that the server sends a new version as a delta against the old one\n" for i in range(400))
 
 
+def _two_pins(proj, up, readme: str) -> tuple[str, str, str]:
+    """The project's component pinned to *up*'s first commit with one patch of README.md (to *readme*), then to its
+    second: (old pin, new pin, the project's commit of the old pin); HEAD is the new pin's."""
+    old, new = up.commits
+    proj.series("toy", "rollout", [("0001-a.patch", make_patch(up, old, {"README.md": readme}, "Patch A"))])
+    manifest(proj, up, old)
+    proj.commit_all("old pin")
+    base = proj.ref("HEAD")
+    manifest(proj, up, new)
+    proj.commit_all("new pin")
+    return old, new, base
+
+
 def _long_pin_move(proj, tmp_path: Path, *, build: str = "old"):
     """An upstream whose pin move drops one line of three long files, the release branch of the *build* side built in
     the project (with a cache of its own): (upstream, base commit, old pin, new pin)."""
@@ -940,13 +953,7 @@ def _long_pin_move(proj, tmp_path: Path, *, build: str = "old"):
     git("repack", "-a", "-d", "-q", cwd=up.path)
     git("config", "uploadpack.allowFilter", "true", cwd=up.path)
     git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=up.path)
-    old, new = up.commits
-    proj.series("toy", "rollout", [("0001-a.patch", make_patch(up, old, {"README.md": "long, patched\n"}, "Patch A"))])
-    manifest(proj, up, old)
-    proj.commit_all("old pin")
-    base = proj.ref("HEAD")
-    manifest(proj, up, new)
-    proj.commit_all("new pin")
+    old, new, base = _two_pins(proj, up, "long, patched\n")
     if build == "old":
         git("checkout", "-q", base, cwd=proj.root)
     built = zmr("build", "toy", cwd=proj.root, env={"ZMR_CACHE": str(tmp_path / "cache-of-the-build")})
@@ -1017,13 +1024,7 @@ def test_a_pin_move_of_many_files_is_diffed_in_two_halves_with_the_same_result(p
     moved = {f"pkg/m{k:03d}.py": f"value = {k}\nmore = {k}\n" for k in range(count)}
     moved |= {"pkg/m150": None, "pkg/m150/inner.py": "inner = 1\n"} if nested else {}
     up.commit(moved, "touch every module")
-    old, new = up.commits
-    proj.series("toy", "rollout", [("0001-a.patch", make_patch(up, old, {"README.md": "many, patched\n"}, "Patch A"))])
-    manifest(proj, up, old)
-    proj.commit_all("old pin")
-    base = proj.ref("HEAD")
-    manifest(proj, up, new)
-    proj.commit_all("new pin")
+    old, new, base = _two_pins(proj, up, "many, patched\n")
     result = zmr("-v", "diff", "--json", base, "HEAD", cwd=proj.root)
     assert result.returncode == 0, result.stderr
     tree = component(json.loads(result.stdout), "toy/rollout")["tree"]
