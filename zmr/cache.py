@@ -864,18 +864,20 @@ class Cache:
         """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched: each writes a pack of its own, at once.
 
         With *move*, first by ``_fetch_move`` (its thin pack's bases read from
-        *local*), then what that left out by id; else by id.
+        *local* and appended to the pack), then what that left out by id, beside
+        the copy of the old blobs it did not bring; else by id.
         A copy that fails is noted, not raised (``ensure_blobs`` fetches what it left out), but for a full disk, where a fetch would fail the same way.
         """
         if not copied or local is None:
             if fetched:
                 self._fetch_ids(mirror, fetched, display)
             return
+        if fetched and move is not None:
+            self._fetch_move(mirror, move, local, display)
+            fetched = mirror.repo.missing_objects(fetched)
+            copied = mirror.repo.missing_objects(copied)  # less the old blobs its thin pack's deltas were against
         with ThreadPoolExecutor(max_workers=1) as pool:
             copying = pool.submit(local.copy_objects, copied, mirror.repo)
-            if fetched and move is not None:
-                self._fetch_move(mirror, move, local, display)
-                fetched = mirror.repo.missing_objects(fetched)
             if fetched:
                 self._fetch_ids(mirror, fetched, display)
             try:
