@@ -36,6 +36,20 @@ def test_fetch_takes_only_the_pin_and_reuses_the_mirror(project, upstream):
     assert _packs(mirror) == packs  # nothing fetched again
 
 
+def test_making_the_history_repository_leaves_a_mirror_being_made_under_the_same_name_alone(upstream, tmp_path):
+    """A mirror and its history repository have one name and a lock each: the one made second does not take the
+    other's unfinished folder for a leftover of its own (two zmr processes at once; zmr diff, which fetches a pin's
+    history while the mirror is made)."""
+    cache = Cache(tmp_path / "cache")
+    url = resolve_upstream(str(upstream.path), Path("/"))
+    mirror = cache.mirror_for(url).path
+    being_made = mirror.parent / f".tmp-{mirror.name}-live"
+    being_made.mkdir(parents=True)
+    history = cache.commit_history(url, [upstream.commits[-1]])
+    assert being_made.is_dir()
+    assert history.has_object(upstream.commits[0], "commit") and not mirror.exists()
+
+
 def test_pin_older_than_the_shallow_mirror_is_fetched(project, upstream):
     simple_model(project, upstream, pin_index=2)
     assert zmr("fetch", cwd=project.root).returncode == 0

@@ -619,11 +619,13 @@ class Cache:
         return not (mirror.path / "HEAD").is_file() or not (mirror.path / "objects").is_dir()
 
     def _create(self, mirror: Mirror) -> None:
-        self.mirrors_dir.mkdir(parents=True, exist_ok=True)
+        # Made beside where it goes: a mirror and its history repository have one name (and a lock each).
+        folder = mirror.path.parent
+        folder.mkdir(parents=True, exist_ok=True)
         # Called under this mirror's lock: leftovers of an interrupted creation are ours to remove.
-        for stale in self.mirrors_dir.glob(f".tmp-{mirror.path.name}-*"):
+        for stale in folder.glob(f".tmp-{mirror.path.name}-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{mirror.path.name}-", dir=self.mirrors_dir))
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{mirror.path.name}-", dir=folder))
         try:
             repo = git.init_bare(tmp)
             for key, value in (
