@@ -969,7 +969,10 @@ def _blob(up, commit: str, path: str) -> str:
 
 def test_a_pin_moved_forward_gets_the_new_blobs_in_one_fetch_of_the_new_pin_whose_delta_bases_come_from_the_project(proj, tmp_path):
     up, base, old, new = _long_pin_move(proj, tmp_path)
-    data, mirror, _ = _diff_in(proj, tmp_path / "cache", base, "HEAD")
+    packets = tmp_path / "packets.txt"
+    data, mirror, _ = _diff_in(proj, tmp_path / "cache", base, "HEAD", env={"GIT_TRACE_PACKET": str(packets)})
+    # The old pin is the one have the server hears of: not the project's branches, which that fetch reads objects from.
+    assert re.findall(r"fetch> have (\w+)", packets.read_text()) == [old]
     tree = component(data, "toy/rollout")["tree"]
     assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
     assert (tree["files_changed"], tree["insertions"], tree["deletions"]) == (3, 0, 3)

@@ -78,6 +78,8 @@ _PASSTHROUGH_ENV = (
     "GIT_CURL_VERBOSE",
 )
 
+_NO_REFS = "refs/zmr/none/"  # a ref prefix nothing is under: core.alternateRefsPrefixes that lists no ref of an alternate
+
 # Options that make every call independent of config that could change a
 # result or run code: each one is forced, whatever the repository says.
 _FIXED_CONFIG = (
@@ -1276,8 +1278,11 @@ class Repo:
         *alternates*: object directories this fetch also reads (``GIT_ALTERNATE_OBJECT_DIRECTORIES``, for this process only):
         where ``index-pack --fix-thin`` finds the bases of a thin pack's deltas. It checks each base's bytes against its id
         before it copies it into the pack ("local object ... is corrupt"). git's transport does not pass the variable to a
-        local upstream's ``upload-pack``.
+        local upstream's ``upload-pack``. Their refs are not offered as haves (git offers every ref of an alternate, on top
+        of ``--negotiation-tip``): the server never hears of another repository's commits.
         """
+        if alternates:
+            config = [*config, f"core.alternateRefsPrefixes={_NO_REFS}"]
         args = [arg for item in config for arg in ("-c", item)]
         args += ["fetch", "--progress" if progress else "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
         if depth is not None:
