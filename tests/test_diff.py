@@ -1006,8 +1006,10 @@ def test_a_pin_moved_backward_with_the_base_built_gets_the_older_pins_blobs_and_
     entry = component(data, "toy/rollout")
     assert entry["pin"]["direction"] == "backward"
     assert entry["tree"]["patch"] == git("diff", "--no-renames", "--full-index", new, old, cwd=up.path) + "\n"
-    for k in range(3):
-        assert all(map(_fetched, _packs_holding(mirror, _blob(up, old, f"src/long{k}.py"))))
+    old_tree = git("rev-parse", f"{old}^{{tree}}", cwd=up.path)
+    for k in range(3):  # the older pin fetched against the newer one, the shallow boundary the server respects
+        (pack,) = _packs_holding(mirror, _blob(up, old, f"src/long{k}.py"))
+        assert _fetched(pack) and pack in _packs_holding(mirror, old_tree)
 
 
 # -- a large tree diff, in two processes --------------------------------------------------------------
