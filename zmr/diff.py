@@ -573,18 +573,27 @@ class _Shared:
 def _histories(old: Side, new: Side, keys: Sequence[tuple[str, str]], cache: Cache, shared: _Shared) -> None:
     """The history of each pin moved within one upstream, fetched in *shared*'s pool first: it needs the manifests
     alone, and runs while this thread reads the series, which leave the other CPU idle (on Megatron-LM, 9,632 commits
-    without trees). Once per upstream and pair of pins (``_compared`` finds it under the same key)."""
+    without trees)."""
     for key in keys:
         a, b = old.components.get(key), new.components.get(key)
-        if a is None or b is None or a.commit == b.commit:
+        if a is None or b is None:
             continue
-        try:
-            upstream = cache.for_component(b, new.project.root)
-            if cache.for_component(a, old.project.root).url != upstream.url:
-                continue
-        except ZmrError:
-            continue  # compare_component says why
-        shared.once(("pin", upstream.url, a.commit, b.commit), _moved, upstream, a.commit, b.commit)
+        upstream = _moved_within(cache, old, a, new, b)
+        if upstream is not None:
+            _pin_history(shared, upstream, a.commit, b.commit)
+
+
+def _moved_within(cache: Cache, old: Side, a: Component, new: Side, b: Component) -> Upstream | None:
+    """The upstream of a pin that moved from *a* to *b* within it (both sides name one URL); None when the pin stayed or the URL changed."""
+    if a.commit == b.commit:
+        return None
+    upstream = cache.for_component(b, new.project.root)
+    return upstream if cache.for_component(a, old.project.root).url == upstream.url else None
+
+
+def _pin_history(shared: _Shared, upstream: Upstream, old: str, new: str) -> Future[Any]:
+    """How far the pin moved (``_moved``), once per upstream and pair of pins: keyed by the URL, not the component."""
+    return shared.once(("pin", upstream.url, old, new), _moved, upstream, old, new)
 
 
 def _moved_pins(old: Side, new: Side, keys: Sequence[tuple[str, str]]) -> list[tuple[_Input, _Input]]:
@@ -621,8 +630,8 @@ def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Sha
     touched: dict[tuple[str, str], list[frozenset[str]] | None] = {}  # (side, series digest): the files of each patch
     for before, after in items:
         a, b = before.component, after.component
-        upstream = cache.for_component(b, after.side.project.root)
-        if a.commit == b.commit or cache.for_component(a, before.side.project.root).url != upstream.url:
+        upstream = _moved_within(cache, before.side, a, after.side, b)
+        if upstream is None:
             continue
         _, paths = groups.setdefault((upstream.url, a.commit, b.commit), (upstream, set()))
         for item in (before, after):
@@ -769,9 +778,8 @@ def _compared(
         if old.component.commit == new.component.commit:
             pin = shared.done(PinMove(old.component.commit, new.component.commit, 0, "same"))
         else:
-            # Named by the upstream, not the component: the key of the work.
             upstream = cache.for_upstream(new.component.upstream, after.side.project.root)
-            pin = shared.once(("pin", upstream.url, old.component.commit, new.component.commit), _moved, upstream, old.component.commit, new.component.commit)
+            pin = _pin_history(shared, upstream, old.component.commit, new.component.commit)
     some = after or before
     assert some is not None
     return _Compared(
