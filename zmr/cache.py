@@ -876,8 +876,9 @@ class Cache:
             return
         if fetched and move is not None:
             self._fetch_move(mirror, move, local, display)
-            fetched = mirror.repo.missing_objects(fetched)
-            copied = mirror.repo.missing_objects(copied)  # less the old blobs its thin pack's deltas were against
+            still = set(mirror.repo.missing_objects([*fetched, *copied]))  # one look for both
+            fetched = [oid for oid in fetched if oid in still]
+            copied = [oid for oid in copied if oid in still]  # less the old blobs its thin pack's deltas were against
         with ThreadPoolExecutor(max_workers=1) as pool:
             copying = pool.submit(local.copy_objects, copied, mirror.repo)
             if fetched:
