@@ -813,9 +813,9 @@ class Cache:
         *commits* are fetched whole. Those *local* has (the project's
         repository: its release branches hold whole trees) are copied from it
         instead (``_local_blobs``, ``_copy_and_fetch``). *move*: (old pin, new
-        pin) when *blobs* are those that differ between the two pins' trees:
-        the new pin's come first in one fetch that names the old pin
-        (``_fetch_move``).
+        pin) when *blobs* are the new pin's of the files that differ between
+        the two pins' trees: they come first, in one fetch that names the old
+        pin (``_fetch_move``), before anything else is looked up.
         """
         mirror = self.mirror_for(url)
         display = display or url
@@ -826,8 +826,11 @@ class Cache:
             return mirror
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
+            if move is not None and local is not None and needed:
+                self._fetch_move(mirror, move, local, display)
+                needed = mirror.repo.missing_objects(needed)
             copied = set(self._local_blobs(local, needed) if local is not None and needed else [])
-            self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display, move)
+            self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display)
             needed = mirror.repo.missing_objects(needed)
             uncopied = [oid for oid in needed if oid in copied]  # a copy that failed: fetched by id now
             if uncopied:
@@ -860,25 +863,15 @@ class Cache:
         except git.GitError:
             return []
 
-    def _copy_and_fetch(
-        self, mirror: Mirror, local: git.Repo | None, copied: Sequence[str], fetched: Sequence[str], display: str, move: tuple[str, str] | None = None
-    ) -> None:
-        """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched: each writes a pack of its own, at once.
+    def _copy_and_fetch(self, mirror: Mirror, local: git.Repo | None, copied: Sequence[str], fetched: Sequence[str], display: str) -> None:
+        """*copied* from *local* into *mirror* (under its lock) while *fetched* are fetched by id: each writes a pack of its own, at once.
 
-        With *move*, first by ``_fetch_move`` (its thin pack's bases read from
-        *local* and appended to the pack), then what that left out by id, beside
-        the copy of the old blobs it did not bring; else by id.
         A copy that fails is noted, not raised (``ensure_blobs`` fetches what it left out), but for a full disk, where a fetch would fail the same way.
         """
         if not copied or local is None:
             if fetched:
                 self._fetch_ids(mirror, fetched, display)
             return
-        if fetched and move is not None:
-            self._fetch_move(mirror, move, local, display)
-            still = set(mirror.repo.missing_objects([*fetched, *copied]))  # one look for both
-            fetched = [oid for oid in fetched if oid in still]
-            copied = [oid for oid in copied if oid in still]  # less the old blobs its thin pack's deltas were against
         with ThreadPoolExecutor(max_workers=1) as pool:
             copying = pool.submit(local.copy_objects, copied, mirror.repo)
             if fetched:
@@ -903,14 +896,17 @@ class Cache:
 
         Only where that fetch cannot change what the mirror holds: both pins
         here, the new one a shallow commit (a depth-1 fetch of it leaves the
-        history as it is). ``--filter=blob:limit`` keeps it a filtered fetch (a
-        promisor pack: blobs the have stands for may stay missing) that leaves
-        out no blob of the size git stores. A fetch that fails (a server that
-        refuses shallow fetches, a base found nowhere) is no error: what is
+        history as it is); and only where *local* has the old pin's tree (the
+        base side's release branch built: its first commit's tree is the
+        pin's), else no base of the thin pack's deltas could be found.
+        ``--filter=blob:limit`` keeps it a filtered fetch (a promisor pack:
+        blobs the have stands for may stay missing) that leaves out no blob of
+        the size git stores. A fetch that fails (a server that refuses shallow
+        fetches, a base that is not what its id says) is no error: what is
         still missing is fetched by id.
         """
         old, new = move
-        if old == new or not {old, new} <= self._shallow(mirror):
+        if old == new or not {old, new} <= self._shallow(mirror) or not self._has_tree_of(local, mirror, old):
             return
         objects = local.git_path("objects")
         alternates = [str(objects)] if objects is not None and not re.search(r'[:"\n]', str(objects)) else []
@@ -931,6 +927,13 @@ class Cache:
         except git.GitError as err:  # refused, cut off, or a base that is not what its id says (git's "corrupt": the project's, maybe)
             said = [line for line in err.stderr_text.splitlines() if line.startswith(("fatal:", "error:"))]  # the first says why
             self._note(f"{display}: the fetch of {new[:12]} against {old[:12]} failed ({said[0] if said else _last_line(err)}); its blobs were fetched by id")
+
+    def _has_tree_of(self, local: git.Repo, mirror: Mirror, commit: str) -> bool:
+        """Whether *local*, not a partial clone (``_local_blobs`` says why), has the tree of *commit* (a commit of *mirror*)."""
+        try:
+            return not local.may_fetch_lazily() and local.has_object(mirror.repo.tree_of(commit), "tree")
+        except git.GitError:
+            return False
 
     def _shallow(self, mirror: Mirror) -> set[str]:
         """The commits whose parents the mirror does not have (its ``shallow`` file, written by depth-1 fetches under its lock)."""

@@ -655,11 +655,13 @@ def _prefetch(items: Sequence[tuple[_Input, _Input]], cache: Cache, shared: _Sha
 
 
 def _pin_blobs(upstream: Upstream, old: str, new: str, project: git.Repo) -> None:
-    """The blobs of the files that differ between the trees of two pins (``_prefetch``): those the project has copied from it, the new pin's
-    fetched by a depth-1 fetch of it that offers the old pin as have (``Cache._fetch_move``), the rest by id."""
+    """The blobs of the files that differ between the trees of two pins (``_prefetch``): first the new pin's, by a depth-1
+    fetch of it that offers the old pin as have (``Cache._fetch_move``), which nothing else need come before; then the
+    old pin's that its thin pack did not bring, copied from the project (the base side's release branch); the rest by id."""
     try:
         olds, news, _ = upstream.mirror.repo.tree_blobs(old, new)
-        upstream.ensure_blobs([old, new], [*olds, *news], local=project, move=(old, new))
+        upstream.ensure_blobs([old, new], news, local=project, move=(old, new))
+        upstream.ensure_blobs([old, new], olds, local=project)
     except ZmrError:
         pass  # the tree diff that needs them fetches them again, and says why it cannot
 
