@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git, make_patch, make_project, make_upstream, zmr
+from conftest import Upstream, git, make_patch, make_project, make_upstream, zmr
 
 MARKER_LINE = "<!-- zmr-diff -->\n"
 BIG = "\n".join(f"value {i}" for i in range(1, 61)) + "\n"
@@ -1036,5 +1036,38 @@ def test_a_pin_move_of_many_files_is_diffed_in_two_halves_with_the_same_result(p
     numstat = [line.split("\t") for line in git("diff", "--numstat", "--no-renames", old, new, cwd=up.path).splitlines()]
     assert [(f["path"], f["insertions"], f["deletions"]) for f in tree["files"]] == [(p, int(i), int(d)) for i, d, p in numstat]
     assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
-    processes = re.findall(r"zmr: git (--literal-pathspecs )?diff-tree -r -z --numstat", result.stderr)
+    processes = re.findall(r"zmr: git (--literal-pathspecs )?diff-tree -r -z --raw -p", result.stderr)
     assert processes == ([""] if nested else ["--literal-pathspecs "] * 2), processes
+    assert "diff-tree -r -z --numstat" not in result.stderr  # each file's lines counted from its diff, not by comparing the blobs again
+
+
+@pytest.mark.parametrize("typechange", [False, True], ids=["files", "a-file-became-a-symlink"])
+def test_lines_are_counted_from_the_diff_as_numstat_counts_them(proj, tmp_path, typechange):
+    """A binary file, a mode change, an empty file, a deleted one, a last line without newline, a submodule: the counts
+    of `git diff --numstat` and its diff. A file that became a symlink is two diffs in the patch: numstat counts it."""
+    up = Upstream(tmp_path / "upstream-odd")
+    up.path.mkdir()
+    git("init", "-q", "-b", "main", cwd=up.path)
+    git("update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},vendor/sub", cwd=up.path)  # a submodule's commit
+    up.commit(
+        {"README.md": "odd\n", "src/text.py": "a\nb\nc\n", "lib/blob.bin": bytes(range(256)), "run.sh": "echo\n", "gone.txt": "x\ny\n",
+         "tail.txt": "one\ntwo", "link": "a file\n"},
+        "odd files",
+    )  # fmt: skip
+    git("update-index", "--cacheinfo", f"160000,{'2' * 40},vendor/sub", cwd=up.path)
+    git("update-index", "--chmod=+x", "run.sh", cwd=up.path)
+    if typechange:
+        (up.path / "link").unlink()
+        os.symlink("src/text.py", up.path / "link")
+        git("add", "link", cwd=up.path)
+    up.commit({"src/text.py": "a\nB\nc\nd\n", "lib/blob.bin": bytes(range(255, -1, -1)), "gone.txt": None, "tail.txt": "one\n2", "empty.txt": ""}, "change them")
+    old, new, base = _two_pins(proj, up, "odd, patched\n")
+    data, _, result = _diff_in(proj, tmp_path / "cache", base, "HEAD", verbose=True)
+    tree = component(data, "toy/rollout")["tree"]
+    numstat = [line.split("\t") for line in git("diff", "--numstat", "--no-renames", old, new, cwd=up.path).splitlines()]
+    assert [(f["path"], f["insertions"], f["deletions"]) for f in tree["files"]] == [
+        (p, None if i == "-" else int(i), None if d == "-" else int(d)) for i, d, p in numstat
+    ]
+    assert {"lib/blob.bin", "run.sh", "empty.txt", "vendor/sub"} <= {f["path"] for f in tree["files"]} and ("link" in tree["patch"]) == typechange
+    assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
+    assert len(re.findall(r"zmr: git diff-tree -r -z --numstat", result.stderr)) == typechange, result.stderr

@@ -7,6 +7,8 @@ are not UTF-8, a submodule entry (gitlink) whose commit is not in the repository
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import git
 
 from zmr import git as zgit
@@ -129,6 +131,51 @@ def test_diff_tree_raw_of_tree_pairs_equal_pairs_included(repo):
     assert [c.path for c in changes[pairs[1]]] == ["a b/file with space.txt", "a b/moved.txt", NON_UTF8, "link", "new\nline", "sub"]
     assert [c.status for c in changes[pairs[3]]] == ["A", "D", "A", "T", "M", "M"]
     assert repo.diff_tree_raw([]) == {}
+
+
+def _numstat(repo: zgit.Repo, old: str, new: str, *paths: str) -> list[tuple[str, int | None, int | None]]:
+    """git's own counts (``diff-tree --numstat``), parsed here: what ``Repo.tree_diff`` counts from the diff must equal."""
+    out = repo.run(["--literal-pathspecs", "diff-tree", "-r", "-z", "--numstat", "--no-renames", old, new, "--", *paths]).stdout
+    counted = []
+    for record in out.split(b"\0")[:-1]:
+        ins, dels, path = record.split(b"\t", 2)
+        counted.append((path.decode("utf-8", "surrogateescape"), None if ins == b"-" else int(ins), None if dels == b"-" else int(dels)))
+    return counted
+
+
+@pytest.mark.parametrize("paths", [None, ["a b/file with space.txt", "a b/moved.txt", NON_UTF8, "new\nline", "sub"]], ids=["a-typechange", "no-typechange"])
+def test_tree_diff_counts_each_files_lines_as_numstat_and_gives_gits_diff(repo, paths):
+    """Odd names, a binary file, a submodule; and a symbolic link that became a file (two diffs in the patch, so numstat counts it)."""
+    changes, text = repo.tree_diff("main~2", "main~1", patch=True, paths=paths)
+    assert changes == _numstat(repo, "main~2", "main~1", *(paths or []))
+    assert ("new\nline", None, None) in changes and ("sub", 1, 1) in changes
+    literal = ["--literal-pathspecs"] if paths else []
+    assert text == repo.run([*literal, "diff-tree", "-r", "-p", "--no-renames", "main~2", "main~1", "--", *(paths or [])]).stdout.decode("utf-8", "replace")
+    assert repo.tree_diff("main~2", "main~1", patch=False, paths=paths) == (changes, None)
+    assert repo.tree_diff("main~1", "main", patch=True) == ([], "")
+
+
+_LINES = st.sampled_from(["", "x", " x", "+x", "-x", "--- a/f", "+++ b/f", "@@ -1 +1 @@", "diff --git a/f b/f", "\\ No newline at end of file", "Binary files a/f and b/f differ"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(versions=st.lists(st.tuples(st.lists(_LINES, max_size=8), st.booleans(), st.booleans()), min_size=4, max_size=4))
+def test_tree_diff_counts_of_any_text_are_numstats(tmp_path_factory, versions):
+    """Files whose lines look like a diff's own (headers, hunks, a binary notice), with or without a last newline, or
+    binary: counted from the diff as numstat counts them."""
+    path = tmp_path_factory.mktemp("counts") / "repo.git"
+    git("init", "-q", "--bare", str(path))
+    repo = zgit.Repo(path)
+    trees = []
+    for side in (versions[:2], versions[2:]):
+        entries = []
+        for k, (lines, newline, binary) in enumerate(side):
+            data = ("\n".join(lines) + ("\n" if newline and lines else "")).encode() + (b"\0" if binary else b"")
+            blob = git("hash-object", "-w", "--stdin", cwd=path, input=data)
+            entries.append(f"100644 blob {blob}\tf{k}\n")
+        trees.append(git("mktree", cwd=path, input="".join(entries).encode()))
+    changes, _ = repo.tree_diff(*trees, patch=True)
+    assert changes == _numstat(repo, *trees)
 
 
 def test_parse_raw_diff_reads_renames_and_output_without_stdin(repo):

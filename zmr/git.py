@@ -446,6 +446,38 @@ def argument_batches(items: Sequence[_Item], budget: int | None = None, cost: Ca
     return runs
 
 
+def _numstat(out: bytes) -> list[tuple[str, int | None, int | None]]:
+    """The records of ``diff-tree -z --numstat``: (path, insertions, deletions), None counts for a binary file."""
+    changes: list[tuple[str, int | None, int | None]] = []
+    for record in out.split(b"\0"):
+        fields = record.split(b"\t", 2)
+        if len(fields) == 3:
+            ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
+            changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
+    return changes
+
+
+def patch_counts(text: bytes) -> list[tuple[int | None, int | None]]:
+    """Lines added and removed by each file's diff in git's unified diff *text*, as ``--numstat`` counts them (None, None
+    for a binary file).
+
+    A file's diff begins with a ``diff --git`` line, which no line of a hunk
+    can be (each begins with a space, ``+``, ``-``, ``\\`` or ``@``), and its
+    header (``--- a/...``, ``+++ b/...``) ends at its first ``@@`` line, which
+    no header line can be (a path with a newline is quoted).
+    """
+    if not text:
+        return []
+    counts: list[tuple[int | None, int | None]] = []
+    for part in text.split(b"\ndiff --git "):
+        hunks = part.find(b"\n@@ ")
+        if hunks < 0:
+            counts.append((None, None) if b"\nBinary files " in part else (0, 0))  # a mode, an empty file, a binary one
+        else:
+            counts.append((part.count(b"\n+", hunks), part.count(b"\n-", hunks)))
+    return counts
+
+
 @dataclass(frozen=True)
 class Identity:
     """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
@@ -1052,28 +1084,37 @@ class Repo:
     def tree_diff(self, old: str, new: str, *, patch: bool, paths: Sequence[str] | None = None) -> tuple[list[tuple[str, int | None, int | None]], str | None]:
         """(path, insertions, deletions) of each file that differs between two trees (None counts: a binary file), and with *patch* the unified diff.
 
-        One ``diff-tree`` for both (no renames, uncoloured): each blob pair is
-        read and compared once. With ``-z`` the numstat records end in NUL and
-        one more NUL comes before the patch, whose text ``-z`` leaves as it is.
-        *paths*: only those files (literal pathspecs, in batches that fit in a
+        One ``diff-tree`` (no renames, uncoloured): each blob pair is read and
+        compared once. With *patch*, ``--raw -p``: the files, then the diff,
+        whose lines are counted here (``patch_counts``); ``--numstat -p``
+        would compare each pair twice (on Megatron-LM's 1,423 files of a
+        400-commit pin move: 0.37 s of CPU against 0.24 s). Where the diff
+        does not give one file's counts (a file that became a symlink or a
+        submodule is two diffs there), a ``--numstat`` of the same files
+        counts them. With ``-z`` the records end in NUL and one more NUL
+        comes before the patch, whose text ``-z`` leaves as it is. *paths*:
+        only those files (literal pathspecs, in batches that fit in a
         process's arguments, in the order given); none may be a folder of
         another, which its pathspec would list again.
         """
-        args = ["diff-tree", "-r", "-z", "--numstat", *(["-p", "--no-color", "--no-ext-diff"] if patch else []), "--no-renames", old, new]
-        if paths is None:
-            outs = [self.run(args).stdout]
-        else:
-            outs = [self.run(["--literal-pathspecs", *args, "--", *batch]).stdout for batch in argument_batches(paths)]
+        selections = [([], [])] if paths is None else [(["--literal-pathspecs"], ["--", *batch]) for batch in argument_batches(paths)]
+
+        def run(form: list[str], selection: tuple[list[str], list[str]]) -> bytes:
+            return self.run([*selection[0], "diff-tree", "-r", "-z", *form, "--no-renames", old, new, *selection[1]]).stdout
+
         changes: list[tuple[str, int | None, int | None]] = []
         texts: list[bytes] = []
-        for out in outs:
-            records, _, text = out.partition(b"\0\0") if patch else (out, b"", b"")
+        for selection in selections:
+            if not patch:
+                changes += _numstat(run(["--numstat"], selection))
+                continue
+            records, _, text = run(["--raw", "-p", "--no-color", "--no-ext-diff", "--no-abbrev"], selection).partition(b"\0\0")
+            entries = parse_raw_diff(records).get("", [])
+            counts = patch_counts(text)
+            if len(counts) != len(entries) or any(entry.status == "T" for entry in entries):
+                counts = [(ins, dels) for _, ins, dels in _numstat(run(["--numstat"], selection))]
+            changes += [(entry.path, ins, dels) for entry, (ins, dels) in zip(entries, counts)]
             texts.append(text)
-            for record in records.split(b"\0"):
-                fields = record.split(b"\t", 2)
-                if len(fields) == 3:
-                    ins, dels = (int(f) if f.isdigit() else None for f in fields[:2])
-                    changes.append((fields[2].decode("utf-8", "surrogateescape"), ins, dels))
         return changes, (b"".join(texts).decode("utf-8", "replace") if patch else None)
 
     def tree_blobs(self, old: str, new: str) -> tuple[list[str], list[str], list[str]]:
