@@ -602,11 +602,15 @@ class Cache:
 
     def _missing_blobs(self, mirror: Mirror, commit: str, paths: Collection[str]) -> list[str]:
         """Blob ids at *paths* in *commit*'s tree that *mirror* lacks (paths not in the tree need none)."""
-        key = (mirror.path, commit)
-        if key not in self._listings:  # twelve builds on two pins ask 24 times
-            self._listings[key] = mirror.repo.ls_tree(commit)
-        wanted = [entry.oid for entry in self._listings[key] if entry.type == "blob" and entry.path in paths]
+        wanted = [entry.oid for entry in self._listing(mirror, commit) if entry.type == "blob" and entry.path in paths]
         return mirror.repo.missing_objects(wanted)
+
+    def _listing(self, mirror: Mirror, commit: str) -> list[git.TreeEntry]:
+        """The entries of *commit*'s tree in *mirror*, listed once a run (twelve builds on two pins ask 24 times)."""
+        key = (mirror.path, commit)
+        if key not in self._listings:
+            self._listings[key] = mirror.repo.ls_tree(commit)
+        return self._listings[key]
 
     def _is_partial(self, mirror: Mirror) -> bool:
         return mirror.repo.config_get(PARTIAL_KEY, bool_type=True) == "true"
@@ -813,9 +817,10 @@ class Cache:
         *commits* are fetched whole. Those *local* has (the project's
         repository: its release branches hold whole trees) are copied from it
         instead (``_local_blobs``, ``_copy_and_fetch``). *move*: (old pin, new
-        pin) when *blobs* are the new pin's of the files that differ between
-        the two pins' trees: they come first, in one fetch that names the old
-        pin (``_fetch_move``), before anything else is looked up.
+        pin) when *blobs* are those of the files that differ between the two
+        pins' trees: those the old pin's tree lacks come first, in one fetch
+        of the new pin that names the old pin (``_fetch_move``), before
+        anything else is looked up.
         """
         mirror = self.mirror_for(url)
         display = display or url
@@ -827,7 +832,7 @@ class Cache:
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
             if move is not None and local is not None and needed:
-                self._fetch_move(mirror, move, local, display)
+                self._fetch_move(mirror, move, needed, local, display)
                 needed = mirror.repo.missing_objects(needed)
             copied = set(self._local_blobs(local, needed) if local is not None and needed else [])
             self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display)
@@ -883,7 +888,7 @@ class Cache:
             except git.GitError as err:
                 self._note(f"{display}: blobs not copied from {local.git_dir} ({err.git_lines[-1] if err.git_lines else err}); fetched instead")
 
-    def _fetch_move(self, mirror: Mirror, move: tuple[str, str], local: git.Repo, display: str) -> None:
+    def _fetch_move(self, mirror: Mirror, move: tuple[str, str], needed: Sequence[str], local: git.Repo, display: str) -> None:
         """The blobs of the new pin of *move* that its old pin's tree lacks: one depth-1 fetch of the new pin offering the old one as have.
 
         The same blobs a fetch by id asks for, but the server finds them by
@@ -894,11 +899,13 @@ class Cache:
         thin pack's deltas are against the old tree's blobs, read from *local*
         (the base side's release branch has them) and the mirror.
 
-        Only where that fetch cannot change what the mirror holds: both pins
-        here, the new one a shallow commit (a depth-1 fetch of it leaves the
-        history as it is); and only where *local* has the old pin's tree (the
-        base side's release branch built: its first commit's tree is the
-        pin's), else no base of the thin pack's deltas could be found.
+        Only where one of *needed* (blobs the mirror lacks) is not the old
+        pin's (those are copied from *local*), and where that fetch cannot
+        change what the mirror holds: both pins here, the new one a shallow
+        commit (a depth-1 fetch of it leaves the history as it is); and only
+        where *local* has the old pin's tree (the base side's release branch
+        built: its first commit's tree is the pin's), else no base of the thin
+        pack's deltas could be found.
         ``--filter=blob:limit`` keeps it a filtered fetch (a promisor pack:
         blobs the have stands for may stay missing) that leaves out no blob of
         the size git stores. A fetch that fails (a server that refuses shallow
@@ -906,7 +913,9 @@ class Cache:
         still missing is fetched by id.
         """
         old, new = move
-        if old == new or not {old, new} <= self._shallow(mirror) or not self._has_tree_of(local, mirror, old):
+        if old == new or not {old, new} <= self._shallow(mirror):
+            return
+        if not set(needed) - {entry.oid for entry in self._listing(mirror, old)} or not self._has_tree_of(local, mirror, old):
             return
         objects = local.git_path("objects")
         alternates = [str(objects)] if objects is not None and not re.search(r'[:"\n]', str(objects)) else []

@@ -660,8 +660,7 @@ def _pin_blobs(upstream: Upstream, old: str, new: str, project: git.Repo) -> Non
     old pin's that its thin pack did not bring, copied from the project (the base side's release branch); the rest by id."""
     try:
         olds, news, _ = upstream.mirror.repo.tree_blobs(old, new)
-        upstream.ensure_blobs([old, new], news, local=project, move=(old, new))
-        upstream.ensure_blobs([old, new], olds, local=project)
+        upstream.ensure_blobs([old, new], [*olds, *news], local=project, move=(old, new))
     except ZmrError:
         pass  # the tree diff that needs them fetches them again, and says why it cannot
 
