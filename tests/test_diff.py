@@ -985,6 +985,27 @@ def test_a_pin_moved_forward_gets_the_new_blobs_in_one_fetch_of_the_new_pin_whos
         assert pack in _packs_holding(mirror, _blob(up, old, f"src/long{k}.py"))
 
 
+def test_a_pin_moves_missing_blobs_that_are_all_the_old_pins_are_copied_and_the_new_pin_is_not_fetched(proj, tmp_path):
+    """Where the mirror lacks only old blobs (a run killed after the fetch, before the copy), the project has them all:
+    no fetch of the new pin against the old one, which would bring the new blobs again."""
+    from zmr.cache import Cache
+    from zmr.git import Repo
+
+    up, _, old, new = _long_pin_move(proj, tmp_path)
+    upstream = Cache(tmp_path / "cache").for_upstream(str(up.path), proj.root)
+    mirror = upstream.ensure([old, new], paths=()).path  # both pins, blobless
+    packs = set((mirror / "objects/pack").glob("*.pack"))
+    olds, news = ([_blob(up, pin, f"src/long{k}.py") for k in range(3)] for pin in (old, new))
+    upstream.ensure_blobs([old, new], olds, local=Repo(proj.root / ".git"), move=(old, new))
+    (copy,) = set((mirror / "objects/pack").glob("*.pack")) - packs
+    assert not _fetched(copy) and all(_packs_holding(mirror, oid) == [copy] for oid in olds)
+    packs.add(copy)
+    upstream.ensure_blobs([old, new], [*olds, *news], local=Repo(proj.root / ".git"), move=(old, new))
+    (fetched,) = set((mirror / "objects/pack").glob("*.pack")) - packs  # a new blob missing: the fetch against the old pin
+    assert _fetched(fetched) and all(_packs_holding(mirror, oid) == [fetched] for oid in news)
+    assert fetched in _packs_holding(mirror, git("rev-parse", f"{new}^{{tree}}", cwd=up.path))
+
+
 def test_a_delta_base_that_is_not_what_its_id_says_fails_that_fetch_and_the_blobs_are_fetched_by_id(proj, tmp_path):
     up, base, old, new = _long_pin_move(proj, tmp_path)
     old_blob = _blob(up, old, "src/long0.py")
