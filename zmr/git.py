@@ -1124,16 +1124,12 @@ class Repo:
         A side where the entry is absent, or is a submodule (a commit of
         another repository), names no blob.
         """
-        out = self.run(["diff-tree", "-r", "-z", "--no-renames", old, new]).stdout
-        olds: list[str] = []
-        news: list[str] = []
-        fields = out.split(b"\0")
-        for record in fields[0 : len(fields) - 1 : 2]:  # ":<mode> <mode> <oid> <oid> <status>", then its path (no renames: one)
-            mode_a, mode_b, oid_a, oid_b, _ = record[1:].decode("ascii").split(" ", 4)
-            for mode, oid, into in ((mode_a, oid_a, olds), (mode_b, oid_b, news)):
-                if mode not in ("000000", "160000") and oid.strip("0"):
-                    into.append(oid)
-        return olds, news, [path.decode("utf-8", "surrogateescape") for path in fields[1 : len(fields) : 2]]
+        entries = parse_raw_diff(self.run(["diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", old, new]).stdout).get("", [])
+
+        def blobs(sides: Iterable[tuple[str, str] | None]) -> list[str]:
+            return [oid for mode, oid in filter(None, sides) if mode != _GITLINK_MODE]
+
+        return blobs(e.old_entry for e in entries), blobs(e.new_entry for e in entries), [e.path for e in entries]
 
     def pager(self) -> str:
         """The pager git would use for the user (``GIT_PAGER``, ``core.pager`` of any config, ``PAGER``, else less); empty for none.
@@ -1490,6 +1486,7 @@ def parse_ls_tree(out: bytes) -> list[TreeEntry]:
 
 
 _ABSENT_MODE = "000000"  # diff-tree's mode for the side of a path that is not there
+_GITLINK_MODE = "160000"  # a submodule's entry: a commit of another repository, no blob
 
 
 @dataclass(frozen=True, slots=True)
