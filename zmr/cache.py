@@ -831,8 +831,7 @@ class Cache:
             return mirror
         with self.lock(mirror):
             needed = mirror.repo.missing_objects(wanted)
-            if move is not None and local is not None and needed:
-                self._fetch_move(mirror, move, needed, local, display)
+            if move is not None and local is not None and needed and self._fetch_move(mirror, move, needed, local, display):
                 needed = mirror.repo.missing_objects(needed)
             copied = set(self._local_blobs(local, needed) if local is not None and needed else [])
             self._copy_and_fetch(mirror, local, sorted(copied), [oid for oid in needed if oid not in copied], display)
@@ -888,8 +887,9 @@ class Cache:
             except git.GitError as err:
                 self._note(f"{display}: blobs not copied from {local.git_dir} ({err.git_lines[-1] if err.git_lines else err}); fetched instead")
 
-    def _fetch_move(self, mirror: Mirror, move: tuple[str, str], needed: Sequence[str], local: git.Repo, display: str) -> None:
-        """The blobs of the new pin of *move* that its old pin's tree lacks: one depth-1 fetch of the new pin offering the old one as have.
+    def _fetch_move(self, mirror: Mirror, move: tuple[str, str], needed: Sequence[str], local: git.Repo, display: str) -> bool:
+        """The blobs of the new pin of *move* that its old pin's tree lacks: one depth-1 fetch of the new pin offering the old one as have
+        (True when it was made and brought them).
 
         The same blobs a fetch by id asks for, but the server finds them by
         walking both trees, so it knows each one's path: its delta search
@@ -914,9 +914,9 @@ class Cache:
         """
         old, new = move
         if old == new or not {old, new} <= self._shallow(mirror):
-            return
+            return False
         if not set(needed) - {entry.oid for entry in self._listing(mirror, old)} or not self._has_tree_of(local, mirror, old):
-            return
+            return False
         objects = local.git_path("objects")
         alternates = [str(objects)] if objects is not None and not re.search(r'[:"\n]', str(objects)) else []
         try:
@@ -936,6 +936,8 @@ class Cache:
         except git.GitError as err:  # refused, cut off, or a base that is not what its id says (git's "corrupt": the project's, maybe)
             said = [line for line in err.stderr_text.splitlines() if line.startswith(("fatal:", "error:"))]  # the first says why
             self._note(f"{display}: the fetch of {new[:12]} against {old[:12]} failed ({said[0] if said else _last_line(err)}); its blobs were fetched by id")
+            return False
+        return True
 
     def _has_tree_of(self, local: git.Repo, mirror: Mirror, commit: str) -> bool:
         """Whether *local*, not a partial clone (``_local_blobs`` says why), has the tree of *commit* (a commit of *mirror*)."""
