@@ -12,6 +12,8 @@ and writes, under --out (default: the repository root):
 
   upstreams/<upstream>.bundle   branch main and HEAD, the whole history
   manifests/demo.yaml           the repository's manifest with each component's `commit:` set to its pin
+  manifests/demo-moe.yaml       the MoE demo's, each `commit:` set to the upstream's main (the MoE commits
+                                are the last after-pin mails), where that manifest exists
 
 For each upstream: copy the tree, reverse-apply the before-pin mails newest first
 to reach the first commit's tree, commit it, `git am` the before-pin mails (which
@@ -43,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "demo"
 MANIFEST = "manifests/demo.yaml"
+MOE_MANIFEST = "manifests/demo-moe.yaml"  # pinned at each upstream's main: the MoE commits come last
 UPSTREAMS = {"rollout": "toy-rollout", "trainer": "toy-trainer"}  # manifest component -> upstream
 
 GIT_OPTS = [
@@ -134,19 +137,21 @@ def generate(out: Path, quiet: bool = False) -> None:
         work = Path(tmpdir)
         (work / "home").mkdir()
         env = git_env(work / "home")
-        pins = {}
+        pins, mains = {}, {}
         for component, name in UPSTREAMS.items():
             repo, pins[component] = build_upstream(name, work, env)
+            mains[component] = git(repo, "rev-parse", "main", env=env).strip()
             bundle, tmp = out / "upstreams" / f"{name}.bundle", work / f"{name}.bundle"
             git(repo, "bundle", "create", "-q", str(tmp), "HEAD", "main", env=env)
             if bundle_heads(bundle, env) != bundle_heads(tmp, env):
                 bundle.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(tmp, bundle)
             if not quiet:
-                main = git(repo, "rev-parse", "main", env=env).strip()
-                print(f"{component}: pin {pins[component]}, upstream main {main}")
-    manifest = pin_manifest((ROOT / MANIFEST).read_text(encoding="utf-8"), pins)
-    write_if_changed(out / MANIFEST, manifest.encode("utf-8"))
+                print(f"{component}: pin {pins[component]}, upstream main {mains[component]}")
+    for rel, commits in ((MANIFEST, pins), (MOE_MANIFEST, mains)):
+        if rel == MANIFEST or (ROOT / rel).exists():
+            manifest = pin_manifest((ROOT / rel).read_text(encoding="utf-8"), commits)
+            write_if_changed(out / rel, manifest.encode("utf-8"))
 
 
 def check(root: Path) -> int:
@@ -160,8 +165,10 @@ def check(root: Path) -> int:
             rel = f"upstreams/{name}.bundle"
             if bundle_heads(root / rel, env) != bundle_heads(tmp / "out" / rel, env):
                 bad.append(rel)
-        if not (root / MANIFEST).exists() or (root / MANIFEST).read_bytes() != (tmp / "out" / MANIFEST).read_bytes():
-            bad.append(MANIFEST)
+        for rel in (MANIFEST, MOE_MANIFEST):
+            fresh = tmp / "out" / rel
+            if fresh.exists() and (not (root / rel).exists() or (root / rel).read_bytes() != fresh.read_bytes()):
+                bad.append(rel)
     for rel in bad:
         print(f"differs: {rel} (run python scripts/make_demo.py)")
     return 1 if bad else 0
