@@ -18,6 +18,10 @@ trees do mismatch. Trees come from ZMR_TREE_ROLLOUT / ZMR_TREE_TRAINER (or
 
   python scripts/demo_bitwise.py --rollout T/rollout --trainer T/trainer
   python scripts/demo_bitwise.py ... --device cuda --hidden 2048 --heads 16 --batch-sizes 8,64,128
+  python scripts/demo_bitwise.py --moe --rollout T/rollout --trainer T/trainer   # the MoE model (demo-moe)
+
+--moe: the mixture-of-experts model of the trees' moe.py (toy_rollout.moe.MoEModel,
+toy_trainer.moe.MoEPolicy; --experts, --top-k) in place of the dense one.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ def parse_args(argv):
                    help="decode steps as CUDA graphs (trees with rollout 0008): auto (the engine's default: on where the "
                         "model can be captured, i.e. the zero-mismatch kernels on a GPU), 0 or 1")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_moe_args(p)
     args = p.parse_args(argv)
     if not args.rollout or not args.trainer:
         p.error("need the two trees: --rollout/--trainer or ZMR_TREE_ROLLOUT/ZMR_TREE_TRAINER")
@@ -85,6 +90,36 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-len", default="2:32", help="MIN:MAX prompt length (default 2:32)")
     p.add_argument("--new-tokens", default="4:24", help="MIN:MAX response length (default 4:24)")
     p.add_argument("--seed", type=int, default=0)
+
+
+def add_moe_args(p: argparse.ArgumentParser) -> None:
+    """--moe, --experts, --top-k: the options of the MoE model (trees with moe.py), shared with demo_parallel.py and demo_locate.py."""
+    p.add_argument("--moe", action="store_true", help="the mixture-of-experts model (moe.py of both trees) in place of the dense one")
+    p.add_argument("--experts", type=int, default=8, help="--moe: experts per layer (default 8)")
+    p.add_argument("--top-k", type=int, default=2, help="--moe: experts per token (default 2)")
+
+
+def moe_config(toy_rollout, args):
+    """The rollout tree's MoEConfig of --experts/--top-k, or None without --moe."""
+    if not getattr(args, "moe", False):
+        return None
+    from importlib import import_module
+
+    return import_module(f"{toy_rollout.__name__}.moe").MoEConfig(num_experts=args.experts, top_k=args.top_k)
+
+
+def save_model_weights(toy_rollout, path: Path, cfg: dict, args) -> None:
+    """Seeded weights of the dense model, or with --moe of the MoE model, written by the rollout tree's own helpers."""
+    model_cfg = toy_rollout.ModelConfig(**cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    moe = moe_config(toy_rollout, args)
+    if moe is None:
+        toy_rollout.save_weights(path, model_cfg, toy_rollout.random_weights(model_cfg, seed=args.seed))
+        return
+    from importlib import import_module
+
+    m = import_module(f"{toy_rollout.__name__}.moe")
+    m.save_moe_weights(path, model_cfg, moe, m.random_moe_weights(model_cfg, moe, seed=args.seed))
 
 
 def parse_sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -257,8 +292,12 @@ def run_pass(toy_rollout, toy_trainer, weights: Path, dtype_name: str, args, inv
     dtype = getattr(torch, DTYPES[dtype_name])
     if invariant is not None:
         os.environ[ENV_SWITCH] = "1" if invariant else "0"
-    model = toy_rollout.ToyModel.from_file(weights, device=args.device, dtype=dtype)
-    policy = toy_trainer.ToyPolicy.from_file(weights, device=args.device, dtype=dtype)
+    if args.moe:
+        model = importlib.import_module("toy_rollout.moe").MoEModel.from_file(weights, device=args.device, dtype=dtype)
+        policy = importlib.import_module("toy_trainer.moe").MoEPolicy.from_file(weights, device=args.device, dtype=dtype)
+    else:
+        model = toy_rollout.ToyModel.from_file(weights, device=args.device, dtype=dtype)
+        policy = toy_trainer.ToyPolicy.from_file(weights, device=args.device, dtype=dtype)
     rollout_records, train_records = [], []
     for batch in args.batch_sizes:
         reqs = [toy_rollout.Request(rid, prompt, n) for rid, prompt, n in make_requests(batch, args)]
@@ -313,10 +352,11 @@ def main(argv=None) -> int:
     }
     toy_rollout, toy_trainer, switch = import_trees(rollout, trainer)
     # Seeded weights in the layout both packages load, made by the rollout tree's own helpers.
-    model_cfg = toy_rollout.ModelConfig(**cfg)
+    if args.moe and not all(importlib.util.find_spec(f"{m}.moe") for m in ("toy_rollout", "toy_trainer")):
+        print("error: --moe needs trees with moe.py (upstream main of both toy engines; the demo-moe pins)", file=sys.stderr)
+        return 2
     weights = artifacts / "weights.safetensors"
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    toy_rollout.save_weights(weights, model_cfg, toy_rollout.random_weights(model_cfg, seed=args.seed))
+    save_model_weights(toy_rollout, weights, cfg, args)
     saved_switch = os.environ.get(ENV_SWITCH)
     trees = {k: c for k, c in (("rollout", tree_commit(rollout)), ("trainer", tree_commit(trainer))) if c}
 
@@ -329,7 +369,7 @@ def main(argv=None) -> int:
             for mode, invariant in modes:
                 r_recs, t_recs = run_pass(toy_rollout, toy_trainer, weights, dtype_name, args, invariant)
                 folder = artifacts / mode / dtype_name
-                prov = {"model": "demo", "mode": mode, "dtype": dtype_name, "device": args.device}
+                prov = {"model": "demo-moe" if args.moe else "demo", "mode": mode, "dtype": dtype_name, "device": args.device}
                 if trees:
                     prov["trees"] = trees
                 write_dump(folder / "rollout.jsonl", r_recs, dict(prov, side="rollout"))
@@ -371,7 +411,7 @@ def main(argv=None) -> int:
     summary = {
         "ok": ok, "expect_mismatch": args.expect_mismatch, "zero_mismatch_switch": switch,
         "device": args.device, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "config": cfg, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
+        "config": cfg, "moe": {"experts": args.experts, "top_k": args.top_k} if args.moe else None, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
         "results": results, "problems": problems, "seconds": round(elapsed, 1),
         "zmr_mismatch": bool(_ZMR_MISMATCH),
         "cuda_graphs": {f"{d}/{mode}": used for d, mode, used in sorted(GRAPHS_USED)},
