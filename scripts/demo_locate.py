@@ -19,6 +19,12 @@ rollout's prefill_attention/decode_attention are the trainer's attention).
 Trees come from --rollout/--trainer or ZMR_TREE_ROLLOUT/ZMR_TREE_TRAINER
 (e.g. `git worktree add` of rollout/demo and trainer/demo after `zmr build
 demo`, or the upstream pins for the "before" picture).
+
+--moe: the mixture-of-experts model (trees of demo-moe: toy_rollout.moe.MoEModel,
+toy_trainer.moe.MoEPolicy), recording also the router (route), the expert GEMMs
+(expert_outputs) and the combine of each MoE layer; --moe-combine standard runs
+it with TOY_MOE_COMBINE=standard (each side's own arrival-order combine in
+place of the fixed one).
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ ROLLOUT_FUNCTIONS = {
     "toy_rollout.attention": ["prefill_attention", "decode_attention"],
 }
 TRAINER_FUNCTIONS = {"toy_trainer.ops": ["linear", "rms_norm", "silu", "attention"]}
+MOE_FUNCTIONS = {"{pkg}.moe_invariant": ["route", "expert_outputs"], "{pkg}.moe": ["combine"]}  # with --moe, both sides
+
+
+def _functions(base: dict[str, list[str]], pkg: str, moe: bool) -> dict[str, list[str]]:
+    return {**base, **{m.format(pkg=pkg): names for m, names in MOE_FUNCTIONS.items()}} if moe else base
 NAME_MAP = """\
 # zmr locate --map: rollout operation names -> the trainer's
 rollout:
@@ -140,29 +151,36 @@ def trace_engine(model, engine, requests, rec, *, sample_inputs: bool):
     return close_step
 
 
-def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_running: int, seed: int):
+def record_rollout(toy_rollout, weights, cfg, requests, out: Path, dtype, max_running: int, seed: int, moe=None):
     """Serve *requests* with the engine, one step file per prefill or decode; returns the completions."""
     from zmr.evidence import locate
 
-    model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
+    if moe is not None:
+        model = importlib.import_module("toy_rollout.moe").MoEModel(cfg, moe, weights, dtype=dtype)
+    else:
+        model = toy_rollout.ToyModel(cfg, weights, dtype=dtype)
     engine = toy_rollout.Engine(model, max_running=max_running, seed=seed)
     rec = locate.Recorder(out, side="rollout", overwrite=True)
     close_step = trace_engine(model, engine, requests, rec, sample_inputs=True)
     reqs = [toy_rollout.Request(rid, prompt, n) for rid, prompt, n in requests]
     with rec, contextlib.ExitStack() as stack:
-        _traced(stack, ROLLOUT_FUNCTIONS)
+        _traced(stack, _functions(ROLLOUT_FUNCTIONS, "toy_rollout", moe is not None))
         completions = engine.generate(reqs)
         close_step()
     return completions
 
 
-def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> None:
+def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype, moe=None) -> None:
     """Score the completions teacher-forced in one batch, as one step."""
     import torch
 
     from zmr.evidence import locate
 
-    policy = toy_trainer.ToyPolicy(cfg, weights, dtype=dtype)
+    if moe is not None:
+        tmoe = importlib.import_module("toy_trainer.moe")
+        policy = tmoe.MoEPolicy(cfg, tmoe.MoEConfig(num_experts=moe.num_experts, top_k=moe.top_k), weights, dtype=dtype)
+    else:
+        policy = toy_trainer.ToyPolicy(cfg, weights, dtype=dtype)
     prompts = [c.prompt for c in completions]
     responses = [c.tokens for c in completions]
     ids, lengths = toy_trainer.pack(prompts, responses, "cpu")
@@ -179,7 +197,7 @@ def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> 
     policy.forward = traced_forward
     seqs, positions, tokens, logits_rows, values = [], [], [], [], []
     with locate.Recorder(out, side="trainer", overwrite=True) as rec, contextlib.ExitStack() as stack:
-        _traced(stack, TRAINER_FUNCTIONS)
+        _traced(stack, _functions(TRAINER_FUNCTIONS, "toy_trainer", moe is not None))
         with rec.step(rows, label="score"), torch.no_grad():
             scored = toy_trainer.response_logprobs(policy, prompts, responses)
             for b, (c, lp) in enumerate(zip(completions, scored)):
@@ -195,8 +213,12 @@ def record_trainer(toy_trainer, weights, cfg, completions, out: Path, dtype) -> 
 
 
 def record(rollout_tree, trainer_tree, out, *, dtype: str = "fp32", requests: int = 4, max_running: int = 3,
-           prompt_len=(2, 12), new_tokens=(3, 8), seed: int = 0, threads: int = 1) -> dict:
-    """Record both sides into OUT/rollout and OUT/trainer, write OUT/names.yaml; returns a summary."""
+           prompt_len=(2, 12), new_tokens=(3, 8), seed: int = 0, threads: int = 1, moe: dict | None = None,
+           moe_combine: str = "fixed") -> dict:
+    """Record both sides into OUT/rollout and OUT/trainer, write OUT/names.yaml; returns a summary.
+
+    moe: {"num_experts": E, "top_k": k} for the MoE model (trees of demo-moe); moe_combine "standard": run with
+    TOY_MOE_COMBINE=standard."""
     import torch
 
     if threads > 0:
@@ -205,12 +227,26 @@ def record(rollout_tree, trainer_tree, out, *, dtype: str = "fp32", requests: in
     out.mkdir(parents=True, exist_ok=True)
     toy_rollout, toy_trainer = import_trees(Path(rollout_tree).resolve(), Path(trainer_tree).resolve())
     cfg = toy_rollout.ModelConfig()
-    weights = toy_rollout.random_weights(cfg, seed=seed)
+    moe_cfg = None
+    if moe is not None:
+        rmoe = importlib.import_module("toy_rollout.moe")
+        moe_cfg = rmoe.MoEConfig(**moe)
+        weights = rmoe.random_moe_weights(cfg, moe_cfg, seed=seed)
+    else:
+        weights = toy_rollout.random_weights(cfg, seed=seed)
     tcfg = toy_trainer.ModelConfig(**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__})
     torch_dtype = getattr(torch, DTYPES[dtype])
     reqs = make_requests(requests, cfg.vocab_size, prompt_len, new_tokens, seed)
-    completions = record_rollout(toy_rollout, weights, cfg, reqs, out / "rollout", torch_dtype, max_running, seed)
-    record_trainer(toy_trainer, weights, tcfg, completions, out / "trainer", torch_dtype)
+    saved = os.environ.get("TOY_MOE_COMBINE")
+    os.environ["TOY_MOE_COMBINE"] = moe_combine
+    try:
+        completions = record_rollout(toy_rollout, weights, cfg, reqs, out / "rollout", torch_dtype, max_running, seed, moe_cfg)
+        record_trainer(toy_trainer, weights, tcfg, completions, out / "trainer", torch_dtype, moe_cfg)
+    finally:
+        if saved is None:
+            os.environ.pop("TOY_MOE_COMBINE", None)
+        else:
+            os.environ["TOY_MOE_COMBINE"] = saved
     (out / "names.yaml").write_text(NAME_MAP, encoding="utf-8")
     return {
         "rollout": str(out / "rollout"), "trainer": str(out / "trainer"), "map": str(out / "names.yaml"),
@@ -231,6 +267,11 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", default="3:8", help="MIN:MAX (default 3:8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    p.add_argument("--moe", action="store_true", help="the mixture-of-experts model (trees of demo-moe)")
+    p.add_argument("--experts", type=int, default=8, help="--moe: experts per layer (default 8)")
+    p.add_argument("--top-k", type=int, default=2, help="--moe: experts per token (default 2)")
+    p.add_argument("--moe-combine", choices=["fixed", "standard"], default="fixed",
+                   help="--moe: the fixed-order combine, or each side's own (TOY_MOE_COMBINE=standard)")
     args = p.parse_args(argv)
     if not args.rollout or not args.trainer:
         p.error("need the two trees: --rollout/--trainer or ZMR_TREE_ROLLOUT/ZMR_TREE_TRAINER")
@@ -242,7 +283,9 @@ def main(argv=None) -> int:
         p.error("--prompt-len and --new-tokens are MIN:MAX with MIN >= 1")
     summary = record(args.rollout, args.trainer, args.out, dtype=args.dtype, requests=args.requests,
                      max_running=args.max_running, prompt_len=prompt_len, new_tokens=new_tokens,
-                     seed=args.seed, threads=args.threads)
+                     seed=args.seed, threads=args.threads,
+                     moe={"num_experts": args.experts, "top_k": args.top_k} if args.moe else None,
+                     moe_combine=args.moe_combine)
     print(f"{summary['tokens']} tokens, {summary['steps']} rollout steps; now run:")
     print(f"  zmr locate {summary['rollout']} {summary['trainer']} --map {summary['map']}")
     return 0

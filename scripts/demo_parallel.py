@@ -33,6 +33,16 @@ partial products with one GEMM over its whole share of K (a broken layout).
 
   python scripts/demo_parallel.py --rollout T/rollout --trainer T/trainer --tp 2 --cp 2
   python scripts/demo_parallel.py --rollout T/rollout --trainer T/trainer --locate build/tp-locate --break-rank 1
+  python scripts/demo_parallel.py --moe --rollout M/rollout --trainer M/trainer --tp 2 --cp 2   # demo-moe trees
+
+--moe: the mixture-of-experts model (trees of demo-moe): the rollout is
+toy_rollout.moe.MoETPModel, attention tensor parallel and the experts split
+over the same TP ranks (expert parallel N = TP N; N must divide --experts),
+the trainer toy_trainer.moe.MoEPolicy (every expert on every CP rank). The
+invariant mode gathers the expert slots and combines them in one fixed order;
+the standard mode adds each rank's experts into a partial sum as they arrive
+and all-reduces it (the negative control). --standard-part ep-combine is that
+combine alone in the invariant mode.
 """
 
 from __future__ import annotations
@@ -64,6 +74,7 @@ STANDARD_PARTS = {
     "column": "column-parallel GEMMs: one GEMM per rank over its columns (no fixed blocks)",
     "vocab": "log-softmax over the split vocabulary: torch sums, all-reduce",
     "cp-attention": "attention across CP ranks: per-rank partial softmax, log-sum-exp merge",
+    "ep-combine": "--moe: the expert-parallel combine: each rank's experts added as they arrive, all-reduce",
 }
 
 
@@ -89,6 +100,7 @@ def parse_args(argv):
                    help="which split sum matters: the invariant mode with this one part done the standard way on both sides "
                         "(reports only: exit 0 when the run completes)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    db.add_moe_args(p)
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -106,6 +118,10 @@ def parse_args(argv):
         p.error("--break-rank needs --locate and a rank below --tp")
     if args.standard_part and args.locate:
         p.error("--standard-part is for the bitwise comparison, not --locate")
+    if args.moe and (args.locate or args.experts % args.tp or not 1 <= args.top_k <= args.experts):
+        p.error("--moe: --tp (the expert-parallel size too) must divide --experts, 1 <= --top-k <= --experts; no --locate")
+    if args.standard_part == "ep-combine" and not args.moe:
+        p.error("--standard-part ep-combine needs --moe")
     return args
 
 
@@ -196,7 +212,8 @@ def main(argv=None) -> int:
               "tp": args.tp, "cp": args.cp, "world": world, "device": args.device, "dtypes": args.dtypes,
               "batch_sizes": args.batch_sizes, "max_running": args.max_running, "seed": args.seed, "threads": args.threads,
               "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "timeout": args.timeout,
-              "standard_part": args.standard_part}
+              "standard_part": args.standard_part,
+              "moe": {"num_experts": args.experts, "top_k": args.top_k} if args.moe else None}
     with tempfile.TemporaryDirectory(prefix="run-", dir=artifacts) as tmp:
         ranks = run_world(world, Path(tmp), config, args.timeout, args.device)
     main_rank = ranks[0]
@@ -209,7 +226,7 @@ def main(argv=None) -> int:
                 for part, n in (("rollout", args.tp), ("trainer_cp", args.cp)):
                     if r < n and got[part] != want[part]:
                         problems.append(f"{dtype}/{mode}: {part} of rank {r} differs from rank 0")
-    tp_name, cp_name = f"rollout-tp{args.tp}", f"trainer-cp{args.cp}"
+    tp_name, cp_name = f"rollout-tp{args.tp}" + (f"-ep{args.tp}" if args.moe else ""), f"trainer-cp{args.cp}"
     results: dict = {}
     lines = []
     trees = {k: c for k, c in (("rollout", db.tree_commit(rollout)), ("trainer", db.tree_commit(trainer))) if c}
@@ -217,7 +234,7 @@ def main(argv=None) -> int:
         for mode, _ in MODES:
             rec = main_rank["results"][dtype][mode]
             folder = artifacts / mode / dtype
-            prov = {"model": "demo", "mode": mode, "dtype": dtype, "device": args.device, "tp": args.tp, "cp": args.cp}
+            prov = {"model": "demo-moe" if args.moe else "demo", "mode": mode, "dtype": dtype, "device": args.device, "tp": args.tp, "cp": args.cp}
             if trees:
                 prov["trees"] = trees
             # the negative control must differ where the two sides' layouts differ (at size 1 the standard path
@@ -254,7 +271,8 @@ def main(argv=None) -> int:
                "torch": main_rank["torch"], "config": cfg, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
                "prompt_len": list(args.prompt_len), "new_tokens": list(args.new_tokens), "seed": args.seed,
                "results": results, "problems": problems, "seconds": round(elapsed, 1), "trees": trees,
-               "standard_part": args.standard_part and {args.standard_part: STANDARD_PARTS[args.standard_part]}}
+               "standard_part": args.standard_part and {args.standard_part: STANDARD_PARTS[args.standard_part]},
+               "moe": config["moe"]}
     (artifacts / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     out = sys.stderr if args.json else sys.stdout
     if args.standard_part:
@@ -265,7 +283,7 @@ def main(argv=None) -> int:
     if args.standard_part:
         verdict = f"ablation run (--standard-part {args.standard_part}), reported, not judged"
     print(f"{'OK' if ok else 'FAIL'}: {verdict} "
-          f"(TP {args.tp}, CP {args.cp}, {args.device}, hidden {args.hidden}, {elapsed:.1f} s; dumps in {artifacts})", file=out)
+          f"(TP {args.tp}{f', EP {args.tp}, MoE {args.experts} experts top-{args.top_k}' if args.moe else ''}, CP {args.cp}, {args.device}, hidden {args.hidden}, {elapsed:.1f} s; dumps in {artifacts})", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
     return 0 if ok else 1
@@ -360,8 +378,13 @@ def worker(rank: int, run_dir: Path) -> int:
         tp_group = rli.Group.of(tp_pg) if rank < config["tp"] else None
         cp_group = tli.Group.of(cp_pg) if rank < config["cp"] else None
         mcfg = toy_rollout.ModelConfig(**config["cfg"])
-        weights = toy_rollout.random_weights(mcfg, seed=config["seed"])
         tcfg = toy_trainer.ModelConfig(**config["cfg"])
+        if config.get("moe"):
+            rmoe = importlib.import_module("toy_rollout.moe")
+            moe = rmoe.MoEConfig(**config["moe"])
+            weights = rmoe.random_moe_weights(mcfg, moe, seed=config["seed"])
+        else:
+            weights = toy_rollout.random_weights(mcfg, seed=config["seed"])
         if config["task"] == "locate":
             result = locate_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, rli, tli, mcfg, tcfg, weights, tp_group, device)
         else:
@@ -375,7 +398,12 @@ def worker(rank: int, run_dir: Path) -> int:
 
 
 def _rollout(config, toy_rollout, rpar, mcfg, weights, group, device, dtype, invariant, requests):
-    model = rpar.TPModel(mcfg, weights, group, device=device, dtype=dtype, layout_invariant=invariant)
+    if config.get("moe"):
+        rmoe = importlib.import_module("toy_rollout.moe")
+        model = rmoe.MoETPModel(mcfg, rmoe.MoEConfig(**config["moe"]), weights, group, device=device, dtype=dtype,
+                                layout_invariant=invariant)
+    else:
+        model = rpar.TPModel(mcfg, weights, group, device=device, dtype=dtype, layout_invariant=invariant)
     engine = rpar.TPEngine(model, max_running=min(len(requests), config["max_running"]), seed=config["seed"])
     return engine.generate([toy_rollout.Request(rid, prompt, n) for rid, prompt, n in requests])
 
@@ -385,12 +413,18 @@ def bitwise_worker(config, rank, toy_rollout, toy_trainer, rpar, tpar, tli, mcfg
     import torch.distributed as dist
 
     results: dict = {}
-    if config.get("standard_part"):
+    if config.get("standard_part") == "ep-combine":
+        _standard_ep_combine(importlib.import_module("toy_rollout.moe"))
+    elif config.get("standard_part"):
         for li in (importlib.import_module("toy_rollout.layout_invariant"), tli):
             _standard_part(li, config["standard_part"])
     for dtype_name in config["dtypes"]:
         dtype = getattr(torch, DTYPES[dtype_name])
-        policy = toy_trainer.ToyPolicy(tcfg, weights, device=device, dtype=dtype, batch_invariant=True)
+        if config.get("moe"):
+            tmoe = importlib.import_module("toy_trainer.moe")
+            policy = tmoe.MoEPolicy(tcfg, tmoe.MoEConfig(**config["moe"]), weights, device=device, dtype=dtype, batch_invariant=True)
+        else:
+            policy = toy_trainer.ToyPolicy(tcfg, weights, device=device, dtype=dtype, batch_invariant=True)
         for mode, invariant in MODES:
             out = results.setdefault(dtype_name, {}).setdefault(mode, {"rollout": [], "trainer_cp": [], "trainer_tp1": []})
             for batch in config["batch_sizes"]:
@@ -428,6 +462,19 @@ def _standard_part(li, part: str) -> None:
     elif part == "cp-attention":  # only where the keys are split: one process keeps the fixed tree
         invariant = li.cp_attention
         li.cp_attention = lambda q, k, v, lengths, group: (li.standard_cp_attention if group.size > 1 else invariant)(q, k, v, lengths, group)
+
+
+def _standard_ep_combine(rmoe) -> None:
+    """--standard-part ep-combine: MoETPModel's layer with the standard expert-parallel combine in the invariant mode."""
+    mi = rmoe.mi
+
+    def mlp_residual(self, i, x):
+        p = f"layers.{i}.moe."
+        h = self._norm(x, f"layers.{i}.mlp_norm.weight")
+        weights, ids = mi.route(h, self.w[p + "router.weight"], self.moe.top_k)
+        return mi.standard_expert_parallel(x, h, ids, weights, self.w[p + "w13"], self.w[p + "w2"], self.group)
+
+    rmoe.MoETPModel._mlp_residual = mlp_residual
 
 
 def _records(done, lps) -> list[dict]:
