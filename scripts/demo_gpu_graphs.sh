@@ -21,6 +21,10 @@
 #   PART=e  trees whose GEMM_ROWS is the choice of demo_gemm_chunks.py --choose-from (part d's JSON): throughput
 #           + roofline of the GPU-bound model (standard_varlen, zero_mismatch) and of the small one, bitwise on both.
 #
+#   PART=moe  trees of demo-moe (the MoE model): bitwise with graphs on a 2048-wide MoE (8 experts of 1024, top-2)
+#           and on the GPU-bound MoE preset; the decode step and engine of the GPU-bound MoE (--preset gpu-bound-moe)
+#           against the standard grouped-GEMM and per-expert cuBLAS arms, bf16, batches 8 and 128, with the roofline.
+#
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=a bash scripts/demo_gpu_graphs.sh
 #   ROLLOUT=tree TRAINER=tree OUT=dir PART=b TILES=tiles.json bash scripts/demo_gpu_graphs.sh
 #
@@ -98,6 +102,12 @@ elif [ "$PART" = d ]; then  # fixed-shape cuBLAS: measured first, then the trees
     step profile-gpu-bound 60 "$PY" scripts/demo_throughput.py --rollout "$ROLLOUT" --device cuda --preset gpu-bound \
         --arms standard_varlen,zero_mismatch --dtype bf16 --max-running 128 --requests 128 --prompt-len 32 --new-tokens 32 \
         --reps 1 --profile --profile-requests 128
+elif [ "$PART" = moe ]; then  # the MoE demo: bitwise with graphs, then the overhead against the standard MoE arms
+    step bitwise-moe-small 150 bitwise bitwise-moe-small --moe "${SMALL[@]}" --intermediate 1024
+    step throughput-gpu-bound-moe 240 "$PY" scripts/demo_throughput.py --rollout "$ROLLOUT" --device cuda --moe \
+        --preset gpu-bound-moe --arms standard,standard_dense,zero_mismatch --dtype bf16 --max-running 8,128 \
+        --requests "$REQUESTS" --prompt-len 32 --new-tokens 32 --reps "$REPS"
+    step bitwise-gpu-bound-moe 150 bitwise bitwise-gpu-bound-moe --moe "${GPU_BOUND[@]}" --intermediate 2048
 elif [ "$PART" = e ]; then  # the trees' own GEMM_ROWS (demo_gemm_chunks.py --choose-from part d's JSON): both models again
     step throughput-gpu-bound 130 throughput gpu-bound standard_varlen,zero_mismatch
     step bitwise-gpu-bound 90 bitwise bitwise-gpu-bound "${GPU_BOUND[@]}"

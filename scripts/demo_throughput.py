@@ -57,6 +57,21 @@ launch on a GPU; Triton kernels are not tensor operations and are counted by
 the profiler only) and, on CUDA, one under torch.profiler summing the GPU
 kernel time by kernel (kernels only: no CPU events). --profile-requests N
 profiles the first N requests only (the figures are per token).
+
+--moe (a rollout tree of demo-moe): the mixture-of-experts model
+(toy_rollout.moe.MoEModel; --experts, --top-k, --intermediate per expert;
+--preset gpu-bound-moe: hidden 4096, 8 layers, 32 heads, vocab 32000, 8
+experts of 2048, top-2). Its standard arms keep the attention above and run
+the MoE layer the fastest standard ways that a CUDA graph can capture:
+standard (router softmax and top-k, the token copies sorted by expert, one
+PyTorch grouped GEMM, torch._grouped_mm, per projection over all experts;
+dropped with the reason where a probe finds it missing or wrong) and
+standard_dense (per-expert cuBLAS GEMMs over every row of the step, the
+routing weights zero for the rows not routed there: no host synchronisation
+for the row counts, and a decode step reads every expert's weights anyway);
+both add the k weighted outputs with torch.sum. The roofline counts the
+experts a step must read (the expected number of distinct experts of B x k
+routing choices) and the FLOPs of the routed rows only.
 """
 
 from __future__ import annotations
@@ -68,10 +83,12 @@ import statistics
 import sys
 import time
 
-ARMS = ("upstream", "standard", "standard_varlen", "standard_gather", "zero_mismatch")
+ARMS = ("upstream", "standard", "standard_varlen", "standard_gather", "standard_dense", "zero_mismatch")
 PRESETS = {
     "small": {"hidden": 2048, "layers": 4, "heads": 16, "vocab": 512},
     "gpu-bound": {"hidden": 4096, "layers": 8, "heads": 32, "vocab": 32000},
+    "gpu-bound-moe": {"hidden": 4096, "layers": 8, "heads": 32, "vocab": 32000, "intermediate": 2048, "moe": True,
+                      "experts": 8, "top_k": 2},
 }
 # Datasheet peaks (dense): HBM GB/s, bf16 tensor-core TFLOP/s, fp32 (FMA, no tf32) TFLOP/s; matched on the device name.
 PEAKS = (
@@ -89,14 +106,24 @@ def device_peaks(name: str) -> dict | None:
     return None
 
 
-def step_cost(cfg, batch: int, context: int, elem: int) -> dict:
-    """What one decode step of `batch` sequences with `context` cached keys each must read and compute."""
+def step_cost(cfg, batch: int, context: int, elem: int, moe=None) -> dict:
+    """What one decode step of `batch` sequences with `context` cached keys each must read and compute.
+
+    moe (experts, top_k): each layer's MLP is experts of cfg.intermediate_size; the step reads the router and the
+    expected number of distinct experts that batch x top_k uniform routing choices touch, and computes top_k experts
+    per row."""
     h, f, v, n = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_layers
     gemm_weights = n * (4 * h * h + 3 * h * f) + v * h
+    row_weights = gemm_weights  # weights one row multiplies by
+    if moe is not None:
+        experts, top_k = moe
+        touched = experts * (1 - (1 - top_k / experts) ** batch)
+        gemm_weights = n * (4 * h * h + experts * h + touched * 3 * h * f) + v * h
+        row_weights = n * (4 * h * h + experts * h + top_k * 3 * h * f) + v * h
     weight_bytes = elem * (gemm_weights + (2 * n + 1) * h)
     keys = context + 1  # the cached keys and the step's own
     kv_bytes = elem * batch * keys * n * 2 * h
-    flops = 2 * batch * gemm_weights + n * batch * 4 * keys * h
+    flops = 2 * batch * row_weights + n * batch * 4 * keys * h
     return {"weight_bytes": weight_bytes, "kv_bytes": kv_bytes, "bytes": weight_bytes + kv_bytes, "flops": flops}
 
 
@@ -142,9 +169,55 @@ def probe_varlen(torch, device, dtype) -> str | None:
         return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def standard_model_class(ToyModel, gather: bool = False, varlen: bool = False):
+def moe_standard(torch, F, h, router, w13, w2, top_k: int, grouped: bool):
+    """The standard MoE layer of the --moe arms, without host synchronisation: h [T, hidden]; w13 [E, 2f, hidden],
+    w2 [E, hidden, f]. grouped: token copies sorted by expert, torch._grouped_mm per projection; else every expert
+    on every row (cuBLAS), unrouted rows weighted 0. The k weighted outputs added by torch.sum."""
+    experts, inter = w13.shape[0], w2.shape[-1]
+    probs = torch.softmax(F.linear(h, router).float(), dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    weights = (weights / weights.sum(-1, keepdim=True)).to(h.dtype)
+    if grouped:
+        flat = ids.flatten()
+        order = torch.argsort(flat)
+        counts = torch.zeros(experts, dtype=torch.int64, device=h.device).index_add_(0, flat, torch.ones_like(flat))
+        offs = torch.cumsum(counts, 0).to(torch.int32)  # (bincount would read its length on the host)
+        gate, up = torch._grouped_mm(h[order // top_k], w13.transpose(-2, -1), offs=offs).split(inter, -1)
+        y = torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
+        slots = torch.empty_like(y)
+        slots[order] = y
+        return (slots.view(*ids.shape, -1) * weights[..., None]).sum(-2)
+    dense = torch.zeros(h.shape[0], experts, dtype=h.dtype, device=h.device).scatter_(1, ids, weights)
+    out = None
+    for e in range(experts):
+        gate, up = F.linear(h, w13[e]).split(inter, -1)
+        y = F.linear(F.silu(gate) * up, w2[e]) * dense[:, e:e + 1]
+        out = y if out is None else out + y
+    return out
+
+
+def probe_grouped_mm(torch, device, dtype) -> str | None:
+    """None if torch._grouped_mm runs here on unaligned groups (some empty) and agrees with per-expert GEMMs."""
+    import torch.nn.functional as F
+
+    try:
+        g = torch.Generator(device=device).manual_seed(5)
+        h = torch.randn(13, 256, generator=g, device=device, dtype=dtype)
+        router = torch.randn(8, 256, generator=g, device=device, dtype=dtype)
+        w13 = torch.randn(8, 2 * 128, 256, generator=g, device=device, dtype=dtype) / 16
+        w2 = torch.randn(8, 256, 128, generator=g, device=device, dtype=dtype) / 12
+        a = moe_standard(torch, F, h, router, w13, w2, 2, grouped=True).float()
+        b = moe_standard(torch, F, h, router, w13, w2, 2, grouped=False).float()
+        err = float((a - b).norm() / b.norm())
+        return None if err < 2e-2 else f"differs from per-expert GEMMs by {err:.2e}"
+    except Exception as exc:  # noqa: BLE001 - a missing kernel drops the arm, with the reason
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def standard_model_class(ToyModel, gather: bool = False, varlen: bool = False, moe=None):
     """ToyModel with the fastest standard kernels (see the module docstring); gather: the copying decode;
-    varlen: decode attention by varlen_decode_attention."""
+    varlen: decode attention by varlen_decode_attention; moe ("grouped" or "dense", experts, top_k): an MoEModel's
+    weights, its MoE layer by moe_standard."""
     import torch
     import torch.nn.functional as F
 
@@ -154,11 +227,18 @@ def standard_model_class(ToyModel, gather: bool = False, varlen: bool = False):
             for i in range(cfg.num_layers):
                 p = f"layers.{i}."
                 self.w[p + "qkv_t"] = torch.cat([self.w[p + f"attn.{x}_proj.weight"] for x in "qkv"])
-                self.w[p + "gate_up_t"] = torch.cat([self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"]])
                 self.w[p + "o_t"] = self.w[p + "attn.o_proj.weight"].t()
-                self.w[p + "down_t"] = self.w[p + "mlp.down_proj.weight"].t()
                 for x in ("q", "k", "v"):  # only the concatenated copies are used: free the rest
                     del self.w[p + f"attn.{x}_proj.weight"]
+                if moe is not None:
+                    m = p + "moe."
+                    experts = range(moe[1])
+                    self.w[m + "w13"] = torch.stack([torch.cat([self.w.pop(f"{m}experts.{e}.gate_proj.weight"),
+                                                                self.w.pop(f"{m}experts.{e}.up_proj.weight")]) for e in experts])
+                    self.w[m + "w2"] = torch.stack([self.w.pop(f"{m}experts.{e}.down_proj.weight") for e in experts])
+                    continue
+                self.w[p + "gate_up_t"] = torch.cat([self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"]])
+                self.w[p + "down_t"] = self.w[p + "mlp.down_proj.weight"].t()
                 del self.w[p + "mlp.gate_proj.weight"], self.w[p + "mlp.up_proj.weight"]
 
         @property
@@ -173,6 +253,10 @@ def standard_model_class(ToyModel, gather: bool = False, varlen: bool = False):
             qkv = F.linear(self._norm(x, p + "attn_norm.weight"), self.w[p + "qkv_t"]).view(x.shape[0], 3, cfg.num_heads, cfg.head_dim)
             a = attend(qkv[:, 0], qkv[:, 1], qkv[:, 2])
             x = torch.addmm(x, a.reshape(x.shape[0], -1), self.w[p + "o_t"])
+            if moe is not None:
+                m = p + "moe."
+                return x + moe_standard(torch, F, self._norm(x, p + "mlp_norm.weight"), self.w[m + "router.weight"],
+                                        self.w[m + "w13"], self.w[m + "w2"], moe[2], grouped=moe[0] == "grouped")
             gate, up = F.linear(self._norm(x, p + "mlp_norm.weight"), self.w[p + "gate_up_t"]).split(cfg.intermediate_size, -1)
             return torch.addmm(x, F.silu(gate) * up, self.w[p + "down_t"])
 
@@ -257,6 +341,10 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--intermediate", type=int, default=None, help="MLP size, or each expert's with --moe (default 3 * hidden)")
+    p.add_argument("--moe", action="store_true", help="the mixture-of-experts model (a rollout tree of demo-moe)")
+    p.add_argument("--experts", type=int, default=8, help="--moe: experts per layer")
+    p.add_argument("--top-k", type=int, default=2, help="--moe: experts per token")
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--max-running", default="64", help="rows per decode step at most, or a comma list")
     p.add_argument("--prompt-len", type=int, default=32)
@@ -294,9 +382,17 @@ def main(argv=None) -> int:
         p.error("--cuda-graphs 1 needs --device cuda")
     do_step = cuda if args.step == "auto" else args.step == "1"
     context = args.step_context or args.prompt_len + args.new_tokens
+    inter = args.intermediate or 3 * args.hidden
     cfg = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                      intermediate_size=3 * args.hidden, max_positions=max(256, args.prompt_len + args.new_tokens, context + 1))
-    weights = random_weights(cfg, seed=0)
+                      intermediate_size=inter, max_positions=max(256, args.prompt_len + args.new_tokens, context + 1))
+    moe = None
+    if args.moe:
+        from toy_rollout import moe as moe_mod
+
+        moe = moe_mod.MoEConfig(num_experts=args.experts, top_k=args.top_k)
+        weights = moe_mod.random_moe_weights(cfg, moe, seed=0)
+    else:
+        weights = random_weights(cfg, seed=0)
     g = torch.Generator().manual_seed(0)
     requests = []
     for i in range(args.requests):
@@ -306,7 +402,8 @@ def main(argv=None) -> int:
     peaks = device_peaks(device_name) if cuda else None
     result = {
         "device": device_name, "torch": torch.__version__, "cuda": torch.version.cuda, "triton": _triton_version(),
-        "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "vocab": args.vocab, "intermediate": 3 * args.hidden,
+        "hidden": args.hidden, "layers": args.layers, "heads": args.heads, "vocab": args.vocab, "intermediate": inter,
+        "moe": {"experts": args.experts, "top_k": args.top_k} if args.moe else None,
         "preset": args.preset, "requests": args.requests, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
         "reps": args.reps, "arms": arms, "cuda_graphs": graphs, "baseline": "the fastest standard arm (best_standard_arm)",
         "peaks": peaks, "copy_GBps": _copy_bandwidth(torch, args.device) if cuda else None,
@@ -324,14 +421,21 @@ def main(argv=None) -> int:
                 result.setdefault("dropped", {})[f"{dtype_name}/standard_varlen"] = why
                 dtype_arms.remove("standard_varlen")
                 print(f"standard_varlen dropped for {dtype_name}: {why}", file=sys.stderr, flush=True)
-        models = {arm: _build(arm, ToyModel, cfg, weights, args.device, dtype) for arm in dtype_arms}
+        if moe is not None and "standard" in arms:
+            why = probe_grouped_mm(torch, args.device, dtype) if cuda else "needs a GPU"
+            if why:
+                result.setdefault("dropped", {})[f"{dtype_name}/standard"] = f"torch._grouped_mm: {why}"
+                dtype_arms.remove("standard")
+                print(f"standard (grouped GEMM) dropped for {dtype_name}: {why}", file=sys.stderr, flush=True)
+        models = {arm: _build(arm, ToyModel, cfg, weights, args.device, dtype, moe) for arm in dtype_arms}
         arm_graphs = {arm: graphs and bool(getattr(models[arm], "supports_cuda_graphs", False)) for arm in dtype_arms}
         for batch in batches:
             rec = {"dtype": dtype_name, "batch": batch, "graphs": arm_graphs}
             if args.engine == "1":
                 rec["engine"] = _engine_run(torch, Engine, models, dtype_arms, arm_graphs, requests, batch, args, cuda)
             if do_step:
-                rec["step"] = _step_run(torch, models, dtype_arms, arm_graphs, cfg, batch, context, args, peaks, dtype_name)
+                rec["step"] = _step_run(torch, models, dtype_arms, arm_graphs, cfg, batch, context, args, peaks, dtype_name,
+                                        (moe.num_experts, moe.top_k) if moe is not None else None)
             result["configs"].append(rec)
             print(f"done {dtype_name} batch {batch}", file=sys.stderr, flush=True)
             if args.profile:
@@ -353,7 +457,18 @@ def main(argv=None) -> int:
     return 0
 
 
-def _build(arm: str, ToyModel, cfg, weights, device, dtype):
+def _build(arm: str, ToyModel, cfg, weights, device, dtype, moe=None):
+    if moe is not None:
+        if arm in ("standard", "standard_dense"):
+            kind = ("grouped" if arm == "standard" else "dense", moe.num_experts, moe.top_k)
+            return standard_model_class(ToyModel, moe=kind)(cfg, weights, device, dtype)
+        if arm not in ("upstream", "zero_mismatch"):
+            raise SystemExit(f"error: --moe arms are upstream, standard, standard_dense and zero_mismatch, not {arm}")
+        from toy_rollout.moe import MoEModel
+
+        return MoEModel(cfg, moe, weights, device=device, dtype=dtype, batch_invariant=arm == "zero_mismatch")
+    if arm == "standard_dense":
+        raise SystemExit("error: the standard_dense arm is an MoE arm (--moe)")
     if arm.startswith("standard"):
         return standard_model_class(ToyModel, gather=arm == "standard_gather", varlen=arm == "standard_varlen")(cfg, weights, device, dtype)
     return ToyModel(cfg, weights, device=device, dtype=dtype, batch_invariant=arm == "zero_mismatch")
@@ -402,7 +517,7 @@ def _engine_run(torch, Engine, models, arms, arm_graphs, requests, batch, args, 
             "runs": {arm: [round(x, 1) for x in samples[arm]] for arm in arms}}
 
 
-def _step_run(torch, models, arms, arm_graphs, cfg, batch, context, args, peaks, dtype_name) -> dict:
+def _step_run(torch, models, arms, arm_graphs, cfg, batch, context, args, peaks, dtype_name, moe=None) -> dict:
     """One decode step of `batch` sequences of `context` cached keys, replayed (graphs) or run (eager), interleaved."""
     from toy_rollout.graphs import DecodeGraphs
 
@@ -451,15 +566,16 @@ def _step_run(torch, models, arms, arm_graphs, cfg, batch, context, args, peaks,
                 seconds = time.perf_counter() - begin
             samples[arm].append(seconds / args.step_iters)
     elem = torch.finfo(dtype).bits // 8
-    cost = step_cost(cfg, batch, context, elem)
+    cost = step_cost(cfg, batch, context, elem, moe)
     out = {"context": context, "iters": args.step_iters, **cost, "arms": {}}
     for arm, times in samples.items():
         t = statistics.median(times)
         out["arms"][arm] = {"us_per_step": round(t * 1e6, 1), "tokens_per_s": round(batch / t, 1),
                             "samples_us": [round(x * 1e6, 1) for x in times], **roofline(cost, t, peaks, dtype_name)}
     out.update(_overheads({arm: v["tokens_per_s"] for arm, v in out["arms"].items()}))
-    if "standard" in logits and "zero_mismatch" in logits:  # the arms compute the same function: a sanity check
-        a, b = logits["standard"], logits["zero_mismatch"]
+    base = "standard" if "standard" in logits else "standard_dense"
+    if base in logits and "zero_mismatch" in logits:  # the arms compute the same function: a sanity check
+        a, b = logits[base], logits["zero_mismatch"]
         out["logits_rel_diff"] = float((a - b).norm() / a.norm())
         if "standard_varlen" in logits:
             out["logits_rel_diff_varlen"] = float((logits["standard_varlen"] - a).norm() / a.norm())
