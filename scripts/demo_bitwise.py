@@ -411,7 +411,8 @@ def main(argv=None) -> int:
     summary = {
         "ok": ok, "expect_mismatch": args.expect_mismatch, "zero_mismatch_switch": switch,
         "device": args.device, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "config": cfg, "moe": {"experts": args.experts, "top_k": args.top_k} if args.moe else None, "batch_sizes": args.batch_sizes, "max_running": args.max_running,
+        "config": cfg, "moe": {"experts": args.experts, "top_k": args.top_k} if args.moe else None,
+        "batch_sizes": args.batch_sizes, "max_running": args.max_running,
         "results": results, "problems": problems, "seconds": round(elapsed, 1),
         "zmr_mismatch": bool(_ZMR_MISMATCH),
         "cuda_graphs": {f"{d}/{mode}": used for d, mode, used in sorted(GRAPHS_USED)},

@@ -282,8 +282,9 @@ def main(argv=None) -> int:
     verdict = "bitwise identical across layouts with the layout-invariant path" if ok else "see above"
     if args.standard_part:
         verdict = f"ablation run (--standard-part {args.standard_part}), reported, not judged"
+    moe_note = f", EP {args.tp}, MoE {args.experts} experts top-{args.top_k}" if args.moe else ""
     print(f"{'OK' if ok else 'FAIL'}: {verdict} "
-          f"(TP {args.tp}{f', EP {args.tp}, MoE {args.experts} experts top-{args.top_k}' if args.moe else ''}, CP {args.cp}, {args.device}, hidden {args.hidden}, {elapsed:.1f} s; dumps in {artifacts})", file=out)
+          f"(TP {args.tp}{moe_note}, CP {args.cp}, {args.device}, hidden {args.hidden}, {elapsed:.1f} s; dumps in {artifacts})", file=out)
     if args.json:
         print(json.dumps(summary, indent=2))
     return 0 if ok else 1
