@@ -165,6 +165,29 @@ def test_checkout_merge_conflict_abort_then_continue(team):
     assert b"-line 20 fix one, better\n+line 20 fix one, better and mine" in after["0004-fix-one-again.patch"]
 
 
+def test_a_refused_checkout_merge_leaves_no_merge_behind(team):
+    """#47.4: a --merge refused before it moved anything (here the pulled series does not apply) writes nothing: no merge in progress after it."""
+    mine, _ = team
+    work = mine / "work/toy/rollout"
+    _edit(work, "line 30\n", "line 30 fix two\n", "Fix two")
+    head = git("rev-parse", "HEAD", cwd=work)
+    patch = mine / "patches/toy/rollout/0003-fix-one.patch"
+    good = patch.read_bytes()
+    patch.write_bytes(good.replace(b" line 19\n", b" line 19 (not upstream's)\n"))  # a pull that brought a broken patch
+    result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert not (work / ".git/zmr-merge").exists()
+    assert git("rev-parse", "HEAD", cwd=work) == head and git("status", "--porcelain", cwd=work) == ""
+    result = zmr("checkout", "toy", "-c", "rollout", "--continue", cwd=mine)
+    assert result.returncode == 2 and "no `zmr checkout --merge` in progress" in result.stderr, result.stdout + result.stderr
+    result = zmr("export", "toy", "-c", "rollout", cwd=mine)
+    assert "in progress" not in result.stderr, result.stderr
+    # With the series mended, the same --merge goes through.
+    patch.write_bytes(good)
+    result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
+    assert result.returncode == 0 and "1 commit(s) replayed" in result.stdout, result.stdout + result.stderr
+
+
 # -- one meaning of "already upstream" -------------------------------------------------------------
 
 

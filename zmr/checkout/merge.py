@@ -103,6 +103,9 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
             ],
         )
     mine = list_commits(co.repo, exported, head, component.label)
+    # Everything that can refuse (the series read, the pin fetched, each patch applied) before the merge state is
+    # written: a refused --merge leaves nothing behind, no merge in progress (#47).
+    target = _series_tip(project, component, cache, progress)
     state = merge_state(co)
     tmp = Path(tempfile.mkdtemp(prefix=f".{MERGE_DIR}.tmp-", dir=co.git_dir))
     try:
@@ -113,20 +116,27 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _refresh_to_series(project, component, co, cache, progress)
+    _refresh_to_series(project, component, co, target)
     return _replay_mine(component, co)
 
 
-def _refresh_to_series(project: Project, component: Component, co: Checkout, cache: Cache | None = None, progress: Progress | None = None) -> None:
-    """The checkout refreshed to the repository's series (the base the checkout's new commits are replayed on); run again, it finishes an interrupted one."""
+def _series_tip(project: Project, component: Component, cache: Cache | None = None, progress: Progress | None = None) -> tuple[Path, str]:
+    """The repository's series as commits on the pin: (the mirror holding them, their tip); refuses, changing nothing, when it does not apply."""
     cache = cache or Cache()
     series = project.series(component)
     mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
         progress(f"{component.label}: committing {len(series.patches)} patches")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
+    return mirror.path, chain[-1] if chain else component.commit
+
+
+def _refresh_to_series(project: Project, component: Component, co: Checkout, target: tuple[Path, str]) -> None:
+    """The checkout refreshed to the repository's series at *target* (``_series_tip``: the base the checkout's new commits are
+    replayed on); run again, it finishes an interrupted one."""
+    source, tip = target
     branch = branch_name(component)
-    refresh(co, mirror.path, branch, component.commit, chain[-1] if chain else component.commit, config_values(project, component, branch), clean=False)
+    refresh(co, source, branch, component.commit, tip, config_values(project, component, branch), clean=False)
 
 
 def _replay_mine(component: Component, co: Checkout) -> MergeResult:
@@ -180,7 +190,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     if co.half_refreshed:
         if todo["head"] is None and todo["replayed"] == 0 and not co.pick_in_progress():
             # A --merge killed while it refreshed the checkout, before it replayed anything: finish the refresh, then replay.
-            _refresh_to_series(project, component, co)
+            _refresh_to_series(project, component, co, _series_tip(project, component))
             return _replay_mine(component, co)
         raise CheckoutError(
             f"{co.path}: `zmr checkout --merge` was interrupted while it refreshed the checkout",
