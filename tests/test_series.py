@@ -202,3 +202,43 @@ def test_subjects_lose_only_patch_tags_as_git_mailinfo_b_does(written, read, tmp
     mail.write_bytes(data)
     info = subprocess.run(["git", "mailinfo", "-b", str(tmp_path / "msg"), str(tmp_path / "patch")], stdin=mail.open("rb"), capture_output=True, check=True).stdout.decode()
     assert f"Subject: {read}\n" in info
+
+
+_ADVERSARIAL_DIFF = b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+_ADVERSARIAL_HEADERS = {
+    # Each about 1 MB; every one took minutes (or, the folded ones, tens of seconds) when header parsing was quadratic (#47).
+    "spaces in a subject": b"From: A <a@b.invalid>\nSubject: x" + b" " * 1_000_000 + b"y\n\n---\n",
+    "folded subject": b"From: A <a@b.invalid>\nSubject: x\n" + b" y\n" * 330_000 + b"\n---\n",
+    "subject tags": b"From: A <a@b.invalid>\nSubject: " + b"[a]" * 330_000 + b"x\n\n---\n",
+    "DEP-3 folded subject": b"Description: x\nSubject: y\n" + b" z\n" * 330_000 + b"\n---\n",
+    "spaces in an Origin header": b"From: A <a@b.invalid>\nSubject: x\n\nOrigin: backport, x" + b" " * 1_000_000 + b"y\n---\n",
+    "spaces in an Upstream-Status header": b"From: A <a@b.invalid>\nSubject: x\n\nUpstream-Status: pending" + b" " * 1_000_000 + b"y\n---\n",
+    "encoded words": b"From: A <a@b.invalid>\nSubject: " + b"=?utf-8?q?" * 100_000 + b"\n\n---\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_ADVERSARIAL_HEADERS))
+def test_header_parsing_stays_linear_in_a_large_adversarial_header(kind):
+    """A patch's header (mail headers, DEP-3 fields, Upstream-Status) is read in time linear in its size: 1 MB of a hostile one in a few seconds."""
+    import time
+
+    from zmr.upstream_status import status_of
+
+    data = _ADVERSARIAL_HEADERS[kind] + _ADVERSARIAL_DIFF
+    started = time.perf_counter()
+    patch = parse_patch(data, "0001-x.patch")
+    status_of(patch)
+    elapsed = time.perf_counter() - started
+    assert patch.subject  # it read something
+    assert elapsed < 5, f"{kind}: {elapsed:.1f} s for {len(data)} bytes"
+
+
+def test_an_adversarial_header_reads_as_before():
+    """The linear readers give what the old ones gave on ordinary headers: folding, tags kept and dropped, a repeated field's first value."""
+    data = (
+        b"From: A <a@b.invalid>\nSubject: [PATCH v2 1/3] [Bugfix]  fold\n here\n\tand there\nSubject: second\n\nbody\n---\n" + _ADVERSARIAL_DIFF
+    )
+    patch = parse_patch(data, "0001-x.patch")
+    assert patch.subject == "[Bugfix] fold here and there" and patch.body == "body"
+    dep3 = parse_patch(b"Description: d\nSubject: one\n two\nAuthor: B <b@b.invalid>\n\n---\n" + _ADVERSARIAL_DIFF, "0002-y.patch")
+    assert dep3.subject == "one two" and dep3.author_email == "b@b.invalid"

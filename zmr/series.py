@@ -395,15 +395,18 @@ def strip_patch_tags(subject: str) -> str:
     """
     text = subject.strip()
     kept = []
-    while text.startswith("["):
-        end = text.find("]")
+    at = 0  # an index into *text*, never a copy of its rest: linear in the subject's length, whatever its tags
+    while text.startswith("[", at):
+        end = text.find("]", at)
         if end < 0:
             break
-        tag, text = text[: end + 1], text[end + 1 :]
+        tag, after = text[at : end + 1], end + 1
         if "PATCH" not in tag:
-            kept.append(tag + (" " if text[:1].isspace() else ""))
-        text = text.lstrip()
-    return ("".join(kept) + text).strip()
+            kept.append(tag + (" " if text[after : after + 1].isspace() else ""))
+        at = after
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return ("".join(kept) + text[at:]).strip()
 
 
 def _split_header(text: str) -> tuple[str | None, str]:
@@ -425,18 +428,21 @@ def _split_header(text: str) -> tuple[str | None, str]:
 
 
 def _mail_headers(header: str) -> dict[str, str]:
-    fields: dict[str, str] = {}
+    fields: dict[str, list[str]] = {}  # the lines of each field, joined once at the end (not one copy per continuation line)
     current = None
     for line in header.split("\n"):
         if line[:1] in (" ", "\t") and current:
-            fields[current] += "\n" + line
+            fields[current].append(line)
             continue
         key, sep, value = line.partition(":")
         if not sep:
             continue
         current = key.strip().lower()
-        fields.setdefault(current, value.strip())
-    return {k: _decode_words(v) for k, v in fields.items()}
+        if current in fields:
+            current = None  # a repeated field: the first one counts, its continuation lines too
+            continue
+        fields[current] = [value.strip()]
+    return {k: _decode_words("\n".join(v)) for k, v in fields.items()}
 
 
 # DEP-3's fields: a later paragraph that starts with one of them is a second set of fields (pseudo-headers), not free text.
@@ -460,6 +466,7 @@ def _dep3_headers(text: str) -> dict[str, str]:
     long_description: list[str] = []
     free: list[list[str]] = []  # paragraphs of free text
     current: str | None = None  # the field whose continuation lines may follow
+    folded: list[str] = []  # the subject's continuation lines (joined once, at the end)
     at_paragraph_start = True
     for line in text.split("\n"):
         if line.startswith(("diff --git ", "--- ", "Index: ", "=== ")) or line.rstrip() == "---":
@@ -477,12 +484,14 @@ def _dep3_headers(text: str) -> dict[str, str]:
             if current == "description":
                 long_description.append("" if line.strip() == "." else line[1:].rstrip())
             elif current == "subject":
-                fields["subject"] += " " + line.strip()  # folded, as in a mail
+                folded.append(line.strip())  # folded, as in a mail
             continue
         if at_paragraph_start or current is not None:
             free.append([])
         current, at_paragraph_start = None, False
         free[-1].append(line.rstrip())
+    if folded and "subject" in fields:
+        fields["subject"] = " ".join([fields["subject"], *folded])
     paragraphs = ["\n".join(long_description).strip("\n"), *("\n".join(p) for p in free)]
     fields["_body"] = "\n\n".join(p for p in paragraphs if p)
     return fields
@@ -500,19 +509,32 @@ def _parse_day(value: str) -> tuple[int | None, str]:
     return int(day.timestamp()), "+0000"
 
 
+_ENCODED_WORDS_MAX = 1 << 16  # characters of a header value decoded (RFC 2047); a real one is far shorter
+
+
 def _decode_words(value: str) -> str:
     """RFC 2047 encoded-words (=?UTF-8?q?...?=) decoded, folding undone."""
     value = _unfold(value)
-    if "=?" not in value:
-        return value
+    if "=?" not in value or len(value) > _ENCODED_WORDS_MAX:
+        return value  # (the standard library's decoder is quadratic in the length: a longer value stays as written)
     try:
         return str(email.header.make_header(email.header.decode_header(value)))
     except Exception:  # noqa: BLE001 - malformed encoded-words stay as written
         return value
 
 
+_SPACE_RUN_RE = re.compile(r"\s+")
+
+
 def _unfold(value: str) -> str:
-    return re.sub(r"\s*\n\s+", " ", value)
+    """A folded header value on one line: each run of white space with a line break inside it (not only at its end) becomes one space.
+
+    What ``re.sub(r"\\s*\\n\\s+", " ", value)`` does, in one pass over the runs:
+    that pattern backtracks over a long run of spaces without a line break, quadratic in its length.
+    """
+    if "\n" not in value:
+        return value
+    return _SPACE_RUN_RE.sub(lambda m: " " if "\n" in m.group()[:-1] else m.group(), value)
 
 
 def _parse_date(value: str) -> tuple[int | None, str]:

@@ -25,7 +25,7 @@ from zmr.series import Patch
 
 KINDS = ("submitted", "backport", "inappropriate", "pending", "accepted", "denied")
 NEEDS_DETAIL = {"submitted": "the URL of the submission", "backport": "the upstream commit id", "inappropriate": "why it cannot go upstream"}
-_LINE = re.compile(r"^(Upstream-Status|Forwarded|Origin)\s*:\s*(.*?)\s*$", re.I)
+_LINE = re.compile(r"^(Upstream-Status|Forwarded|Origin)\s*:\s*(.*)$", re.I)  # the value stripped by str.strip: `(.*?)\s*$` is quadratic
 _COMMIT = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])")
 FIX = "write `Upstream-Status: submitted <url>`, `backport <commit>`, `inappropriate <why>`, `pending`, `accepted` or `denied` in the patch's message"
 
@@ -67,7 +67,7 @@ def _message_lines(data: bytes) -> list[tuple[int, str]]:
 
 def status_of(patch: Patch) -> tuple[UpstreamStatus | None, list[tuple[int, str]]]:
     """The status *patch* declares (None: none), and (line, problem) for each malformed header."""
-    headers = [(n, m.group(1).lower(), m.group(2)) for n, text in _message_lines(patch.data) for m in [_LINE.match(text)] if m]
+    headers = [(n, m.group(1).lower(), m.group(2).strip()) for n, text in _message_lines(patch.data) for m in [_LINE.match(text)] if m]
     problems: list[tuple[int, str]] = []
     status = None
     for number, header, value in sorted(headers, key=lambda h: ("upstream-status", "forwarded", "origin").index(h[1])):
