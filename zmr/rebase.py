@@ -52,13 +52,14 @@ from pathlib import Path
 from zmr import checkout, git, resolutions, transaction
 from zmr.git import Progress
 from zmr.cache import Cache
-from zmr.checkout import Checkout, SavedCheckout
+from zmr.checkout import Checkout, PickResult, SavedCheckout
 from zmr.errors import ZmrError
 from zmr.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
 from zmr.project import Project
+from zmr.resolutions import NotReplayed
 from zmr.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.series import Patch, Series
 from zmr.upstream import (
@@ -75,6 +76,7 @@ from zmr.upstream import (
 )
 
 STATE_VERSION = 1
+RESOLUTIONS_SAVED = "resolutions.orig"  # in the state folder: the resolution files --continue replaced, as they were
 
 
 class RebaseError(ZmrError):
@@ -152,7 +154,8 @@ class RebaseState:
     saved: Saved | None = None  # set by _snapshot, before the file is first written
     report: str | None = None  # --report FILE given at the start: written when the rebase finishes (absent in older files)
     reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (absent in older files)
-    recorded: list[str] = field(default_factory=list)  # patches whose resolution --continue recorded (absent in older files)
+    recorded: list[str] = field(default_factory=list)  # files of the resolutions --continue recorded (absent in older files)
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
 
     @classmethod
     def load(cls, path: Path) -> RebaseState:
@@ -191,6 +194,7 @@ class RebaseState:
                 report=data.get("report"),
                 reused=[str(n) for n in data.get("reused", [])],
                 recorded=[str(n) for n in data.get("recorded", [])],
+                unused=[NotReplayed(str(u["patch"]), str(u["file"]), str(u["reason"])) for u in data.get("unused", [])],
             )
         except (KeyError, TypeError, ValueError) as err:
             raise RebaseError(
@@ -203,6 +207,7 @@ class RebaseState:
         data["dropped"] = [d.state() for d in self.dropped]
         data["replayed"] = [list(r) for r in self.replayed]
         data["stopped"] = asdict(self.stopped) if self.stopped else None
+        data["unused"] = [u.to_json() for u in self.unused]
         if self.saved is not None:
             data["saved"] = {"series_files": self.saved.series_files, "journal_existed": self.saved.journal_existed, "checkout": self.saved.checkout.to_json()}
         return data
@@ -348,6 +353,7 @@ class Outcome:
     report: str | None = None  # where the rebase was asked (at its start) to write its report
     reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (zmr.resolutions)
     recorded: list[str] = field(default_factory=list)  # files of resolutions recorded by --continue (commit them)
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, and why not replayed
 
     def to_json(self) -> dict:
         return {
@@ -364,6 +370,7 @@ class Outcome:
             "dropped": [d.to_json() for d in self.dropped],
             "reused_resolutions": self.reused,
             "recorded_resolutions": self.recorded,
+            "unused_resolutions": [u.to_json() for u in self.unused],
         }
 
 
@@ -380,6 +387,8 @@ class Stopped:
     remaining: int
     dropped: list[Dropped] = field(default_factory=list)
     rev: str = ""
+    reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution before it stopped
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried (the one of the patch it stopped on too), not replayed
 
     def to_json(self) -> dict:
         return {
@@ -394,6 +403,8 @@ class Stopped:
             "rev": self.rev,
             "remaining": self.remaining,
             "dropped": [d.to_json() for d in self.dropped],
+            "reused_resolutions": self.reused,
+            "unused_resolutions": [u.to_json() for u in self.unused],
         }
 
 
@@ -511,6 +522,7 @@ def _start(
         dropped=memory.dropped,
         report=str(report.absolute()) if report is not None else None,
         reused=list(memory.reused),
+        unused=list(memory.unused),
     )
     if conflict_at is None:
         state.new_tip, state.replayed = memory.tip, memory.replayed
@@ -557,8 +569,11 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
         state.stopped = StoppedAt(index, co.head())
         _save(project, component, state)
         picked = co.cherry_pick(commit)
+        if picked.status == "conflict" and _replay_recorded(project, component, state, co, index):
+            picked = PickResult("picked")
         if picked.status == "picked":
             state.remaining.pop(0)
+            state.unused = [u for u in state.unused if u.patch != state.names[index]]  # it went in: a resolution that did not is beside the point
             state.stopped = None
             _save(project, component, state)
             continue
@@ -576,6 +591,8 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 len(state.remaining) - 1,
                 list(state.dropped),
                 state.rev,
+                list(state.reused),
+                list(state.unused),
             )
         if picked.status == "empty":
             co.skip_pick()
@@ -586,6 +603,32 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
             details=[*picked.error[-6:], f"fix the checkout, then `zmr rebase {component.model} -c {component.key} --continue` (or --abort)"],
         )
     return _finalize(project, component, state, cache, progress)
+
+
+def _replay_recorded(project: Project, component: Component, state: RebaseState, co: Checkout, index: int) -> bool:
+    """The cherry-pick of patch *index* conflicts: replay its recorded resolution (``zmr.resolutions``) in the checkout in its
+    place, as the in-memory pass does. True: committed (message and author of the patch); False: the conflict is back as git
+    left it (the resolution, when there is one, is in ``state.unused`` with why)."""
+    patch = _old_patch(project, component, state, index)
+    if patch is None:
+        return False
+    commit = state.old_chain[index]
+
+    def replay(alternative: Patch) -> str | None:
+        co.reset_hard_to_head()
+        co.quit_pick()
+        if not co.apply_to_index(alternative.data):
+            reason = "does not apply where the patch conflicts (the new upstream with the patches before it)"
+        elif co.index_matches_head():
+            reason = "changes nothing there"
+        else:
+            co.commit_as(commit)
+            return None
+        co.reset_hard_to_head()
+        co.cherry_pick(commit)  # the conflict back, for the engineer
+        return reason
+
+    return resolutions.try_recorded(functools.partial(resolutions.recorded, project.root), patch, replay, state.reused, state.unused)
 
 
 def _drop_current(project: Project, component: Component, state: RebaseState, cache: Cache, method: str) -> None:
@@ -709,8 +752,18 @@ def _record_resolution(project: Project, component: Component, state: RebaseStat
         return
     diff = co.repo.diff_patch(head, [])
     if diff.strip():
-        path = resolutions.record(project.root, old, diff[diff.find(b"diff --git ") :] if b"diff --git " in diff else diff)
-        state.recorded.append(path.relative_to(project.root).as_posix())
+        rel = resolutions.file_of(old)
+        target = project.no_links(rel, "recorded resolutions")  # (before anything is written: a link is refused)
+        saved = project.rebase_dir(component) / RESOLUTIONS_SAVED / Path(rel).name
+        if rel not in state.recorded:
+            # What --abort puts back: the file as it was before this rebase (a copy), or no file (none saved). Noted in the
+            # state before the file is written, so a kill in between leaves --abort knowing of it.
+            if target.is_file() and not saved.exists():
+                saved.parent.mkdir(exist_ok=True)
+                atomic_write(saved, target.read_bytes())
+            state.recorded.append(rel)
+            _save(project, component, state)
+        resolutions.record(project, old, diff[diff.find(b"diff --git ") :] if b"diff --git " in diff else diff)
 
 
 @locked
@@ -794,6 +847,7 @@ def abort(project: Project, component: Component) -> Aborted:
         original = (folder / "manifest.orig").read_bytes()
         if manifest.read_bytes() != original:
             txn.write(manifest, original)
+        _forget_recorded(project, state, folder, txn)
     # zmr's own state (outside the repository, so outside the journal): what an interrupted export of the series left.
     journal = project.pending_removals(component)
     shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
@@ -806,6 +860,23 @@ def abort(project: Project, component: Component) -> Aborted:
         )
     _forget(project, component)
     return Aborted(component)
+
+
+def _forget_recorded(project: Project, state: RebaseState, folder: Path, txn: transaction.Transaction) -> None:
+    """The resolutions ``--continue`` recorded during the rebase, back as they were before it (in *txn*): a file it
+    replaced gets its saved copy back, one it made goes. Each path read from the state is checked first (a resolution's
+    name, no link on the way); a file that is not a regular one is left alone."""
+    for rel in state.recorded:
+        if not resolutions.FILE_RE.fullmatch(rel):
+            continue  # not a name zmr gives a resolution: not one it wrote
+        target = project.no_links(rel, "recorded resolutions")
+        saved = folder / RESOLUTIONS_SAVED / Path(rel).name
+        if saved.is_file():
+            data = saved.read_bytes()
+            if not target.is_file() or target.read_bytes() != data:
+                txn.write(target, data)
+        elif target.is_file() and not target.is_symlink():
+            txn.remove(target)
 
 
 # -- rebase: finish -------------------------------------------------------------------------------
@@ -909,7 +980,7 @@ def _outcome(component: Component, state: RebaseState, repo: git.Repo, tip: str,
     dropped = list(state.dropped)
     dropped_names = {d.name for d in dropped}
     outcome = Outcome(component, old, new, state.rev, component.upstream, state.upstream_count, dropped=dropped, path=state.path)
-    outcome.reused, outcome.recorded = list(state.reused), list(state.recorded)
+    outcome.reused, outcome.recorded, outcome.unused = list(state.reused), list(state.recorded), list(state.unused)
     by_subject: dict[str, tuple[str, str]] = {}
     for name, subject, commit in zip(state.names, state.subjects, old_chain):
         if name not in dropped_names:

@@ -55,6 +55,7 @@ from zmr.errors import ZmrError
 from zmr.landed import line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree
+from zmr.resolutions import NotReplayed, Recorded, try_recorded
 from zmr.series import Patch
 
 
@@ -784,16 +785,20 @@ class TrialPicks:
     empty: list[int] = dataclasses.field(default_factory=list)
     conflict: int | None = None
     files: list[str] = dataclasses.field(default_factory=list)
+    reused: list[str] = dataclasses.field(default_factory=list)  # patches that went in by their recorded resolution
+    unused: list[NotReplayed] = dataclasses.field(default_factory=list)  # recorded resolutions tried where their patch conflicted
 
 
-def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Sequence[str], start: int) -> TrialPicks:
+def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Sequence[str], start: int, resolved: Recorded | None = None) -> TrialPicks:
     """Apply, 3-way, the commits of *old_chain* (one per patch, on the old pin) from *start* on, on *tip*, in a throwaway index.
 
     What ``zmr rebase``'s cherry-picks do in its checkout, without one: each
     commit's diff goes in with ``git apply --3way``; a pick that changes
     nothing is upstream's (dropped as ``empty``); the first that does not
-    go in is the conflict. Commits are made with each patch's author, date
-    and message, as the replay makes them; nothing but objects is written.
+    go in is the conflict, unless its recorded resolution (*resolved*,
+    ``zmr.resolutions``) applies there in its place, as rebase's checkout
+    pass replays it. Commits are made with each patch's author, date and
+    message, as the replay makes them; nothing but objects is written.
     """
     picks = TrialPicks(tip)
     with TempIndex(repo) as index:
@@ -805,9 +810,12 @@ def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Se
             proc = repo.apply([*apply_options(1), "--3way"], input=diff, env=index.env)
             if proc.returncode != 0:
                 unmerged = repo.ls_files(["-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
-                picks.conflict = j
-                picks.files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
-                return picks
+                files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
+                index.read_tree(tree)  # the conflict's stages gone: the index as the patches before left it
+                replay = functools.partial(_pick_resolution, repo, index, tree)
+                if not try_recorded(resolved, patches[j], replay, picks.reused, picks.unused):
+                    picks.conflict, picks.files = j, files
+                    return picks
             new_tree = index.write_tree()
             if new_tree == tree:
                 picks.empty.append(j)
@@ -817,6 +825,16 @@ def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Se
             picks.made.append((picks.tip, j))
             tree = new_tree
     return picks
+
+
+def _pick_resolution(repo: git.Repo, index: TempIndex, tree: str, alternative: Patch) -> str | None:
+    """``trial_pick``'s replay of a recorded resolution (*alternative*) on *tree* in *index*: None when it applies and changes the tree."""
+    if repo.apply(apply_options(alternative.strip), input=alternative.data, env=index.env).returncode != 0:
+        index.read_tree(tree)
+        return "does not apply where the patch conflicts (the new upstream with the patches before it)"
+    if index.write_tree() == tree:
+        return "changes nothing there"
+    return None
 
 
 # -- commits compared: patch ids and file sets ----------------------------------------------------------

@@ -53,7 +53,7 @@ from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
 from zmr.landed import Landing
-from zmr.resolutions import recorded
+from zmr.resolutions import NotReplayed, Recorded, recorded
 from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
     Dropped,
@@ -113,10 +113,12 @@ class Trial:
     conflict: int | None = None
     files: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
 
     def to_json(self) -> dict:
         return {
             "reused": self.reused,
+            "unused": [u.to_json() for u in self.unused],
             "commit": self.commit,
             "ok": self.ok,
             "dropped": [d.to_json() for d in self.dropped],
@@ -158,6 +160,7 @@ class Update:
     statuses: dict[str, UpstreamStatus] = field(default_factory=dict)  # each patch's declared upstream status (zmr.upstream_status)
     droppable: dict[str, str] = field(default_factory=dict)  # patch → why: its backport/accepted commit is at or below the target
     reused: list[str] = field(default_factory=list)  # patches the move replays by their recorded resolution (zmr.resolutions)
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicts, and why not replayed
 
     @property
     def can_move(self) -> bool:
@@ -190,6 +193,7 @@ class Update:
             "upstream_status": {name: status.to_json() for name, status in self.statuses.items()},
             "droppable": self.droppable,
             "reused_resolutions": self.reused,
+            "unused_resolutions": [u.to_json() for u in self.unused],
         }
 
 
@@ -238,7 +242,7 @@ class SeriesAtPin:
     """The series of one component as commits on its pin (*old_chain*), with the upstream commits of pin..tip that
     have a patch's patch id: ready to be replayed onto any commit of pin..tip (``trial``)."""
 
-    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str, resolved: Callable[[Patch], Patch | None] | None = None):
+    def __init__(self, repo: git.Repo, component: Component, patches: Sequence[Patch], tip: str, resolved: Recorded | None = None):
         self.repo = repo
         self.resolved = resolved  # recorded resolutions (zmr.resolutions), tried where a patch conflicts
         self.pin = component.commit
@@ -268,10 +272,13 @@ class SeriesAtPin:
         memory = replay_onto(self.repo, self.pin, commit, self.patches, self.old_chain, self.chain_files, hits, name_upstream=False, resolved=self.resolved)
         index_of = {p.name: i for i, p in enumerate(self.patches)}
         trial = Trial(commit, memory.conflict_at is None, memory.dropped, memory.tip, [(c, index_of[name]) for c, name, _ in memory.replayed])
-        trial.reused = list(memory.reused)
+        trial.reused, trial.unused = list(memory.reused), list(memory.unused)
         if memory.conflict_at is not None:
             # From the first patch that does not apply on, what ``zmr rebase``'s cherry-picks do (3-way).
-            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at)
+            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at, self.resolved)
+            trial.reused += picks.reused
+            went_in = {self.patches[j].name for j in [*(j for _, j in picks.made), *picks.empty]} | {u.patch for u in picks.unused}
+            trial.unused = [u for u in trial.unused if u.patch not in went_in] + picks.unused  # (a 3-way pick that went in needs none)
             trial.dropped += [Dropped(self.patches[j].name, self.patches[j].subject, "empty") for j in picks.empty]  # upstream's: the pick changed nothing
             trial.tip = picks.tip
             trial.made += picks.made
@@ -482,6 +489,7 @@ def examine(
         if not files:  # the in-memory replay names no file: those of the patch the breaking commit changes, else all of the patch's
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
+        result.unused = bad_trial.unused  # where the move stops: a resolution recorded for the blocking patch, and why it did not go in
         result.blocked_by = BlockedBy(
             bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, patch.author_name or "", patch.author_email or ""
         )
@@ -588,7 +596,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
         return
     found.applied, found.outcome = True, outcome
     found.dropped = outcome.dropped
-    found.reused = outcome.reused
+    found.reused, found.unused = outcome.reused, outcome.unused
     if outcome.changed:
         found.changed = list(outcome.changed)
 

@@ -15,8 +15,9 @@ to throwaway indexes. The questions::
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from zmr import git
@@ -39,6 +40,7 @@ from zmr.replay import (
     series_applies,
     upstream_holds,
 )
+from zmr.resolutions import NotReplayed, Recorded, try_recorded
 from zmr.series import Patch, Series
 
 MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
@@ -257,6 +259,7 @@ class InMemory:
     dropped: list[Dropped]
     conflict_at: int | None = None
     reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution (zmr.resolutions)
+    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
 
     def to_json(self) -> dict:
         return {
@@ -265,6 +268,7 @@ class InMemory:
             "dropped": [d.to_json() for d in self.dropped],
             "conflict_at": self.conflict_at,
             "reused": self.reused,
+            "unused": [u.to_json() for u in self.unused],
         }
 
 
@@ -277,7 +281,7 @@ def replay_onto(
     chain_files: dict[str, frozenset[str]],
     hits: Sequence[str | None],
     name_upstream: bool = True,
-    resolved: Callable[[Patch], Patch | None] | None = None,
+    resolved: Recorded | None = None,
 ) -> InMemory:
     """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
 
@@ -294,6 +298,7 @@ def replay_onto(
     made: list[tuple[str, bool | None]] = []  # per commit of the replay: its patch; applied at an offset (None: unknown)
     conflict_at = None
     reused: list[str] = []
+    unused: list[NotReplayed] = []
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
@@ -307,25 +312,23 @@ def replay_onto(
                 if name_upstream:
                     name_landing(repo, old, new, drop, patch, files)
                 dropped.append(drop)
-            elif step.status == "failed" and _replay_resolution(replay, patch, resolved):
+            elif step.status == "failed" and try_recorded(resolved, patch, functools.partial(_replay_resolution, replay), reused, unused):
                 made.append((patch.name, None))
-                reused.append(patch.name)
             else:
                 conflict_at = i
                 break
         replayed = [(commit, name, moved) for commit, (name, moved) in zip(replay.commits, made)]
-        return InMemory(replay.tip, replayed, dropped, conflict_at, reused)
+        return InMemory(replay.tip, replayed, dropped, conflict_at, reused, unused)
 
 
-def _replay_resolution(replay: Replayer, patch: Patch, resolved: Callable[[Patch], Patch | None] | None) -> bool:
-    """Commit *patch*'s recorded resolution in its place, when there is one and it applies and changes the tree."""
-    alternative = resolved(patch) if resolved else None
-    if alternative is None or not replay.try_apply(alternative)[0]:
-        return False
+def _replay_resolution(replay: Replayer, alternative: Patch) -> str | None:
+    """Commit a patch's recorded resolution (*alternative*) in its place when it applies and changes the tree; else why not."""
+    if not replay.try_apply(alternative)[0]:
+        return "does not apply where the patch conflicts (the new upstream with the patches before it)"
     if not replay.changed():
-        return False  # (the index is as it was: an apply that changes nothing leaves it so)
+        return "changes nothing there"  # (the index is as it was: an apply that changes nothing leaves it so)
     replay.commit(alternative)
-    return True
+    return None
 
 
 def files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[frozenset[str]] | None) -> bool:

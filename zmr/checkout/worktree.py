@@ -136,6 +136,13 @@ class Checkout:
         """Forget a cherry-pick in progress, if any, leaving HEAD and the tree as they are (``git cherry-pick --quit``)."""
         self.repo.run(["cherry-pick", "--quit"], check=False)
 
+    def apply_to_index(self, diff: bytes) -> bool:
+        """``git apply --index`` *diff* (``-p1``, no fuzz): tree and index changed together, or (False) nothing changed.
+
+        git refuses a path outside the tree and any write beyond a symbolic link of the tree.
+        """
+        return self.repo.apply(["--index", "-p1", "--whitespace=nowarn"], input=diff).returncode == 0
+
     def commit_as(self, commit: str) -> None:
         """Commit the index with *commit*'s message and author (``git commit -C``): a resolved pick keeps the patch's metadata, byte for byte."""
         self.repo.run(["commit", "--quiet", "--no-verify", "--cleanup=verbatim", "-C", commit])

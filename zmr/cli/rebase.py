@@ -16,6 +16,7 @@ from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.rebase import Outcome, Stopped
+    from zmr.resolutions import NotReplayed
     from zmr.upstream import Dropped
 
 
@@ -148,9 +149,16 @@ def outcome_markdown(o: "Outcome") -> str:
         out += ["", f"## Dropped with --skip ({len(skipped)})", ""] + [f"- `{d.name}` {d.subject}" for d in skipped]
     if o.reused:
         out += ["", f"## Recorded resolutions reused ({len(o.reused)})", ""] + [f"- `{name}`" for name in o.reused]
+    if o.unused:
+        out += ["", f"## Recorded resolutions not replayed ({len(o.unused)})", ""] + [unused_line(u) for u in o.unused]
     if o.recorded:
         out += ["", f"## Resolutions recorded ({len(o.recorded)}): commit them", ""] + [f"- `{path}`" for path in o.recorded]
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
+
+
+def unused_line(u: "NotReplayed") -> str:
+    """A markdown list item: a recorded resolution that was not replayed where its patch conflicted, and why."""
+    return f"- `{u.patch}` (`{u.file}`): {u.reason}"
 
 
 def stopped_headline(s: "Stopped") -> str:
@@ -172,6 +180,10 @@ def stopped_text(s: "Stopped") -> str:
     """What happened before the stop (the conflict itself goes to stderr): the commit rebased onto, the patches dropped."""
     named = "" if not s.rev or s.new.startswith(s.rev) else f" ({s.rev})"
     text = f"rebasing {s.component.label} onto {s.new}{named}\n"
-    if not s.dropped:
-        return text
-    return text + "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
+    if s.dropped:
+        text += "dropped so far:\n" + "".join(f"  {dropped_line(d)[2:]}\n" for d in s.dropped)
+    if s.reused:
+        text += "replayed by their recorded resolution:\n" + "".join(f"  {name}\n" for name in s.reused)
+    if s.unused:
+        text += "recorded resolutions not replayed:\n" + "".join(f"  {unused_line(u)[2:]}\n" for u in s.unused)
+    return text

@@ -165,11 +165,13 @@ def print_text(results: list["Update"], applied: bool) -> None:
             print(f"{r.component.label}: {name} is droppable: {why}")
         for name in r.reused:
             print(f"{r.component.label}: {name} replays by its recorded resolution")
+        for u in r.unused:
+            print(f"{r.component.label}: {u.patch}'s recorded resolution {u.file} is not replayed: {u.reason}")
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
     """The pull request body: per component the move, the patches dropped, what blocks, the range-diff of changed patches."""
-    from zmr.cli.rebase import dropped_line
+    from zmr.cli.rebase import dropped_line, unused_line
 
     moving = [r for r in results if r.can_move]
     out = ["# zmr update", ""]
@@ -208,6 +210,8 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]
         if r.reused:
             out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- `{name}`" for name in r.reused]
+        if r.unused:
+            out += ["", f"### Recorded resolutions not replayed ({len(r.unused)})", ""] + [unused_line(u) for u in r.unused]
         if r.partial:
             out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
             out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
