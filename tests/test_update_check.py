@@ -97,3 +97,46 @@ def test_smoke_runs_the_components_smoke_tests_and_names_a_missing_one(project, 
     rc, data, _ = update_check(project, tmp_path / "runs", "--smoke")
     assert data["check"]["check"]["kind"] == "smoke" and data["target"] == made[5]
     assert data["check"]["first_bad"]["commit"] == made[6] and data["check"]["first_bad"]["reason"] == "unbroken: exit status 1"
+
+
+def test_a_hang_up_ends_the_check_zmr_started_with_its_process_group(project, upstream, tmp_path):
+    """SIGHUP (a closed terminal or ssh session) is handled as SIGTERM is: the running check's process group is ended, exit 129.
+
+    Before, Python's default action ended zmr at once and the check, in a session of its own, ran on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    simple_model(project, upstream)
+    grow(upstream, 3)
+    pid_file = tmp_path / "check.pid"
+    env = {k: v for k, v in os.environ.items() if k != "ZMR_REPO"}
+    check = f'echo $$ > "{pid_file}.tmp" && mv "{pid_file}.tmp" "{pid_file}" && exec sleep 300'
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", "update", "toy", "--test", check], cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    until = time.monotonic() + 240
+    while not pid_file.exists() and proc.poll() is None and time.monotonic() < until:
+        time.sleep(0.02)
+    assert pid_file.exists(), proc.communicate()
+    group = int(pid_file.read_text())
+    proc.send_signal(signal.SIGHUP)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("zmr still ran 60 s after SIGHUP") from None
+    try:
+        alive = True
+        for _ in range(300):
+            os.killpg(group, 0)
+            time.sleep(0.1)
+    except ProcessLookupError:
+        alive = False
+    finally:
+        if alive:
+            os.killpg(group, signal.SIGKILL)
+    assert not alive, "the check's process group outlived zmr's hang-up"
+    assert proc.returncode == 129 and "zmr: hung up" in err, (proc.returncode, err)

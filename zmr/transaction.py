@@ -395,11 +395,11 @@ def _missing_dirs(root: Path, targets: list[Path]) -> list[Path]:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM held back (delivered when the block ends): the renames of a committed transaction are not cut short."""
+    """SIGINT, SIGTERM and SIGHUP held back (delivered when the block ends): the renames of a committed transaction are not cut short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    blocked = {signal.SIGINT, signal.SIGTERM}
+    blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         yield

@@ -251,20 +251,28 @@ for _name, _command in (
     app.command(_name)(_with_verbosity(_command))
 
 
-# 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; handled as Ctrl-C is, then reported as a shell would.
+# 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; 128 + SIGHUP: a closed terminal or ssh session.
+# Both handled as Ctrl-C is (the checks zmr started ended with their process groups), then reported as a shell would.
 TERMINATED_STATUS = 143
-_terminated = False
+HUNG_UP_STATUS = 129
+_terminated: int | None = None  # the signal (SIGTERM, SIGHUP) that ended the command
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
     global _terminated
-    _terminated = True
+    _terminated = signum
     raise KeyboardInterrupt  # the same clean-up as Ctrl-C: staged files removed, child processes ended
 
 
 def _interrupted() -> int:
-    print("zmr: terminated" if _terminated else "zmr: interrupted", file=sys.stderr)
-    return TERMINATED_STATUS if _terminated else 130
+    import signal
+
+    if _terminated is None:
+        print("zmr: interrupted", file=sys.stderr)
+        return 130
+    hung_up = _terminated == signal.SIGHUP
+    print("zmr: hung up" if hung_up else "zmr: terminated", file=sys.stderr)
+    return HUNG_UP_STATUS if hung_up else TERMINATED_STATUS
 
 
 _ARGV: list[list[str]] = []  # the arguments of the running main(), for --json errors
@@ -290,6 +298,8 @@ def _main(argv: list[str] | None) -> int:
     from zmr.errors import ZmrError
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # (under nohup it stays ignored)
+        signal.signal(signal.SIGHUP, _on_sigterm)
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # Started with SIGINT ignored (a background job of a shell without job control, as CI runs tests): Python then leaves it
         # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
@@ -302,7 +312,7 @@ def _main(argv: list[str] | None) -> int:
     except BrokenPipeError:
         return _closed_pipe()
     except ZmrError as err:
-        if _terminated and err.exit_code == 130:  # a command's own "interrupted" error, caused by SIGTERM
+        if _terminated is not None and err.exit_code == 130:  # a command's own "interrupted" error, caused by SIGTERM or SIGHUP
             return _interrupted()
         _print_error(err, err.exit_code)
         return err.exit_code
@@ -364,7 +374,7 @@ def _usage_or_bug(err: Exception) -> int:
         _json_error(err, 2, format_message() if callable(format_message) else str(err))
         return 2
     if type(err).__name__ == "Abort":
-        if _terminated:
+        if _terminated is not None:
             return _interrupted()
         print("zmr: aborted", file=sys.stderr)
         return 130

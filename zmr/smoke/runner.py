@@ -568,7 +568,7 @@ class Executor(Protocol):
 
 
 class SignalsNoted:
-    """SIGINT and SIGTERM only noted while the jobs run (in the main thread); `check` raises KeyboardInterrupt for one that came.
+    """SIGINT, SIGTERM and SIGHUP only noted while the jobs run (in the main thread); `check` raises KeyboardInterrupt for one that came.
 
     The wait for the jobs (`concurrent.futures.wait`) takes each job's lock;
     a KeyboardInterrupt raised by Python's own handler at an unlucky line of
@@ -587,7 +587,9 @@ class SignalsNoted:
 
     def __enter__(self) -> "SignalsNoted":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # under nohup: stays ignored
                 self._previous[sig] = signal.signal(sig, self._note)
         return self
 
