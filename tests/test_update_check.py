@@ -140,3 +140,31 @@ def test_a_hang_up_ends_the_check_zmr_started_with_its_process_group(project, up
             os.killpg(group, signal.SIGKILL)
     assert not alive, "the check's process group outlived zmr's hang-up"
     assert proc.returncode == 129 and "zmr: hung up" in err, (proc.returncode, err)
+
+
+def test_bitwise_refuses_another_components_stale_release_branch(project, upstream):
+    """--bitwise compares with the other components' release branches: one that no longer matches its manifest and series is named, not used."""
+    from conftest import make_patch
+
+    pin = simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    trainer = make_patch(upstream, pin, {"docs/guide.md": "guide v2\n"}, "Update the guide")
+    project.series("toy", "trainer", [("0001-guide.patch", trainer)])
+    manifest.write_text(
+        manifest.read_text()
+        + f"  trainer:\n    upstream: {upstream.path}\n    commit: {pin}\n"
+        + 'smoke:\n  - name: bitwise\n    needs: [rollout, trainer]\n    run: test -d "$ZMR_TREE_TRAINER"\n'
+    )
+    project.commit_all("a trainer and the mismatch check")
+    grow(upstream, 3)
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    fresh = zmr("update", "toy", "-c", "rollout", "--bitwise", "--json", cwd=project.root)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    # The trainer's series changes (a colleague's pull); its branch is not rebuilt.
+    project.series("toy", "trainer", [("0001-guide.patch", trainer.replace(b"+guide v2", b"+guide v3"))])
+    project.commit_all("trainer: guide v3")
+    stale = zmr("update", "toy", "-c", "rollout", "--bitwise", cwd=project.root)
+    assert stale.returncode == 2, stale.stdout + stale.stderr
+    assert "a stale release branch of trainer" in stale.stderr and "run `zmr build toy` first" in stale.stderr, stale.stderr
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    assert zmr("update", "toy", "-c", "rollout", "--bitwise", cwd=project.root).returncode == 0

@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -47,6 +48,9 @@ from zmr.files import atomic_write
 from zmr.manifest import Component
 from zmr.procgroup import PASSED, run_command
 from zmr.project import Project
+
+if TYPE_CHECKING:
+    from zmr.cache import Cache
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 SKIP_EXIT = 125  # as git bisect run
@@ -116,13 +120,15 @@ def smoke_check(component: Component) -> Check:
     return Check("smoke", tuple(Command(t.name, t.run, float(t.timeout), t.env) for t in component.smoke))
 
 
-def bitwise_check(project: Project, component: Component, tests: Sequence, components: dict[str, Component]) -> Check:
+def bitwise_check(project: Project, component: Component, tests: Sequence, components: dict[str, Component], cache: Cache | None = None) -> Check:
     """The model's mismatch check: its model-level smoke tests that need *component* (the demo's ``bitwise-logprobs``).
 
     Such a test runs in the repository root with a tree per component it
     needs (``ZMR_TREE_<COMPONENT>``): the tried release for *component*, the
     built release branch for the others. It exits non-zero when any token
-    differs, which makes the commit bad.
+    differs, which makes the commit bad. Another component's branch must be
+    what its manifest and series give now (``zmr.build.compute``): a stale
+    one would answer for a release nobody ships, so it is refused (exit 2).
     """
     chosen = [t for t in tests if component.key in t.needs]
     if not chosen:
@@ -139,11 +145,28 @@ def bitwise_check(project: Project, component: Component, tests: Sequence, compo
                 continue
             other = components.get(key)
             commit = repo.resolve(f"refs/heads/{other.branch}") if other else None
-            if commit is None:
+            if other is None or commit is None:
                 raise CheckError(f"{component.label}: --bitwise needs the release branch of {key}", details=[f"run `zmr build {component.model}` first"])
+            _refuse_stale(project, component, other, commit, cache)
             trees.append((key, commit))
         commands.append(Command(t.name, t.run, float(t.timeout), t.env, tuple(trees), in_root=True))
     return Check("bitwise", tuple(commands))
+
+
+def _refuse_stale(project: Project, component: Component, other: Component, commit: str, cache: Cache | None) -> None:
+    """*other*'s release branch (at *commit*) is what its manifest and series give now, or a CheckError says it is not."""
+    import zmr.build
+    from zmr.cache import Cache as NewCache
+
+    release = zmr.build.compute(project, other, cache or NewCache(), partial=True)
+    if release.tip != commit:
+        raise CheckError(
+            f"{component.label}: --bitwise would compare with {other.branch}, a stale release branch of {other.key}",
+            details=[
+                f"{other.branch}: at {commit[:12]}, the manifest and series of {other.label} give {release.tip[:12]}",
+                f"run `zmr build {component.model}` first, then --bitwise again",
+            ],
+        )
 
 
 # -- one result -----------------------------------------------------------------------------------
