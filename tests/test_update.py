@@ -267,7 +267,7 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     assert data["merged"] == [0, 2] and data["made"] == [["m1", 0], ["m2", 2]] and data["dropped"] == [dropped.to_json()]
     assert (data["conflict"], data["files"], data["ok"]) == (3, ["src/x.py"], False)
     memory = InMemory("t" * 40, [("m1", "0001-a.patch", None)], [dropped], conflict_at=1)
-    expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1, "reused": []}
+    expected = {"tip": "t" * 40, "replayed": [["m1", "0001-a.patch", None]], "dropped": [dropped.to_json()], "conflict_at": 1, "reused": [], "unused": []}
     assert json.loads(json.dumps(memory.to_json())) == expected
     # The keys docs/reference.md §7.19 gives for blocked_by in `zmr update --json`.
     blocked = BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"], "Patch Author", "author@zmr.invalid")
