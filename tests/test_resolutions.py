@@ -91,13 +91,20 @@ def test_a_colleagues_resolution_is_reused_after_an_earlier_patch_went_in_3_way(
     data = json.loads(zmr("update", "toy", "--json", cwd=mine).stdout)["components"][0]
     assert data["status"] == "clean" and data["target"] == new and data["blocked_by"] is None, data
     assert data["reused_resolutions"] == ["0002-contiguous.patch"] and data["unused_resolutions"] == []
-    # ... and so does the rebase's cherry-pick pass, which the move itself takes.
+    # ... and so does the rebase's cherry-pick pass, which the move itself takes (the weekly job's `update --apply` too).
     result = zmr("rebase", "toy", "--onto", new, "--json", cwd=mine)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["path"] == "checkout" and report["reused_resolutions"] == ["0002-contiguous.patch"] and report["unused_resolutions"] == []
     assert "+    return torch.matmul(a, b).contiguous()" in (mine / "patches/toy/rollout/0002-contiguous.patch").read_text()
     assert new in (mine / "manifests/toy.yaml").read_text()
+    weekly = tmp_path / "weekly"
+    git("clone", "-q", str(tmp_path / "hub.git"), str(weekly))
+    applied = zmr("update", "toy", "--apply", "--json", cwd=weekly)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    data = json.loads(applied.stdout)["components"][0]
+    assert data["applied"] is True and data["target"] == new and data["reused_resolutions"] == ["0002-contiguous.patch"]
+    assert (weekly / "patches/toy/rollout/0002-contiguous.patch").read_bytes() == (mine / "patches/toy/rollout/0002-contiguous.patch").read_bytes()
 
 
 def test_a_resolution_that_does_not_apply_is_reported_with_why(tmp_path, upstream, project):
