@@ -8,9 +8,7 @@ series prefixes of both sides and checks which operation is found each time.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, git, zmr
+import demo_walk
+from conftest import REPO_ROOT, zmr
 from zmr.errors import ZmrError
 from zmr.evidence.locate import Recorder, Rows, dump, hook_modules, load_name_map, padded_rows, read_side, trace_functions
 
@@ -478,18 +477,6 @@ def test_importing_the_module_loads_neither_numpy_nor_torch():
 # the demo: series prefixes of both sides, one mismatch source fixed at a time
 
 
-def _series(component: str) -> list[Path]:
-    folder = REPO_ROOT / "patches" / "demo" / component
-    names = [ln.split()[0] for ln in (folder / "series").read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    return [folder / n for n in names]
-
-
-def _pin(component: str) -> str:
-    text = (REPO_ROOT / "manifests" / "demo.yaml").read_text()
-    block = text[text.index(f"  {component}:"):]
-    return block[block.index("commit:") + len("commit:"):].split()[0]
-
-
 # (rollout patches, trainer patches, first diverging operation in fp32, in bf16; None: no divergence)
 DEMO_WALK = [
     # upstream: fp32 finds the chunked RMSNorm; in bf16 its last-bit difference is rounded
@@ -506,30 +493,16 @@ DEMO_WALK = [
 
 def test_demo_walk_finds_each_mismatch_source(tmp_path):
     torch = pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("demo_locate", REPO_ROOT / "scripts" / "demo_locate.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    upstream = {}
-    for comp in ("rollout", "trainer"):
-        clone = tmp_path / f"{comp}.git"
-        git("clone", "-q", "--bare", str(REPO_ROOT / "upstreams" / f"toy-{comp}.bundle"), str(clone))
-        tree = tmp_path / f"{comp}-upstream"
-        tree.mkdir()
-        proc = subprocess.run(["git", f"--git-dir={clone}", "archive", _pin(comp)], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=proc.stdout, check=True)
-        upstream[comp] = tree
+    demo = demo_walk.demo_locate()
+    upstream = demo_walk.upstream_trees(tmp_path)
     threads = torch.get_num_threads()
     found = []
     try:
         for n_rollout, n_trainer, *expected in DEMO_WALK:
-            trees = {}
-            for comp, count in (("rollout", n_rollout), ("trainer", n_trainer)):
-                tree = tmp_path / f"{comp}-{n_rollout}-{n_trainer}"
-                shutil.copytree(upstream[comp], tree)
-                patches = _series(comp)[:count]
-                if patches:
-                    git("apply", *map(str, patches), cwd=tree)
-                trees[comp] = tree
+            trees = {
+                comp: demo_walk.tree_with(upstream[comp], demo_walk.series(comp)[:count], tmp_path / f"{comp}-{n_rollout}-{n_trainer}")
+                for comp, count in (("rollout", n_rollout), ("trainer", n_trainer))
+            }
             for dtype, want in zip(("fp32", "bf16"), expected):
                 out = tmp_path / f"dumps-{n_rollout}-{n_trainer}-{dtype}"
                 demo.record(trees["rollout"], trees["trainer"], out, dtype=dtype)
