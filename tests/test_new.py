@@ -23,6 +23,7 @@ EXPECTED_FILES = [
     "cases/qwen3/README.md",
     "cases/qwen3/recipe.md",
     "cases/qwen3/case.yaml",
+    "cases/qwen3/evidence/README.md",
 ]
 
 
@@ -92,7 +93,7 @@ def test_new_json_output(tmp_path):
         "zmr": __import__("zmr").__version__,
         "schema_version": 1,
         "model": "m1",
-        "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml"],
+        "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml", "cases/m1/evidence/README.md"],
     }
     assert load_manifests(project.root, ["m1"])[0].title == "m1"
 

@@ -10,9 +10,14 @@ no series folder):
 - ``patches/<model>/<component>/series``: an empty series with a comment
   header, one per component;
 - ``cases/<model>/README.md`` (support status, what broke and how it was
-  fixed, evidence, upstreamed changes), ``recipe.md`` (how to reproduce the
-  evidence) and ``case.yaml`` (the facts ``zmr docs`` renders; schema
-  ``zmr.cases``).
+  fixed, evidence, overhead, upstreamed changes), ``recipe.md`` (how to
+  reproduce the evidence), ``case.yaml`` (the facts ``zmr docs`` renders;
+  schema ``zmr.cases``) and ``evidence/README.md`` (the evidence layout).
+
+The case's four templates are the skill's (``skill/templates/``, the files the
+workflow of ``skill/SKILL.md`` tells a team to fill in), shipped in the
+package as ``CASE_TEMPLATES`` names them; tests/test_skill.py checks that the
+two copies are the same bytes, so the skill and the tool never disagree.
 
 Everything is rendered and validated in memory first (the manifest with
 ``zmr.manifest.parse_manifest``, the case with ``zmr.cases.parse_case``), so
@@ -39,6 +44,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
 
 NEW_TRANSACTION = "new"
+# The case's templates: package file (zmr/templates) -> the skill's file it copies (skill/templates), and where it goes.
+CASE_TEMPLATES = {
+    "README.md.tmpl": ("README.md", "README.md"),
+    "recipe.md.tmpl": ("recipe.md", "recipe.md"),
+    "case.yaml.tmpl": ("case.yaml", "case.yaml"),
+    "evidence-README.md.tmpl": ("evidence/README.md", "evidence/README.md"),
+}
 SPEC_HELP = "NAME=URL@SHA, e.g. rollout=https://github.com/vllm-project/vllm.git@<40-hex commit id>"
 # A YAML plain scalar that stays the same string (no quoting needed).
 _PLAIN_RE = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./:@+~=-]*\Z")
@@ -168,9 +180,8 @@ def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[
         )
     rows = "\n".join(f"| {c.key} | `{c.upstream}` | `{c.commit}` | `patches/{model}/{c.key}/` |" for c in components)
     branches = ", ".join(f"`{c.key}/{model}`" for c in components)
-    files[f"cases/{model}/README.md"] = _template("README.md.tmpl").substitute(model=model, title=title, component_rows=rows)
-    files[f"cases/{model}/recipe.md"] = _template("recipe.md.tmpl").substitute(model=model, title=title, branches=branches)
-    files[f"cases/{model}/case.yaml"] = _template("case.yaml.tmpl").substitute(model=model, title=title)
+    for name, (_, target) in CASE_TEMPLATES.items():
+        files[f"cases/{model}/{target}"] = _template(name).substitute(model=model, title=title, component_rows=rows, branches=branches)
     return files
 
 
