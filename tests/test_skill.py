@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,8 +134,10 @@ def test_drill_from_the_pins_to_bitwise_zero_every_decision_from_zmr_locate(demo
     """From the unpatched pins (which differ: step 3's negative control) to bitwise zero, every decision by the table."""
     decisions, applied = walk(demo, {comp: [] for comp in demo_walk.COMPONENTS}, dtype)
     # fp32 finds the chunked RMSNorm first, bf16 the split-K GEMM (the RMSNorm's last bit is rounded away); then attention
-    assert [(d["op"], d["guide"]) for d in decisions] == [("rms_norm" if dtype == "fp32" else "linear", "reductions" if dtype == "fp32" else "gemm"),
-                                                            ("attention", "attention")]
+    assert [(d["op"], d["guide"]) for d in decisions] == [
+        ("rms_norm" if dtype == "fp32" else "linear", "reductions" if dtype == "fp32" else "gemm"),
+        ("attention", "attention"),
+    ]
     release = _cpu_release()
     for comp in demo_walk.COMPONENTS:  # what the drill applied is the release series' own patches, in its order
         assert applied[comp] == [p for p in release[comp] if p in applied[comp]], comp
@@ -150,7 +154,9 @@ def _demo_patches() -> list[tuple[str, str]]:
 def test_the_table_classifies_every_patch_of_both_demo_series():
     for comp in demo_walk.COMPONENTS:
         assert sorted(TABLE["demo_series"][comp]) == sorted(p.name for p in demo_walk.series(comp)), comp
-    named = {Path(p).name for g in TABLE["guides"].values() if g["worked_example"] for key in ("patches", "needs", "gpu") for p in g["worked_example"].get(key, [])}
+    named = {
+        Path(p).name for g in TABLE["guides"].values() if g["worked_example"] for key in ("patches", "needs", "gpu") for p in g["worked_example"].get(key, [])
+    }
     for comp, name in _demo_patches():
         entry = TABLE["demo_series"][comp][name]
         assert entry["shows"] in ("cpu", "gpu", "parallel", "none"), (comp, name)
@@ -189,13 +195,30 @@ def test_a_missing_fix_lands_on_its_guide(demo, comp, name):
 def test_the_decision_table_routes_the_names_zmr_locate_gives():
     """The operations the demo's recorders name (single process and parallel), and module names of vLLM and Megatron-LM."""
     cases = {
-        "rms_norm": "reductions", "linear#2": "gemm", "silu": "reductions", "attention": "attention", "token_logprob": "logsoftmax-sampling",
-        "row_partial": "collectives", "row_linear": "collectives", "column_linear": "collectives",
-        "model.layers.0.self_attn.attn": "attention", "model.layers.3.input_layernorm": "reductions", "model.layers.0.self_attn.o_proj": "gemm",
-        "decoder.layers.1.self_attention.core_attention": "attention", "decoder.layers.0.mlp.linear_fc1": "gemm", "decoder.final_layernorm": "reductions",
-        "model.layers.2.mlp.experts": "moe", "decoder.layers.0.mlp.router": "moe", "model.layers.0.mlp.gate": "moe", "model.layers.0.mlp.gate_up_proj": "gemm",
-        "model.layers.1.mlp.experts_nvfp4": "quantized-experts", "model.layers.0.self_attn.qkv_proj.lora_b": "lora", "model.layers.4.mixer": "linear-attention",
-        "model.layers.0.self_attn.indexer": "sparse-attention", "lm_head": "gemm", "logits_processor": "logsoftmax-sampling",
+        "rms_norm": "reductions",
+        "linear#2": "gemm",
+        "silu": "reductions",
+        "attention": "attention",
+        "token_logprob": "logsoftmax-sampling",
+        "row_partial": "collectives",
+        "row_linear": "collectives",
+        "column_linear": "collectives",
+        "model.layers.0.self_attn.attn": "attention",
+        "model.layers.3.input_layernorm": "reductions",
+        "model.layers.0.self_attn.o_proj": "gemm",
+        "decoder.layers.1.self_attention.core_attention": "attention",
+        "decoder.layers.0.mlp.linear_fc1": "gemm",
+        "decoder.final_layernorm": "reductions",
+        "model.layers.2.mlp.experts": "moe",
+        "decoder.layers.0.mlp.router": "moe",
+        "model.layers.0.mlp.gate": "moe",
+        "model.layers.0.mlp.gate_up_proj": "gemm",
+        "model.layers.1.mlp.experts_nvfp4": "quantized-experts",
+        "model.layers.0.self_attn.qkv_proj.lora_b": "lora",
+        "model.layers.4.mixer": "linear-attention",
+        "model.layers.0.self_attn.indexer": "sparse-attention",
+        "lm_head": "gemm",
+        "logits_processor": "logsoftmax-sampling",
     }
     for op, guide in cases.items():
         assert decide.guide_for(TABLE, op) == guide, op
@@ -213,7 +236,221 @@ def test_decide_script_reads_a_locate_report(tmp_path):
     out = subprocess.run([sys.executable, str(SKILL / "scripts" / "decide.py"), str(report)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "guide: skill/references/mechanisms/attention.md" in out.stdout
-    assert "worked example: patches/demo/rollout/0004-attention-decode-replays-the-prefill-math-over-the-s.patch" in out.stdout
+    assert "  fix    patches/demo/rollout/0004-attention-decode-replays-the-prefill-math-over-the-s.patch" in out.stdout
     report.write_text('{"not": "a report"}')
     bad = subprocess.run([sys.executable, str(SKILL / "scripts" / "decide.py"), str(report)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not the output of `zmr locate --json`" in bad.stderr
+
+
+# ---------------------------------------------------------------------------
+# the guides, the table in SKILL.md, the templates
+
+
+def _sections(text: str) -> dict[str, str]:
+    """H2 heading -> its text, in order (headings inside fenced blocks are text)."""
+    out: dict[str, str] = {}
+    current = None
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and line.startswith("## "):
+            current = line[3:].strip()
+            out[current] = ""
+        elif current is not None:
+            out[current] += line + "\n"
+    return out
+
+
+def test_every_guide_has_the_sections_in_order_and_names_its_worked_example():
+    assert (SKILL / "references" / "process.md").is_file()
+    files = sorted(p.stem for p in GUIDES.glob("*.md"))
+    assert files == sorted(TABLE["guides"]), "one guide per id of decisions.yaml, no other"
+    for guide, entry in TABLE["guides"].items():
+        text = (GUIDES / f"{guide}.md").read_text(encoding="utf-8")
+        sections = _sections(text)
+        assert list(sections) == SECTIONS, (guide, list(sections))
+        example = sections["Worked example"]
+        worked = entry["worked_example"]
+        if worked is None:
+            assert "none here yet" in example.lower(), guide
+            continue
+        for path in [*worked.get("patches", []), *worked.get("files", [])]:
+            assert Path(path).name in example, f"{guide}.md, Worked example: does not name {path}"
+
+
+def test_skill_md_shows_the_decision_table_as_it_is():
+    text = (SKILL / "SKILL.md").read_text(encoding="utf-8")
+    shown = re.search(r"<!-- decisions:begin [^\n]*-->\n(.*?)<!-- decisions:end -->", text, re.S)
+    assert shown, "SKILL.md: the decisions markers"
+    assert shown.group(1) == decide.markdown(TABLE), "SKILL.md is stale: paste `python skill/scripts/decide.py --markdown` between the markers"
+
+
+def test_the_case_templates_of_zmr_new_are_the_skills():
+    from zmr.new import CASE_TEMPLATES
+
+    shipped = sorted(p.name for p in (REPO_ROOT / "zmr" / "templates").glob("*.tmpl"))
+    assert set(CASE_TEMPLATES) <= set(shipped)
+    skill_files = sorted(p.relative_to(SKILL / "templates").as_posix() for p in (SKILL / "templates").rglob("*") if p.is_file())
+    assert skill_files == sorted(rel for rel, _ in CASE_TEMPLATES.values())
+    for name, (rel, _) in CASE_TEMPLATES.items():
+        assert (REPO_ROOT / "zmr" / "templates" / name).read_bytes() == (SKILL / "templates" / rel).read_bytes(), (
+            f"cp skill/templates/{rel} zmr/templates/{name}"
+        )
+
+
+# ---------------------------------------------------------------------------
+# the format: frontmatter limits, the reference validator
+
+
+ALLOWED_FIELDS = {"name", "description", "license", "allowed-tools", "metadata", "compatibility"}
+
+
+def _frontmatter(text: str) -> tuple[dict, str]:
+    import yaml
+
+    assert text.startswith("---\n"), "SKILL.md starts with its YAML frontmatter"
+    head, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(head), body
+
+
+def test_skill_md_frontmatter_within_the_formats_limits():
+    meta, body = _frontmatter((SKILL / "SKILL.md").read_text(encoding="utf-8"))
+    assert set(meta) <= ALLOWED_FIELDS and {"name", "description"} <= set(meta), sorted(meta)
+    name = meta["name"]
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) and len(name) <= 64
+    assert name == SKILL.name, "the name is the folder's"
+    assert 0 < len(meta["description"].strip()) <= 1024, len(meta["description"])
+    assert len(meta.get("compatibility", "")) <= 500
+    assert len(body.splitlines()) < 500, "the format recommends a body under 500 lines; details go to references/"
+
+
+SKILLS_REF = REPO_ROOT / "scripts" / "npm" / "node_modules" / ".bin" / "skills-ref"
+
+
+def test_the_reference_validator_accepts_the_skill_and_refuses_a_broken_one(tmp_path):
+    if not SKILLS_REF.exists():
+        pytest.fail("skills-ref is not installed: run scripts/setup-test-tools (npm ci in scripts/npm)")
+    ok = subprocess.run([str(SKILLS_REF), "validate", "skill"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    broken = tmp_path / "skill"
+    broken.mkdir()
+    (broken / "SKILL.md").write_text((SKILL / "SKILL.md").read_text().replace("name: skill", "name: Skill_Broken", 1))
+    bad = subprocess.run([str(SKILLS_REF), "validate", str(broken)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "Skill_Broken" in bad.stdout + bad.stderr
+
+
+# ---------------------------------------------------------------------------
+# every command block runs; every figure has a source
+
+
+COMMAND_LANGS = {"sh", "bash", "shell", "console"}
+NEEDS = {"gpu", "vllm", "megatron", "verl"}  # the only way out: what CI lacks
+INSTALL = "python3 -m venv .venv && .venv/bin/pip install"  # the set-up line: the clone's .venv is this test's environment
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.M | re.S)
+
+
+def _skill_docs() -> list[Path]:
+    """skill/'s Markdown in the order its commands run: SKILL.md, README.md, then the references (templates are rendered by zmr new)."""
+    rest = sorted(p for p in SKILL.rglob("*.md") if "templates" not in p.relative_to(SKILL).parts and p.name not in ("SKILL.md", "README.md"))
+    return [SKILL / "SKILL.md", SKILL / "README.md", *rest]
+
+
+def _blocks(path: Path) -> list[tuple[str, str | None]]:
+    """The command blocks of *path*: (script, the need it is marked with or None). Refuses unmarked, unlabelled commands."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for m in FENCE.finditer(text):
+        lang, body = m.group(1).strip(), m.group(2)
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+        marker = re.fullmatch(r"<!-- needs: (\S+) -->", before)
+        rel = path.relative_to(REPO_ROOT)
+        if not lang:
+            first = body.lstrip().split("\n", 1)[0]
+            assert not re.match(r"(\$ |zmr |\.venv/bin/|python3? |git |scripts/)", first), f"{rel}: a command block without a language; label it sh"
+        if lang not in COMMAND_LANGS:
+            assert marker is None, f"{rel}: a needs marker before a block that is no command block"
+            continue
+        if marker:
+            assert marker.group(1) in NEEDS, f"{rel}: unknown marker needs: {marker.group(1)} (only {', '.join(sorted(NEEDS))})"
+        found.append((body, marker.group(1) if marker else None))
+    stray = re.findall(r"<!--\s*needs:[^>]*-->", text)
+    assert len(stray) == sum(1 for _, need in found if need), f"{path.relative_to(REPO_ROOT)}: a needs marker that marks no command block"
+    return found
+
+
+def test_every_command_block_in_the_skill_runs_on_a_fresh_clone(tmp_path):
+    """Each block as one `bash -e` script from the clone's root, in order: SKILL.md's walk first (it makes the model the other
+    blocks use), then README.md, then the references. Only a `<!-- needs: gpu|vllm|megatron|verl -->` marker skips one."""
+    from conftest import git
+
+    pytest.importorskip("torch")
+    clone = tmp_path / "zmr"
+    git("clone", "-q", str(REPO_ROOT), str(clone), cwd=tmp_path)
+    shutil.rmtree(clone / "skill", ignore_errors=True)
+    shutil.copytree(SKILL, clone / "skill", ignore=shutil.ignore_patterns("__pycache__"))  # this skill, also before it is committed
+    (clone / ".venv").symlink_to(sys.prefix)
+    env = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith("TOY_")}
+    env |= {"GIT_AUTHOR_NAME": "A User", "GIT_AUTHOR_EMAIL": "user@example.com", "GIT_COMMITTER_NAME": "A User", "GIT_COMMITTER_EMAIL": "user@example.com"}
+    ran = 0
+    for doc in _skill_docs():
+        for index, (script, need) in enumerate(_blocks(doc)):
+            if need:
+                continue
+            script = "\n".join(line for line in script.splitlines() if not line.startswith(INSTALL))
+            result = subprocess.run(["bash", "-e", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+            assert result.returncode == 0, f"{doc.relative_to(REPO_ROOT)} block {index + 1}:\n{script}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+            ran += 1
+    assert ran >= 10
+    # what the walk says it does, done: the model's series hold the fixes (four a side), its case is on the front page
+    for comp in demo_walk.COMPONENTS:
+        series = [ln for ln in (clone / f"patches/mymodel/{comp}/series").read_text().splitlines() if ln and not ln.startswith("#")]
+        assert len(series) == 4 and all((clone / f"patches/mymodel/{comp}" / name).is_file() for name in series), (comp, series)
+    assert "cases/mymodel/README.md" in (clone / "README.md").read_text()
+    assert (clone / ".claude/skills/skill/SKILL.md").is_file()
+
+
+FIGURE = re.compile(
+    r"(?<![\w.§/-])(?:"
+    r"(?P<unit>\d[\d,]*(?:\.\d+)?)\s?(?:%|×|µs|ms|tok/s|GB/s|TB/s|TFLOP/s|GiB|GB)(?!\w)"
+    r"|(?P<sci>\d+(?:\.\d+)?e[-+]?\d+)(?!\w)"
+    r"|(?P<of>\d[\d,]* of \d[\d,]*)(?![\w.])"
+    r"|(?P<ratio>\d+/\d+)(?![\w/])"
+    r")"
+)
+CITE = re.compile(r"(?<![\w/])((?:cases|benchmarks)/[\w.+-]+(?:/[\w.+-]+)*\.(?:yaml|yml|md|json|log|txt))")
+
+
+def _figures_without_source(path: Path) -> list[str]:
+    """Each figure of *path* must appear in a file it cites on its line or in its paragraph (a file of cases/ or benchmarks/)."""
+    problems = []
+    text = path.read_text(encoding="utf-8").replace("\u2212", "-")
+    paragraphs = re.split(r"\n\s*\n", text)
+    for para in paragraphs:
+        for line in para.splitlines():
+            figures = [next(v for v in m.groupdict().values() if v) for m in FIGURE.finditer(line)]
+            if not figures:
+                continue
+            cited = CITE.findall(line) or CITE.findall(para)
+            sources = [(REPO_ROOT / c).read_text(encoding="utf-8").replace("\u2212", "-") for c in cited if (REPO_ROOT / c).is_file()]
+            for figure in figures:
+                if not any(figure in s for s in sources):
+                    problems.append(f"{path.relative_to(REPO_ROOT)}: {figure!r} in {line.strip()[:100]!r}: cite the file under cases/ that holds it")
+    return problems
+
+
+def test_every_figure_in_the_skill_has_a_source():
+    problems = [p for doc in sorted(SKILL.rglob("*.md")) for p in _figures_without_source(doc)]
+    assert problems == []
+
+
+def test_the_figure_check_finds_an_uncited_or_a_wrong_figure(tmp_path):
+    doc = SKILL / "references" / "_probe.md"  # inside skill/ for the relative path, removed at once
+    try:
+        doc.write_text(
+            "Overhead 8.7% (cases/deepseek-v4-flash/case.yaml).\n\nOverhead 8.7%, no source.\n\nOverhead 9.9% (cases/deepseek-v4-flash/case.yaml).\n"
+        )
+        problems = _figures_without_source(doc)
+    finally:
+        doc.unlink()
+    assert len(problems) == 2 and "'8.7'" in problems[0] and "'9.9'" in problems[1], problems

@@ -3,6 +3,7 @@
 
     zmr locate ROLLOUT_DUMP TRAINER_DUMP --map names.yaml --json > locate.json
     python skill/scripts/decide.py locate.json [--comparison rollout-vs-trainer] [--json]
+    python skill/scripts/decide.py --markdown      # the table as SKILL.md shows it
 
 Prints what to do next: "none" (nothing differs: step 8, prove), "guide" (open the mechanism guide it names,
 whose worked example it lists), "record-finer" or "record-inputs" (record more, then locate again).
@@ -50,8 +51,15 @@ def decide(table: dict, report: dict, comparison: str = DEFAULT_COMPARISON) -> d
     if comparison not in table["comparisons"]:
         raise ValueError(f"comparison {comparison!r} is not one of {', '.join(table['comparisons'])}")
     if report.get("verdict") == "bitwise_equal":
-        return {"next": "none", "op": None, "verdict": None, "guide": None, "guide_file": None, "worked_example": None,
-                "meaning": "every recorded operation is bitwise equal: go to step 8 (prove)"}
+        return {
+            "next": "none",
+            "op": None,
+            "verdict": None,
+            "guide": None,
+            "guide_file": None,
+            "worked_example": None,
+            "meaning": "every recorded operation is bitwise equal: go to step 8 (prove)",
+        }
     first = report["first"]
     verdict = first["inputs_verdict"]
     row = table["verdicts"][verdict]
@@ -64,13 +72,34 @@ def decide(table: dict, report: dict, comparison: str = DEFAULT_COMPARISON) -> d
     return decision
 
 
+def markdown(table: dict) -> str:
+    """The rules as a Markdown table (SKILL.md, step 5, holds this text between its decisions markers)."""
+    lines = ["| located operation (last name part, regular expression) | comparison | guide | worked example |", "| --- | --- | --- | --- |"]
+    for rule in table["rules"]:
+        example = table["guides"][rule["guide"]]["worked_example"] or {}
+        shown = (
+            ", ".join(Path(p).name[:4] + f" ({Path(p).parent.name})" for p in example.get("patches", []))
+            or ", ".join(example.get("files", []))
+            or "none here yet"
+        )
+        op = rule["op"].replace("|", "\\|")
+        lines.append(f"| `{op}` | {rule.get('comparison', 'any')} | [{rule['guide']}](references/mechanisms/{rule['guide']}.md) | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("report", help="the output of `zmr locate ... --json` (a file, or - for standard input)")
+    p.add_argument("report", nargs="?", help="the output of `zmr locate ... --json` (a file, or - for standard input)")
+    p.add_argument("--markdown", action="store_true", help="print the decision table as Markdown and exit")
     p.add_argument("--comparison", default=DEFAULT_COMPARISON, help=f"what the two dumps compare (default {DEFAULT_COMPARISON})")
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
     args = p.parse_args(argv)
     table = load_table()
+    if args.markdown:
+        sys.stdout.write(markdown(table))
+        return 0
+    if args.report is None:
+        p.error("give the report of `zmr locate --json` (or --markdown)")
     try:
         text = sys.stdin.read() if args.report == "-" else Path(args.report).read_text(encoding="utf-8")
         report = json.loads(text)
@@ -91,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     if decision["guide"]:
         print(f"guide: {decision['guide_file']}" + ("" if decision["next"] == "guide" else " (the suspect, once confirmed)"))
         example = decision["worked_example"] or {}
-        for path in [*example.get("needs", []), *example.get("patches", [])]:
-            print(f"  worked example: {path}")
-        for path in example.get("files", []):
-            print(f"  worked example: {path}")
+        if example.get("patches"):
+            print("worked example (apply the needs first; each side's patches in series order):")
+        for key, label in (("needs", "needs"), ("patches", "fix"), ("files", "case")):
+            for path in example.get(key, []):
+                print(f"  {label:<5}  {path}")
         if not example:
-            print("  worked example: none here yet")
+            print("worked example: none here yet")
     return 0
 
 
