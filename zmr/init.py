@@ -17,7 +17,12 @@ that exists is changed, except that missing lines are appended to
 - ``.github/workflows/zmr.yml``, the CI workflow, and
   ``.github/workflows/zmr-diff-comment.yml``, which posts its ``zmr diff``
   of a pull request as a comment (a ``workflow_run`` workflow must be a file of its own):
-  each job one use of zmr's action (action.yml) by a full commit id (`zmr_action`).
+  each job one use of zmr's action (action.yml) by a full commit id (`zmr_action`);
+- with ``--skill``, ``skill/``: the zero-mismatch skill (the workflow from a
+  new model to bitwise zero, its mechanism guides, process rules and
+  templates), copied from the folder beside the zmr package (a source
+  checkout or editable install of zmr's repository). Without it, a note says
+  how to add it when the repository has none.
 
 A second run finds everything there and changes nothing.
 """
@@ -48,6 +53,7 @@ WORKFLOW = ".github/workflows/zmr.yml"
 DIFF_COMMENT_WORKFLOW = ".github/workflows/zmr-diff-comment.yml"
 README = "README.md"
 INIT_TRANSACTION = "init"
+SKILL = "skill"
 
 
 @dataclass
@@ -75,11 +81,13 @@ def repository_root(start: Path) -> Path:
     return Path(top)
 
 
-def init(start: Path, *, name: str | None = None, email: str | None = None, url: str | None = None, readme_sections: bool = False) -> InitResult:
+def init(
+    start: Path, *, name: str | None = None, email: str | None = None, url: str | None = None, readme_sections: bool = False, skill: bool = False
+) -> InitResult:
     """Create what is missing of a zmr project in the repository holding *start*.
 
     *readme_sections*: append the marker sections an existing README lacks
-    (at its end; move them where they belong).
+    (at its end; move them where they belong). *skill*: add ``skill/`` (`skill_source`).
     """
     from zmr import transaction
     from zmr.project import Project, Settings
@@ -90,6 +98,7 @@ def init(start: Path, *, name: str | None = None, email: str | None = None, url:
     try:
         with transaction.begin(project, INIT_TRANSACTION) as txn:  # every file or none (zmr.transaction)
             _init(root, txn, result, name, email, url, readme_sections)
+            _skill(root, txn, result, skill)
     except OSError as err:  # a read-only repository is said so (the CLI knows no project yet to tell)
         raise os_error(err, project.folders()) from None
     return result
@@ -144,6 +153,36 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
         _create(txn, WORKFLOW, workflow_text("workflow.yml.tmpl"), result)
     if not (root / DIFF_COMMENT_WORKFLOW).exists():
         _create(txn, DIFF_COMMENT_WORKFLOW, workflow_text("workflow-diff-comment.yml.tmpl"), result)
+
+
+def skill_source() -> Path | None:
+    """The skill folder of zmr's repository beside the running package (a source checkout or editable install), or None."""
+    import zmr
+
+    folder = Path(zmr.__file__).resolve().parents[1] / SKILL
+    return folder if (folder / "SKILL.md").is_file() else None
+
+
+def _skill(root: Path, txn: Transaction, result: InitResult, add: bool) -> None:
+    """``skill/`` copied into the repository (*add*), or a note on how to add it; one that is there is left alone."""
+    if (root / SKILL).exists() or (root / SKILL).is_symlink():
+        return
+    source = skill_source()
+    if source is None:
+        url, commit = zmr_source()
+        how = f"copy the folder {SKILL}/ of {url} at {commit} into this repository"
+        if add:
+            raise ZmrError("this zmr was installed without its skill folder; zmr init --skill has nothing to copy", details=[how])
+        result.notes.append(f"no {SKILL}/ here: the zero-mismatch skill (workflow, mechanism guides, templates) is not in this repository; {how}")
+        return
+    if not add:
+        result.notes.append(f"no {SKILL}/ here: run `zmr init --skill` to add the zero-mismatch skill (workflow, mechanism guides, templates)")
+        return
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc":
+            txn.create(root / SKILL / rel, path.read_bytes())
+    result.created.append(f"{SKILL}/")
 
 
 def workflow_text(template: str) -> str:

@@ -28,6 +28,9 @@ def init(
     readme_sections: Annotated[
         bool, typer.Option("--readme-sections", help="Append the marker sections `zmr docs` fills to an existing README that lacks them.")
     ] = False,
+    skill: Annotated[
+        bool, typer.Option("--skill", help="Add skill/: the zero-mismatch skill (workflow, mechanism guides, templates) for coding agents and engineers.")
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Make this git repository a zmr project (creates what is missing, changes nothing that exists)."""
@@ -36,7 +39,7 @@ def init(
 
     import zmr.init
 
-    result = zmr.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections)
+    result = zmr.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections, skill=skill)
     if json_out:
         print_json(result.to_json())
         return
