@@ -66,11 +66,12 @@ def demo_locate():
     return module
 
 
-def locate_json(out: Path) -> tuple[int, dict]:
+def locate_json(out: Path, rollout: str = "rollout", trainer: str = "trainer", name_map: str | None = "names.yaml") -> tuple[int, dict]:
     """`zmr locate OUT/rollout OUT/trainer --map OUT/names.yaml --json`, the real CLI in this process: (exit status, report)."""
     from zmr.cli import main
 
     buffer = io.StringIO()
+    args = ["locate", str(out / rollout), str(out / trainer), *(["--map", str(out / name_map)] if name_map else []), "--json"]
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["locate", str(out / "rollout"), str(out / "trainer"), "--map", str(out / "names.yaml"), "--json"])
+        code = main(args)
     return code, json.loads(buffer.getvalue())

@@ -49,12 +49,16 @@ def _series_index(path: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def upstream(tmp_path_factory) -> dict[str, Path]:
+    return demo_walk.upstream_trees(tmp_path_factory.mktemp("skill-upstream"))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, upstream):
     """Record-and-locate on trees of the demo (upstream pins plus patches); trees built, and each pair of trees
     recorded and located, once per patch set and dtype (the walks of the tests meet at the same states)."""
     torch = pytest.importorskip("torch")
     base = tmp_path_factory.mktemp("skill-demo")
-    upstream = demo_walk.upstream_trees(base)
     record = demo_walk.demo_locate().record
     threads = torch.get_num_threads()
     trees: dict[tuple[str, tuple[str, ...]], Path] = {}
@@ -190,6 +194,28 @@ def test_a_missing_fix_lands_on_its_guide(demo, comp, name):
         assert applied == release, dtype  # the walk restored exactly what was removed
         landed |= {d["guide"] for d in decisions}
     assert landed & set(entry["guides"]), (landed, entry["guides"])
+
+
+def test_a_layout_fix_missing_on_one_rank_lands_on_collectives(tmp_path, upstream):
+    """The parallel fixes (rollout 0010-0011, trainer 0008-0009) cannot be left out of a single-process walk; in the
+    release trees, rank 1 of a tensor-parallel rollout doing its row-parallel partial sum the standard way (one GEMM over its
+    share of K: scripts/demo_parallel.py --break-rank 1) is that fix missing on one rank. The decision is collectives."""
+    pytest.importorskip("torch")
+    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp), tmp_path / comp) for comp in demo_walk.COMPONENTS]
+    located = tmp_path / "located"
+    small = ["--batch-sizes", "4", "--max-running", "3", "--prompt-len", "2:12", "--new-tokens", "3:8", "--dtypes", "fp32", "--timeout", "240"]
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "demo_parallel.py"), "--rollout", str(trees[0]), "--trainer", str(trees[1]),
+         "--locate", str(located), "--break-rank", "1", *small],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    code, report = demo_walk.locate_json(located, "rollout-rank1", "trainer-rank1", name_map=None)
+    decision = decide.decide(TABLE, report)
+    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("row_partial", "equal", "collectives"), decision
+    names = {Path(p).name for p in decision["worked_example"]["patches"]}
+    for comp in demo_walk.COMPONENTS:
+        assert {n for n, e in TABLE["demo_series"][comp].items() if e["shows"] == "parallel"} <= names, comp
 
 
 def test_the_decision_table_routes_the_names_zmr_locate_gives():
@@ -347,7 +373,7 @@ def test_the_reference_validator_accepts_the_skill_and_refuses_a_broken_one(tmp_
 COMMAND_LANGS = {"sh", "bash", "shell", "console"}
 NEEDS = {"gpu", "vllm", "megatron", "verl"}  # the only way out: what CI lacks
 INSTALL = "python3 -m venv .venv && .venv/bin/pip install"  # the set-up line: the clone's .venv is this test's environment
-FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^( *)```([^\n`]*)\n(.*?)^\1```", re.M | re.S)  # a fence may be indented (in a list item)
 
 
 def _skill_docs() -> list[Path]:
@@ -361,7 +387,8 @@ def _blocks(path: Path) -> list[tuple[str, str | None]]:
     text = path.read_text(encoding="utf-8")
     found = []
     for m in FENCE.finditer(text):
-        lang, body = m.group(1).strip(), m.group(2)
+        indent, lang = len(m.group(1)), m.group(2).strip()
+        body = "".join(line[indent:] if line[:indent].isspace() else line for line in m.group(3).splitlines(keepends=True))
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         marker = re.fullmatch(r"<!-- needs: (\S+) -->", before)
         rel = path.relative_to(REPO_ROOT)
@@ -374,7 +401,7 @@ def _blocks(path: Path) -> list[tuple[str, str | None]]:
         if marker:
             assert marker.group(1) in NEEDS, f"{rel}: unknown marker needs: {marker.group(1)} (only {', '.join(sorted(NEEDS))})"
         found.append((body, marker.group(1) if marker else None))
-    stray = re.findall(r"<!--\s*needs:[^>]*-->", text)
+    stray = re.findall(r"^<!--\s*needs:[^>]*-->\s*$", text, re.M)
     assert len(stray) == sum(1 for _, need in found if need), f"{path.relative_to(REPO_ROOT)}: a needs marker that marks no command block"
     return found
 
@@ -421,6 +448,20 @@ FIGURE = re.compile(
 CITE = re.compile(r"(?<![\w/])((?:cases|benchmarks)/[\w.+-]+(?:/[\w.+-]+)*\.(?:yaml|yml|md|json|log|txt))")
 
 
+def _holds(name: str, text: str, figure: str) -> bool:
+    """*figure* is in the source *text*: as written; a count "N of M" also as "N/M" and the other way round; in a JSON
+    file, a count also as its two numbers, each a value there (e.g. "tokens_bitwise_equal": 84, "tokens": 84)."""
+    if figure in text:
+        return True
+    count = re.fullmatch(r"([\d,]+)(?: of |/)([\d,]+)", figure)
+    if not count:
+        return False
+    n, m = (x.replace(",", "") for x in count.groups())
+    if f"{n} of {m}" in text or f"{n}/{m}" in text:
+        return True
+    return name.endswith(".json") and all(re.search(rf":\s*{x}\b", text) for x in (n, m))
+
+
 def _figures_without_source(path: Path) -> list[str]:
     """Each figure of *path* must appear in a file it cites on its line or in its paragraph (a file of cases/ or benchmarks/)."""
     problems = []
@@ -431,10 +472,10 @@ def _figures_without_source(path: Path) -> list[str]:
             figures = [next(v for v in m.groupdict().values() if v) for m in FIGURE.finditer(line)]
             if not figures:
                 continue
-            cited = CITE.findall(line) or CITE.findall(para)
-            sources = [(REPO_ROOT / c).read_text(encoding="utf-8").replace("\u2212", "-") for c in cited if (REPO_ROOT / c).is_file()]
+            cited = {*CITE.findall(line), *CITE.findall(para)}
+            sources = {c: (REPO_ROOT / c).read_text(encoding="utf-8").replace("\u2212", "-") for c in sorted(cited) if (REPO_ROOT / c).is_file()}
             for figure in figures:
-                if not any(figure in s for s in sources):
+                if not any(_holds(c, text, figure) for c, text in sources.items()):
                     problems.append(f"{path.relative_to(REPO_ROOT)}: {figure!r} in {line.strip()[:100]!r}: cite the file under cases/ that holds it")
     return problems
 
