@@ -147,3 +147,23 @@ def test_init_says_how_to_add_the_skill_and_adds_it_when_asked(tmp_path):
     assert copied == {p.relative_to(REPO_ROOT).as_posix() for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     again = zmr("init", "--skill", cwd=repo)
     assert again.returncode == 0 and again.stdout.endswith("nothing changed\n") and "note: no skill/" not in again.stdout
+
+
+def test_init_without_the_skill_folder_beside_zmr_names_where_to_copy_it_from(tmp_path, monkeypatch):
+    """A zmr installed from a wheel has no skill/ beside its package: --skill refuses, naming the repository and commit."""
+    import pytest
+
+    import zmr.init
+    from zmr.errors import ZmrError
+    from zmr.source import zmr_source
+
+    monkeypatch.setattr(zmr.init, "skill_source", lambda: None)
+    url, commit = zmr_source()
+    repo = _repo(tmp_path / "wheel")
+    with pytest.raises(ZmrError) as refused:
+        zmr.init.init(repo, skill=True)
+    assert "installed without its skill folder" in str(refused.value)
+    assert refused.value.details == [f"copy the folder skill/ of {url} at {commit} into this repository"]
+    assert not (repo / "zmr.yaml").exists()  # nothing written: one transaction
+    result = zmr.init.init(repo)
+    assert any(f"copy the folder skill/ of {url} at {commit}" in note for note in result.notes)

@@ -318,11 +318,9 @@ def test_the_case_templates_of_zmr_new_are_the_skills():
     shipped = sorted(p.name for p in (REPO_ROOT / "zmr" / "templates").glob("*.tmpl"))
     assert set(CASE_TEMPLATES) <= set(shipped)
     skill_files = sorted(p.relative_to(SKILL / "templates").as_posix() for p in (SKILL / "templates").rglob("*") if p.is_file())
-    assert skill_files == sorted(rel for rel, _ in CASE_TEMPLATES.values())
-    for name, (rel, _) in CASE_TEMPLATES.items():
-        assert (REPO_ROOT / "zmr" / "templates" / name).read_bytes() == (SKILL / "templates" / rel).read_bytes(), (
-            f"cp skill/templates/{rel} zmr/templates/{name}"
-        )
+    assert skill_files == sorted(CASE_TEMPLATES.values())
+    for name, rel in CASE_TEMPLATES.items():
+        assert (REPO_ROOT / "zmr" / "templates" / name).read_bytes() == (SKILL / "templates" / rel).read_bytes(), f"cp skill/templates/{rel} zmr/templates/{name}"
 
 
 # ---------------------------------------------------------------------------

@@ -44,13 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
 
 NEW_TRANSACTION = "new"
-# The case's templates: package file (zmr/templates) -> the skill's file it copies (skill/templates), and where it goes.
-CASE_TEMPLATES = {
-    "README.md.tmpl": ("README.md", "README.md"),
-    "recipe.md.tmpl": ("recipe.md", "recipe.md"),
-    "case.yaml.tmpl": ("case.yaml", "case.yaml"),
-    "evidence-README.md.tmpl": ("evidence/README.md", "evidence/README.md"),
-}
+# The case's templates: package file (zmr/templates) -> its path under skill/templates (which it copies) and under cases/<model>.
+CASE_TEMPLATES = {"README.md.tmpl": "README.md", "recipe.md.tmpl": "recipe.md", "case.yaml.tmpl": "case.yaml", "evidence-README.md.tmpl": "evidence/README.md"}
 SPEC_HELP = "NAME=URL@SHA, e.g. rollout=https://github.com/vllm-project/vllm.git@<40-hex commit id>"
 # A YAML plain scalar that stays the same string (no quoting needed).
 _PLAIN_RE = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./:@+~=-]*\Z")
@@ -180,7 +175,7 @@ def render(model: str, title: str, components: Sequence[ComponentSpec]) -> dict[
         )
     rows = "\n".join(f"| {c.key} | `{c.upstream}` | `{c.commit}` | `patches/{model}/{c.key}/` |" for c in components)
     branches = ", ".join(f"`{c.key}/{model}`" for c in components)
-    for name, (_, target) in CASE_TEMPLATES.items():
+    for name, target in CASE_TEMPLATES.items():
         files[f"cases/{model}/{target}"] = _template(name).substitute(model=model, title=title, component_rows=rows, branches=branches)
     return files
 
