@@ -22,29 +22,30 @@ from conftest import REPO_ROOT, git
 COMPONENTS = ("rollout", "trainer")
 
 
-def series(component: str) -> list[Path]:
-    """The patch files of the demo's series of *component*, in apply order."""
-    folder = REPO_ROOT / "patches" / "demo" / component
+def series(component: str, model: str = "demo") -> list[Path]:
+    """The patch files of the series of *component* of *model* (the demo, or demo-moe), in apply order."""
+    folder = REPO_ROOT / "patches" / model / component
     names = [ln.split()[0] for ln in (folder / "series").read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     return [folder / n for n in names]
 
 
-def pin(component: str) -> str:
-    """The demo manifest's commit of *component*."""
-    text = (REPO_ROOT / "manifests" / "demo.yaml").read_text()
+def pin(component: str, model: str = "demo") -> str:
+    """The commit of *component* in the manifest of *model*."""
+    text = (REPO_ROOT / "manifests" / f"{model}.yaml").read_text()
     block = text[text.index(f"  {component}:") :]
     return block[block.index("commit:") + len("commit:") :].split()[0]
 
 
-def upstream_trees(tmp_path: Path) -> dict[str, Path]:
-    """Each component's upstream tree at its pin, unpacked from its bundle under *tmp_path*."""
+def upstream_trees(tmp_path: Path, model: str = "demo") -> dict[str, Path]:
+    """Each component's upstream tree at the pin of *model*, unpacked from its bundle under *tmp_path*."""
     trees = {}
     for comp in COMPONENTS:
         clone = tmp_path / f"{comp}.git"
-        git("clone", "-q", "--bare", str(REPO_ROOT / "upstreams" / f"toy-{comp}.bundle"), str(clone))
-        tree = tmp_path / f"{comp}-upstream"
+        if not clone.exists():
+            git("clone", "-q", "--bare", str(REPO_ROOT / "upstreams" / f"toy-{comp}.bundle"), str(clone))
+        tree = tmp_path / f"{comp}-{model}-upstream"
         tree.mkdir()
-        proc = subprocess.run(["git", f"--git-dir={clone}", "archive", pin(comp)], capture_output=True, check=True)
+        proc = subprocess.run(["git", f"--git-dir={clone}", "archive", pin(comp, model)], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(tree)], input=proc.stdout, check=True)
         trees[comp] = tree
     return trees

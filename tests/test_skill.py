@@ -218,6 +218,28 @@ def test_a_layout_fix_missing_on_one_rank_lands_on_collectives(tmp_path, upstrea
         assert {n for n, e in TABLE["demo_series"][comp].items() if e["shows"] == "parallel"} <= names, comp
 
 
+def test_the_moe_combine_missing_lands_on_the_moe_guide(tmp_path, monkeypatch):
+    """The MoE demo's release trees (demo-moe) with each side's own combine in place of the fixed one (TOY_MOE_COMBINE=standard,
+    the ablation of issue 51: the combine of rollout 0013 / trainer 0011 missing): the decision is moe, whose worked example
+    names those two patches; with the fixed combine nothing differs."""
+    pytest.importorskip("torch")
+    monkeypatch.delenv("TOY_MOE_COMBINE", raising=False)
+    upstream = demo_walk.upstream_trees(tmp_path, "demo-moe")
+    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp, "demo-moe"), tmp_path / comp) for comp in demo_walk.COMPONENTS]
+    record = demo_walk.demo_locate().record
+    tiny = {"requests": 3, "prompt_len": (2, 8), "new_tokens": (2, 4), "moe": {"num_experts": 8, "top_k": 2}}
+    record(*trees, tmp_path / "standard", dtype="bf16", moe_combine="standard", **tiny)
+    code, report = demo_walk.locate_json(tmp_path / "standard")
+    decision = decide.decide(TABLE, report)
+    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("combine", "equal", "moe"), decision
+    fixes = {p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp, "demo-moe")} - {
+        p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp)
+    }
+    assert {Path(p).name for p in decision["worked_example"]["patches"]} == fixes
+    record(*trees, tmp_path / "fixed", dtype="bf16", moe_combine="fixed", **tiny)
+    assert demo_walk.locate_json(tmp_path / "fixed")[0] == 0
+
+
 def test_the_decision_table_routes_the_names_zmr_locate_gives():
     """The operations the demo's recorders name (single process and parallel), and module names of vLLM and Megatron-LM."""
     cases = {
@@ -243,6 +265,9 @@ def test_the_decision_table_routes_the_names_zmr_locate_gives():
         "model.layers.0.self_attn.qkv_proj.lora_b": "lora",
         "model.layers.4.mixer": "linear-attention",
         "model.layers.0.self_attn.indexer": "sparse-attention",
+        "route": "moe",
+        "expert_outputs": "moe",
+        "combine": "moe",
         "lm_head": "gemm",
         "logits_processor": "logsoftmax-sampling",
     }
@@ -320,7 +345,9 @@ def test_the_case_templates_of_zmr_new_are_the_skills():
     skill_files = sorted(p.relative_to(SKILL / "templates").as_posix() for p in (SKILL / "templates").rglob("*") if p.is_file())
     assert skill_files == sorted(CASE_TEMPLATES.values())
     for name, rel in CASE_TEMPLATES.items():
-        assert (REPO_ROOT / "zmr" / "templates" / name).read_bytes() == (SKILL / "templates" / rel).read_bytes(), f"cp skill/templates/{rel} zmr/templates/{name}"
+        assert (REPO_ROOT / "zmr" / "templates" / name).read_bytes() == (SKILL / "templates" / rel).read_bytes(), (
+            f"cp skill/templates/{rel} zmr/templates/{name}"
+        )
 
 
 # ---------------------------------------------------------------------------
