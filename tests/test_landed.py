@@ -93,13 +93,14 @@ def test_a_partially_landed_patch_is_kept_and_reported(project, upstream, tmp_pa
     assert found["upstreamed"] == [] and found["conflicts"] == ["0001-two-places.patch"]
     assert found["partially_landed"]["0001-two-places.patch"] == {
         "state": "partial",
-        "label": f"partially landed (2 of 4 changed lines, via {made[1][:12]})",
+        "label": f"partially landed (1 of 2 changes, via {made[1][:12]}; left: src/model.py: line 30)",
         "via": [made[1]],
-        "landed": 2,
-        "total": 4,
+        "landed": 1,
+        "total": 2,
+        "left": ["src/model.py: line 30"],
     }
     text = zmr("upstreamed", "toy", cwd=project.root).stdout
-    assert f"0001-two-places.patch: partially landed (2 of 4 changed lines, via {made[1][:12]}) (kept)" in text
+    assert f"0001-two-places.patch: partially landed (1 of 2 changes, via {made[1][:12]}; left: src/model.py: line 30) (kept)" in text
     # update: the 3-way replay takes the rest of the change; the patch stays, reported as partially landed.
     report = tmp_path / "report.md"
     data = update(project, "--apply", "--report", str(report))
@@ -110,16 +111,16 @@ def test_a_partially_landed_patch_is_kept_and_reported(project, upstream, tmp_pa
     assert "+line 30 fixed split" in (series / "0001-two-places.patch").read_text()
 
 
-def test_changed_lines_ignore_whitespace_and_count_what_landed():
-    from zmr.landed import changed_lines, line_landing
+def test_a_change_is_judged_on_tokens_in_place_whitespace_and_line_breaks_aside():
+    from zmr.landed import Change
 
-    diff = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-old line\n+new  line\n }\n"
-    assert changed_lines(diff) == {"f": ({b"newline": 1}, {b"oldline": 1})}
-    files = {"f": b"a\nold line\n}\n"}
-    assert line_landing(diff, 1, files.get, {"f": b"a\nnew line\n}\n"}.get) == (2, 2)
-    assert line_landing(diff, 1, files.get, {"f": b"a\nold line\nnew line\n"}.get) == (1, 2)
-    assert line_landing(diff, 1, files.get, files.get) == (0, 2)
-    # Upstream rewrote the removed line another way: a conflict, not a landing (the added lines are the evidence).
-    assert line_landing(diff, 1, files.get, {"f": b"a\nold line, reworked\n}\n"}.get) == (0, 2)
-    deletion = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,2 @@\n a\n-old line\n }\n"
-    assert line_landing(deletion, 1, files.get, {"f": b"a\n}\n"}.get) == (0, 0)  # only removals: not judged by lines
+    before = {"f": b"a\nold line\n}\n"}
+    change = Change.of(before.get, {"f": b"a\nnew  line\n}\n"}.get, ["f"])
+    assert change.against({"f": b"a\nnew line\n}\n"}.get).present == 1
+    assert change.against({"f": b"a\nnew\n    line\n}\n"}.get).present == 1  # wrapped over two lines
+    assert change.against({"f": b"a\nold line\nnew line\n"}.get).present == 0  # the old line is still there
+    assert change.against(before.get).present == 0
+    # Upstream rewrote the removed line another way: a conflict, not a landing.
+    assert change.against({"f": b"a\nold line, reworked\n}\n"}.get).present == 0
+    deletion = Change.of(before.get, {"f": b"a\n}\n"}.get, ["f"])
+    assert (deletion.against({"f": b"a\n}\n"}.get).present, deletion.against(before.get).present) == (1, 0)

@@ -768,6 +768,30 @@ def ok(args: Sequence[str], **kwargs: Any) -> bool:
     return run(args, check=False, **kwargs).returncode == 0
 
 
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
+    """The changes from the text *old* to *new*, a line each (``git diff --no-index -U0 --histogram``).
+
+    Per hunk: (start in *old*, lines of *old*, start in *new*, lines of *new*), starts 0-based
+    (for an empty side: the line before which the other side's lines go). Nothing is written to a repository.
+    """
+    if old == new:
+        return []
+    with tempfile.TemporaryDirectory(prefix="zmr-diff-") as tmp:
+        Path(tmp, "a").write_bytes(old)
+        Path(tmp, "b").write_bytes(new)
+        proc = run(["diff", "--no-index", "--no-ext-diff", "--no-color", "--histogram", "-U0", "--", "a", "b"], cwd=tmp, check=False)
+    if proc.returncode not in (0, 1):
+        raise GitError(proc.args, proc.returncode, proc.stdout, proc.stderr)
+    hunks = []
+    for match in _HUNK_RE.finditer(proc.stdout):
+        a, b, c, d = (int(g) if g is not None else 1 for g in match.groups())
+        hunks.append((a - 1 if b else a, b, c - 1 if d else c, d))
+    return hunks
+
+
 def index_entries(path: str | os.PathLike[str], oid_bytes: int = 20) -> dict[bytes, tuple[str, str]]:
     """The stage-0 entries of an index file of version 2 or 3: path → (mode, object id).
 

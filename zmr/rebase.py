@@ -9,10 +9,11 @@ Pipeline of ``zmr rebase MODEL -c COMP --onto REV``::
         it was (one ``git apply`` of the whole series in a throwaway index), and no
         checkout: only the manifest's pin moves
     fast path: temporary index in the mirror holding just the series' files, new pin + each patch in order:
-        applied diff empty, or reverse-applies → upstream (``replay.upstream_holds``): dropped (and reported)
+        upstream holds its change (``zmr.landed``'s answer: landed) → dropped (and reported)
         applies → committed;   does not apply → slow path from this patch on
     slow path: the checkout at (new pin + patches so far), then ``git cherry-pick`` of each
-        remaining old commit (3-way); a conflict stops with the files in conflict;
+        remaining old commit (3-way); a pick that changes nothing, or conflicts where the checkout
+        already holds its change (``zmr.landed``), is dropped as upstream; any other conflict stops with the files in conflict;
         ``--continue`` commits the resolution and goes on; ``--skip`` drops the patch (nothing else drops one that upstream lacks)
     finish: export into the series (byte-stable), the manifest's ``commit:`` value edited
         in place, the checkout (if any) moved to the result; an ``Outcome`` (zmr/cli/rebase.py renders the report).
@@ -59,15 +60,17 @@ from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
 from zmr.project import Project
+from zmr.landed import blob_reader, declared_commit, judge
 from zmr.resolutions import NotReplayed
 from zmr.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.series import Patch, Series
 from zmr.upstream import (
     Dropped,
-    commit_subject,
     component_inputs,
-    containing_commit,
+    dropped_for,
     files_stand,
+    name_landing,
+    step_change,
     ChangedPatch,
     changed_patches,
     replay_onto,
@@ -577,6 +580,14 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
             state.stopped = None
             _save(project, component, state)
             continue
+        landed = _landed_here(project, component, state, cache, co) if picked.status == "conflict" else None
+        if landed is not None:
+            co.skip_pick()  # its change is in the checkout already: upstream's, not a conflict for the engineer
+            state.remaining.pop(0)
+            state.dropped.append(landed)
+            state.stopped = None
+            _save(project, component, state)
+            continue
         if picked.status == "conflict":
             files = picked.files
             state.stopped.conflict, state.stopped.files = True, files
@@ -631,15 +642,34 @@ def _replay_recorded(project: Project, component: Component, state: RebaseState,
     return resolutions.try_recorded(functools.partial(resolutions.recorded, project.root), patch, replay, state.reused, state.unused)
 
 
+def _landed_here(project: Project, component: Component, state: RebaseState, cache: Cache, co: Checkout) -> Dropped | None:
+    """The patch whose pick stopped, when its change is in the checkout's HEAD already (``zmr.landed``): its entry as dropped."""
+    index = state.remaining[0]
+    head = co.head()
+    patch = _old_patch(project, component, state, index)
+    if head is None or patch is None:
+        return None
+    repo = cache.mirror_for(state.url).repo
+    chain_files = file_sets(repo, [state.old_chain[index]])
+    change = step_change(repo, state.old, state.old_chain, chain_files, index)
+    declared, named = declared_commit(repo, patch, state.new)
+    answer = judge("failed", lambda: False, change, blob_reader(co.repo, head), declared, named)
+    if not answer.landed:
+        return None
+    drop = dropped_for(repo, patch, answer, None)
+    name_landing(repo, state.old, state.new, drop, change, sorted(chain_files[state.old_chain[index]]))
+    return drop
+
+
 def _drop_current(project: Project, component: Component, state: RebaseState, cache: Cache, method: str) -> None:
     index = state.remaining.pop(0)
     repo = cache.mirror_for(state.url).repo
-    patch = _old_patch(project, component, state, index)
-    found = None
-    if patch is not None and method in ("empty", "resolved-empty"):
+    drop = Dropped(state.names[index], state.subjects[index], method)
+    if method in ("empty", "resolved-empty"):
         commit = state.old_chain[index]
-        found = containing_commit(repo, state.old, state.new, patch, sorted(file_sets(repo, [commit])[commit]))
-    state.dropped.append(Dropped(state.names[index], state.subjects[index], method, found, commit_subject(repo, found)))
+        chain_files = file_sets(repo, [commit])
+        name_landing(repo, state.old, state.new, drop, step_change(repo, state.old, state.old_chain, chain_files, index), sorted(chain_files[commit]))
+    state.dropped.append(drop)
     state.stopped = None
     _save(project, component, state)
 

@@ -22,7 +22,7 @@ replay of the same series reuses it.
 
 The callers keep only their policy on top of ``Replayer.replay``:
 ``build_chain`` raises on the first patch that fails, ``zmr rebase`` drops
-a patch that is already upstream (``upstream_holds``, the one definition)
+a patch that is already upstream (``zmr.landed``, the one answer)
 and stops at the first conflict, ``zmr upstreamed`` reports both. ``apply_series`` (build, verify) needs only
 the final tree: one ``git apply`` of the whole series, then one by one to
 name the patch that fails. ``trial_pick`` (``zmr update``) goes on where a
@@ -52,7 +52,6 @@ from typing import Literal
 
 from zmr import git
 from zmr.errors import ZmrError
-from zmr.landed import line_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta, diff_tree
 from zmr.resolutions import NotReplayed, Recorded, try_recorded
@@ -608,35 +607,6 @@ class Replayer:
         self._tip = made[-1]
 
 
-def upstream_holds(replay: Replayer, step: Step, before: Callable[[str], bytes | None] | None = None) -> Literal["empty", "reverse-apply", "landed"] | None:
-    """The one meaning of "already upstream" (docs/reference.md §7.9.1), for a *step* of *replay* at the target.
-
-    A patch is upstream when the target tree already holds its change:
-    replaying it there changes nothing (``empty``), or it does not apply
-    there and reverse-applies cleanly (``reverse-apply``), or (given
-    *before*: path → the file where the patch was made) it does not apply
-    and every line it adds or removes is added or removed at the target,
-    whitespace aside (``landed``: reformatted, split, squashed, other
-    context; ``zmr.landed``). A patch-id match
-    with an upstream commit in between is never the reason (upstream may
-    have merged the change and reverted it later): callers use it only to
-    name that commit in their report. None: the patch is not upstream (it
-    applied and changed the tree, or it conflicts). ``zmr upstreamed``,
-    ``zmr rebase`` (with or without a checkout) and ``zmr update`` all ask
-    this; where a 3-way cherry-pick replays a patch instead, the same rule
-    reads "the pick changes nothing".
-    """
-    if step.status == "empty":
-        return "empty"
-    if step.status == "failed" and replay.reverse_applies(step.patch):
-        return "reverse-apply"
-    if step.status == "failed" and before is not None:
-        landed, total = line_landing(step.patch.data, step.patch.strip, before, replay.read_file)
-        if total and landed == total:
-            return "landed"
-    return None
-
-
 def patch_file_sets(repo: git.Repo, patches: Sequence[Patch]) -> list[frozenset[str]] | None:
     """The paths each patch touches, as ``git apply --numstat`` reads them; None when it cannot tell.
 
@@ -774,7 +744,8 @@ class TrialPicks:
 
     *made*: (commit, patch index) of each commit, in order, *tip* the last
     (the starting commit when none); *empty*: the indexes of the patches
-    whose pick changed nothing (upstream holds them: ``upstream_holds``);
+    whose pick changed nothing; *upstream*: those whose pick conflicts but
+    whose change the tree holds (the caller's *holds*, ``zmr.landed``);
     *conflict*: the index of the patch that does not go in, with *files*
     the paths git left unmerged (empty when it names none); the trial
     stopped there.
@@ -783,22 +754,33 @@ class TrialPicks:
     tip: str
     made: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     empty: list[int] = dataclasses.field(default_factory=list)
+    upstream: list[int] = dataclasses.field(default_factory=list)
     conflict: int | None = None
     files: list[str] = dataclasses.field(default_factory=list)
     reused: list[str] = dataclasses.field(default_factory=list)  # patches that went in by their recorded resolution
     unused: list[NotReplayed] = dataclasses.field(default_factory=list)  # recorded resolutions tried where their patch conflicted
 
 
-def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Sequence[str], start: int, resolved: Recorded | None = None) -> TrialPicks:
+def trial_pick(
+    repo: git.Repo,
+    tip: str,
+    patches: Sequence[Patch],
+    old_chain: Sequence[str],
+    start: int,
+    resolved: Recorded | None = None,
+    holds: Callable[[int, str], bool] | None = None,
+) -> TrialPicks:
     """Apply, 3-way, the commits of *old_chain* (one per patch, on the old pin) from *start* on, on *tip*, in a throwaway index.
 
     What ``zmr rebase``'s cherry-picks do in its checkout, without one: each
     commit's diff goes in with ``git apply --3way``; a pick that changes
-    nothing is upstream's (dropped as ``empty``); the first that does not
-    go in is the conflict, unless its recorded resolution (*resolved*,
-    ``zmr.resolutions``) applies there in its place, as rebase's checkout
-    pass replays it. Commits are made with each patch's author, date and
-    message, as the replay makes them; nothing but objects is written.
+    nothing is upstream's (dropped as ``empty``); one that does not go in
+    but whose change the tree already holds (*holds*: patch index, tree) is
+    upstream's too; the first other that does not go in is the conflict,
+    unless its recorded resolution (*resolved*, ``zmr.resolutions``) applies
+    there in its place, as rebase's checkout pass replays it. Commits are
+    made with each patch's author, date and message, as the replay makes
+    them; nothing but objects is written.
     """
     picks = TrialPicks(tip)
     with TempIndex(repo) as index:
@@ -808,6 +790,10 @@ def trial_pick(repo: git.Repo, tip: str, patches: Sequence[Patch], old_chain: Se
             old = old_chain[j]
             diff = diff_tree(repo, f"{old}^", old).stdout
             proc = repo.apply([*apply_options(1), "--3way"], input=diff, env=index.env)
+            if proc.returncode != 0 and holds is not None and holds(j, tree):
+                index.read_tree(tree)  # the conflicted entries go: the tree stays as it was
+                picks.upstream.append(j)
+                continue
             if proc.returncode != 0:
                 unmerged = repo.ls_files(["-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
                 files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})

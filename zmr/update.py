@@ -5,10 +5,10 @@ Pipeline, per component with a ``track`` (or ``--onto REV``)::
     REV ──upstream.resolve_rev (Cache.fetch_ref, history)──▶ tip
     pin..tip, first parent, descendants of the pin only (upstream.first_parent_line) ──▶ c1 .. cN (cN = tip; c0 = the pin)
     good(c): the series replays onto c as ``zmr rebase`` would finish it without stopping:
-        upstream.replay_onto (in memory: patches upstream dropped: empty or
-        reverse-apply, ``replay.upstream_holds``); from the first patch that does not apply,
-        ``replay.trial_pick``: a 3-way apply of each remaining commit of the series (what the
-        rebase's cherry-picks do) in a throwaway index; a conflict there is the blocking patch
+        upstream.replay_onto (in memory: patches upstream holds dropped, ``zmr.landed``'s answer);
+        from the first patch that does not apply, ``replay.trial_pick``: a 3-way apply of each
+        remaining commit of the series (what the rebase's cherry-picks do) in a throwaway index;
+        a pick that conflicts but whose change is there (``zmr.landed``) is dropped; any other conflict is the blocking patch
         (a patch that conflicts is first replayed by its recorded resolution, ``zmr.resolutions``, when there is one)
     good(tip) ──▶ clean;  else binary search on c0..cN
     with a check (--test/--smoke/--bitwise, ``zmr.checks``): among c1..c_lo, the newest where it passes in
@@ -52,20 +52,21 @@ from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
-from zmr.landed import Landing
+from zmr.landed import NOT_LANDED, Answer, Change, Landing, blob_reader, declared_commit, judge, naming, partial_landing
 from zmr.resolutions import NotReplayed, Recorded, recorded
 from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
     Dropped,
     commit_subject,
-    containing_commit,
     ChangedPatch,
     changed_patches,
+    dropped_for,
     first_parent_line,
     name_landing,
-    partial_landing,
     replay_onto,
     resolve_rev,
+    step_change,
+    upstream_commits,
     upstream_patch_ids,
 )
 
@@ -88,10 +89,18 @@ class BlockedBy:
     files: list[str]
     author_name: str = ""  # the blocking patch's author (the scheduled job mentions them)
     author_email: str = ""
+    landing: Landing | None = None  # the part of the blocking patch's change already at *commit* (``zmr.landed``), if any
 
     def to_json(self) -> dict:
         # the keys of `zmr update --json` (docs/reference.md §7.19)
-        return {"commit": self.commit, "patch": self.patch, "files": self.files, "author_name": self.author_name, "author_email": self.author_email}
+        return {
+            "commit": self.commit,
+            "patch": self.patch,
+            "files": self.files,
+            "author_name": self.author_name,
+            "author_email": self.author_email,
+            "partially_landed": self.landing.to_json() if self.landing else None,
+        }
 
 
 @dataclass
@@ -156,7 +165,7 @@ class Update:
     refused: str | None = None  # why --apply left the component alone
     outcome: Outcome | None = None
     check: CheckSearch | None = None  # --test / --smoke / --bitwise: the search for the newest commit where the check passes
-    partial: dict[str, Landing] = field(default_factory=dict)  # kept patches whose change upstream holds in part (at the target, or where one blocks)
+    partial: dict[str, Landing] = field(default_factory=dict)  # patches kept at the target whose change it holds in part
     statuses: dict[str, UpstreamStatus] = field(default_factory=dict)  # each patch's declared upstream status (zmr.upstream_status)
     droppable: dict[str, str] = field(default_factory=dict)  # patch → why: its backport/accepted commit is at or below the target
     reused: list[str] = field(default_factory=list)  # patches the move replays by their recorded resolution (zmr.resolutions)
@@ -275,11 +284,18 @@ class SeriesAtPin:
         trial.reused, trial.unused = list(memory.reused), list(memory.unused)
         if memory.conflict_at is not None:
             # From the first patch that does not apply on, what ``zmr rebase``'s cherry-picks do (3-way).
-            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at, self.resolved)
+            answers: dict[int, Answer] = {}
+
+            def holds(j: int, tree: str) -> bool:
+                answers[j] = self.answer(j, tree, commit)
+                return answers[j].landed
+
+            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at, self.resolved, holds)
             trial.reused += picks.reused
-            went_in = {self.patches[j].name for j in [*(j for _, j in picks.made), *picks.empty]} | {u.patch for u in picks.unused}
+            went_in = {self.patches[j].name for j in [*(j for _, j in picks.made), *picks.empty, *picks.upstream]} | {u.patch for u in picks.unused}
             trial.unused = [u for u in trial.unused if u.patch not in went_in] + picks.unused  # (a 3-way pick that went in needs none)
             trial.dropped += [Dropped(self.patches[j].name, self.patches[j].subject, "empty") for j in picks.empty]  # upstream's: the pick changed nothing
+            trial.dropped += [dropped_for(self.repo, self.patches[j], answers[j], hits[j]) for j in picks.upstream]
             trial.tip = picks.tip
             trial.made += picks.made
             trial.merged.update(j for _, j in picks.made)
@@ -288,24 +304,29 @@ class SeriesAtPin:
                 trial.files = picks.files or sorted(self.chain_files[self.old_chain[picks.conflict]])
         return trial
 
+    def answer(self, index: int, tree: str, commit: str) -> Answer:
+        """The one answer (``zmr.landed.judge``) for patch *index*, whose 3-way pick does not go in on *tree* (upstream *commit* and the patches before)."""
+        declared, named = declared_commit(self.repo, self.patches[index], commit)
+        return judge("failed", lambda: False, self.change(index), blob_reader(self.repo, tree), declared, named)
+
+    def change(self, index: int) -> Change:
+        return step_change(self.repo, self.pin, self.old_chain, self.chain_files, index)
+
     def name_upstream(self, trial: Trial) -> None:
-        """Fill in the upstream commit of each patch dropped as empty or reverse-applying (only for the trial reported)."""
-        by_name = {p.name: (p, c) for p, c in zip(self.patches, self.old_chain)}
+        """Fill in the upstream commits where each dropped patch landed (only for the trial reported)."""
+        at = {p.name: j for j, p in enumerate(self.patches)}
         for d in trial.dropped:
-            if d.name not in by_name:
-                continue
-            patch, old = by_name[d.name]
-            files = sorted(self.chain_files[old])
-            if d.upstream is None and d.method in ("empty", "reverse-apply"):
-                d.upstream = containing_commit(self.repo, self.pin, trial.commit, patch, files)
-                d.upstream_subject = commit_subject(self.repo, d.upstream)
-            name_landing(self.repo, self.pin, trial.commit, d, patch, files)
+            if d.name in at:
+                j = at[d.name]
+                name_landing(self.repo, self.pin, trial.commit, d, self.change(j), sorted(self.chain_files[self.old_chain[j]]))
 
     def partial(self, index: int, target: str) -> Landing | None:
-        """Patch *index* (kept: it conflicts or went in 3-way) when *target* already holds part of its change."""
-        before = self.old_chain[index - 1] if index else self.pin
+        """Patch *index* (kept at *target*: it conflicts there, or went in 3-way) when *target* already holds part of its change."""
         files = sorted(self.chain_files[self.old_chain[index]])
-        return partial_landing(self.repo, self.pin, target, self.patches[index], before, target, files)
+        answer = judge("failed", lambda: False, self.change(index), blob_reader(self.repo, target))
+        if answer.state == NOT_LANDED:
+            return None
+        return partial_landing(answer, lambda: naming(self.repo, self.change(index), upstream_commits(self.repo, self.pin, target, files)))
 
     def changed(self, trial: Trial) -> list[ChangedPatch]:
         """Patches that went in by a 3-way merge as a different change (patch id), paired with their old selves (``pair_series``)."""
@@ -493,9 +514,8 @@ def examine(
         result.blocked_by = BlockedBy(
             bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, patch.author_name or "", patch.author_email or ""
         )
-        landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
-        if landing:
-            result.partial[patch.name] = landing
+        # Where it blocks, not at the target: the part of its change already there is said with the block, never as "kept".
+        result.blocked_by.landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
     if check is not None:
         checked = CheckedLine(project, component, check, prepared, progress)
         good_pos, result.check = search_checked(line, pin, lo, checked)

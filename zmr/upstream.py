@@ -9,8 +9,8 @@ to throwaway indexes. The questions::
     REV ──resolve_rev (Cache.fetch_ref, history)──▶ commit
     upstream old..new touching the series' files ──upstream_patch_ids──▶ patch id → upstream commit (a hint: it names the commit)
     series on new ──replay_onto (zmr.replay, in memory)──▶ InMemory: commits made, patches upstream holds dropped, first conflict
-    a dropped patch ──containing_commit──▶ the first upstream commit on which it reverse-applies
-    a patch's changed lines at the target ──zmr.landed (name_landing, partial_landing, landing_of)──▶ landed / partially landed, via
+    a patch at the target ──zmr.landed (the one answer: landed / partially landed / not landed; naming: via)──▶
+        name_landing (a dropped patch's commits), landing_of (a removed patch, for zmr diff)
 """
 
 from __future__ import annotations
@@ -18,19 +18,18 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 from zmr import git
 from zmr.cache import COMPLETE_REFS, Cache, Upstream
 from zmr.errors import ZmrError
 from zmr.git import Progress
-from zmr.landed import Landing, blob_reader, introducing_commits, line_landing
+from zmr.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing
 from zmr.manifest import Component
 from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import (
     Replayer,
-    TempIndex,
     build_chain,
     chain_patch_ids,
     file_sets,
@@ -38,12 +37,9 @@ from zmr.replay import (
     kept_chain,
     patch_ids,
     series_applies,
-    upstream_holds,
 )
 from zmr.resolutions import NotReplayed, Recorded, try_recorded
 from zmr.series import Patch, Series
-
-MAX_SEARCH = 300  # upstream commits tried when looking for the one that contains a patch
 
 
 class UpstreamError(ZmrError):
@@ -140,104 +136,52 @@ def upstream_patch_ids(repo: git.Repo, old: str, new: str, paths: Sequence[str],
     return result
 
 
-def containing_commit(repo: git.Repo, old: str, new: str, patch: Patch, paths: Sequence[str]) -> str | None:
-    """The first upstream commit of old..new on whose tree *patch* reverse-applies (and no longer applies)."""
-    candidates = upstream_commits(repo, old, new, paths)[:MAX_SEARCH]
-    with TempIndex(repo) as index:
-        for commit in candidates:
-            index.read_tree(repo.tree_of(commit))
-            if index.apply(patch, reverse=True, check=True).returncode == 0 and index.apply(patch, check=True).returncode != 0:
-                return commit
-    return None
-
-
-@dataclass
-class Dropped:
-    """A patch left out because upstream has it (``upstream_holds``), or by ``--skip``; *upstream* names the commit, when found.
-
-    *method* ``patch-id``: the target holds the change and an upstream commit
-    in between has the patch's patch id (it names that commit). *via*: the
-    upstream commits since the pin that brought its changed lines in
-    (``zmr.landed.introducing_commits``; several when upstream split it).
-    """
-
-    name: str
-    subject: str
-    method: str  # patch-id | reverse-apply | empty | landed | resolved-empty | skipped
-    upstream: str | None = None
-    upstream_subject: str = ""
-    via: list[str] = field(default_factory=list)
-
-    @property
-    def landed(self) -> str:
-        """``landed (same patch)``, ``landed (modified, via <commit>)`` (another change with the same effect), or "" (skipped)."""
-        if self.method == "patch-id":
-            return "landed (same patch)"
-        if self.method in ("skipped", "resolved-empty"):
-            return ""
-        via = ", ".join(c[:12] for c in self.via or ([self.upstream] if self.upstream else []))
-        return f"landed (modified, via {via or 'commit not identified'})"
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "landed": self.landed}
-
-    def state(self) -> dict:
-        """As kept in a rebase's ``state.json``: the keys of earlier zmr versions, *via* only when known (an older zmr reads the rest)."""
-        data = asdict(self)
-        if not self.via:
-            del data["via"]
-        return data
-
-    @classmethod
-    def from_state(cls, data: dict) -> Dropped:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def name_landing(repo: git.Repo, old: str, new: str, dropped: Dropped, patch: Patch, paths: Sequence[str]) -> None:
-    """Fill in *dropped*'s *via* (and *upstream*, when not known yet: the newest of them)."""
-    if dropped.method == "patch-id" and dropped.upstream:
+def name_landing(repo: git.Repo, old: str, new: str, dropped: Dropped, change: Change, paths: Sequence[str]) -> None:
+    """Fill in *dropped*'s *via* (and *upstream*, when not known yet: the newest of them): ``zmr.landed.naming``."""
+    if dropped.method in ("patch-id", "backport") and dropped.upstream:
         dropped.via = [dropped.upstream]
         return
-    dropped.via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+    dropped.via = naming(repo, change, upstream_commits(repo, old, new, paths))
     if dropped.upstream is None and dropped.via:
         dropped.upstream = dropped.via[-1]
         dropped.upstream_subject = commit_subject(repo, dropped.upstream)
 
 
-def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, old_commit: str, paths: Sequence[str]) -> Landing | None:
-    """How much of *patch* (made on *before*; its commit on the old pin *old_commit*) is at *new*: §7.9.1 for a patch a series dropped.
+def dropped_for(repo: git.Repo, patch: Patch, answer: Answer, hit: str | None) -> Dropped:
+    """The entry of a patch *answer* says landed; *hit*: the upstream commit with its patch id (it names the commit)."""
+    method, found = ("backport", answer.backport) if answer.how == "backport" else ("patch-id", hit) if hit else (answer.how, None)
+    return Dropped(patch.name, patch.subject, method, found, commit_subject(repo, found))
 
-    Landed when it reverse-applies to *new*'s tree and no longer applies, or
-    when all its changed lines are there; partially when some are. Upstream
-    history may be missing (a mirror fetched at depth 1): then *via* is empty
-    and a patch-id match is not looked for.
+
+def step_change(repo: git.Repo, pin: str, old_chain: Sequence[str], chain_files: dict[str, frozenset[str]], index: int) -> Change:
+    """The change of the patch at *index* of a series made on *pin* (its commits *old_chain*)."""
+    return change_of(repo, old_chain[index - 1] if index else pin, old_chain[index], tuple(sorted(chain_files[old_chain[index]])))
+
+
+def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, old_commit: str, paths: Sequence[str]) -> Landing | None:
+    """How much of *patch* (made on *before*; its commit on the old pin *old_commit*) is at *new*: the one answer, for a patch a series dropped.
+
+    Upstream history may be missing (a mirror fetched at depth 1): then *via*
+    is empty and a patch-id match is not looked for.
     """
-    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, new))
+    change = change_of(repo, before, old_commit, tuple(sorted(paths)))
     try:
-        with TempIndex(repo) as index:
-            index.read_tree(repo.tree_of(new))
-            reverse = index.apply(patch, reverse=True, check=True).returncode == 0 and index.apply(patch, check=True).returncode != 0
+        with Replayer(repo, new, paths) as replay:
+            [step] = list(replay.replay([patch], [frozenset(paths)]))
+            answer = at_replay(replay, step, change, new)
     except git.GitError:
-        reverse = False
-    if not reverse and not landed:
+        return None
+    if answer.state not in (LANDED, PARTIAL):
         return None
     try:
-        via = introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip)
+        via = naming(repo, change, upstream_commits(repo, old, new, paths))
         pid = chain_patch_ids(repo, [old_commit]).get(old_commit)
         same = bool(pid) and pid in upstream_patch_ids(repo, old, new, paths)
     except git.GitError:
         via, same = [], False
-    state = ("same-patch" if same else "modified") if reverse or landed == total else "partial"
-    return Landing(state, via, landed, total)
-
-
-def partial_landing(repo: git.Repo, old: str, new: str, patch: Patch, before: str, after: str, paths: Sequence[str]) -> Landing | None:
-    """Part (not all) of *patch*'s change is at *after* (made on *before*): a ``partial`` Landing naming the upstream commits."""
-    landed, total = line_landing(patch.data, patch.strip, blob_reader(repo, before), blob_reader(repo, after))
-    if not landed or landed == total:
-        return None
-    return Landing("partial", introducing_commits(repo, upstream_commits(repo, old, new, paths), patch.data, patch.strip), landed, total)
+    if answer.state == LANDED:
+        return Landing("same-patch" if same else "modified", via)
+    return partial_landing(answer, lambda: via)
 
 
 # -- the in-memory replay --------------------------------------------------------------------------
@@ -286,7 +230,7 @@ def replay_onto(
     """Replay *patches* (their commits on *old*: *old_chain*) on *new* in a throwaway index.
 
     The policy on top of the replay: what upstream holds is dropped
-    (``upstream_holds``: empty once applied, or reverse-applies); any other
+    (``zmr.landed``'s answer: landed); any other
     patch that does not apply is a conflict: stop there. *hits* (the
     upstream commit with each patch's patch id, or None) only name the
     upstream commit of a dropped patch; *name_upstream*: else look for it.
@@ -302,15 +246,15 @@ def replay_onto(
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
             i, patch = step.index, step.patch
-            method = upstream_holds(replay, step, blob_reader(repo, old_chain[i - 1] if i else old))
             if step.status == "applied":
                 made.append((patch.name, step.moved))
-            elif method:
-                files = sorted(chain_files[old_chain[i]])
-                found = hits[i] or (containing_commit(repo, old, new, patch, files) if name_upstream and method != "landed" else None)
-                drop = Dropped(patch.name, patch.subject, "patch-id" if hits[i] else method, found, commit_subject(repo, found))
+                continue
+            change = step_change(repo, old, old_chain, chain_files, i)
+            answer = at_replay(replay, step, change, new)
+            if answer.landed:
+                drop = dropped_for(repo, patch, answer, hits[i])
                 if name_upstream:
-                    name_landing(repo, old, new, drop, patch, files)
+                    name_landing(repo, old, new, drop, change, sorted(chain_files[old_chain[i]]))
                 dropped.append(drop)
             elif step.status == "failed" and try_recorded(resolved, patch, functools.partial(_replay_resolution, replay), reused, unused):
                 made.append((patch.name, None))
@@ -437,17 +381,18 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     with Replayer(repo, new, paths) as replay:
         for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
             patch, hit, i = step.patch, hits[step.index], step.index
-            before = chain[i - 1] if i else component.commit
+            if step.status == "applied":
+                continue
             files = sorted(chain_files[chain[i]])
-            method = upstream_holds(replay, step, blob_reader(repo, before))
-            if method:
-                found = hit or (containing_commit(repo, component.commit, new, patch, files) if method != "landed" else None)
-                drop = Dropped(patch.name, patch.subject, "patch-id" if hit else method, found, commit_subject(repo, found))
-                name_landing(repo, component.commit, new, drop, patch, files)
+            change = step_change(repo, component.commit, chain, chain_files, i)
+            answer = at_replay(replay, step, change, new)
+            if answer.landed:
+                drop = dropped_for(repo, patch, answer, hit)
+                name_landing(repo, component.commit, new, drop, change, files)
                 report.upstreamed.append(drop)
             elif step.status == "failed":
                 report.conflicts.append(patch.name)
-                partial = partial_landing(repo, component.commit, new, patch, before, new, files)
+                partial = partial_landing(answer, lambda: naming(repo, change, upstream_commits(repo, component.commit, new, files)))  # noqa: B023 - called at once
                 if partial:
                     report.partial[patch.name] = partial
     return report

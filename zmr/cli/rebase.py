@@ -16,8 +16,8 @@ from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.rebase import Outcome, Stopped
+    from zmr.landed import Dropped
     from zmr.resolutions import NotReplayed
-    from zmr.upstream import Dropped
 
 
 def rebase(
@@ -98,14 +98,7 @@ def dropped_line(d: "Dropped") -> str:
     if d.method == "skipped":
         return f"- `{d.name}` {d.subject}: dropped with --skip"
     where = f"upstream commit `{d.upstream}` ({d.upstream_subject})" if d.upstream else "upstream commit not identified"
-    how = {
-        "patch-id": "same patch-id",
-        "reverse-apply": "its changes are already there (reverse-applies)",
-        "empty": "empty once applied",
-        "resolved-empty": "empty after conflict resolution",
-        "landed": "its changed lines are all there, in another form",
-    }.get(d.method, d.method)
-    return f"- `{d.name}` {d.subject}: {where}; {how}; {d.landed}"
+    return f"- `{d.name}` {d.subject}: {where}; {d.how}; {d.landed}"
 
 
 def outcome_markdown(o: "Outcome") -> str:

@@ -156,6 +156,8 @@ def print_text(results: list["Update"], applied: bool) -> None:
         if r.blocked_by:
             b = r.blocked_by
             print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
+            if b.landing:
+                print(f"{r.component.label}: {b.patch} at {b.commit[:12]}: {b.landing.label}")
         for d in r.dropped:
             where = f"{d.upstream[:12]} {d.upstream_subject}" if d.upstream else "(commit not identified)"
             print(f"{r.component.label}: drops {d.name} ({d.subject}) <- {where} [{d.method}] {d.landed}")
@@ -197,6 +199,8 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             b = r.blocked_by
             files = ", ".join(f"`{f}`" for f in b.files)
             out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
+            if b.landing:
+                out.append(f"- there, `{b.patch}` is {b.landing.label}")
         if r.check:
             out += ["", f"### Check: `{r.check.check.label}`", ""]
             out += [f"- {line}" for line in check_lines(r, prefix=False)]
