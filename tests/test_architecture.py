@@ -463,3 +463,27 @@ def test_the_import_reader_sees_every_way_to_take_a_module(tmp_path):
     assert names_imported_from(source, "zmr.rebase") == {"*"}
     source.write_text("import zmr.rebase\n")
     assert names_imported_from(source, "zmr.rebase") == {"*"}
+
+
+def test_already_upstream_has_one_owner():
+    """Whether a patch is already upstream, and its words, are zmr.landed's alone (#49.3): nobody else asks git
+    whether a patch reverse-applies or spells "landed (...)"; the replay below it does not know it."""
+    import re
+
+    wording = re.compile(r"(partially )?landed \(|same patch-id|reverse-applies\)|empty once applied")
+    found = []
+    for module, path in _modules().items():
+        if module == "zmr.landed":
+            continue
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "reverse_applies" or (
+                    node.func.attr == "apply" and module != "zmr.replay" and any(k.arg == "reverse" for k in node.keywords)
+                ):
+                    found.append(f"{module}:{node.lineno}: asks whether a patch reverse-applies")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and wording.match(node.value):
+                found.append(f"{module}:{node.lineno}: words a landing: {node.value!r}")
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in ("upstream_holds", "line_landing", "containing_commit", "Dropped", "Landing"):
+                found.append(f"{module}:{node.lineno}: defines {node.name}")
+    assert found == []
+    assert "zmr.landed" not in import_graph()["zmr.replay"]

@@ -58,6 +58,7 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
         "files": ["src/model.py"],
         "author_name": "Patch Author",
         "author_email": "author@zmr.invalid",
+        "partially_landed": None,
     }
     assert data["steps"] == line.index(made[20]) + 1
     assert 2 <= data["replays"] <= 1 + math.ceil(math.log2(len(line)))  # the tip, then bisection: not 41
@@ -256,7 +257,8 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     import json
 
     from zmr.update import BlockedBy, Trial
-    from zmr.upstream import Dropped, InMemory
+    from zmr.landed import Dropped
+    from zmr.upstream import InMemory
 
     dropped = Dropped("0002-b.patch", "B", "empty", "c" * 40, "B upstream")
     expected_dropped = {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}
@@ -271,4 +273,11 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
     assert json.loads(json.dumps(memory.to_json())) == expected
     # The keys docs/reference.md §7.19 gives for blocked_by in `zmr update --json`.
     blocked = BlockedBy("b" * 40, "Upstream change", "0001-a.patch", "A", ["f"], "Patch Author", "author@zmr.invalid")
-    assert blocked.to_json() == {"commit": "b" * 40, "patch": "0001-a.patch", "files": ["f"], "author_name": "Patch Author", "author_email": "author@zmr.invalid"}
+    assert blocked.to_json() == {
+        "commit": "b" * 40,
+        "patch": "0001-a.patch",
+        "files": ["f"],
+        "author_name": "Patch Author",
+        "author_email": "author@zmr.invalid",
+        "partially_landed": None,
+    }

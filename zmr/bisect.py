@@ -11,7 +11,8 @@ Pipeline of ``zmr bisect MODEL -c COMP --good REV --bad REV --test CMD|--smoke|-
 As ``git bisect``, *good* and *bad* are taken as given: neither is tested.
 The results are those of ``zmr update``'s checks (the same file under zmr's
 state, the same keys), so a bisection cut short, or one after an update
-with the same check, reuses every result it has. Read-only but for those
+with the same check, reuses every result it has: checks, and where the series
+does not replay (kept too, ``CheckedLine``), so a re-run neither replays nor tests. Read-only but for those
 results and the mirror.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zmr.cache import Cache
-from zmr.checks import BAD, Check, Tried, bisect_line, expected_checks
+from zmr.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks
 from zmr.errors import ZmrError
 from zmr.git import Progress
 from zmr.manifest import Component
@@ -37,12 +38,13 @@ class BisectError(ZmrError):
 class BisectReport:
     """What ``zmr bisect`` found for one component.
 
-    *first_bad*: the first commit where the check fails (the given bad one
-    when every commit before it passes: then untested); *last_good*: its
-    first-parent predecessor, or, with *skipped* commits between them, the
-    newest good commit found (the first bad is one of *skipped* or
-    *first_bad*). *candidates*: commits strictly between good and bad;
-    *tests*: checks run now; *tried*: every answer, in order.
+        *first_bad*: the first commit where the check fails (the given bad one
+        when every commit before it passes: then untested); *last_good*: its
+        first-parent predecessor, or, with *skipped* commits between them, the
+        newest good commit found (the first bad is one of *skipped* or
+        *first_bad*). *candidates*: commits strictly between good and bad;
+        *tests*: checks run now; *tried*: every answer, in order (``cached``: those an
+    earlier run's results gave; ``not_replayed``: commits where the series does not replay).
     """
 
     component: Component
@@ -57,6 +59,16 @@ class BisectReport:
     tried: list[Tried] = field(default_factory=list)
     tests: int = 0
     expected: int = 0
+
+    @property
+    def cached(self) -> int:
+        """Answers taken from the kept results (checks and replays of earlier runs), not found now."""
+        return sum(1 for t in self.tried if t.cached)
+
+    @property
+    def not_replayed(self) -> int:
+        """Commits set aside because the series does not replay onto them (no check runs there)."""
+        return sum(1 for t in self.tried if t.tree is None and t.verdict == SKIP)
 
     @property
     def found(self) -> bool:
@@ -78,7 +90,8 @@ class BisectReport:
             "skipped": self.skipped,
             "tried": [t.to_json() for t in self.tried],
             "tests": self.tests,
-            "cached": sum(1 for t in self.tried if t.cached),
+            "cached": self.cached,
+            "not_replayed": self.not_replayed,
             "expected": self.expected,
         }
 

@@ -14,7 +14,10 @@ replay onto is skip, and so is one whose tree cannot be written.
 Results are kept in zmr's state, ``<git dir>/zmr/checks/<model>/<component>/<check key>.json``
 (``Results``), keyed by the upstream commit and the tree of the release:
 a re-run with the same series and the same check reuses them (nothing is
-re-tested); a changed patch gives another tree and is tested again. Each
+re-tested); a changed patch gives another tree and is tested again. Where
+the series was replayed onto a commit is kept there too, keyed by the
+commit and the series (``Results.replayed``): the tree it gave, or that it
+does not replay (a skip), so a re-run neither replays nor tests again. Each
 result is written (whole file, atomically) as soon as it is known, so an
 interrupted search resumes where it stopped.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import math
 import os
 import shutil
@@ -214,6 +218,24 @@ class Results:
     def put(self, tried: Tried) -> None:
         assert tried.tree is not None
         self._data[self._key(tried.commit, tried.tree)] = {"verdict": tried.verdict, "reason": tried.reason, "output": tried.output}
+        self._write()
+
+    def replayed(self, commit: str, series: str) -> tuple[str | None, str] | None:
+        """What replaying *series* (its key) onto *commit* gave, when kept: (the release's tree, "") or (None, why it does not replay)."""
+        item = self._data.get(f"{commit}:replay:{series}")
+        if not isinstance(item, dict) or item.get("verdict") != "replay":
+            return None
+        tree, reason = item.get("tree"), item.get("reason")
+        if tree is not None and not (isinstance(tree, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", tree)):
+            return None  # not what zmr wrote: replayed again
+        return tree, str(reason or "")
+
+    def keep_replay(self, commit: str, series: str, tree: str | None, reason: str = "") -> None:
+        """Keep what replaying *series* onto *commit* gave (``replayed``)."""
+        self._data[f"{commit}:replay:{series}"] = {"verdict": "replay", "tree": tree, "reason": reason}
+        self._write()
+
+    def _write(self) -> None:
         body = {"version": RESULTS_VERSION, "check": self.check.to_json(), "results": self._data}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8"))

@@ -35,6 +35,8 @@ patch ids) and a check's results in zmr's state (``zmr.checks.Results``).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +74,7 @@ from zmr.upstream import (
 
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
+REPLAY_RULE = "landed-2"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" replays again
 
 
 class UpdateError(ZmrError):
@@ -266,6 +269,15 @@ class SeriesAtPin:
         self.hits_at_tip = [upstream.get(pids.get(c, "")) for c in self.old_chain]
         self._contains = memoize(repo.is_ancestor)
 
+    @functools.cached_property
+    def key(self) -> str:
+        """What a replay of the series onto a commit depends on besides the commit: the series' commits, the resolutions it may use, the rule."""
+        digest = hashlib.sha256(f"{REPLAY_RULE} {self.pin} {self.old_chain[-1] if self.old_chain else ''}".encode())
+        for patch in self.patches:
+            resolved = self.resolved(patch) if self.resolved else None
+            digest.update(b"\0" + (hashlib.sha256(resolved.data).digest() if resolved else b"-"))
+        return digest.hexdigest()[:32]
+
     def hits(self, commit: str) -> list[str | None]:
         return [hit if hit and self._contains(hit, commit) else None for hit in self.hits_at_tip]
 
@@ -368,26 +380,43 @@ class CheckedLine:
         self.tests = 0
 
     def __call__(self, commit: str) -> Tried:
+        kept = self.results.replayed(commit, self.prepared.key) if commit not in self.trials else None
+        if kept is not None and kept[0] is None:
+            tried = Tried(commit, SKIP, kept[1], cached=True)  # the series does not replay onto it: known from an earlier run
+        elif kept is not None and kept[0] is not None and (cached := self.results.get(commit, kept[0])) is not None:
+            tried = cached
+        else:
+            tried = self._replayed(commit)
+        self.tried.append(tried)
+        return tried
+
+    def _replayed(self, commit: str) -> Tried:
         trial = self.trials.get(commit) or self.prepared.trial(commit, full=True)
         self.trials[commit] = trial
         repo = self.prepared.repo
         if not trial.ok:
             name = self.prepared.patches[trial.conflict].name if trial.conflict is not None else "a patch"
-            tried = Tried(commit, SKIP, f"the series does not replay onto it ({name} conflicts)")
-        else:
-            tree = repo.tree_of(trial.tip)
-            cached = self.results.get(commit, tree)
-            if cached is not None:
-                tried = cached
-            else:
-                self.tests += 1
-                if self.progress:
-                    self.progress(f"{self.component.label}: check {self.tests} ({self.check.label}) at {commit[:12]}")
-                verdict, reason, output = run_check(self.project, self.component, self.check, repo, commit, trial.tip)
-                tried = Tried(commit, verdict, reason, tree, output)
-                self.results.put(tried)
-        self.tried.append(tried)
+            reason = f"the series does not replay onto it ({name} conflicts)"
+            self.results.keep_replay(commit, self.prepared.key, None, reason)
+            return Tried(commit, SKIP, reason)
+        tree = repo.tree_of(trial.tip)
+        self.results.keep_replay(commit, self.prepared.key, tree)
+        cached = self.results.get(commit, tree)
+        if cached is not None:
+            return cached
+        self.tests += 1
+        if self.progress:
+            self.progress(f"{self.component.label}: check {self.tests} ({self.check.label}) at {commit[:12]}")
+        verdict, reason, output = run_check(self.project, self.component, self.check, repo, commit, trial.tip)
+        tried = Tried(commit, verdict, reason, tree, output)
+        self.results.put(tried)
         return tried
+
+    def trial(self, commit: str) -> Trial:
+        """The series replayed onto *commit* (asked again when an earlier run's results answered without it)."""
+        if commit not in self.trials:
+            self.trials[commit] = self.prepared.trial(commit, full=True)
+        return self.trials[commit]
 
 
 def search_checked(line: Sequence[str], pin: str, applies_to: int, checked: Callable[[str], Tried]) -> tuple[int, CheckSearch]:
@@ -523,7 +552,7 @@ def examine(
         if good_pos != lo:
             result.target, result.steps = (line[good_pos - 1] if good_pos else pin), good_pos
             result.status = PARTIAL if good_pos else BLOCKED
-            good_trial = checked.trials.get(result.target) if good_pos else None
+            good_trial = checked.trial(result.target) if good_pos else None
             result.changed = []
     if good_trial is not None:
         prepared.name_upstream(good_trial)

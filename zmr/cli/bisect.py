@@ -53,7 +53,8 @@ def bisect(
 
 def report_text(r: "BisectReport") -> str:
     label = r.component.label
-    runs = f"{r.tests} check{'s' if r.tests != 1 else ''} run, {len(r.tried) - r.tests} reused, for {r.candidates} commits between"
+    aside = f", {r.not_replayed} set aside (the series does not replay onto them)" if r.not_replayed else ""
+    runs = f"{r.tests} check{'s' if r.tests != 1 else ''} run, {r.cached} reused{aside}, for {r.candidates} commits between"
     out = []
     if r.found:
         out.append(f"{label}: first bad {r.first_bad.commit} {r.first_bad_subject}")

@@ -1,0 +1,274 @@
+"""One answer per patch (issue #47, points 2, 3, 5 and 11): landed, partially landed with what is left, or not landed,
+decided by zmr/landed.py on the tree and used alike by update, rebase, upstreamed, bisect and diff.
+
+Real upstream histories in temporary folders; the CLI runs in-process (``zmr.cli.main``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import git, make_patch, simple_model, state_dir
+from test_update import grow
+
+BACKPORT = "0002-scale-line-20.patch"
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """The real CLI, in this process: (exit status, stdout, stderr) of ``zmr ARGS`` run in *cwd*."""
+    from zmr.cli import main
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        monkeypatch.chdir(cwd)
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def backport_model(project, upstream) -> tuple[str, list[str]]:
+    """simple_model (0001: line 10) plus a backport (0002: line 20) of an upstream commit that upstream re-wraps, then rewrites.
+
+    Upstream, after the pin: the backported commit (3), a reformat that wraps and re-indents the lines around it (8),
+    a rewrite of the backported line (12, "two" becomes "2"), and a rework of line 10 that blocks 0001 (20).
+    """
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    scaled = model_py.replace("line 20\n", "line 20 scaled by two\n")
+    wrapped = scaled.replace("line 19\n", "    line 19\n").replace("line 20 scaled by two\n", "line 20 scaled\n        by two\n")
+    special = {
+        3: ({"src/model.py": scaled}, "Scale line 20 by two"),
+        8: ({"src/model.py": wrapped}, "Reformat the model (wrap long lines)"),
+        12: ({"src/model.py": wrapped.replace("by two\n", "by 2\n")}, "Spell numbers as digits"),
+        20: ({"src/model.py": wrapped.replace("by two\n", "by 2\n").replace("line 10\n", "line 10 upstream\n")}, "Rework line 10"),
+    }
+    # The backport is made on the pin before upstream's commit exists: its id is known only after; write it in afterwards.
+    made = grow(upstream, 30, special=special)
+    patch = make_patch(upstream, pin, {"src/model.py": scaled}, "Scale line 20 by two", f"Upstream-Status: backport {made[3]}")
+    patch = patch.replace(b"From: Patch Author <author@zmr.invalid>", b"From: Upstream Contributor <contributor@upstream.invalid>")
+    folder = project.root / "patches/toy/rollout"
+    (folder / BACKPORT).write_bytes(patch)
+    (folder / "series").write_text(f"0001-fixed-split.patch\n0002-contiguous.patch\n{BACKPORT}\n")
+    project.commit_all("add a backport")
+    return pin, made
+
+
+def test_a_landed_backport_never_blocks_the_move_and_has_one_answer(project, upstream, cli, tmp_path):
+    """#47.2: the backport, re-wrapped then rewritten upstream, is dropped (the commit it backports is below the new pin);
+    the move goes to the commit before the one that really blocks; text, JSON and markdown say one thing of it."""
+    pin, made = backport_model(project, upstream)
+    report = tmp_path / "report.md"
+    code, out, err = cli("update", "toy", "--json", "--report", str(report), cwd=project.root)
+    assert code == 0, err
+    [data] = json.loads(out)["components"]
+    assert (data["status"], data["target"]) == ("partial", made[19])  # not held at the reformat (8) nor the rewrite (12)
+    blocked = data["blocked_by"]
+    assert (blocked["commit"], blocked["patch"]) == (made[20], "0001-fixed-split.patch")
+    assert (blocked["author_name"], blocked["author_email"]) == ("Patch Author", "author@zmr.invalid")  # the series' patch, its author
+    [dropped] = data["dropped"]
+    assert (dropped["name"], dropped["method"], dropped["upstream"], dropped["via"]) == (BACKPORT, "backport", made[3], [made[3]])
+    assert dropped["landed"] == f"landed (backport of {made[3][:12]})"
+    assert BACKPORT not in data["partially_landed"] and BACKPORT not in data["droppable"]
+    markdown = report.read_text()
+    assert markdown.count(BACKPORT) == 2, markdown  # once under "Dropped", once in the upstream status table
+    assert "Partially landed" not in markdown
+    code, text, err = cli("update", "toy", cwd=project.root)
+    assert code == 0, err
+    assert text.count(f"drops {BACKPORT}") == 1 and f"keeps {BACKPORT}" not in text
+    assert "Upstream Contributor" not in text + markdown
+
+
+def test_rebase_in_a_checkout_drops_a_landed_patch_as_upstream_not_as_skipped(project, upstream, cli):
+    """#47.2: past a real conflict, the rebase's cherry-pick of the landed backport conflicts; it is dropped as upstream, without a stop."""
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin, made = backport_model(project, upstream)
+    assert cli("checkout", "toy", cwd=project.root)[0] == 0
+    code, out, err = cli("rebase", "toy", "--onto", made[20], cwd=project.root)
+    assert code == 1 and "0001-fixed-split.patch" in err and "conflicts with upstream" in err
+    co = project.root / "work/toy/rollout"
+    text = (co / "src/model.py").read_text()
+    (co / "src/model.py").write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "line 10 upstream, fixed split\n", text, flags=re.S))
+    git("add", "src/model.py", cwd=co)
+    code, out, err = cli("rebase", "toy", "--continue", "--json", cwd=project.root)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "done"
+    [dropped] = result["dropped"]
+    assert (dropped["name"], dropped["method"], dropped["upstream"]) == (BACKPORT, "backport", made[3])
+    folder = project.root / "patches/toy/rollout"
+    assert (folder / "series").read_text() == "0001-fixed-split.patch\n0002-contiguous.patch\n"
+
+
+def test_a_change_landed_wrapped_over_lines_is_dropped_naming_its_commit(project, upstream, cli):
+    """#47.3: the same tokens over other lines, upstream adding around them: landed, via the commit that brought it."""
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    wrapped = model_py.replace("line 10\n", "line 10 (\n    fixed,\n    split, checked\n)\n").replace("line 11\n", "    line 11\n")
+    made = grow(upstream, 6, special={2: ({"src/model.py": wrapped}, "Fix the split (black-formatted)")})
+    code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [found] = json.loads(out)["components"]
+    [landed] = found["upstreamed"]
+    assert (landed["name"], landed["method"], landed["upstream_commit"] if "upstream_commit" in landed else landed["upstream"]) == (
+        "0001-fixed-split.patch",
+        "landed",
+        made[2],
+    )
+    assert landed["via"] == [made[2]] and found["conflicts"] == []
+
+
+def test_a_line_upstream_added_in_another_function_is_not_the_patch_landing(project, upstream, cli):
+    """#47.11: upstream adds the patch's line elsewhere and reworks the patch's context: a conflict, never a drop."""
+    pin = upstream.commits[1]
+    base = upstream.file_at(pin, "src/kernels/matmul.py") + "\n"
+    source = "def f(x):\n    y = x + 1\n    return y\n# --\ndef g(x):\n    z = x * 2\n    return z\n"
+    at_pin = upstream.commit({"src/ops.py": source}, "Add ops")
+    patch = make_patch(upstream, at_pin, {"src/ops.py": source.replace("    y = x + 1\n", "    y = x + 1\n    check(y)\n")}, "Check y in f")
+    project.series("toy", "rollout", [("0001-check.patch", patch)])
+    project.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: {upstream.path}\n    commit: {at_pin}\n    track: main\n")
+    project.commit_all("add model")
+    elsewhere = source.replace("    y = x + 1\n", "    y = x + 1  # the sum\n").replace("    z = x * 2\n", "    z = x * 2\n    check(y)\n")
+    made = grow(upstream, 3, special={1: ({"src/ops.py": elsewhere}, "Check in g; comment f")})
+    assert base  # the rest of the tree is upstream's
+    code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [found] = json.loads(out)["components"]
+    assert found["upstreamed"] == [] and found["conflicts"] == ["0001-check.patch"]
+    code, out, err = cli("update", "toy", "--json", cwd=project.root)
+    [data] = json.loads(out)["components"]
+    assert data["dropped"] == [] and data["blocked_by"]["commit"] == made[1] and data["blocked_by"]["patch"] == "0001-check.patch"
+
+
+# -- the property: never drop what upstream does not have ---------------------------------------------
+
+WORDS = ["x = f(a)", "y = g(b, c)", "return x", "if a:", "pass", "z = h(x, y)", "print(z)", "w = [1, 2]", "del w", "k += 1"]
+
+
+def _lines(data) -> list[str]:
+    return data.draw(st.lists(st.sampled_from(WORDS), min_size=3, max_size=9))
+
+
+def _edit(data, lines: list[str]) -> list[str]:
+    """*lines* with a few random edits: replace, insert, delete."""
+    out = list(lines)
+    for _ in range(data.draw(st.integers(1, 3))):
+        kind = data.draw(st.sampled_from(["replace", "insert", "delete"]))
+        at = data.draw(st.integers(0, max(0, len(out) - 1)))
+        if kind == "insert":
+            out.insert(at, data.draw(st.sampled_from(WORDS)))
+        elif out and kind == "replace":
+            out[at] = data.draw(st.sampled_from(WORDS))
+        elif len(out) > 1:
+            del out[at]
+    return out
+
+
+def _rewrap(data, lines: list[str]) -> list[str]:
+    """The same tokens over other lines and indentation."""
+    out: list[str] = []
+    for line in lines:
+        if " " in line and data.draw(st.booleans()):
+            head, _, tail = line.partition(" ")
+            out += [head, "    " + tail]
+        else:
+            out.append(("  " if data.draw(st.booleans()) else "") + line)
+    return out
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    path = tmp_path_factory.mktemp("property") / "repo.git"
+    git("init", "-q", "--bare", str(path))
+    return path
+
+
+def _commit(repo: Path, text: str, parent: str | None) -> str:
+    blob = git("hash-object", "-w", "--stdin", cwd=repo, input=text.encode())
+    tree = git("mktree", cwd=repo, input=f"100644 blob {blob}\tm.py\n".encode())
+    env = {"GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000"}
+    return git("commit-tree", tree, *(["-p", parent] if parent else []), "-m", "c", cwd=repo, env=env)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_whenever_a_patch_is_dropped_as_landed_a_three_way_apply_changes_nothing(scratch, tmp_path, data):
+    """#47.11, as a property: over random files, patches and upstream moves (some taking the patch's change, re-wrapped,
+    some another change or the same line elsewhere), zmr's answer "landed" implies that ``git apply --3way`` of the
+    patch onto the new pin, where it goes in, changes nothing; and a patch that applies and changes the tree is never landed."""
+    from zmr import git as zgit
+    from zmr.series import load_patch
+    from zmr.upstream import landing_of
+
+    base = _lines(data)
+    mine = _edit(data, base)
+    if mine == base:
+        return
+    theirs = _rewrap(data, mine) if data.draw(st.booleans()) else base
+    theirs = _edit(data, theirs) if data.draw(st.booleans()) else theirs
+    pin = _commit(scratch, "\n".join(base) + "\n", None)
+    patched = _commit(scratch, "\n".join(mine) + "\n", pin)
+    new = _commit(scratch, "\n".join(theirs) + "\n", pin)
+    diff = subprocess.run(["git", "diff", "--full-index", pin, patched], cwd=scratch, capture_output=True, check=True).stdout
+    path = tmp_path / "p.patch"
+    path.write_bytes(b"Subject: p\n\n---\n" + diff)
+    patch = load_patch(path, "p.patch", 1, "p.patch")
+    repo = zgit.Repo(scratch)
+    landing = landing_of(repo, pin, new, patch, pin, patched, ["m.py"])
+    env = {"GIT_INDEX_FILE": str(tmp_path / "index"), "GIT_DIR": str(scratch)}
+    git("read-tree", new, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        ["git", "--git-dir", str(scratch), "apply", "--cached", "--3way", str(path)], cwd=tmp_path, env={**os.environ, **env}, capture_output=True
+    )
+    changed = proc.returncode == 0 and git("write-tree", cwd=tmp_path, env=env) != git("rev-parse", f"{new}^{{tree}}", cwd=tmp_path, env=env)
+    if landing is not None and landing.state in ("same-patch", "modified"):
+        assert not changed, (base, mine, theirs)
+
+
+# -- zmr bisect: counts that agree, skips kept -----------------------------------------------------------
+
+
+def test_bisect_counts_truthfully_and_keeps_where_the_series_does_not_replay(project, upstream, cli, tmp_path):
+    """#47.5: text and JSON give the same counts; where the series does not replay is kept in the state folder, so a
+    re-run reuses every answer (nothing replayed, nothing run)."""
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    special = {
+        8: ({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10"),  # the series conflicts from here ...
+        15: ({"BROKEN": "x\n"}, "Break the release"),
+        22: ({"src/model.py": model_py}, "Revert the rework of line 10"),  # ... to here
+    }
+    made = grow(upstream, 30, special=special)
+    check = 'echo "$ZMR_UPSTREAM_COMMIT" >> "$COUNTER"; [ ! -e BROKEN ]'
+    env = {"COUNTER": str(tmp_path / "runs")}
+    args = ("bisect", "toy", "--good", made[0], "--bad", made[-1], "--test", check)
+    code, out, err = cli(*args, "--json", cwd=project.root, env=env)
+    assert code == 0, err
+    first = json.loads(out)
+    aside = [t for t in first["tried"] if t["tree"] is None and t["verdict"] == "skip"]
+    assert aside and first["not_replayed"] == len(aside) and first["cached"] == 0
+    assert first["tests"] == len((tmp_path / "runs").read_text().split())
+    # Again, as text: the counts are the JSON's; every answer is reused, the skips too.
+    code, text, err = cli(*args, cwd=project.root, env=env)
+    assert code == 0, err
+    tried = len(first["tried"])
+    assert f"(0 checks run, {tried} reused, {len(aside)} set aside (the series does not replay onto them), for {first['candidates']} commits between)" in text
+    code, out, err = cli(*args, "--json", cwd=project.root, env=env)
+    again = json.loads(out)
+    assert (again["tests"], again["cached"], again["not_replayed"]) == (0, tried, len(aside))
+    assert all(t["cached"] for t in again["tried"]) and again["skipped"] == first["skipped"]
+    assert first["tests"] == len((tmp_path / "runs").read_text().split())  # nothing ran again
+    [kept] = (state_dir(project.root) / "checks/toy/rollout").glob("*.json")
+    assert sum(":replay:" in key for key in json.loads(kept.read_text())["results"]) >= len(aside)
