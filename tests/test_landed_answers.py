@@ -91,6 +91,26 @@ def test_a_landed_backport_never_blocks_the_move_and_has_one_answer(project, ups
     assert "Upstream Contributor" not in text + markdown
 
 
+def test_a_backport_that_still_blocks_names_who_brought_it_into_the_series(project, upstream, cli):
+    """#47.2: a backport whose commit is not below the blocking commit blocks; the weekly job must not mention the upstream
+    contributor of the backported commit (its From:) but the one who added the patch to the series."""
+    pin = upstream.commits[1]
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    project.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: {upstream.path}\n    commit: {pin}\n    track: main\n")
+    made = grow(upstream, 6, special={2: ({"src/model.py": model_py.replace("line 21\n", "line 21 reworked\n")}, "Rework line 21")})
+    patch = make_patch(upstream, pin, {"src/model.py": model_py.replace("line 20\n", "line 20 scaled\n")}, "Scale line 20", "Upstream-Status: backport 1234567")
+    patch = patch.replace(b"From: Patch Author <author@zmr.invalid>", b"From: Upstream Contributor <contributor@upstream.invalid>")
+    project.series("toy", "rollout", [("0001-scale.patch", patch)])
+    git("add", "-A", cwd=project.root)
+    git("commit", "-q", "-m", "backport the scaling", cwd=project.root, env={"GIT_AUTHOR_NAME": "Series Maintainer", "GIT_AUTHOR_EMAIL": "maint@team.invalid"})
+    code, out, err = cli("update", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [data] = json.loads(out)["components"]
+    blocked = data["blocked_by"]
+    assert (blocked["commit"], blocked["patch"]) == (made[2], "0001-scale.patch")
+    assert (blocked["author_name"], blocked["author_email"]) == ("Series Maintainer", "maint@team.invalid")
+
+
 def test_rebase_in_a_checkout_drops_a_landed_patch_as_upstream_not_as_skipped(project, upstream, cli):
     """#47.2: past a real conflict, the rebase's cherry-pick of the landed backport conflicts; it is dropped as upstream, without a stop."""
     project.write(".gitignore", "/work/\n/.zmr/\n")

@@ -1054,6 +1054,12 @@ class Repo:
         """The first parent of *commit*."""
         return self.out(["rev-parse", f"{commit}^"])
 
+    def added_by(self, path: str) -> tuple[str, str] | None:
+        """The author (name, email) of the newest commit of HEAD's history that added *path* (from the top of the work tree); None: none did."""
+        proc = self.run(["--literal-pathspecs", "log", "-1", "--diff-filter=A", "--format=%an%x00%ae", "HEAD", "--", path], check=False)
+        name, sep, email = proc.stdout.decode("utf-8", "replace").strip().partition("\0")
+        return (name, email) if proc.returncode == 0 and sep else None
+
     def first_parent_log(self, refs: Sequence[str], format: str) -> str:
         """``git log --first-parent --topo-order`` of *refs*, one *format* line per commit."""
         return self.out(["log", "--first-parent", "--topo-order", f"--format={format}", *refs])

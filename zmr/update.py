@@ -40,6 +40,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from functools import cache as memoize
 from functools import partial
 
@@ -540,9 +541,8 @@ def examine(
             patch_files = prepared.chain_files[prepared.old_chain[bad_trial.conflict]]
             files = sorted(patch_files & file_sets(repo, [bad_trial.commit])[bad_trial.commit]) or sorted(patch_files)
         result.unused = bad_trial.unused  # where the move stops: a resolution recorded for the blocking patch, and why it did not go in
-        result.blocked_by = BlockedBy(
-            bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, patch.author_name or "", patch.author_email or ""
-        )
+        name, email = series_author(project, patch)
+        result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, name, email)
         # Where it blocks, not at the target: the part of its change already there is said with the block, never as "kept".
         result.blocked_by.landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
     if check is not None:
@@ -565,6 +565,21 @@ def examine(
                 result.partial[prepared.patches[j].name] = landing
     check_statuses(repo, series.patches, result)
     return result
+
+
+def series_author(project: Project, patch: Patch) -> tuple[str, str]:
+    """Who answers for *patch* in the series: its author, but for a backport (or an accepted patch), whose author is
+    upstream's: then whoever added it to the series (the project's history; empty when it has none)."""
+    status = status_of(patch)[0]
+    if status is None or status.kind not in ("backport", "accepted"):
+        return patch.author_name or "", patch.author_email or ""
+    try:
+        repo = project.repo
+        top = repo.toplevel()
+        found = repo.added_by(patch.path.resolve().relative_to(Path(top).resolve()).as_posix()) if top else None
+    except (ZmrError, ValueError):
+        found = None
+    return found or ("", "")
 
 
 def check_statuses(repo: git.Repo, patches: Sequence[Patch], found: Update) -> None:
