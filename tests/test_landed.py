@@ -122,5 +122,8 @@ def test_a_change_is_judged_on_tokens_in_place_whitespace_and_line_breaks_aside(
     assert change.against(before.get).present == 0
     # Upstream rewrote the removed line another way: a conflict, not a landing.
     assert change.against({"f": b"a\nold line, reworked\n}\n"}.get).present == 0
+    call = Change.of({"f": b"x = g(a)\n"}.get, {"f": b"x = g(a, scale=2)\n"}.get, ["f"])
+    assert call.against({"f": b"x = g(\n    a,\n    extra=1,\n    scale=2,\n)\n"}.get).present == 1  # upstream added around it
+    assert call.against({"f": b"x = g(a, scale, q=2)\n"}.get).present == 0  # its tokens, scattered: not its change
     deletion = Change.of(before.get, {"f": b"a\n}\n"}.get, ["f"])
     assert (deletion.against({"f": b"a\n}\n"}.get).present, deletion.against(before.get).present) == (1, 0)

@@ -31,6 +31,7 @@ Read-only but for the mirror (``zmr.replay``'s throwaway indexes); ``zmr.git`` s
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections import Counter
@@ -85,12 +86,17 @@ class Measure:
 
 
 def _holds(base: list[bytes], mine: list[bytes], theirs: list[bytes]) -> bool:
-    """Upstream's *theirs* (for *base*) holds the change *base* → *mine*: *mine* in order in it, what *mine* removed gone from it."""
+    """Upstream's *theirs* (for *base*) holds the change *base* → *mine*: each run of tokens *mine* puts in is in it,
+    whole and in order (upstream may add around a run, not inside it); what *mine* removed is gone from it."""
     if mine == theirs:
         return True
-    it = iter(theirs)
-    if not all(token in it for token in mine):
-        return False
+    runs = [mine[j1:j2] for op, _, _, j1, j2 in difflib.SequenceMatcher(None, base, mine, autojunk=False).get_opcodes() if op in ("insert", "replace")]
+    at = 0
+    for run in runs:
+        found = next((k for k in range(at, len(theirs) - len(run) + 1) if theirs[k : k + len(run)] == run), None)
+        if found is None:
+            return False
+        at = found + len(run)
     kept, have = Counter(mine), Counter(theirs)
     return all(have[token] <= kept[token] for token in Counter(base) - kept)
 
