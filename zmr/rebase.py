@@ -572,19 +572,22 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
         state.stopped = StoppedAt(index, co.head())
         _save(project, component, state)
         picked = co.cherry_pick(commit)
+        if picked.status == "conflict":
+            # Back to HEAD (a kill now leaves the pick to run again) while zmr asks whether the checkout holds its change already.
+            co.skip_pick()
+            landed = _landed_here(project, component, state, cache, co)
+            if landed is not None:  # upstream's, not a conflict for the engineer
+                state.remaining.pop(0)
+                state.dropped.append(landed)
+                state.stopped = None
+                _save(project, component, state)
+                continue
+            picked = co.cherry_pick(commit)  # not there: the conflict again, for the engineer (or its recorded resolution)
         if picked.status == "conflict" and _replay_recorded(project, component, state, co, index):
             picked = PickResult("picked")
         if picked.status == "picked":
             state.remaining.pop(0)
             state.unused = [u for u in state.unused if u.patch != state.names[index]]  # it went in: a resolution that did not is beside the point
-            state.stopped = None
-            _save(project, component, state)
-            continue
-        landed = _landed_here(project, component, state, cache, co) if picked.status == "conflict" else None
-        if landed is not None:
-            co.skip_pick()  # its change is in the checkout already: upstream's, not a conflict for the engineer
-            state.remaining.pop(0)
-            state.dropped.append(landed)
             state.stopped = None
             _save(project, component, state)
             continue
