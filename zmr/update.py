@@ -276,7 +276,8 @@ class SeriesAtPin:
         digest = hashlib.sha256(f"{REPLAY_RULE} {self.pin} {self.old_chain[-1] if self.old_chain else ''}".encode())
         for patch in self.patches:
             resolved = self.resolved(patch) if self.resolved else None
-            digest.update(b"\0" + (hashlib.sha256(resolved.data).digest() if resolved else b"-"))
+            mark = resolved.data if isinstance(resolved, Patch) else resolved.reason.encode() if resolved else b"-"
+            digest.update(b"\0" + hashlib.sha256(mark).digest())
         return digest.hexdigest()[:32]
 
     def hits(self, commit: str) -> list[str | None]:
