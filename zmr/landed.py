@@ -11,8 +11,8 @@ target tree (the target plus the patches of the series kept before it)::
     it does not apply ──Change.against(target)──▶ per file, a 3-way comparison of tokens:
         before (the file where the patch was made) → after (the file it makes): the patch's changes
         before → target: upstream's;  each change of the patch is in the target when upstream made
-        a change over the same tokens that holds it (its tokens in order, what it removes gone;
-        upstream free to add around it; whitespace and line breaks are not tokens)
+        a change over the same tokens that holds it (each run of tokens it puts in, whole and in order;
+        what it removes gone; upstream free to add around them; whitespace and line breaks are not tokens)
     all its changes there ──▶ landed (``reverse-apply`` when git reverse-applies it, else ``landed``)
     some ──▶ partially landed: kept, with what is left (file and lines of the patch's result)
     none ──▶ not landed
@@ -155,7 +155,7 @@ class _FileChange:
         return Measure(present, total, tuple(left))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _diff(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     return git.diff_lines(old, new)
 
@@ -181,7 +181,7 @@ class Change:
         return Measure(present, total, tuple(left))
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)
 def change_of(repo: git.Repo, before: str, after: str, paths: tuple[str, ...]) -> Change:
     """The change of the commit *after* over *before* (one patch of a series as commits), in *paths*; kept per commit pair."""
     return Change.of(blob_reader(repo, before), blob_reader(repo, after), paths)
