@@ -136,7 +136,7 @@ def test_a_change_landed_wrapped_over_lines_is_dropped_naming_its_commit(project
     """#47.3: the same tokens over other lines, upstream adding around them: landed, via the commit that brought it."""
     pin = simple_model(project, upstream)
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
-    wrapped = model_py.replace("line 10\n", "line 10 (\n    fixed,\n    split, checked\n)\n").replace("line 11\n", "    line 11\n")
+    wrapped = model_py.replace("line 10\n", "line 10 (\n    fixed\n        split, checked\n)\n").replace("line 11\n", "    line 11\n")
     made = grow(upstream, 6, special={2: ({"src/model.py": wrapped}, "Fix the split (black-formatted)")})
     code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
     assert code == 0, err
