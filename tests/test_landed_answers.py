@@ -142,18 +142,12 @@ def test_a_change_landed_wrapped_over_lines_is_dropped_naming_its_commit(project
     assert code == 0, err
     [found] = json.loads(out)["components"]
     [landed] = found["upstreamed"]
-    assert (landed["name"], landed["method"], landed["upstream_commit"] if "upstream_commit" in landed else landed["upstream"]) == (
-        "0001-fixed-split.patch",
-        "landed",
-        made[2],
-    )
+    assert (landed["name"], landed["method"], landed["upstream_commit"]) == ("0001-fixed-split.patch", "landed", made[2])
     assert landed["via"] == [made[2]] and found["conflicts"] == []
 
 
 def test_a_line_upstream_added_in_another_function_is_not_the_patch_landing(project, upstream, cli):
     """#47.11: upstream adds the patch's line elsewhere and reworks the patch's context: a conflict, never a drop."""
-    pin = upstream.commits[1]
-    base = upstream.file_at(pin, "src/kernels/matmul.py") + "\n"
     source = "def f(x):\n    y = x + 1\n    return y\n# --\ndef g(x):\n    z = x * 2\n    return z\n"
     at_pin = upstream.commit({"src/ops.py": source}, "Add ops")
     patch = make_patch(upstream, at_pin, {"src/ops.py": source.replace("    y = x + 1\n", "    y = x + 1\n    check(y)\n")}, "Check y in f")
@@ -162,7 +156,6 @@ def test_a_line_upstream_added_in_another_function_is_not_the_patch_landing(proj
     project.commit_all("add model")
     elsewhere = source.replace("    y = x + 1\n", "    y = x + 1  # the sum\n").replace("    z = x * 2\n", "    z = x * 2\n    check(y)\n")
     made = grow(upstream, 3, special={1: ({"src/ops.py": elsewhere}, "Check in g; comment f")})
-    assert base  # the rest of the tree is upstream's
     code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
     assert code == 0, err
     [found] = json.loads(out)["components"]
