@@ -62,12 +62,12 @@ def test_one_version_a_license_and_py_typed():
 
     assert metadata.version("zmr") == zmr.__version__
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
-    assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "zmr.__version__"}' in pyproject
+    assert 'dynamic = ["version"]' in pyproject and '[tool.hatch.version]\npath = "zmr/__init__.py"' in pyproject
     assert not re.search(r"^version\s*=\s*\"", pyproject, re.M)  # no second number
     license_text = (REPO_ROOT / "LICENSE").read_text()
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text and "END OF TERMS AND CONDITIONS" in license_text
     assert metadata.metadata("zmr")["License-Expression"] == "Apache-2.0"
-    assert (REPO_ROOT / "zmr" / "py.typed").is_file() and '"zmr" = ["py.typed"]' in pyproject
+    assert (REPO_ROOT / "zmr" / "py.typed").is_file()  # shipped: test_the_sdist_is_reproducible_and_ships_what_builds_zmr
     assert f"## {zmr.__version__}" in (REPO_ROOT / "CHANGELOG.md").read_text()
 
 
@@ -179,3 +179,72 @@ def test_without_the_evidence_extra_mismatch_and_locate_say_what_to_install(tmp_
     result = run("-m", "zmr", "mismatch", "r.jsonl", "t.jsonl", "--check", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "bitwise equal" in result.stdout
+
+
+def _sdist(source: Path, out: Path, env: dict[str, str] | None = None) -> Path:
+    """The sdist of *source*, built by the build backend itself (what `python -m build --sdist` calls)."""
+    code = "import sys; from hatchling.build import build_sdist; print(build_sdist(sys.argv[1]))"
+    result = subprocess.run([sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    return out / result.stdout.split()[-1]
+
+
+def test_the_sdist_is_reproducible_and_ships_what_builds_zmr(tmp_path):
+    """Three builds, one hash: from this checkout twice (the second in another time zone and locale) and from a copy
+    whose files have other times and modes; SOURCE_DATE_EPOCH unset. It holds zmr/ (py.typed and templates with it),
+    the license and the index page, and no tests: they need the whole repository, which a checkout of the tag has."""
+    import hashlib
+    import shutil
+    import tarfile
+
+    from conftest import git
+
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    first = _sdist(REPO_ROOT, tmp_path / "one", env)
+    second = _sdist(REPO_ROOT, tmp_path / "two", {**env, "TZ": "Asia/Tokyo", "LC_ALL": "C.UTF-8"})
+    copy = tmp_path / "copy"
+    tracked = git("ls-files", "zmr", "pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "docs/package-index.md", ".gitignore", "tests/conftest.py", cwd=REPO_ROOT)
+    for name in tracked.splitlines():
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO_ROOT / name, copy / name)  # new times, default modes
+        os.utime(copy / name, (1_000_000_000, 1_000_000_000))
+    third = _sdist(copy, tmp_path / "three", env)
+    digests = {hashlib.sha256(path.read_bytes()).hexdigest() for path in (first, second, third)}
+    assert len(digests) == 1, digests
+    with tarfile.open(first) as sdist:
+        names = {member.name.split("/", 1)[1] for member in sdist.getmembers() if member.isfile()}
+    zmr_files = {name for name in tracked.splitlines() if name.startswith("zmr/")}
+    assert {"zmr/py.typed", "zmr/templates/workflow.yml.tmpl"} <= zmr_files
+    assert names == zmr_files | {"pyproject.toml", "PKG-INFO", ".gitignore", "README.md", "LICENSE", "CHANGELOG.md", "docs/package-index.md"}
+    assert not any(name.startswith("tests/") for name in names)
+
+
+def test_the_index_page_metadata():
+    """Classifiers: the Pythons CI tests (scripts/supported-pythons) and POSIX alone (zmr imports fcntl); project URLs
+    in zmr's repository; a long description whose links are absolute (an index page has no repository to be relative
+    to) and name files that exist here."""
+    from zmr.source import ZMR_SOURCE
+
+    info = metadata.metadata("zmr")
+    classifiers = info.get_all("Classifier") or []
+    declared = sorted((c.rpartition(" :: ")[2] for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)), key=Version)
+    import pwd
+
+    home = pwd.getpwuid(os.getuid()).pw_dir  # the user's pyenv, as .ci/run finds it (the tests' HOME is an empty folder)
+    tested = subprocess.run([str(REPO_ROOT / "scripts" / "supported-pythons")], capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": home})
+    assert tested.returncode == 0, tested.stderr
+    assert declared == [line.split()[0] for line in tested.stdout.splitlines()]
+    assert info["Requires-Python"] == f">={declared[0]}"
+    assert "Operating System :: POSIX" in classifiers and not any(c.startswith("Operating System :: Microsoft") for c in classifiers)
+    assert "fcntl" in {
+        alias.name for node in ast.walk(ast.parse((REPO_ROOT / "zmr" / "lock.py").read_text())) if isinstance(node, ast.Import) for alias in node.names
+    }
+    urls = dict(url.split(", ", 1) for url in info.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Changelog", "Issues"} <= set(urls) and all(url.startswith(ZMR_SOURCE) for url in urls.values())
+    description = info.get_payload() or ""  # type: ignore[attr-defined]
+    assert info["Description-Content-Type"] == "text/markdown" and description.startswith("# zmr")
+    links = re.findall(r"\]\(([^)\s]+)\)", description)
+    assert links and all(link.startswith("https://") for link in links), links
+    for link in links:
+        if link.startswith(f"{ZMR_SOURCE}/blob/main/"):
+            assert (REPO_ROOT / link.removeprefix(f"{ZMR_SOURCE}/blob/main/").partition("#")[0]).is_file(), link
