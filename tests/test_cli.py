@@ -245,7 +245,7 @@ def test_usage_errors_read_as_zmrs_other_errors(tmp_path):
     unknown = zmr("build", "--no-such-option", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stdout == ""
     lines = unknown.stderr.splitlines()
-    assert lines[0] == "zmr: error: No such option: --no-such-option"
+    assert re.fullmatch(r"zmr: error: No such option:? '?--no-such-option'?\.?", lines[0]), lines[0]  # click 8.5 quotes it
     assert re.match(r"  Usage: (python -m )?zmr build \[OPTIONS\]", lines[1]) and re.fullmatch(r"  Try '(python -m )?zmr build -h' for help\.", lines[2])
     missing = zmr("checkout", cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.startswith("zmr: error: Missing argument")
