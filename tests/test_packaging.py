@@ -217,6 +217,17 @@ def test_the_sdist_is_reproducible_and_ships_what_builds_zmr(tmp_path):
     assert {"zmr/py.typed", "zmr/templates/workflow.yml.tmpl"} <= zmr_files
     assert names == zmr_files | {"pyproject.toml", "PKG-INFO", ".gitignore", "README.md", "LICENSE", "CHANGELOG.md", "docs/package-index.md"}
     assert not any(name.startswith("tests/") for name in names)
+    # The wheel, built from that sdist as pip builds one: zmr/ whole (templates and py.typed with the modules).
+    import zipfile
+
+    with tarfile.open(first) as sdist:
+        sdist.extractall(tmp_path / "unpacked", filter="data")  # filter: 3.10.12, 3.11.4 and later
+    code = "import sys; from hatchling.build import build_wheel; print(build_wheel(sys.argv[1]))"
+    unpacked = next((tmp_path / "unpacked").iterdir())
+    built = subprocess.run([sys.executable, "-c", code, str(tmp_path / "wheel")], cwd=unpacked, capture_output=True, text=True, timeout=120, env=env)
+    assert built.returncode == 0, built.stderr
+    with zipfile.ZipFile(tmp_path / "wheel" / built.stdout.split()[-1]) as wheel:
+        assert {name for name in wheel.namelist() if ".dist-info/" not in name} == zmr_files
 
 
 def test_the_index_page_metadata():
