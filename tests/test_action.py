@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, actionlint, git, simple_model
+from conftest import REPO_ROOT, actionlint, git, simple_model, zizmor, zmr
 
 ACTION = REPO_ROOT / "action.yml"
 TEMPLATES = REPO_ROOT / "zmr" / "templates"
@@ -121,6 +121,29 @@ def test_this_repositorys_workflows_are_the_ones_zmr_init_writes():
             assert checkout["uses"].startswith("actions/checkout@") and checkout["with"] == {"persist-credentials": False}
         assert mine == written, ours
     assert actionlint(*sorted(WORKFLOWS.glob("*.yml"))).stdout == ""
+
+
+def test_zizmor_finds_nothing_in_the_written_workflows_and_the_action(tmp_path):
+    """What adopters' security linter says of what `zmr init` writes: it gave a High (dangerous-triggers: the
+    workflow_run commenter) and a Medium (artipacked: publish keeps the checkout's token). The design is sound, and
+    the workflows say why where zizmor reads it: an ignore comment on the line, its reason just above."""
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    assert zmr("init", cwd=repo).returncode == 0
+    lint = zizmor(repo / ".github" / "workflows", ACTION)
+    assert lint.returncode == 0 and "No findings to report" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    ours = zizmor("--min-severity=medium", WORKFLOWS)  # zmr's own CI: `uses: ./` draws zizmor's help-level self-repository
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    for path in [*(repo / ".github" / "workflows").iterdir(), *WORKFLOWS.iterdir()]:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            for audit in re.findall(r"# zizmor: ignore\[([a-z-]+)\]", line):
+                assert f"# zizmor's {audit}: " in "\n".join(lines[max(0, number - 3) : number]), (path.name, number + 1)  # the reason
+    # And it sees what it should: the written workflow without its ignore comments is a High again.
+    comment = repo / ".github" / "workflows" / "zmr-diff-comment.yml"
+    comment.write_text(re.sub(r" # zizmor: ignore\[[a-z-]+\]", "", comment.read_text()))
+    assert "dangerous-triggers" in zizmor(comment).stdout
 
 
 def _run_step(name: str, cwd: Path, tmp: Path, inputs: dict[str, str], github: dict[str, str] | None = None, bin_dir: Path | None = None) -> subprocess.CompletedProcess[str]:

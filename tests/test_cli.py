@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, simple_model, zmr
+from conftest import REPO_ROOT, simple_model, two_models, zmr
 
 DOCS = ("README.md", "docs/reference.md")
-GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-h", "--help", "-C", "--install-completion", "--show-completion"}
+GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-V", "--no-pager", "-h", "--help", "-C", "--install-completion", "--show-completion"}
 
 
 def _commands() -> dict[str, set[str]]:
@@ -227,3 +227,31 @@ def test_a_ctrl_c_while_the_cli_is_imported_ends_as_an_interrupted_command(tmp_p
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 130, result.stderr
     assert result.stderr == "zmr: interrupted\n"
+
+
+def test_the_status_line_is_cut_to_the_terminal_not_wrapped(project, upstream):
+    """A status line longer than the terminal wrapped, and each redraw moved the cursor up over the wrapped part."""
+    two_models(project, upstream)
+    code, out = _on_terminal(["build", "--all"], project.root, {"TERM": "xterm-256color", "COLUMNS": "24", "LINES": "20"})
+    assert code == 0, out
+    assert "…".encode() in out  # "[1/2] other/trainer: fetching ..." cut, to the width
+    # One cursor-up, to clear the line at the end; a wrapped status moved up over its wrapped part at each redraw.
+    assert out.count(b"\x1b[1A") == 1, out
+    assert b"\n" not in out[: out.index(b"\x1b[?25h")].rstrip(b"\r\n")  # nothing but the one line until then
+
+
+def test_usage_errors_read_as_zmrs_other_errors(tmp_path):
+    """click's `Error: No such option` became `zmr: error: ...`, with the usage and where the help is below it."""
+    unknown = zmr("build", "--no-such-option", cwd=tmp_path)
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    lines = unknown.stderr.splitlines()
+    assert re.fullmatch(r"zmr: error: No such option:? '?--no-such-option'?\.?", lines[0]), lines[0]  # click 8.5 quotes it
+    assert re.match(r"  Usage: (python -m )?zmr build \[OPTIONS\]", lines[1]) and re.fullmatch(r"  Try '(python -m )?zmr build -h' for help\.", lines[2])
+    missing = zmr("checkout", cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.startswith("zmr: error: Missing argument")
+    for result in (unknown, missing, zmr("biuld", cwd=tmp_path), zmr("-C", cwd=tmp_path)):
+        assert result.returncode == 2 and result.stderr.startswith("zmr: error: ") and "\nError:" not in "\n" + result.stderr
+
+
+def test_dash_capital_v_is_version(tmp_path):
+    assert zmr("-V", cwd=tmp_path).stdout == zmr("--version", cwd=tmp_path).stdout == f"zmr {__import__('zmr').__version__}\n"

@@ -680,12 +680,12 @@ def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
     proj.commit_all("toy")
     proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A", new="value 5 on a terminal"))])
 
-    def on_a_terminal(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    def on_a_terminal(env: dict[str, str], *options: str) -> subprocess.CompletedProcess[bytes]:
         main, terminal = pty.openpty()
         try:
             clean = {k: v for k, v in os.environ.items() if k not in ("PAGER", "GIT_PAGER", "CI", "NO_COLOR")}
             return subprocess.run(
-                [sys.executable, "-m", "zmr", "-q", "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300
+                [sys.executable, "-m", "zmr", "-q", *options, "diff"], cwd=proj.root, stdout=terminal, stderr=subprocess.PIPE, env={**clean, **env}, timeout=300
             )
         finally:
             os.close(terminal)
@@ -702,6 +702,10 @@ def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
     git("config", "--unset", "core.pager", cwd=proj.root)
     assert on_a_terminal({"PAGER": f"cat > {tmp_path / 'pager.txt'}"}).returncode == 0
     assert "+value 5 on a terminal" in (tmp_path / "pager.txt").read_text()
+    # zmr --no-pager, as git --no-pager: the text on the terminal itself.
+    unpaged = tmp_path / "unpaged.txt"
+    assert on_a_terminal({"GIT_PAGER": f"cat > {unpaged}"}, "--no-pager").returncode == 0
+    assert not unpaged.exists()
 
 
 def test_kept_release_commits_are_refs_dated_by_their_reflog_and_pruned_by_age(proj, up):

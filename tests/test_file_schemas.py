@@ -80,3 +80,48 @@ def test_the_schemas_at_the_released_commit_are_the_committed_ones(tmp_path):
         at_release = git("show", f"{RELEASED_COMMIT}:schemas/{name}.schema.json", cwd=clone)
         assert at_release == (SCHEMAS / f"{name}.schema.json").read_text().strip(), f"schemas/{name}.schema.json changed since {RELEASED_COMMIT}: release (CHANGELOG.md)"
         assert "$id" not in json.loads(at_release)  # no commit id inside: a release does not change the file
+
+
+def test_the_manifest_schema_refuses_the_names_and_pins_validate_refuses(tmp_path):
+    """One source: each name pattern, length limit and the commit's pattern come from the declarations `zmr validate`
+    reads with, anchored at both ends (a JSON Schema pattern matches anywhere: "-x" passed `[A-Za-z0-9]...$`); the
+    schema and validate give the same answer on each value."""
+    import copy
+
+    from zmr.manifest import parse_manifest
+
+    manifest = _schema("manifest")
+    good = yaml.safe_load((REPO_ROOT / "manifests" / "demo.yaml").read_text())
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "upstreams").symlink_to(REPO_ROOT / "upstreams")
+
+    def answers(data: dict) -> tuple[bool, bool]:
+        (tmp_path / "manifests" / "demo.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        _, problems = parse_manifest(tmp_path / "manifests" / "demo.yaml", tmp_path)
+        return jsonschema.Draft202012Validator(manifest).is_valid(data), not problems
+
+    def edited(edit) -> dict:
+        data = copy.deepcopy(good)
+        edit(data)
+        return data
+
+    assert answers(good) == (True, True)
+    rollout = lambda data: data["components"]["rollout"]  # noqa: E731
+    refused = {
+        "a smoke name starting with '-'": edited(lambda d: rollout(d)["smoke"][0].update(name="-x")),
+        "a smoke name of 65 characters": edited(lambda d: rollout(d)["smoke"][0].update(name="x" * 65)),
+        "a branch name as the pin": edited(lambda d: rollout(d).update(commit="main")),
+        "an abbreviated pin": edited(lambda d: rollout(d).update(commit=rollout(d)["commit"][:12])),
+        "an upper-case pin": edited(lambda d: rollout(d).update(commit=rollout(d)["commit"].upper())),
+        "an upper-case component key": edited(lambda d: d.update(components={"Rollout" if k == "rollout" else k: v for k, v in d["components"].items()})),
+        "a component key with '_'": edited(lambda d: d.update(components={"roll_out" if k == "rollout" else k: v for k, v in d["components"].items()})),
+        "a variable name starting with a digit": edited(lambda d: rollout(d)["smoke"][0].update(env={"1X": "y"})),
+        "a model name with upper case": edited(lambda d: d.update(model="Demo")),
+        "a needs entry with '/'": edited(lambda d: d["smoke"][0].update(needs=["rollout", "x/trainer"])),
+    }
+    for what, data in refused.items():
+        assert answers(data) == (False, False), what
+    accepted = edited(lambda d: rollout(d)["smoke"][0].update(name="x" * 64, env={"_X1": "y"}))
+    assert answers(accepted) == (True, True)
+    run = manifest["properties"]["components"]["additionalProperties"]["properties"]["smoke"]["items"]["properties"]["run"]
+    assert "/bin/sh -c" in run["description"] and "bash" not in run["description"].replace("not bash", "")

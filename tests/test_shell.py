@@ -48,6 +48,11 @@ def test_completion_of_commands_options_models_and_components(shell, project, up
     (root / "patches").mkdir(exist_ok=True)
     assert _complete(shell, "zmr verify t", root / "patches") == ["toy"]
     assert _complete(shell, "zmr verify t", root.parent) == []
+    # -C DIR, as the command itself would run there (each relative to the last), and ZMR_REPO relative to it.
+    assert _complete(shell, f"zmr -C {root.name} build o", root.parent) == ["other"]
+    assert _complete(shell, f"zmr -C {root.parent} -C {root.name} checkout toy -c r", root / "patches") == ["rollout"]
+    assert _complete(shell, f"zmr -C {root.parent} verify t", root / "patches", env={"ZMR_REPO": root.name}) == ["toy"]
+    assert _complete(shell, f"zmr -C {root.parent} verify t", root) == []
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

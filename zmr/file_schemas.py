@@ -22,7 +22,7 @@ NAMES = ("manifest", "settings")
 
 _SMOKE = {
     "name": "The test's name: letters, digits, '.', '_', '-'; unique in its list.",
-    "run": "The shell command (bash), run in the test's tree; exit 0 passes.",
+    "run": "The shell command, run as /bin/sh -c RUN (POSIX sh, not bash) in the test's tree; exit 0 passes.",
     "timeout": "Seconds before the test is stopped (SIGTERM, then SIGKILL); default 600.",
     "resources": "What the test needs, e.g. {GPU: 1}: Ray resources, and the local executor's limits.",
     "env": "Environment variables for the test: {NAME: value}.",

@@ -23,7 +23,7 @@ from yaml.nodes import MappingNode, ScalarNode
 
 from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
-from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, invisible_character, one_of, read_file
+from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, declared, invisible_character, one_of, read_file
 from zmr.yamlnodes import Problems, display_path, line_of, read_yaml, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
@@ -344,7 +344,7 @@ def _short_enough(kind: str) -> Check:
             return None
         return value
 
-    return check
+    return declared(check, max_length=MAX_NAME_BYTES.get(kind))  # names are ASCII (their patterns): bytes are characters
 
 
 def _check_patches(value: str, at: At) -> str | None:
@@ -445,7 +445,7 @@ _SMOKE_FIELDS = (
             Scalar("expected a scalar value", "quote the value"),
             "expected a mapping of variables, got {kind}",
             "write `env: {NAME: value}`",
-            key=Key(_ENV_NAME_RE.match, "{map}: {key!r} is not a variable name", "use letters, digits and '_'"),
+            key=Key(_ENV_NAME_RE.match, "{map}: {key!r} is not a variable name", "use letters, digits and '_'", pattern=_ENV_NAME_RE),
         ),
         default=(),
         deferred=True,
@@ -502,7 +502,8 @@ def _component(fields: Fields, at: At) -> Component:
 COMPONENT = Record(
     (
         Field("upstream", Text(check=_check_upstream), required=True),
-        Field("commit", Text(written=(int, float), check=_check_commit), required=True),  # an all-digit id read as a number: keep the text
+        # An all-digit id read as a number: keep the text.
+        Field("commit", Text(written=(int, float), check=declared(_check_commit, pattern=FULL_OID_RE)), required=True),
         Field("track", Text(check=_ref_name("ref"))),  # the upstream's name: any git allows
         Field("branch", Text(check=_ref_name("branch", ascii_only=True))),  # zmr's name: ASCII, so no look-alikes
         Field("release", Text(check=one_of(RELEASE_MODES, "release mode"))),
@@ -552,7 +553,8 @@ def _manifest(fields: Fields, at: At) -> Manifest:
 
 MANIFEST = Record(
     (
-        Field("model", Text(check=_check_model), required=True),
+        # The file's name, which parse_manifest holds to MODEL_RE and MAX_NAME_BYTES.
+        Field("model", Text(check=declared(_check_model, pattern=MODEL_RE, max_length=MAX_NAME_BYTES["model"])), required=True),
         Field("title", Text(visible=True)),
         Field(
             "components",
@@ -566,6 +568,8 @@ MANIFEST = Record(
                     "{entry}: {key!r} is not a valid component key",
                     f"use [a-z0-9][a-z0-9-]* (lower case, digits, '-'), at most {MAX_NAME_BYTES['component']} characters",
                     skip=False,
+                    pattern=COMPONENT_RE,
+                    max_length=MAX_NAME_BYTES["component"],
                 ),
             ),
             required=True,

@@ -191,12 +191,17 @@ class ListOf:
 
 @dataclass(frozen=True)
 class Key:
-    """What the keys of a `MapOf` must be: *test* passes, else *text* (``{map}``, ``{entry}``, ``{key}``) at the key."""
+    """What the keys of a `MapOf` must be: *test* passes, else *text* (``{map}``, ``{entry}``, ``{key}``) at the key.
+
+    *pattern* and *max_length*: what of *test* an editor's schema says too (``propertyNames``); *test* must refuse
+    every key they refuse (tests/test_file_schemas.py holds the two to the same answers)."""
 
     test: Callable[[str], Any]
     text: str
     fix: str
     skip: bool = True  # False: the entry's value is still checked (its problems reported), then dropped
+    pattern: re.Pattern[str] | None = None
+    max_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +370,15 @@ def one_of(choices: tuple[str, ...], what: str, suggest: bool = False) -> Check:
     return check
 
 
+def declared(check: Check, *, pattern: re.Pattern[str] | None = None, max_length: int | None = None) -> Check:
+    """*check*, declaring what of it an editor's schema says too: text that *pattern* does not match (from the start,
+    as `re.match`; end it with ``\\Z``), or longer than *max_length*, is refused by *check* (as `one_of` declares its
+    ``choices``). `json_schema` writes them as ``pattern`` and ``maxLength``."""
+    check.pattern = pattern  # type: ignore[attr-defined]
+    check.max_length = max_length  # type: ignore[attr-defined]
+    return check
+
+
 def read_file(path: Path, display: str, schema: Record, problems: Problems, ctx: Any = None, *, root: Path | None = None, what: str = "YAML file") -> Any:
     """Parse *path* (inside *root*, if given) and read it with *schema*; None when it cannot be read or its top level is invalid."""
     node = read_yaml(path, display, problems, root=root, what=what)
@@ -403,9 +417,11 @@ def _json_type(value_type: Any, path: str, docs: dict[str, str]) -> dict[str, An
         choices = getattr(value_type.check, "choices", None)
         if choices:
             schema["enum"] = list(choices)
-        if value_type.pattern is not None:
-            schema["pattern"] = value_type.pattern.pattern.removesuffix("\\Z") + "$"
-        return schema
+        return {
+            **schema,
+            **_text_limits(value_type.pattern, None),
+            **_text_limits(getattr(value_type.check, "pattern", None), getattr(value_type.check, "max_length", None)),
+        }
     if isinstance(value_type, Number):
         return {"type": "integer" if value_type.integer else "number", "minimum": value_type.minimum}
     if isinstance(value_type, Scalar):
@@ -417,10 +433,25 @@ def _json_type(value_type: Any, path: str, docs: dict[str, str]) -> dict[str, An
         return schema
     if isinstance(value_type, MapOf):
         schema = {"type": "object", "additionalProperties": _json_type(value_type.value, f"{path}.*", docs)}
+        names = _text_limits(value_type.key.pattern, value_type.key.max_length) if value_type.key else {}
+        if names:
+            schema["propertyNames"] = names
         if value_type.nonempty:
             schema["minProperties"] = 1
         return schema
     return {}
+
+
+def _text_limits(pattern: re.Pattern[str] | None, max_length: int | None) -> dict[str, Any]:
+    """A JSON Schema's ``pattern`` (anchored at both ends: `re.match` is anchored at the start, JSON Schema's at
+    neither) and ``maxLength``, for a Python pattern that ends in ``\\Z``."""
+    limits: dict[str, Any] = {}
+    if pattern is not None:
+        assert pattern.pattern.endswith("\\Z") and not pattern.flags & re.MULTILINE, pattern.pattern  # whole text, one meaning in both
+        limits["pattern"] = "^" + pattern.pattern.removeprefix("^").removesuffix("\\Z") + "$"
+    if max_length is not None:
+        limits["maxLength"] = max_length
+    return limits
 
 
 def _json_field(spec: Field, path: str, docs: dict[str, str]) -> dict[str, Any]:

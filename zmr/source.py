@@ -28,7 +28,7 @@ ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
 # the files zmr writes (zmr.file_schemas.schema_url) all name it. tests/test_init.py checks that it resolves in a
 # clone of the repository and that its action.yml declares every input the written workflows pass;
 # tests/test_file_schemas.py, that its schemas/ equal the committed ones.
-RELEASED_COMMIT = "90c53b666422dbee89327699ad861c9c39c982f7"
+RELEASED_COMMIT = "4a38c603613033e1bc9036f62c4304b68b00c7f5"
 
 
 def zmr_source() -> tuple[str, str]:

@@ -188,14 +188,16 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _global_options(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_VERBOSE_HELP)] = False,
     directories: Annotated[
         list[Path] | None,
         typer.Option("-C", metavar="DIR", help="Run as if zmr was started in DIR (repeatable, each relative to the last), as git -C.", show_default=False),
     ] = None,
+    no_pager: Annotated[bool, typer.Option("--no-pager", help="Do not page the output (zmr diff on a terminal), as git --no-pager.")] = False,
 ) -> None:
+    render.set_paging(not no_pager)
     for directory in directories or []:
         try:
             os.chdir(directory)
@@ -369,9 +371,10 @@ def _usage_or_bug(err: Exception) -> int:
     show = getattr(err, "show", None)
     exit_code = getattr(err, "exit_code", None)
     if callable(show) and isinstance(exit_code, int):
-        show()
         format_message = getattr(err, "format_message", None)
-        _json_error(err, 2, format_message() if callable(format_message) else str(err))
+        message = format_message() if callable(format_message) else str(err)
+        print("\n".join(render.usage_error(message, getattr(err, "ctx", None))), file=sys.stderr)
+        _json_error(err, 2, message)
         return 2
     if type(err).__name__ == "Abort":
         if _terminated is not None:

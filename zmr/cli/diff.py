@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
-from zmr.cli.render import Progress, interactive, no_color, print_json, warn
+from zmr.cli.render import Progress, interactive, no_color, paging, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
@@ -93,7 +93,7 @@ def diff(
 
 def _page(text: str, repo: git.Repo | None) -> None:
     """*text* on stdout, through git's pager on a terminal when it is longer than the screen can show (less -FRX)."""
-    pager = repo.pager() if repo is not None else ""
+    pager = repo.pager() if repo is not None and paging() else ""
     if not pager:
         sys.stdout.write(text)
         return

@@ -19,28 +19,33 @@ if TYPE_CHECKING:  # pragma: no cover
 _MODEL_HELP = "Model name (manifests/<model>.yaml)."
 
 
-def _manifests() -> list[Path]:
-    """For shell completion, cheaply: manifests/*.yaml of $ZMR_REPO or of the first folder up from here that has one."""
+def _manifests(ctx: typer.Context) -> list[Path]:
+    """For shell completion, cheaply: manifests/*.yaml of $ZMR_REPO or of the first folder up from here that has one,
+    where "here" is where the command would run: the current folder, changed by each `-C DIR` on the command line
+    (completion parses them but runs no command, so they are not yet changed to)."""
     import os
 
-    start = Path(os.environ.get("ZMR_REPO") or Path.cwd()).resolve()
+    here = Path.cwd()
+    for directory in ctx.find_root().params.get("directories") or ():
+        here = here / str(directory)
+    start = (here / os.environ.get("ZMR_REPO", "")).resolve()
     for folder in (start, *start.parents):
         if (folder / "manifests").is_dir():
             return sorted((folder / "manifests").glob("*.yaml"))
     return []
 
 
-def complete_models(incomplete: str) -> list[str]:
-    """Model names for shell completion (`zmr build <TAB>`)."""
-    return [path.stem for path in _manifests() if path.stem.startswith(incomplete)]
+def complete_models(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Model names for shell completion (`zmr build <TAB>`, `zmr -C repo build <TAB>`)."""
+    return [path.stem for path in _manifests(ctx) if path.stem.startswith(incomplete)]
 
 
-def complete_components(incomplete: str) -> list[str]:
+def complete_components(ctx: typer.Context, incomplete: str) -> list[str]:
     """Component names of every manifest for shell completion (`zmr checkout demo -c <TAB>`)."""
     import yaml
 
     names: set[str] = set()
-    for path in _manifests():
+    for path in _manifests(ctx):
         try:
             components = (yaml.safe_load(path.read_text()) or {}).get("components")
         except (OSError, ValueError, yaml.YAMLError, AttributeError):

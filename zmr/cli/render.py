@@ -22,6 +22,28 @@ def set_verbosity(level: int) -> None:
     _verbosity = level
 
 
+# False with `zmr --no-pager`: output is never paged.
+_paging = True
+
+
+def set_paging(on: bool) -> None:
+    global _paging
+    _paging = on
+
+
+def paging() -> bool:
+    return _paging
+
+
+def usage_error(message: str, ctx: Any) -> list[str]:
+    """The lines of a usage error (click's, for a command line it cannot parse) as zmr's other errors read: `zmr: error:`
+    and the message, then the usage of the command (*ctx*: its click context, when known) and where its help is."""
+    lines = message.splitlines() or [""]
+    if ctx is not None:
+        lines += [ctx.get_usage(), f"Try '{ctx.command_path} -h' for help."]
+    return ["zmr: error: " + lines[0], *("  " + line for line in lines[1:])]
+
+
 def quiet() -> bool:
     return _verbosity < 0
 
@@ -131,9 +153,19 @@ class Progress:
         if label in self._steps and len(self._steps) > 1:
             message = f"[{self._steps[label]}/{len(self._steps)}] {message}"
         if self._status is not None:
-            self._status.update(message)
+            self._status.update(self._fit(message))
         elif self.lines:
             self._line(message)
+
+    def _fit(self, message: str) -> Any:
+        """*message* cut to one line of the terminal, beside the spinner (a longer one wrapped, and each redraw scrolled)."""
+        from rich.cells import cell_len, set_cell_size
+        from rich.text import Text
+
+        room = self._status.console.width - 2  # the spinner's frame and a space
+        if cell_len(message) > room:
+            message = set_cell_size(message, max(room - 1, 0)) + "…"
+        return Text(message)
 
     def _line(self, message: str) -> None:
         counting = _COUNTING_RE.match(message)

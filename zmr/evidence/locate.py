@@ -531,6 +531,7 @@ def locate(
     rollout: str | os.PathLike[str] | SideDump, trainer: str | os.PathLike[str] | SideDump, name_map: NameMap | str | os.PathLike[str] | None = None
 ) -> LocateReport:
     """Compare two dumps and find the first operation whose output differs in any bit (see the module doc)."""
+    numpy()  # where it is missing, that error before any about the dumps
     r = rollout if isinstance(rollout, SideDump) else read_side(rollout, "rollout")
     t = trainer if isinstance(trainer, SideDump) else read_side(trainer, "trainer")
     if name_map is not None and not isinstance(name_map, NameMap):

@@ -30,11 +30,20 @@ def json_number(value: Any) -> Any:
 
 
 def numpy() -> ModuleType:
-    """The numpy module; a clear error where it is not installed (it is a dependency of zmr)."""
+    """The numpy module; where it is not installed (it comes with zmr's `evidence` extra), an error that says what to install."""
     try:
         import numpy as module
-    except ImportError as err:  # pragma: no cover - numpy is a dependency
-        raise ZmrError("reading dumps needs numpy, which is not installed", details=["install it: pip install numpy"]) from err
+    except ImportError as err:
+        import shlex
+        import sys
+
+        raise ZmrError(
+            "zmr mismatch and zmr locate read dumps with numpy, which is not installed in the Python zmr runs on",
+            details=[
+                f"install it there: {shlex.quote(sys.executable)} -m pip install numpy",
+                "(zmr's extra evidence brings it: pip install -e '.[evidence]' in zmr's checkout)",
+            ],
+        ) from err
     return module
 
 

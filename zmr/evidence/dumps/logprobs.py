@@ -388,6 +388,7 @@ def _check_header(obj: dict, where: str) -> tuple[dict | None, str | None]:
 
 def read_dump(path: str | os.PathLike) -> Dump:
     """Read a dump (.jsonl/.ndjson, .npz, .safetensors); raises ZmrError naming file and line."""
+    numpy()  # where it is missing, that error before any other (a line read without it is no bad line)
     p = Path(path)
     fmt = _format_of(p)
     if not p.is_symlink() and not p.exists():
