@@ -451,8 +451,33 @@ def test_upstream_analysis_reaches_no_stateful_module():
             reached.add(other)
             todo.append(other)
     assert "zmr.replay" in reached
-    assert reached.isdisjoint({"zmr.rebase", "zmr.checkout", "zmr.transaction", "zmr.lock", "zmr.update"})
+    assert reached.isdisjoint({"zmr.rebase", "zmr.checkout", "zmr.transaction", "zmr.update"})
     assert not any(module.startswith("zmr.checkout.") for module in reached)
+    # zmr.lock is reached (the cache's mirror lock and git's writers lock are its), but no component's lock is taken there.
+    modules = _modules()
+    assert [m for m in sorted(reached) if m in modules and component_locks_taken(modules[m])] == []
+
+
+_COMPONENT_LOCKS = {"hold", "locked"}
+
+
+def component_locks_taken(path: Path) -> list[int]:
+    """The lines of *path* that take a component's lock: ``lock.hold``/``lock.locked``, or ``hold``/``locked`` taken from zmr.lock."""
+    taken = names_imported_from(path, "zmr.lock") & _COMPONENT_LOCKS
+    lines = []
+    for node in ast.walk(parse(path)):
+        if isinstance(node, ast.Attribute) and node.attr in _COMPONENT_LOCKS and isinstance(node.value, ast.Name) and node.value.id == "lock":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Name) and node.id in taken:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_component_lock_check_finds_a_hold(tmp_path):
+    (tmp_path / "a.py").write_text("from zmr import lock\ndef f(p, c):\n    with lock.hold(p, [c]):\n        pass\n")
+    (tmp_path / "b.py").write_text("from zmr.lock import locked\n@locked\ndef g(p, c):\n    pass\n")
+    (tmp_path / "c.py").write_text("from zmr import lock\ndef h(path):\n    with lock.hold_file(path, 'x'):\n        pass\n")
+    assert [component_locks_taken(tmp_path / n) for n in ("a.py", "b.py", "c.py")] == [[3], [2], []]
 
 
 def test_the_import_reader_sees_every_way_to_take_a_module(tmp_path):
@@ -487,3 +512,35 @@ def test_already_upstream_has_one_owner():
                 found.append(f"{module}:{node.lineno}: defines {node.name}")
     assert found == []
     assert "zmr.landed" not in import_graph()["zmr.replay"]
+
+
+_LOCK_CALLS = {"flock", "lockf"}
+_LOCK_OWNER = "lock.py"
+
+
+def locks_outside_lock_py(root: Path) -> list[str]:
+    """``fcntl.flock`` / ``fcntl.lockf`` calls (and ``from fcntl import flock``) anywhere but zmr/lock.py: one module takes every lock."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == _LOCK_OWNER:
+            continue
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Attribute) and node.attr in _LOCK_CALLS:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.attr}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "fcntl" and any(a.name in _LOCK_CALLS for a in node.names):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} from fcntl import")
+    return found
+
+
+def test_only_lock_py_takes_a_lock():
+    """The cache's and git's locks go through zmr.lock too: one timeout, one holder message, one ZMR_LOCK_TIMEOUT (#49)."""
+    assert locks_outside_lock_py(ZMR) == []
+
+
+def test_the_lock_check_finds_a_raw_flock(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "lock.py").write_text("import fcntl\nfcntl.flock(0, fcntl.LOCK_EX)\n")
+    (package / "cache.py").write_text("import fcntl\ndef f(h):\n    fcntl.flock(h.fileno(), fcntl.LOCK_EX)\n")
+    (package / "git.py").write_text("from fcntl import lockf\n")
+    assert locks_outside_lock_py(package) == ["pkg/cache.py:3 flock", "pkg/git.py:1 from fcntl import"]

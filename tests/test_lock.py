@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 from conftest import interrupted, make_project, simple_model, state_dir, zmr
 from test_transaction import _export_fixture, _files, _finish, _paused, _reset, _start, _tree_bytes
 
@@ -210,3 +212,51 @@ def test_ctrl_c_reaches_a_zmr_started_with_sigint_ignored(tmp_path, upstream):
         time.sleep(0.02)
     err = interrupted(proc, "zmr export (started with SIGINT ignored)")
     assert proc.returncode == 130 and "zmr: interrupted" in err, err
+
+
+def test_a_held_mirror_lock_is_waited_for_up_to_the_lock_timeout_and_its_holder_named(tmp_path, upstream):
+    """The cache's lock of a mirror is zmr.lock's too: a stuck holder is named after ZMR_LOCK_TIMEOUT seconds, never waited for forever (#49)."""
+    from zmr import lock
+    from zmr.cache import Cache
+
+    project = make_project(tmp_path / "proj")
+    simple_model(project, upstream)
+    mirror_lock = Cache().mirror_for(str(upstream.path.resolve())).path.with_suffix(".lock")
+    with lock.hold_file(mirror_lock, "a test holding the mirror", command="zmr build (a test)"):
+        env = {**os.environ, "ZMR_LOCK_TIMEOUT": "0.3"}
+        env.pop("ZMR_REPO", None)
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "zmr", "build", "toy"], cwd=project.root, env=env, capture_output=True, text=True, timeout=60)
+        waited = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    host = re.escape(socket.gethostname())
+    assert re.search(rf"another zmr \(pid {os.getpid()} on {host}\) is working on the mirror of \S+ in the cache since {ISO_UTC}", result.stderr), result.stderr
+    assert "`zmr build (a test)`" in result.stderr and "ZMR_LOCK_TIMEOUT=<seconds> (now 0.3)" in result.stderr
+    assert waited < 30
+    assert zmr("build", "toy", cwd=project.root).returncode == 0  # released: the next one goes through
+
+
+def test_a_mirror_lock_waits_longer_than_a_components_by_default(monkeypatch):
+    """A fetch holds the mirror's lock for as long as it takes: unset, the wait is lock.MIRROR_TIMEOUT; ZMR_LOCK_TIMEOUT governs both when set."""
+    from zmr import lock
+
+    monkeypatch.delenv("ZMR_LOCK_TIMEOUT", raising=False)
+    assert (lock.timeout(), lock.timeout(lock.MIRROR_TIMEOUT)) == (5.0, 600.0)
+    monkeypatch.setenv("ZMR_LOCK_TIMEOUT", "12")
+    assert (lock.timeout(), lock.timeout(lock.MIRROR_TIMEOUT)) == (12.0, 12.0)
+
+
+def test_a_shared_lock_is_held_beside_others_and_against_a_probe(tmp_path):
+    """git's writers lock: shared holders side by side, each on its own open file; an exclusive probe sees them and waits for none."""
+    from zmr import lock
+
+    path = tmp_path / "mirror.writers"
+    with lock.hold_file(path, "writers", shared=True), lock.hold_file(path, "writers", shared=True):
+        with lock.probe(path, "writers") as idle:
+            assert idle is False
+        assert path.read_bytes() == b""  # a shared holder writes nothing into the file
+    with lock.probe(path, "writers") as idle:
+        assert idle is True
+        with pytest.raises(lock.LockBusy, match="another zmr is working on writers"):
+            with lock.hold_file(path, "writers", shared=True, wait=0.1):
+                pass

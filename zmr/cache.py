@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import re
@@ -60,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zmr import git
+from zmr import git, lock
 from zmr.errors import ZmrError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,16 +95,8 @@ _STALE_AFTER = 600  # seconds: older temporary files of a mirror are leftovers, 
 @contextlib.contextmanager
 def _no_writer(mirror: Mirror) -> Iterator[bool]:
     """True, held until the end, when no process writes temporary packs into *mirror* (nobody holds its writers lock)."""
-    with open(mirror.writers_lock, "a+b") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with lock.probe(mirror.writers_lock, f"the writers of the mirror of {mirror.url}") as idle:
+        yield idle
 
 
 def _fetch_keep(path: Path) -> bool:
@@ -349,17 +340,13 @@ class Cache:
 
     @contextlib.contextmanager
     def lock(self, mirror: Mirror) -> Iterator[None]:
-        """Exclusive lock of one mirror; the kernel drops it when the holder dies."""
+        """Exclusive lock of one mirror (`zmr.lock`: the kernel drops it when the holder dies; a wait of ``lock.MIRROR_TIMEOUT`` at most, the holder named)."""
         lock_path = mirror.path.with_suffix(".lock")
-        with self.writing(lock_path):
-            self.mirrors_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(lock_path, "a+b")
-        with handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        with contextlib.ExitStack() as held:
+            with self.writing(lock_path):
+                self.mirrors_dir.mkdir(parents=True, exist_ok=True)
+                held.enter_context(lock.hold_file(lock_path, f"the mirror of {mirror.url} in the cache", wait=lock.timeout(lock.MIRROR_TIMEOUT)))
+            yield
 
     def ensure(self, url: str, commits: Sequence[str], *, display: str = "", paths: Collection[str] | None = None) -> Mirror:
         """A mirror of *url* that holds every object of each commit in *commits*.

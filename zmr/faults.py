@@ -21,6 +21,13 @@ Without the variables below it does nothing (one dictionary lookup).
 
 The values are parsed strictly: anything else is an error (exit 2), never a
 hook that silently does nothing.
+
+``pause_point(name)`` is the hook that holds a process still instead: with
+``ZMR_TEST_PAUSE=NAME=FILE`` in the environment, a process reaching the point
+NAME (the first time) creates FILE (holding its pid) and waits until FILE is
+removed, so that a test can signal or race it at a known moment instead of
+sleeping and hoping (``locked``: a lock was just taken, `zmr.lock`;
+``transaction-staged``, ``transaction-renaming``: `zmr.transaction`).
 """
 
 from __future__ import annotations
@@ -28,16 +35,21 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
+from pathlib import Path
 
 from zmr.errors import ZmrError
 
 KILL_ENV = "ZMR_TEST_KILL"
 KILL_LOG_ENV = "ZMR_TEST_KILL_LOG"
 FAULT_ENV = "ZMR_TEST_FAULT"
+PAUSE_ENV = "ZMR_TEST_PAUSE"
+_PAUSE_POLL = 0.05
 _ERRNOS = ("ENOSPC", "EDQUOT", "EIO", "EROFS", "EACCES")
 
 _count = 0
 _faulted: set[str] = set()
+_paused: set[str] = set()
 
 
 def fault_point(name: str) -> None:
@@ -79,3 +91,17 @@ def _fault() -> tuple[str, str] | None:
             f"{FAULT_ENV}={value!r}: not POINT=ERRNO (ERRNO one of {', '.join(_ERRNOS)})", details=[f"unset {FAULT_ENV}; it is a hook for zmr's own tests"]
         )
     return name, code
+
+
+def pause_point(name: str) -> None:
+    """The pause hook of the module docstring: with ``ZMR_TEST_PAUSE=NAME=FILE``, wait at *name* while FILE exists."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec or "=" not in spec:
+        return
+    point, marker = spec.split("=", 1)
+    if point != name or name in _paused:
+        return
+    _paused.add(name)  # once per process: the test chose one moment
+    Path(marker).write_text(f"{os.getpid()}\n")
+    while os.path.exists(marker):
+        time.sleep(_PAUSE_POLL)

@@ -48,6 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from zmr import lock
 from zmr.errors import ZmrError
 from zmr.faults import fault_point
 
@@ -1251,14 +1252,11 @@ class Repo:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """``writer_lock`` held shared (flock: the kernel drops it when this process dies); nothing without one."""
+        """``writer_lock`` held shared (`zmr.lock`: the kernel drops it when this process dies); nothing without one."""
         if self.writer_lock is None:
             yield
             return
-        import fcntl
-
-        with open(self.writer_lock, "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+        with lock.hold_file(self.writer_lock, f"the writers of {self.git_dir}", shared=True):
             yield
 
     # -- refs ----------------------------------------------------------------

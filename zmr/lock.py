@@ -1,4 +1,4 @@
-"""One zmr per component: a file lock around every command that changes a component's files or refs.
+"""zmr's one lock: every lock it takes, on a component, a mirror of the cache or a mirror's writers, is taken here.
 
 ``hold(project, components, command)`` takes an exclusive ``flock`` on
 ``Project.lock_path`` of each component, in a fixed order (model, then
@@ -7,25 +7,28 @@ each other in a circle. The lock belongs to the open file: the operating
 system releases it when the process ends, however it ends (SIGKILL
 included), so a lock is never stale. While it holds the lock, zmr writes
 its pid, its command line and the time it took the lock into the file,
-for the message the next process shows.
+for the message the next process shows. ``hold_file`` does the same for
+any other lock file: a transaction's journal, a mirror of the cache
+(`zmr.cache`); ``hold_file(..., shared=True)`` holds one shared and writes
+nothing into it (the writers of a mirror: `zmr.git`), and ``probe`` asks,
+without waiting, whether a lock is free (and holds it while it is).
 
-A second process waits up to ``ZMR_LOCK_TIMEOUT`` seconds (default 5; a
-value that is not a number of seconds up to a day is an error, exit 2) for
-the lock, then refuses with `LockBusy` (exit 2): "another zmr (pid N on
-HOST) is working on m/c since ...". What the lock file says is checked
-before it is believed: a holder whose pid is gone (on this host) is named
-as such (a process it started holds the file open), a file that names no
-holder says so; a lock file that is a symbolic link, a folder or anything
-but a regular file is refused, never followed. zmr never removes a lock
-file (removing it would let a third process lock a new file while the
-holder lives). Locks are re-entrant within one process
-(``zmr update --apply`` holds the lock and calls ``rebase.start``, which
-takes it too).
+A second process waits up to ``ZMR_LOCK_TIMEOUT`` seconds for the lock
+(default 5 for a component or a journal; 600 for a mirror of the cache,
+which another zmr may be fetching a large upstream into; a value that is
+not a number of seconds up to a day is an error, exit 2), then refuses
+with `LockBusy` (exit 2): "another zmr (pid N on HOST) is working on m/c
+since ...". What the lock file says is checked before it is believed: a
+holder whose pid is gone (on this host) is named as such (a process it
+started holds the file open), a file that names no holder says so; a lock
+file that is a symbolic link, a folder or anything but a regular file is
+refused, never followed. zmr never removes a lock file (removing it would
+let a third process lock a new file while the holder lives). Exclusive
+locks are re-entrant within one process (``zmr update --apply`` holds the
+lock and calls ``rebase.start``, which takes it too).
 
-`pause_point` is a test hook: with ``ZMR_TEST_PAUSE=NAME=FILE`` in the
-environment, a process reaching the point NAME (the first time) creates FILE
-(holding its pid) and waits until FILE is removed, so that a test can signal or race it
-at a known moment instead of sleeping and hoping.
+The test hook that holds a process at a named point (``pause_point``) is
+`zmr.faults`'; this module calls it once a lock is held (``locked``).
 """
 
 from __future__ import annotations
@@ -44,26 +47,35 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from zmr.errors import ZmrError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from zmr.project import Project
+from zmr.faults import pause_point
 
 TIMEOUT_ENV = "ZMR_LOCK_TIMEOUT"
 DEFAULT_TIMEOUT = 5.0
-PAUSE_ENV = "ZMR_TEST_PAUSE"
+# A mirror's lock is held for as long as a fetch takes (minutes for a large upstream on a slow link): waited for longer.
+MIRROR_TIMEOUT = 600.0
 _POLL = 0.05
 _MAX_HOLDER_BYTES = 4096
 
-# Re-entrancy: the locks this process holds, by path, with how many `hold`s hold each.
+# Re-entrancy: the exclusive locks this process holds, by path, with how many `hold`s hold each.
 _held: dict[Path, tuple[int, int]] = {}
-_paused: set[str] = set()
 
 
 class LockBusy(ZmrError):
     """Another zmr process holds the lock of a component."""
+
+
+L = TypeVar("L")
+
+
+class LockPaths(Protocol):
+    """Where each component's lock file is, and what a component says once its lock is held: a `zmr.project.Project`."""
+
+    def lock_path(self, model: str, key: str) -> Path: ...
+
+    def reloaded(self, component: L) -> L: ...
 
 
 class Lockable(Protocol):
@@ -80,9 +92,9 @@ MAX_TIMEOUT = 86400.0
 _SECONDS_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
 
-def timeout() -> float:
-    """``$ZMR_LOCK_TIMEOUT`` seconds, default 5; anything but a number of seconds from 0 to a day is an error (exit 2), never a wait forever."""
-    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, "how long a command waits for another zmr working on the same component")
+def timeout(default: float = DEFAULT_TIMEOUT) -> float:
+    """``$ZMR_LOCK_TIMEOUT`` seconds, else *default*; anything but a number of seconds from 0 to a day is an error (exit 2), never a wait forever."""
+    return env_seconds(TIMEOUT_ENV, default, "how long a command waits for another zmr working on the same component")
 
 
 def env_seconds(name: str, default: float, what: str) -> float:
@@ -105,7 +117,7 @@ def command_line() -> str:
 
 
 @contextlib.contextmanager
-def hold(project: Project, components: Iterable[Lockable], command: str | None = None) -> Iterator[None]:
+def hold(project: LockPaths, components: Iterable[Lockable], command: str | None = None) -> Iterator[None]:
     """Hold the lock of every one of *components* (in a fixed order) for the duration of the block."""
     wanted = sorted({(c.model, c.key) for c in components})
     with contextlib.ExitStack() as stack:
@@ -115,22 +127,56 @@ def hold(project: Project, components: Iterable[Lockable], command: str | None =
 
 
 @contextlib.contextmanager
-def hold_file(path: Path, label: str, command: str | None = None, wait: float | None = None) -> Iterator[None]:
-    """Hold the lock file *path* (what it guards named *label* in the message) for the block; *wait* seconds at most (default `timeout`)."""
+def hold_file(path: Path, label: str, command: str | None = None, wait: float | None = None, *, shared: bool = False) -> Iterator[None]:
+    """Hold the lock file *path* (what it guards named *label* in the message) for the block; *wait* seconds at most (default `timeout`).
+
+    *shared*: held shared, with other shared holders, against an exclusive one; nothing is written into the file (the
+    holders are many), and each call holds it on its own open file (threads of one process hold it side by side).
+    """
+    if shared:
+        with _hold_shared(path, label, timeout() if wait is None else wait):
+            yield
+        return
     with _hold_one(path, label, command or command_line(), wait):
         yield
+
+
+@contextlib.contextmanager
+def probe(path: Path, label: str) -> Iterator[bool]:
+    """Whether nobody holds the lock file *path* now, without waiting: True, and it is held exclusively until the end of the block."""
+    fd = _open(path, label)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases it
+
+
+@contextlib.contextmanager
+def _hold_shared(path: Path, label: str, wait: float) -> Iterator[None]:
+    fd = _open(Path(os.path.abspath(path)), label)
+    try:
+        _acquire(fd, label, wait, path, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
 
 
 T = TypeVar("T")
 C = TypeVar("C", bound=Lockable)
 P = ParamSpec("P")
+Pr = TypeVar("Pr", bound=LockPaths)
 
 
-def locked(function: Callable[Concatenate[Project, C, P], T]) -> Callable[Concatenate[Project, C, P], T]:
+def locked(function: Callable[Concatenate[Pr, C, P], T]) -> Callable[Concatenate[Pr, C, P], T]:
     """Run ``function(project, component, ...)`` holding *component*'s lock, *component* read again once it is held (``Project.reloaded``)."""
 
     @functools.wraps(function)
-    def wrapper(project: Project, component: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    def wrapper(project: Pr, component: C, /, *args: P.args, **kwargs: P.kwargs) -> T:
         with hold(project, [component]):
             # What the manifest says now: another zmr held the lock meanwhile (a rebase moved the pin), and what was read before is stale.
             return function(project, project.reloaded(component), *args, **kwargs)
@@ -152,7 +198,7 @@ def _hold_one(path: Path, label: str, command: str, wait: float | None = None) -
         return
     fd = _open(path, label)
     try:
-        _acquire(fd, label, timeout() if wait is None else wait, path)
+        _acquire(fd, label, timeout() if wait is None else wait, path, fcntl.LOCK_EX)
         _record(fd, command)
         _held[path] = (fd, 1)
         pause_point("locked")
@@ -185,20 +231,20 @@ def _open(path: Path, label: str) -> int:
     return fd
 
 
-def _acquire(fd: int, label: str, wait: float, path: Path | None = None) -> None:
+def _acquire(fd: int, label: str, wait: float, path: Path | None, mode: int) -> None:
     deadline = time.monotonic() + wait
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             pass
         if time.monotonic() >= deadline:
-            raise _busy(fd, label, path)
+            raise _busy(fd, label, path, wait)
         time.sleep(_POLL)
 
 
-def _busy(fd: int, label: str, path: Path | None = None) -> LockBusy:
+def _busy(fd: int, label: str, path: Path | None = None, wait: float | None = None) -> LockBusy:
     """The message for a lock held by another process: who wrote it (pid, host, command, since when), as far as the file says, checked before it is believed."""
     holder = _holder(fd)
     pid = holder.get("pid") if isinstance(holder.get("pid"), int) and not isinstance(holder.get("pid"), bool) else None
@@ -206,7 +252,7 @@ def _busy(fd: int, label: str, path: Path | None = None) -> LockBusy:
     since = f" since {holder['started']}" if isinstance(holder.get("started"), str) else ""
     doing = f" (`{holder['command']}`)" if isinstance(holder.get("command"), str) else ""
     where = f" on {host}" if host else ""
-    retry = f"to wait longer for it, set {TIMEOUT_ENV}=<seconds> (now {timeout():g})"
+    retry = f"to wait longer for it, set {TIMEOUT_ENV}=<seconds> (now {timeout() if wait is None else wait:g})"
     if pid is None:
         shown = path if path is not None else label
         return LockBusy(
@@ -255,20 +301,6 @@ def _record(fd: int, command: str) -> None:
     data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": started}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
-
-
-def pause_point(name: str) -> None:
-    """The test hook of the module docstring: with ``ZMR_TEST_PAUSE=NAME=FILE``, wait at *name* while FILE exists."""
-    spec = os.environ.get(PAUSE_ENV)
-    if not spec or "=" not in spec:
-        return
-    point, marker = spec.split("=", 1)
-    if point != name or name in _paused:
-        return
-    _paused.add(name)  # once per process: the test chose one moment
-    Path(marker).write_text(f"{os.getpid()}\n")
-    while os.path.exists(marker):
-        time.sleep(_POLL)
 
 
 def holder(path: Path) -> dict | None:

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zmr.errors import ZmrError
-from zmr.faults import fault_point
+from zmr.faults import fault_point, pause_point
 from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, prune_empty_dirs, read_repo_file
-from zmr.lock import LockBusy, hold_file, pause_point
+from zmr.lock import LockBusy, hold_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
