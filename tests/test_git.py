@@ -344,3 +344,23 @@ def test_worktrees_are_listed_in_both_forms_and_removed(tmp_path):
     shutil.rmtree(tree)
     repo.worktree_prune()
     assert len(repo.worktrees()) == 1
+
+
+def test_head_is_read_pointed_and_detached_through_repo_methods(tmp_path):
+    """The plumbing the checkout package used to spell (symbolic-ref, update-ref --no-deref, rev-parse --show-toplevel) is git.Repo's (#49)."""
+    work = tmp_path / "w"
+    git("init", "-q", "-b", "main", str(work))
+    (work / "sub").mkdir()
+    (work / "f").write_text("x\n")
+    git("add", "f", cwd=work)
+    git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "one", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work).strip()
+    repo = zgit.Repo.at(work)
+    assert repo.head_symref() == "refs/heads/main"
+    repo.detach_head(first)
+    assert repo.head_symref() is None and git("rev-parse", "HEAD", cwd=work).strip() == first
+    git("branch", "other", first, cwd=work)
+    repo.point_head("refs/heads/other")
+    assert repo.head_symref() == "refs/heads/other"
+    assert zgit.Repo.at(work / "sub").absolute_toplevel() == work.resolve()
+    assert zgit.Repo.at(tmp_path).absolute_toplevel() is None

@@ -1305,6 +1305,19 @@ class Repo:
         """Set *ref* to *new* (no old value checked: refs zmr keeps for itself)."""
         self.run(["update-ref", ref, new])
 
+    def head_symref(self) -> str | None:
+        """The branch HEAD points at (``refs/heads/x``); None when HEAD is detached."""
+        proc = self.run(["symbolic-ref", "--quiet", "HEAD"], check=False)
+        return proc.stdout.decode("utf-8", "surrogateescape").strip() if proc.returncode == 0 else None
+
+    def point_head(self, ref: str) -> None:
+        """Make HEAD the symbolic ref *ref* (``refs/heads/x``): the work tree is not touched."""
+        self.run(["symbolic-ref", "HEAD", ref])
+
+    def detach_head(self, commit: str) -> None:
+        """Make HEAD a detached *commit*: the work tree is not touched."""
+        self.run(["update-ref", "--no-deref", "HEAD", commit])
+
     def first_ref_containing(self, commit: str, patterns: Sequence[str]) -> str:
         """The name of one ref matching *patterns* whose history holds *commit*; '' when none does."""
         return self.out(["for-each-ref", "--count=1", "--format=%(refname)", "--contains", commit, *patterns])
@@ -1411,6 +1424,12 @@ class Repo:
         proc = self.run(["rev-parse", "--show-toplevel"], check=False)
         top = proc.stdout.decode("utf-8", "surrogateescape").strip()
         return top if proc.returncode == 0 and top else None
+
+    def absolute_toplevel(self) -> Path | None:
+        """The top folder of the work tree git finds from here, as an absolute path; None outside one (or in a bare repository)."""
+        proc = self.run(["rev-parse", "--path-format=absolute", "--show-toplevel"], check=False)
+        top = proc.stdout.decode("utf-8", "surrogateescape").strip()
+        return Path(top) if proc.returncode == 0 and top else None
 
     def absolute_git_dir(self) -> Path | None:
         """The git directory as an absolute path (a worktree's own one); None outside a repository."""

@@ -120,9 +120,8 @@ def snapshot(co: Checkout | None, path: Path, into: Path) -> SavedCheckout:
         return SavedCheckout(path, False, token=new_token())
     token = co.ensure_token()  # before the copy: --abort puts back a config that still carries it
     shutil.copyfile(co.git_dir / "config", into / _CONFIG_COPY)
-    symref = co.repo.run(["symbolic-ref", "--quiet", "HEAD"], check=False)
-    head = symref.stdout.decode().strip() if symref.returncode == 0 else (co.head() or "")
-    return SavedCheckout(path, True, head, symref.returncode == 0, co.repo.refs("refs/"), token)
+    symref = co.repo.head_symref()
+    return SavedCheckout(path, True, symref or co.head() or "", symref is not None, co.repo.refs("refs/"), token)
 
 
 def restore(saved: SavedCheckout, folder: Path) -> bool:
@@ -155,9 +154,9 @@ def restore(saved: SavedCheckout, folder: Path) -> bool:
     updates = [git.RefUpdate(ref, wanted.get(ref), current.get(ref)) for ref in sorted(set(current) | set(wanted)) if current.get(ref) != wanted.get(ref)]
     co.repo.update_refs(updates, "zmr rebase --abort")
     if saved.head_symbolic:
-        co.repo.run(["symbolic-ref", "HEAD", saved.head])
+        co.repo.point_head(saved.head)
     elif saved.head:
-        co.repo.run(["update-ref", "--no-deref", "HEAD", saved.head])
+        co.repo.detach_head(saved.head)
     co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
     marker = co.git_dir / REFRESH_MARKER
     if marker.exists():

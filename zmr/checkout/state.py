@@ -121,10 +121,9 @@ def checkout_path(project: Project, component: Component, explicit: Path | None 
 
 def _standing_in(project: Project, component: Component) -> Path | None:
     """The top of the checkout of *component* that the current folder is in; None outside one."""
-    proc = git.run(["rev-parse", "--path-format=absolute", "--show-toplevel"], cwd=os.getcwd(), check=False)
-    if proc.returncode != 0:
+    top = git.Repo.at(os.getcwd()).absolute_toplevel()
+    if top is None:
         return None
-    top = Path(proc.stdout.decode("utf-8", "surrogateescape").strip())
     if same_folder(top, project.root):
         return None
     co = try_open(top)

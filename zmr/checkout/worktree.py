@@ -347,10 +347,9 @@ def refresh(
     A marker file makes an interrupted refresh resumable: the next checkout
     sees it and finishes the job instead of taking the half-reset tree for work.
     """
-    head_ref = co.repo.run(["symbolic-ref", "--quiet", "HEAD"], check=False).stdout.decode().strip()
     if (
         co.head() == tip
-        and head_ref == f"refs/heads/{branch}"
+        and co.repo.head_symref() == f"refs/heads/{branch}"
         and co.base() == base
         and co.exported() == (exported or tip)
         and not extra_updates
@@ -368,7 +367,7 @@ def refresh(
     co.repo.update_refs([*updates, *extra_updates], "zmr checkout")
     for args in (["rebase", "--quit"], ["cherry-pick", "--quit"], ["am", "--quit"]):
         co.repo.run(args, check=False)
-    co.repo.run(["symbolic-ref", "HEAD", f"refs/heads/{branch}"])
+    co.repo.point_head(f"refs/heads/{branch}")
     co.set_config(config)
     co.repo.run(["reset", "--quiet", "--hard", "HEAD"])
     if clean:
