@@ -544,3 +544,34 @@ def test_the_lock_check_finds_a_raw_flock(tmp_path):
     (package / "cache.py").write_text("import fcntl\ndef f(h):\n    fcntl.flock(h.fileno(), fcntl.LOCK_EX)\n")
     (package / "git.py").write_text("from fcntl import lockf\n")
     assert locks_outside_lock_py(package) == ["pkg/cache.py:3 flock", "pkg/git.py:1 from fcntl import"]
+
+
+# Plumbing: refs and objects, asked of git.Repo's named methods everywhere, the checkout package included (#49).
+PLUMBING = frozenset(
+    "symbolic-ref update-ref rev-parse for-each-ref show-ref cat-file hash-object update-index read-tree write-tree commit-tree ls-tree mktree".split()
+)
+
+
+def plumbing_in_checkout(root: Path) -> list[str]:
+    """``path:line git COMMAND`` of each plumbing argument list (PLUMBING) in the checkout package: those are git.Repo's methods."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if not (rel == "checkout.py" or rel.startswith("checkout/")):
+            continue
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.List) and (command := _git_command(node)) in PLUMBING:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} git {command}")
+    return sorted(found)
+
+
+def test_the_checkout_package_spells_porcelain_only_and_asks_git_repo_for_plumbing():
+    assert plumbing_in_checkout(ZMR) == []
+
+
+def test_the_plumbing_check_finds_plumbing_in_the_checkout_package(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "checkout").mkdir(parents=True)
+    (package / "checkout" / "a.py").write_text('def f(repo):\n    repo.run(["symbolic-ref", "HEAD", "refs/heads/x"])\n    repo.run(["reset", "--hard"])\n')
+    (package / "project.py").write_text('def g(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n')  # git_argv_outside_git's to find
+    assert plumbing_in_checkout(package) == ["pkg/checkout/a.py:2 git symbolic-ref"]
