@@ -255,3 +255,19 @@ def test_usage_errors_read_as_zmrs_other_errors(tmp_path):
 
 def test_dash_capital_v_is_version(tmp_path):
     assert zmr("-V", cwd=tmp_path).stdout == zmr("--version", cwd=tmp_path).stdout == f"zmr {__import__('zmr').__version__}\n"
+
+
+def test_main_called_again_in_one_process_starts_from_its_defaults(tmp_path, capsys):
+    """A library caller (or a test) that runs main twice: -q, then -v, then neither, each as if alone (it said "not both")."""
+    import logging
+
+    from zmr.cli import main, render
+
+    assert main(["-q", "list"]) in (0, 2)
+    assert render.quiet()
+    capsys.readouterr()
+    assert main(["-v", "list"]) in (0, 2), capsys.readouterr().err
+    assert "not both" not in capsys.readouterr().err and render.verbose()
+    assert main(["list"]) in (0, 2)
+    assert not render.quiet() and not render.verbose()
+    assert logging.getLogger("zmr").getEffectiveLevel() == logging.WARNING

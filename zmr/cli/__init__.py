@@ -105,7 +105,20 @@ def _verbosity_option(value: bool, which: str) -> None:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("zmr: %(message)s"))
             logger.addHandler(handler)
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(sys.stderr)  # this run's stderr (main called again in one process: a library caller, a test)
         logger.setLevel(logging.DEBUG)
+
+
+def _fresh_run() -> None:
+    """What one run of `main` decides for itself, undone from the one before (main called again in one process)."""
+    _asked.clear()
+    render.set_verbosity(0)
+    if "logging" in sys.modules:
+        import logging
+
+        logging.getLogger("zmr").setLevel(logging.NOTSET)
 
 
 def _quiet_option(value: bool) -> None:
@@ -284,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: maps zmr errors to exit codes."""
     _ARGV.append(sys.argv[1:] if argv is None else list(argv))
     render.JSON_PRINTED.clear()
+    _fresh_run()
     try:
         return _main(argv)
     finally:
