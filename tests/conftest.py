@@ -197,13 +197,66 @@ def interrupted(proc: subprocess.Popen[str], what: str, seconds: float = 60) -> 
     return err
 
 
-def zmr(*args: str, cwd: Path, env: dict | None = None, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess."""
+# Hooks that act on the process itself (a SIGKILL at the N-th point, a pause until a file goes, a fault raised once per
+# process): a command under one of them runs as a process of its own, as it would for a user.
+PROCESS_HOOKS = ("ZMR_TEST_KILL", "ZMR_TEST_KILL_LOG", "ZMR_TEST_PAUSE", "ZMR_TEST_FAULT")
+SUBPROCESS_ENV = "ZMR_TEST_SUBPROCESS"  # =1: every zmr() a subprocess (benchmarks/bench_tests.py compares the two)
+
+
+def zmr(
+    *args: str, cwd: Path, env: dict | None = None, input: str | None = None, timeout: float = 300, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI: its `main` in this process, as `python -m zmr` would, or a subprocess where the test is about one.
+
+    A subprocess when *process* is set (signals, locks between processes, what a process inherits), when *env* or the
+    environment sets one of PROCESS_HOOKS, or when ``ZMR_TEST_SUBPROCESS=1``. In this process, the command sees what a
+    subprocess would: *cwd* as its folder, the environment with *env* and without ``ZMR_REPO``, *input* (or nothing) on
+    stdin, stdout and stderr that are no terminal; its output is decoded as ``text=True`` decodes a subprocess's.
+    """
     full_env = dict(os.environ)
     full_env.pop("ZMR_REPO", None)
     if env:
         full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=full_env, capture_output=True, text=True, input=input, timeout=timeout)
+    if process or full_env.get(SUBPROCESS_ENV) == "1" or any(hook in full_env for hook in PROCESS_HOOKS):
+        return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=full_env, capture_output=True, text=True, input=input, timeout=timeout)
+    return _in_process(list(args), cwd, full_env, input)
+
+
+def _in_process(args: list[str], cwd: Path, env: dict[str, str], input: str | None) -> subprocess.CompletedProcess[str]:
+    import io
+    import signal
+
+    from zmr.cli import main
+
+    def stream(data: bytes = b"") -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams, saved_argv, saved_term = (sys.stdin, sys.stdout, sys.stderr), sys.argv, signal.getsignal(signal.SIGTERM)
+    out, err = stream(), stream()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.stdin, sys.stdout, sys.stderr = stream((input or "").encode()), out, err
+    sys.argv = [str(Path(sys.executable).parent / "zmr"), *args]
+    try:
+        code = main(args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        signal.signal(signal.SIGTERM, saved_term)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+    def text(wrapper: io.TextIOWrapper) -> str:  # as subprocess.run(text=True) gives it: UTF-8, universal newlines
+        wrapper.flush()
+        raw = wrapper.buffer.getvalue()  # type: ignore[attr-defined]
+        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+    return subprocess.CompletedProcess(["zmr", *args], code, text(out), text(err))
 
 
 @pytest.fixture(autouse=True)
