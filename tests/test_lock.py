@@ -260,3 +260,30 @@ def test_a_shared_lock_is_held_beside_others_and_against_a_probe(tmp_path):
         with pytest.raises(lock.LockBusy, match="another zmr is working on writers"):
             with lock.hold_file(path, "writers", shared=True, wait=0.1):
                 pass
+
+
+def test_two_threads_that_want_one_lock_take_it_one_after_the_other(tmp_path):
+    """Re-entrancy is per thread: a second thread waits for the first, as a second process would (zmr diff's threads each
+    took a mirror's lock as if re-entrant, and the first to finish removed the other's hold: KeyError, and both made the mirror)."""
+    import threading
+
+    from zmr import lock
+
+    path = tmp_path / "m.lock"
+    inside, overlaps = [], []
+
+    def work() -> None:
+        with lock.hold_file(path, "m", wait=30):
+            inside.append(1)
+            overlaps.append(len(inside))
+            time.sleep(0.2)
+            inside.pop()
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == [1, 1, 1]
+    with lock.hold_file(path, "m"), lock.hold_file(path, "m"):  # re-entrant within one thread
+        pass

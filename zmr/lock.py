@@ -43,6 +43,7 @@ import re
 import socket
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -59,8 +60,19 @@ MIRROR_TIMEOUT = 600.0
 _POLL = 0.05
 _MAX_HOLDER_BYTES = 4096
 
-# Re-entrancy: the exclusive locks this process holds, by path, with how many `hold`s hold each.
-_held: dict[Path, tuple[int, int]] = {}
+
+class _Held(threading.local):
+    """Re-entrancy, per thread: the exclusive locks this thread holds, by path, with how many `hold`s hold each.
+
+    Per thread, not per process: two threads of one zmr (`zmr diff` fetches mirrors side by side) that want one lock
+    each take it on an open file of their own, so the second waits for the first, as another process would.
+    """
+
+    def __init__(self) -> None:
+        self.locks: dict[Path, tuple[int, int]] = {}
+
+
+_held = _Held()
 
 
 class LockBusy(ZmrError):
@@ -187,25 +199,25 @@ def locked(function: Callable[Concatenate[Pr, C, P], T]) -> Callable[Concatenate
 @contextlib.contextmanager
 def _hold_one(path: Path, label: str, command: str, wait: float | None = None) -> Iterator[None]:
     path = Path(os.path.abspath(path))
-    if path in _held:
-        fd, count = _held[path]
-        _held[path] = (fd, count + 1)
+    if path in _held.locks:
+        fd, count = _held.locks[path]
+        _held.locks[path] = (fd, count + 1)
         try:
             yield
         finally:
-            fd, count = _held[path]
-            _held[path] = (fd, count - 1)
+            fd, count = _held.locks[path]
+            _held.locks[path] = (fd, count - 1)
         return
     fd = _open(path, label)
     try:
         _acquire(fd, label, timeout() if wait is None else wait, path, fcntl.LOCK_EX)
         _record(fd, command)
-        _held[path] = (fd, 1)
+        _held.locks[path] = (fd, 1)
         pause_point("locked")
         try:
             yield
         finally:
-            del _held[path]
+            del _held.locks[path]
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # no stale holder for the next message
     finally:

@@ -105,9 +105,9 @@ def _verbosity_option(value: bool, which: str) -> None:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("zmr: %(message)s"))
             logger.addHandler(handler)
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.setStream(sys.stderr)  # this run's stderr (main called again in one process: a library caller, a test)
+        for each in logger.handlers:
+            if isinstance(each, logging.StreamHandler):
+                each.setStream(sys.stderr)  # this run's stderr (main called again in one process: a library caller, a test)
         logger.setLevel(logging.DEBUG)
 
 
