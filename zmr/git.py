@@ -496,6 +496,16 @@ class Identity:
         }
 
 
+def forget_caller_config() -> None:
+    """Read the caller's git config (safe.directory, transport settings) anew at its next use: a new run of zmr in this
+    process (`zmr.cli.main` called again by a library caller or a test), after which the user may have changed it."""
+    global _trusting
+    _trusting = False
+    trusted_directories.cache_clear()
+    _trust_file.cache_clear()
+    _user_transport_config.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def _user_transport_config() -> tuple[tuple[str, str], ...]:
     """The user's transport settings (insteadOf, credentials, proxies), read once."""

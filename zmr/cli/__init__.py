@@ -115,6 +115,10 @@ def _fresh_run() -> None:
     """What one run of `main` decides for itself, undone from the one before (main called again in one process)."""
     _asked.clear()
     render.set_verbosity(0)
+    if "zmr.git" in sys.modules:
+        from zmr import git
+
+        git.forget_caller_config()
     if "logging" in sys.modules:
         import logging
 
