@@ -325,7 +325,7 @@ def _main(argv: list[str] | None) -> int:
         # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
     except _ClosedPipe:
         return _closed_pipe()
