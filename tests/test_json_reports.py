@@ -95,4 +95,4 @@ def test_json_reports_keep_their_keys(project, upstream):
     matrix = _keys(zmr("ci-matrix", cwd=root))
     assert list(matrix) == ["include"] and set(matrix["include"][0]) >= {"name", "model", "component", "branch", "smoke", "gpu"}
     created = _keys(zmr("new", "fresh", "-c", f"rollout={upstream.path}@{upstream.commits[1]}", "--json", cwd=root))
-    assert list(created) == ["model", "files"] and created["model"] == "fresh"
+    assert list(created) == ["model", "files", "changed", "warnings"] and created["model"] == "fresh"

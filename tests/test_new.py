@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from conftest import make_project, zmr
+from conftest import git, make_project, zmr
 from zmr.cases import parse_case
 from zmr.docs import SECTIONS
 from zmr.manifest import load_manifests
@@ -94,6 +95,8 @@ def test_new_json_output(tmp_path):
         "schema_version": 1,
         "model": "m1",
         "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml", "cases/m1/evidence/README.md"],
+        "changed": [],
+        "warnings": [],
     }
     assert load_manifests(project.root, ["m1"])[0].title == "m1"
 
@@ -206,3 +209,35 @@ def test_new_rolls_back_when_the_whole_project_does_not_validate(tmp_path):
     assert "components.rollout.branch: 'rollout/qwen3' is already the branch of other/rollout" in result.stderr
     assert _tree(project.root) == before
     assert not (project.root / "cases").exists() and not (project.root / "patches").exists()
+
+
+def test_an_upstream_outside_the_project_is_written_with_a_warning_that_says_what_to_use(tmp_path, upstream):
+    """issue #47: `zmr new` took `../`, `/abs/path` and `file://` upstreams without a word; the pull-request CI that
+    `zmr init` writes (`validate --untrusted`) then refused every pull request. It still writes them (they work on this
+    machine), and warns once per such component; an upstream inside the project gets no warning."""
+    project = make_project(tmp_path / "project")
+    relative = os.path.relpath(upstream.path, project.root)
+    assert relative.startswith("../")
+    inside = project.root / "upstreams/up.git"
+    git("clone", "-q", "--bare", str(upstream.path), str(inside), cwd=tmp_path)
+    given = {
+        "a": f"a={relative}@{upstream.commits[1]}",
+        "b": f"b={upstream.path}@{upstream.commits[1]}",
+        "c": f"c=file://{upstream.path}@{upstream.commits[1]}",
+        "d": f"d=upstreams/up.git@{upstream.commits[1]}",
+    }
+    made = zmr("new", "one", "-c", given["a"], "-c", given["b"], "-c", given["c"], "-c", given["d"], cwd=project.root)
+    assert made.returncode == 0, made.stderr
+    warnings = [line for line in made.stderr.splitlines() if line.startswith("zmr: warning: ")]
+    assert [w.split("'")[1] for w in warnings] == [given["a"], given["b"], given["c"]], made.stderr
+    for w in warnings:
+        assert "pull request" in w and "--untrusted" in w and "https://" in w and "upstreams/<name>.bundle" in w, w
+    untrusted = zmr("validate", "--untrusted", cwd=project.root)
+    assert untrusted.returncode == 2 and untrusted.stderr.count("refused for untrusted manifests") == 3, untrusted.stderr
+    # The component added to a manifest that exists: its own warning only, and the manifest is "changed", not "created".
+    added = zmr("new", "one", "-c", f"e={upstream.path}@{upstream.commits[1]}", cwd=project.root)
+    assert added.returncode == 0, added.stderr
+    assert added.stderr.count("zmr: warning: ") == 1 and "'e=" in added.stderr, added.stderr
+    assert added.stdout.splitlines()[:2] == ["changed  manifests/one.yaml", "created  patches/one/e/series"], added.stdout
+    report = json.loads(zmr("new", "one", "-c", f"f=upstreams/up.git@{upstream.commits[1]}", "--json", cwd=project.root).stdout)
+    assert report["changed"] == ["manifests/one.yaml"] and report["files"] == ["manifests/one.yaml", "patches/one/f/series"] and report["warnings"] == []

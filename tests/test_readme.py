@@ -10,8 +10,10 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO_ROOT, git
+from test_action import _inputs, _load, _run_step
 
 SETUP_INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
 
@@ -46,3 +48,35 @@ def test_the_front_page_runs_as_written_on_a_fresh_clone(tmp_path):
     assert (project / "patches/mymodel/rollout/0001-fix-the-split-size.patch").is_file()
     assert git("rev-list", "--count", "rollout/mymodel", cwd=project).strip() == "2"
     assert any(p.name.endswith("fix-the-split.patch") for p in (clone / "patches/demo/rollout").iterdir())
+    _passes_its_pull_request_ci(project, tmp_path / "runner")
+
+
+def _passes_its_pull_request_ci(project: Path, runner: Path) -> None:
+    """issue #47: the project the block makes failed its own CI (`validate --untrusted` and `diff --untrusted` exit 2 on a
+    `../` upstream, `docs --check` on README tables not regenerated). Every pull-request job of the workflow `zmr init`
+    wrote there, run as the runner runs the action's step, with the inputs that job passes, on a pull request whose base
+    is the block's commit."""
+    assert git("status", "--porcelain", cwd=project) == "", "the block commits what it made"
+    workflow = _load(project / ".github/workflows/zmr.yml")
+    ran = []
+    for name, job in workflow["jobs"].items():
+        if "pull_request" not in job.get("if", "") or "github.event_name == 'pull_request'" not in job.get("if", ""):
+            continue
+        [step] = [s for s in job["steps"] if not s["uses"].startswith("actions/checkout@")]
+        given = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in step["with"].items()}
+        given = {k: v.replace("${{ github.event_name == 'pull_request' }}", "true") for k, v in given.items()}
+        assert not any("${{" in v for v in given.values()), given
+        assert given.get("untrusted") == "true", (name, given)  # a pull request is untrusted input
+        folder = runner / name
+        folder.mkdir(parents=True)
+        result = _run_step("Run zmr", project, folder, _inputs(**given), github={"event.pull_request.base.sha": git("rev-parse", "HEAD", cwd=project).strip()})
+        assert result.returncode == 0, f"job {name}:\n{result.stdout}\n{result.stderr}"
+        ran.append(name)
+        log = (folder / "zmr/log.txt").read_text()
+        if name in ("verify", "smoke"):
+            assert "$ zmr validate --untrusted" in log, log
+        if name == "verify":
+            assert "$ zmr docs --check" in log, log
+        if name == "diff":
+            assert "--untrusted" in log, log
+    assert sorted(ran) == ["diff", "smoke", "verify"], ran

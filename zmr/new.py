@@ -189,8 +189,10 @@ def existing(root: Path, model: str) -> list[str]:
     return found
 
 
-def validate(project: "Project", model: str, files: dict[str, str], components: Sequence[ComponentSpec], *, case: bool = True) -> None:
-    """Validate the rendered manifest (and, with *case*, the case) as `zmr validate` and `zmr docs` would; raise on any problem."""
+def validate(project: "Project", model: str, files: dict[str, str], components: Sequence[ComponentSpec], *, case: bool = True) -> list[str]:
+    """Validate the rendered manifest (and, with *case*, the case) as `zmr validate` and `zmr docs` would; raise on any problem.
+
+    Returns what only an untrusted validation refuses (``untrusted_warnings``)."""
     from zmr.cases import parse_case
     from zmr.manifest import parse_manifest
 
@@ -212,17 +214,43 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
         _, problems = parse_case(staged / f"cases/{model}/case.yaml", staged) if case else (None, [])
         if problems:  # pragma: no cover - the template is tested to be valid
             raise ZmrError(f"zmr new {model}: the case template does not validate (a bug in zmr)", details=[str(p) for p in problems])
+        return untrusted_warnings(project, staged / f"manifests/{model}.yaml", components)
 
 
 @dataclass(frozen=True)
 class Scaffolded:
-    """What ``zmr new`` wrote: *files*, repository-relative, in order."""
+    """What ``zmr new`` wrote: *files*, repository-relative, in order; of them, *changed* existed and were edited
+    (the manifest a component was added to), the others were created. *warnings*: what the pull-request CI that
+    ``zmr init`` writes would refuse (``untrusted_warnings``)."""
 
     model: str
     files: list[str]
+    changed: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"model": self.model, "files": self.files}
+        return {"model": self.model, "files": self.files, "changed": self.changed, "warnings": self.warnings}
+
+
+def untrusted_warnings(project: "Project", manifest: Path, specs: Sequence[ComponentSpec]) -> list[str]:
+    """What ``zmr validate --untrusted`` (the pull-request jobs of the workflow ``zmr init`` writes) refuses in
+    *manifest* and a trusted validation accepted: an upstream outside the repository (``/abs/path``, ``../``,
+    ``file://``) works on this machine and fails every pull request's CI."""
+    from zmr.manifest import Policy, parse_manifest
+
+    if project.policy.untrusted:
+        return []
+    _, problems = parse_manifest(manifest, project.root, Policy(untrusted=True))
+    found = []
+    for p in problems:
+        spec = next((c.spec for c in specs if f"components.{c.key}." in p.text), None)
+        if spec is not None:  # a component added to a manifest: the others were there before
+            found.append(
+                f"--component {spec!r}: {p.text.split(': ', 1)[-1]}, and so every pull request fails the CI `zmr init` writes"
+                " (it validates them with --untrusted); use a network URL (https://...), or copy the bundle into the repository"
+                " and name that path (upstreams/<name>.bundle)"
+            )
+    return found
 
 
 def create(project: "Project", model: str, components: Sequence[str], title: str | None = None, tracks: Sequence[str] = ()) -> Scaffolded:
@@ -253,7 +281,7 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
     validate(project, model, render(model, title, unresolved), unresolved)
     specs = resolve_commits(project, specs)
     files = render(model, title, specs)
-    validate(project, model, files, specs)
+    warnings = validate(project, model, files, specs)
     with transaction.begin(project, NEW_TRANSACTION) as txn:  # every file or none, never over one that exists
         for rel, text in files.items():
             txn.create(root / rel, text.encode("utf-8"))
@@ -265,7 +293,7 @@ def create(project: "Project", model: str, components: Sequence[str], title: str
             for rel in files:
                 txn.remove(root / rel)
         raise
-    return Scaffolded(model, list(files))
+    return Scaffolded(model, list(files), warnings=warnings)
 
 
 def _checked_specs(components: Sequence[str], tracks: Sequence[str]) -> list[ComponentSpec]:
@@ -315,13 +343,13 @@ def add_components(project: "Project", model: str, components: Sequence[str], tr
     validate(project, model, {display: _with_components(text, model, unresolved, display)}, unresolved, case=False)
     specs = resolve_commits(project, specs)
     edited = _with_components(text, model, specs, display)
-    validate(project, model, {display: edited}, specs, case=False)
+    warnings = validate(project, model, {display: edited}, specs, case=False)
     series = {f"patches/{model}/{c.key}/series": render(model, model, [c])[f"patches/{model}/{c.key}/series"] for c in specs}
     with transaction.begin(project, NEW_TRANSACTION) as txn:  # the manifest and every series, or nothing
         txn.write(path, edited.encode("utf-8"))
         for rel, body in series.items():
             txn.create(root / rel, body.encode("utf-8"))
-    return Scaffolded(model, [display, *series])
+    return Scaffolded(model, [display, *series], changed=[display], warnings=warnings)
 
 
 def _with_components(text: str, model: str, specs: Sequence[ComponentSpec], display: str) -> str:

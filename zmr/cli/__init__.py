@@ -174,6 +174,52 @@ class _Group(typer.core.TyperGroup):
             raise _ClosedPipe from None
 
 
+class _Command(typer.core.TyperCommand):
+    """A command whose help names each value as git and click do (`MODEL`, `[MODEL]...`, `--component COMPONENT`).
+
+    Typer renders a parameter without a metavar by its Python type (`<list[str]>`, `<str>`) and an argument as
+    `{model}` (required) or `[model]` (optional); here a parameter without a metavar gets its name in capitals,
+    and an argument's usage and help entry are click's: `MODEL` required, `[MODEL]` optional, `...` when repeatable
+    (a metavar that spells its own brackets, `[BASE [HEAD]] [MODEL...]`, is shown as written).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.metavar is None and param.name and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
+                param.metavar = param.name.upper()
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                pieces.append(_argument_usage(param))
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":  # typer's record is "NAME <type>": the name alone
+                name = param.metavar or ""
+                arguments.append((name if "[" in name else name + ("..." if param.nargs != 1 else ""), record[1]))
+            else:
+                options.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _argument_usage(param: Any) -> str:
+    name = param.metavar or ""
+    if "[" in name:
+        return name
+    return (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
+
+
 def _click_suggests_commands() -> bool:
     """Whether the click under typer (its own copy from typer 0.26, else click) says "Did you mean" itself (click 8.4+)."""
     package = typer.core.TyperGroup.__mro__[1].__module__.rpartition(".")[0]  # "click" or "typer._click"
@@ -267,7 +313,7 @@ for _name, _command in (
     ("schema", schema.schema),
     ("help", _help),
 ):
-    app.command(_name)(_with_verbosity(_command))
+    app.command(_name, cls=_Command)(_with_verbosity(_command))
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; 128 + SIGHUP: a closed terminal or ssh session.

@@ -18,10 +18,11 @@ if TYPE_CHECKING:  # pragma: no cover
 def bisect(
     model: OptionalModel = None,
     components: Components = None,
-    good: Annotated[str, typer.Option("--good", help="An upstream commit where the check passes (not tested).", show_default=False)] = "",
-    bad: Annotated[str, typer.Option("--bad", help="A later upstream commit where it fails (not tested).", show_default=False)] = "",
+    good: Annotated[str, typer.Option("--good", metavar="REV", help="An upstream commit where the check passes (not tested).", show_default=False)] = "",
+    bad: Annotated[str, typer.Option("--bad", metavar="REV", help="A later upstream commit where it fails (not tested).", show_default=False)] = "",
     test: Annotated[
-        str | None, typer.Option("--test", help="Shell command run in a tree of the release (exit 0: good, 125: skip, else bad).", show_default=False)
+        str | None,
+        typer.Option("--test", metavar="CMD", help="Shell command run in a tree of the release (exit 0: good, 125: skip, else bad).", show_default=False),
     ] = None,
     smoke: Annotated[bool, typer.Option("--smoke", help="The component's smoke tests are the check.")] = False,
     bitwise: Annotated[bool, typer.Option("--bitwise", help="The model's mismatch check (model smoke tests that need the component).")] = False,

@@ -37,10 +37,12 @@ Arguments = Annotated[
         show_default=False,
     ),
 ]
-Markdown = Annotated[Path | None, typer.Option("--markdown", help="Also write the report as one pull-request comment (markdown) to FILE.", show_default=False)]
+Markdown = Annotated[
+    Path | None, typer.Option("--markdown", metavar="FILE", help="Also write the report as one pull-request comment (markdown) to FILE.", show_default=False)
+]
 Stat = Annotated[bool, typer.Option("--stat", help="Show the range-diffs and each release tree's diff stat, not the diffs (as git diff --stat).")]
 NameOnly = Annotated[bool, typer.Option("--name-only", help="Show the range-diffs and the names of the files each release tree changes, not the diffs.")]
-ColorOpt = Annotated[Color, typer.Option("--color", help="Colour the text: auto (on a terminal, without NO_COLOR), always or never.")]
+ColorOpt = Annotated[Color, typer.Option("--color", metavar="WHEN", help="Colour the text: auto (on a terminal, without NO_COLOR), always or never.")]
 Check = Annotated[bool, typer.Option("--check", help="Exit 1 when any component changed, as git diff --exit-code.")]
 ExitCode = Annotated[bool, typer.Option("--exit-code", hidden=True, help="The old name of --check.")]
 

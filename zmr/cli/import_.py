@@ -15,17 +15,26 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def import_(
-    branches: Annotated[list[str], typer.Argument(help="Release branches to import (two-commit or snapshot layout).", show_default=False)],
+    branches: Annotated[list[str], typer.Argument(metavar="BRANCH", help="Release branches to import (two-commit or snapshot layout).", show_default=False)],
     model: Annotated[str | None, typer.Option("--model", help="Model name (default: from the branch trailers or name).", show_default=False)] = None,
     remote: Annotated[
         str | None, typer.Option("--remote", help="Read the branches from this remote (name or URL) instead of local branches.", show_default=False)
     ] = None,
     upstream: Annotated[
         list[str] | None,
-        typer.Option("--upstream", help="Upstream URL, when the message does not name it; COMPONENT=URL for one component (repeatable).", show_default=False),
+        typer.Option(
+            "--upstream",
+            metavar="[COMPONENT=]URL",
+            help="Upstream URL, when the message does not name it; COMPONENT=URL for one component (repeatable).",
+            show_default=False,
+        ),
     ] = None,
-    commit: Annotated[str | None, typer.Option("--commit", help="Upstream commit id, when the snapshot message does not name it.", show_default=False)] = None,
-    base: Annotated[str | None, typer.Option("--base", help="A single snapshot commit's base: upstream commit, tag or branch.", show_default=False)] = None,
+    commit: Annotated[
+        str | None, typer.Option("--commit", metavar="ID", help="Upstream commit id, when the snapshot message does not name it.", show_default=False)
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", metavar="REV", help="A single snapshot commit's base: upstream commit, tag or branch.", show_default=False)
+    ] = None,
     find_base: Annotated[bool, typer.Option("--find-base", help="A single snapshot commit's base: the upstream commit with the closest tree.")] = False,
     json_out: Json = False,
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json, find_project
-from zmr.cli.render import print_json
+from zmr.cli.render import print_json, warn
 
 
 def new(
@@ -40,9 +40,11 @@ def new(
 
     project = find_project()
     created = zmr.new.create(project, model, components or [], title, tracks or [])
+    for line in created.warnings:
+        warn(line)
     if json_out:
         print_json(created.to_json())
         return
     for path in created.files:
-        print(f"created  {path}")
+        print(f"{'changed' if path in created.changed else 'created'}  {path}")
     print(f"next: fill in cases/{model}/, add patches (zmr checkout {model} -c <component>, then zmr export), zmr validate {model}, zmr docs")

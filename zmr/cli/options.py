@@ -55,17 +55,19 @@ def complete_components(ctx: typer.Context, incomplete: str) -> list[str]:
     return sorted(name for name in names if name.startswith(incomplete))
 
 
-Models = Annotated[list[str] | None, typer.Argument(help="Model names (manifests/<model>.yaml).", show_default=False, autocompletion=complete_models)]
-Model = Annotated[str, typer.Argument(help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
-OptionalModel = Annotated[str | None, typer.Argument(help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
+Models = Annotated[
+    list[str] | None, typer.Argument(metavar="MODEL", help="Model names (manifests/<model>.yaml).", show_default=False, autocompletion=complete_models)
+]
+Model = Annotated[str, typer.Argument(metavar="MODEL", help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
+OptionalModel = Annotated[str | None, typer.Argument(metavar="MODEL", help=_MODEL_HELP, show_default=False, autocompletion=complete_models)]
 All = Annotated[bool, typer.Option("--all", help="Every model.")]
 Components = Annotated[
     list[str] | None,
-    typer.Option("--component", "-c", help="Only these components (repeatable).", show_default=False, autocompletion=complete_components),
+    typer.Option("--component", "-c", metavar="NAME", help="Only these components (repeatable).", show_default=False, autocompletion=complete_components),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 Untrusted = Annotated[bool, typer.Option("--untrusted", help="Treat manifests as untrusted input (pull requests in CI).", envvar="ZMR_UNTRUSTED")]
-Dir = Annotated[Path | None, typer.Option("--dir", help="The checkout folder (default work/<model>/<component>).", show_default=False)]
+Dir = Annotated[Path | None, typer.Option("--dir", metavar="DIR", help="The checkout folder (default work/<model>/<component>).", show_default=False)]
 
 
 FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` prints their notices at the end

@@ -25,12 +25,16 @@ def rebase(
     components: Components = None,
     onto: Annotated[
         str | None,
-        typer.Option("--onto", help="Upstream commit: a branch, tag, (abbreviated) id, main~5 (default: the component's track).", show_default=False),
+        typer.Option(
+            "--onto", metavar="REV", help="Upstream commit: a branch, tag, (abbreviated) id, main~5 (default: the component's track).", show_default=False
+        ),
     ] = None,
     cont: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict.")] = False,
     skip: Annotated[bool, typer.Option("--skip", help="Drop the patch the rebase stopped on from the series, and go on.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Restore pin, series and checkout as they were before the rebase.")] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write the report (markdown) here (also after --continue).", show_default=False)] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", metavar="FILE", help="Also write the report (markdown) here (also after --continue).", show_default=False)
+    ] = None,
     directory: Dir = None,
     json_out: Json = False,
 ) -> None:

@@ -33,16 +33,19 @@ def update(
         typer.Option(
             "--onto",
             "--to",
+            metavar="REV",
             help="Upstream commit id, tag or branch to move towards (default: each component's track; --to is the old name).",
             show_default=False,
         ),
     ] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Move each pin as far as it can go and write the series, as zmr rebase does.")] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the report (markdown, for a pull request) to this file.", show_default=False)] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", metavar="FILE", help="Write the report (markdown, for a pull request) to this file.", show_default=False)
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a component is left behind its track.")] = False,
     test: Annotated[
         str | None,
-        typer.Option("--test", help="Also require this shell command to pass (exit 0; 125: skip) in a tree of the release.", show_default=False),
+        typer.Option("--test", metavar="CMD", help="Also require this shell command to pass (exit 0; 125: skip) in a tree of the release.", show_default=False),
     ] = None,
     smoke: Annotated[bool, typer.Option("--smoke", help="Also require the component's smoke tests to pass in a tree of the release.")] = False,
     bitwise: Annotated[

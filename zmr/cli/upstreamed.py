@@ -20,7 +20,9 @@ def upstreamed(
     components: Components = None,
     rev: Annotated[
         str | None,
-        typer.Option("--onto", "--rev", help="Upstream commit, tag or branch (default: the component's track; --rev is the old name).", show_default=False),
+        typer.Option(
+            "--onto", "--rev", metavar="REV", help="Upstream commit, tag or branch (default: the component's track; --rev is the old name).", show_default=False
+        ),
     ] = None,
     json_out: Json = False,
 ) -> None:
