@@ -37,7 +37,7 @@ def test_rebase_onto_an_ancestor_of_the_pin_warns_of_a_downgrade(project, upstre
     older = upstream.commits[1]
     result = zmr("rebase", "toy", "--onto", older, cwd=project.root)
     assert result.returncode == 0, result.stderr
-    assert f"zmr: warning: toy/rollout: {older} ({older[:12]}) is an ancestor of the pin {pin[:12]}: this moves the pin back 1 commits (a downgrade)" in result.stderr
+    assert f"zmr: warning: toy/rollout: {older} ({older[:12]}) is an ancestor of the pin {pin[:12]}: this moves the pin back 1 commit (a downgrade)" in result.stderr
     forward = upstream.commit({"docs/notes.md": "notes\n"}, "Add notes")
     ahead = zmr("rebase", "toy", "--onto", forward, cwd=project.root)
     assert ahead.returncode == 0 and "downgrade" not in ahead.stderr

@@ -4,11 +4,13 @@ from zmr's own command group, so a command added later is checked too."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
 import typer.main
 
+from conftest import REPO_ROOT, git, make_project, zmr
 from zmr.cli import app, main
 
 COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
@@ -59,3 +61,60 @@ def test_the_argument_of_a_command_that_needs_one_reads_as_click_prints_it(capsy
     assert build.splitlines()[0] == "Usage: zmr build [OPTIONS] [MODEL]..."
     assert re.search(r"^  MODEL\.\.\.  Model names", build, re.M) and re.search(r"^  -c, --component NAME  ", build, re.M), build
     assert _help(capsys, "rebase").splitlines()[0] == "Usage: zmr rebase [OPTIONS] [MODEL]"
+
+
+# -- counts: "1 patch", never "1 patches" ---------------------------------------------------------------------------
+
+NOUNS = "patch|commit|component|model|case|file|check|manifest|problem|branch|test|line|character|resolution|skip"
+_COUNTED_RE = re.compile(rf"^ ({NOUNS})(e?s)(?![/\w])")  # "manifests/" is a folder
+_CONSTANT_RE = re.compile(r"[A-Z][A-Z0-9_]*(\[.*\])?")  # COMMENT_LIMIT, MAX_NAME_BYTES['model']: never 1
+
+
+def _uncounted(source: str) -> list[tuple[int, str]]:
+    """Where an f-string of *source* writes a number and then a plural noun itself ("{n} patches"), not via `counted`.
+
+    "{i} of {n} patches" and "the first {n} files" are left alone: a count after "of", "than" or "first" stays plural;
+    so is a constant's, and a word of a conditional ("hold{'s' if ...} commits") is no count."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.JoinedStr):
+            continue
+        parts = node.values
+        for i in range(1, len(parts)):
+            before, value, after = (parts[i - 2] if i >= 2 else None), parts[i - 1], parts[i]
+            if not (isinstance(value, ast.FormattedValue) and isinstance(after, ast.Constant) and isinstance(after.value, str)):
+                continue
+            if not _COUNTED_RE.match(after.value) or isinstance(value.value, ast.IfExp) or _CONSTANT_RE.fullmatch(ast.unparse(value.value)):
+                continue
+            if not (isinstance(before, ast.Constant) and str(before.value).rstrip().endswith(("of", "than", "first"))):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_uncounted_finds_the_pattern_of_the_issue():
+    assert _uncounted('f"{verb} {p}: {len(r.plan.patches)} patches, {source}"')
+    assert not _uncounted('f"{verb} {p}: {counted(len(r.plan.patches), \'patch\')}, {source}"')
+    assert not _uncounted('f"{n} of {m} patches"') and not _uncounted('f"{b.patch} conflicts in {files}"')
+
+
+def test_every_count_zmr_prints_agrees_with_its_number():
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {text}"
+        for path in sorted((REPO_ROOT / "zmr").rglob("*.py"))
+        for line, text in _uncounted(path.read_text())
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_an_export_of_one_patch_says_one_patch(tmp_path, upstream):
+    """issue #47: `exported patches/mymodel/rollout: 1 patches`."""
+    project = make_project(tmp_path / "project")
+    assert zmr("new", "one", "-c", f"rollout={upstream.path}@{upstream.commits[1]}", cwd=project.root).returncode == 0
+    assert zmr("checkout", "one", cwd=project.root).returncode == 0
+    work = project.root / "work/one/rollout"
+    (work / "NOTES").write_text("notes\n")
+    git("add", "NOTES", cwd=work)
+    git("commit", "-q", "-m", "Add notes", cwd=work)
+    exported = zmr("export", "one", cwd=project.root)
+    assert exported.returncode == 0, exported.stderr
+    assert "exported patches/one/rollout: 1 patch, from work/one/rollout" in exported.stdout, exported.stdout

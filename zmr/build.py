@@ -39,6 +39,7 @@ from zmr.project import Project
 from zmr.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
 from zmr.replay import apply_series, patch_file_sets
 from zmr.series import Series, is_dotgit
+from zmr.wording import counted
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def _compute(project: Project, component: Component, cache: Cache, progress: Pro
     upstream_tree = upstream.tree
     check_tree(repo, upstream_tree, f"{component.label}: upstream {component.commit[:12]}")
     if progress:
-        progress(f"{component.label}: applying {len(series.patches)} patches")
+        progress(f"{component.label}: applying {counted(len(series.patches), 'patch')}")
     tree = apply_series(repo, component, upstream_tree, series.patches, missing_ok=partial) if series.patches else upstream_tree
     identity = _identity(project, _commit_timestamp(upstream.committer))
     if component.release == "snapshot":

@@ -39,6 +39,7 @@ from string import Template
 from typing import TYPE_CHECKING, Sequence
 
 from zmr.errors import ZmrError
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.project import Project
@@ -117,7 +118,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
                 repo = upstream.ensure_history().repo
                 found = [oid for oid in repo.commits_with_prefix(c.commit.lower()) if repo.has_object(oid, "commit")]
                 if len(found) != 1:
-                    what = "no commit" if not found else f"{len(found)} commits"
+                    what = "no commit" if not found else counted(len(found), "commit")
                     raise ZmrError(f"--component {c.spec!r}: {c.commit!r} names {what} in {c.upstream}", details=[where])
                 resolved.append(dataclasses.replace(c, commit=found[0]))
             else:

@@ -36,6 +36,7 @@ from zmr.files import atomic_write
 from zmr.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
 from zmr.schema import At, Check, Field, Record, Text, read_file
 from zmr.yamlnodes import Problem, Problems
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.series import Series
@@ -212,7 +213,7 @@ class Project:
         if errors:
             problems.sort(key=lambda p: (p.path, p.line))
             files = sorted({p.path for p in problems})
-            raise SeriesError(f"{len(problems)} problems in {', '.join(files)}", details=[str(p) for p in problems], problems=problems)
+            raise SeriesError(f"{counted(len(problems), 'problem')} in {', '.join(files)}", details=[str(p) for p in problems], problems=problems)
         return found
 
     def series_folder(self, component: Component) -> Path:

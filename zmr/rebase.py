@@ -77,6 +77,7 @@ from zmr.upstream import (
     resolve_rev,
     upstream_patch_ids,
 )
+from zmr.wording import counted
 
 STATE_VERSION = 1
 RESOLUTIONS_SAVED = "resolutions.orig"  # in the state folder: the resolution files --continue replaced, as they were
@@ -491,9 +492,9 @@ def _start(
         return Outcome(component, old, new, rev, component.upstream, 0, already=True)
     if warn is not None and repo.is_ancestor(new, old):
         behind = repo.count(old, exclude=[new])
-        warn(f"{component.label}: {rev} ({new[:12]}) is an ancestor of the pin {old[:12]}: this moves the pin back {behind} commits (a downgrade)")
+        warn(f"{component.label}: {rev} ({new[:12]}) is an ancestor of the pin {old[:12]}: this moves the pin back {counted(behind, 'commit')} (a downgrade)")
     if progress:
-        progress(f"{component.label}: replaying {len(series.patches)} patches on {new[:12]}")
+        progress(f"{component.label}: replaying {counted(len(series.patches), 'patch')} on {new[:12]}")
     files = patch_file_sets(repo, series.patches)
     if co is None and files_stand(repo, series, old, new, files):
         return _pin_only(project, component, repo, series, old, new, rev)

@@ -72,6 +72,7 @@ from zmr.upstream import (
     upstream_commits,
     upstream_patch_ids,
 )
+from zmr.wording import counted
 
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
@@ -519,7 +520,7 @@ def examine(
         line = [tip]  # not a descendant of the pin: nothing in between to move to
         behind = len(repo.rev_list(["--first-parent", tip, "--not", pin]))
     if progress:
-        progress(f"{label}: {behind} commits behind {rev}; preparing the series")
+        progress(f"{label}: {counted(behind, 'commit')} behind {rev}; preparing the series")
     replays = 0
     expected = expected_replays(len(line))
     prepared = SeriesAtPin(repo, component, series.patches, tip, partial(recorded, project.root))

@@ -20,6 +20,7 @@ from zmr.project import Project
 
 # The trailer names live beside the check that reads them (zmr.provenance); zmr.build.TRAILER_* stay importable.
 from zmr.provenance import TRAILER_SERIES, TRAILER_UPSTREAM_COMMIT
+from zmr.wording import counted
 
 
 @dataclass
@@ -110,8 +111,8 @@ def explain_drift(rel: Release, repo: git.Repo, actual: str) -> list[str]:
     roots = repo.rev_list(["--max-parents=0", actual])
     expected_count = len(rel.commits)
     if len(history) != expected_count or len(roots) != 1:
-        count = f"{len(history)}+" if len(history) == 16 else str(len(history))
-        reasons.append(f"has {count} commits, expected {expected_count} with a single root")
+        count = f"{len(history)}+ commits" if len(history) == 16 else counted(len(history), "commit")
+        reasons.append(f"has {count}, expected {expected_count} with a single root")
     root = roots[0] if roots else history[-1]
     root_info = repo.commit_info(root)
     tip_info = repo.commit_info(actual)
@@ -159,7 +160,7 @@ def changed_paths(expected_repo: git.Repo, expected_tree: str, actual_repo: git.
     expected = _tree_entries(expected_repo, expected_tree)
     actual = _tree_entries(actual_repo, actual_tree)
     names = sorted(p for p in expected.keys() | actual.keys() if expected.get(p) != actual.get(p))
-    shown = ", ".join(names[:5]) + (f", ... ({len(names)} files)" if len(names) > 5 else "")
+    shown = ", ".join(names[:5]) + (f", ... ({counted(len(names), 'file')})" if len(names) > 5 else "")
     return shown or "trees differ"
 
 

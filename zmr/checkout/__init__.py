@@ -126,6 +126,7 @@ from zmr.checkout.merge import (
     merge_state,
     refuse_during_merge,
 )
+from zmr.wording import counted
 
 __all__ = [
     "BACKUP_PREFIX",
@@ -313,7 +314,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
         progress(f"{component.label}: fetching {component.commit[:12]}")
     mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
-        progress(f"{component.label}: committing {len(series.patches)} patches")
+        progress(f"{component.label}: committing {counted(len(series.patches), 'patch')}")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     tip = chain[-1] if chain else component.commit
     branch = branch_name(component)

@@ -26,6 +26,7 @@ from zmr.replay import build_chain
 from zmr.checkout.worktree import CheckoutError, Checkout, branch_name, open_checkout, check_identity, dirty, refresh
 from zmr.checkout.state import checkout_path, require_checkout, show_path, config_values, refuse_during_rebase
 from zmr.checkout.handoff import SavedCheckout, snapshot, restore
+from zmr.wording import counted
 
 
 MERGE_DIR = "zmr-merge"  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
@@ -126,7 +127,7 @@ def _series_tip(project: Project, component: Component, cache: Cache | None = No
     series = project.series(component)
     mirror = cache.for_component(component, project.root).ensure([component.commit])
     if progress:
-        progress(f"{component.label}: committing {len(series.patches)} patches")
+        progress(f"{component.label}: committing {counted(len(series.patches), 'patch')}")
     chain = build_chain(mirror.repo, component, component.commit, series.patches, progress=progress)
     return mirror.path, chain[-1] if chain else component.commit
 

@@ -10,6 +10,7 @@ import typer
 
 from zmr.cli.options import Components, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.bisect import BisectReport
@@ -55,7 +56,7 @@ def bisect(
 def report_text(r: "BisectReport") -> str:
     label = r.component.label
     aside = f", {r.not_replayed} set aside (the series does not replay onto them)" if r.not_replayed else ""
-    runs = f"{r.tests} check{'s' if r.tests != 1 else ''} run, {r.cached} reused{aside}, for {r.candidates} commits between"
+    runs = f"{counted(r.tests, 'check')} run, {r.cached} reused{aside}, for {counted(r.candidates, 'commit')} between"
     out = []
     if r.found:
         out.append(f"{label}: first bad {r.first_bad.commit} {r.first_bad_subject}")

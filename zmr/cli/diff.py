@@ -17,6 +17,7 @@ import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
 from zmr.cli.render import Progress, interactive, no_color, paging, print_json, warn
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
@@ -158,7 +159,7 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
                 for pair in p.changed:
                     if pair.kind == "context":
                         lines = pair.interdiff.count("\n")
-                        out.append(bold(f"  interdiff {pair.new_name}: context only ({lines} lines, folded; --json holds it)"))
+                        out.append(bold(f"  interdiff {pair.new_name}: context only ({counted(lines, 'line')}, folded; --json holds it)"))
                         continue
                     out.append(bold(f"  interdiff {pair.new_name} ({pair.kind}, paired by {pair.by}):"))
                     out += [_paint(f"    {line}", colored, nested=True) for line in pair.interdiff.splitlines()[1:]]
@@ -171,7 +172,7 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
             continue
         out.append(bold(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":")))
         if t.same_as is not None:
-            out.append(f"  the same trees as {t.same_as}: {t.files_changed} files +{t.insertions} -{t.deletions}")
+            out.append(f"  the same trees as {t.same_as}: {counted(t.files_changed, 'file')} +{t.insertions} -{t.deletions}")
             continue
         if mode == "name-only":
             out += [f"  {f.path}" for f in t.files]
@@ -188,12 +189,12 @@ def _summary(c: ComponentDiff) -> str:
     if p.old != p.new:
         line += f"  pin {(p.old or 'none')[:12]} -> {(p.new or 'none')[:12]}"
         if p.direction:
-            line += f" ({p.direction}" + (f", {p.commits} commits" if p.commits is not None else "") + ")"
+            line += f" ({p.direction}" + (f", {counted(p.commits, 'commit')}" if p.commits is not None else "") + ")"
     if c.patches:
         q = c.patches
         line += f"  patches +{len(q.added)} -{len(q.removed)} ~{len(q.changed)} ={q.unchanged}" + (" reordered" if q.reordered else "")
     if c.tree and c.tree.old is not None and c.tree.new is not None:
-        line += f"  tree {c.tree.files_changed} files +{c.tree.insertions} -{c.tree.deletions}"
+        line += f"  tree {counted(c.tree.files_changed, 'file')} +{c.tree.insertions} -{c.tree.deletions}"
     if c.reason:
         line += f"  ({c.reason.splitlines()[0]})"
     return line

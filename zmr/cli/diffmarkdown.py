@@ -20,6 +20,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.diff import ComponentDiff, DiffReport, FileChange
@@ -128,7 +129,8 @@ class _Block:
     def render(self) -> str:
         if self.folded:
             lines = self.body.count("\n") + (not self.body.endswith("\n"))
-            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(self.command)} shows it\n"
+            size = f"{counted(lines, 'line')}, {counted(len(self.body), 'character')}"
+            return f"- {self.title}: left out to fit one comment ({size}); {code(self.command)} shows it\n"
         return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
 
 
@@ -167,7 +169,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
         width = len(str(max(len(p.pairs), 1)))
         body = "".join(pair.line(width) + (f"  [{pair.kind}]" if pair.kind else "") + "\n" for pair in p.pairs)
-        blocks.append(_Block(command, f"series range-diff ({len(p.pairs)} lines)", body, "", open=True))
+        blocks.append(_Block(command, f"series range-diff ({counted(len(p.pairs), 'line')})", body, "", open=True))
         for pair in sorted(p.changed, key=lambda x: x.kind == "context"):
             what = {"code": "code changed", "message": "message only", "context": "context only (the pin moved)"}.get(pair.kind or "", "changed")
             blocks.append(_Block(command, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
@@ -177,7 +179,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     if t is not None and t.same_as is not None:
         head += f"The release tree's diff is {code(t.same_as)}'s (the same two trees).\n\n"
     elif t is not None and t.old is not None and t.new is not None and t.files:
-        shown = f", the first {STAT_FILES} files" if len(t.files) > STAT_FILES else ""
+        shown = f", the first {counted(STAT_FILES, 'file')}" if len(t.files) > STAT_FILES else ""
         blocks.append(_Block(command, f"release tree: diff stat ({_tree(c)}{shown})", stat_text(t.files, limit=STAT_FILES), ""))
         if t.patch is not None:
             blocks.append(_Block(command, "release tree: unified diff", t.patch))
@@ -254,7 +256,7 @@ def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_row
         return ""
     said = []
     if folded:
-        said.append(f"{len(folded)} block{'s' if len(folded) != 1 else ''} ({sum(len(b.body) for b in folded)} characters; each says where it stood)")
+        said.append(f"{counted(len(folded), 'block')} ({counted(sum(len(b.body) for b in folded), 'character')}; each says where it stood)")
     if dropped:
         named = ", ".join(dropped)
         if len(named) > 300:

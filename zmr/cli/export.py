@@ -9,6 +9,7 @@ import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import print_json
+from zmr.wording import counted
 
 
 def export(
@@ -38,8 +39,8 @@ def export(
         verb = "would change" if dry_run else "exported"
         source = f"from {zmr.checkout.show_path(project, r.path)}"  # which checkout was read: the selection rule's answer
         if not r.plan.changed:
-            print(f"unchanged {r.component.patches}: {len(r.plan.patches)} patches, {source}")
+            print(f"unchanged {r.component.patches}: {counted(len(r.plan.patches), 'patch')}, {source}")
             continue
-        print(f"{verb} {r.component.patches}: {len(r.plan.patches)} patches, {source}")
+        print(f"{verb} {r.component.patches}: {counted(len(r.plan.patches), 'patch')}, {source}")
         for line in r.plan.summary():
             print(f"  {line}")

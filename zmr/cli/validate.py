@@ -9,6 +9,7 @@ import typer
 
 from zmr.cli.options import Json, Models, Untrusted, find_project
 from zmr.cli.render import print_json, warn
+from zmr.wording import counted
 
 
 def validate(
@@ -39,4 +40,4 @@ def validate(
         texts = [str(err) for err in report.errors]
         raise ZmrError(texts[0].splitlines()[0], details=[line for text in texts for line in text.splitlines()][1:])
     models_n, cases_n = len(report.models), len(report.cases)
-    print(f"ok: {models_n} manifest{'s' if models_n != 1 else ''}, {cases_n} case{'s' if cases_n != 1 else ''}, {report.patches} patches")
+    print(f"ok: {counted(models_n, 'manifest')}, {counted(cases_n, 'case')}, {counted(report.patches, 'patch')}")

@@ -56,6 +56,7 @@ from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import read_series
 from zmr.importing.upstream_words import Named, named_commits, named_urls
+from zmr.wording import counted
 
 MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's
@@ -251,7 +252,7 @@ def _read_branch(run: _Run, name: str) -> Imported:
     count = repo.count(tip, max_count=MAX_COMMITS + 1)
     if count > MAX_COMMITS:
         raise ImportBranchError(
-            f"{name}: has more than {MAX_COMMITS} commits; not a release branch", details=["import branches in the two-commit or snapshot layout"]
+            f"{name}: has more than {counted(MAX_COMMITS, 'commit')}; not a release branch", details=["import branches in the two-commit or snapshot layout"]
         )
     if repo.rev_list(["--merges", tip]):
         raise ImportBranchError(f"{name}: has merge commits; a release branch is linear", details=["import branches in the two-commit or snapshot layout"])
@@ -270,7 +271,7 @@ def _read_branch(run: _Run, name: str) -> Imported:
     single = len(commits) == 1
     if not single and (run.base or run.find_base):
         raise ImportBranchError(
-            f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {len(commits)} commits",
+            f"{name}: --base and --find-base are for branches of a single snapshot commit; this one has {counted(len(commits), 'commit')}",
             details=["its first commit is the upstream snapshot: drop the option"],
         )
     if single:
@@ -483,7 +484,7 @@ def _warn_many_files(project: Project, items: Sequence[Imported], warnings: list
         if item.touched > limit:
             seen = f"the other {item.key} series touch {expected} at most" if expected else f"more than {MANY_FILES}"
             warnings.append(
-                f"{item.branch}: the patch from base {item.commit[:12]} touches {item.touched} files ({seen}); "
+                f"{item.branch}: the patch from base {item.commit[:12]} touches {counted(item.touched, 'file')} ({seen}); "
                 "a wrong base puts upstream changes into the series: check --base, or try --find-base"
             )
 
