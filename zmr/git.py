@@ -1233,6 +1233,12 @@ class Repo:
         """``git ls-files OPTIONS [-- PATHS]``: what the index (or work tree) holds."""
         return self.run(["ls-files", *options, *(["--", *paths] if paths else [])], env=env, check=check)
 
+    def unmerged(self, paths: Sequence[str]) -> list[str]:
+        """Those of *paths* (files or folders) with a file the index holds in conflict (a merge, pull or rebase stopped
+        on it: ``git ls-files --unmerged``), each once, in order."""
+        out = self.ls_files(["-z", "--unmerged"], paths).stdout.decode("utf-8", "surrogateescape")
+        return list(dict.fromkeys(record.split("\t", 1)[1] for record in out.split("\0") if "\t" in record))
+
     def apply(
         self, options: Sequence[str], paths: Sequence[str] = (), *, input: bytes | None = None, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[bytes]:

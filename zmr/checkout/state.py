@@ -301,3 +301,28 @@ def refuse_during_rebase(project: Project, component: Component, what: str) -> N
             f"{component.label}: a rebase is in progress; {what} would interfere",
             details=[f"finish it with `zmr rebase {component.model} -c {component.key} --continue`, or undo it with `--abort`"],
         )
+
+
+def series_moved(project: Project, component: Component, co: Checkout) -> list[str] | None:
+    """What changed in the repository's series since *co* was made or last exported (a colleague's change, pulled): the
+    names of the patches its commits differ in (changed, added or removed), or None when the series did not move.
+
+    Told by the fingerprint the checkout recorded (``series_fingerprint``, the "three sides" of export); a checkout
+    made before zmr recorded one cannot tell: None. A pin moved under the checkout is a move of the series too: its
+    patches are then named all (each commit is another one). The difference is read from the last exported tip
+    (``refs/zmr/exported``), so the checkout's own newer commits never count as the repository's change.
+    """
+    recorded = co.config.get(SERIES_KEY)
+    series = project.series(component)
+    if recorded is None or recorded == series_fingerprint(project, component, component.commit, series):
+        return None
+    exported, base = co.exported(), co.base()
+    if co.pin != component.commit or exported is None or base is None or not co.repo.is_ancestor(base, exported):
+        return [p.name for p in series.patches]
+    try:
+        commits = list_commits(co.repo, base, exported, component.label)
+        plan = plan_export(co.repo, base, commits, project.root / component.patches, component.patches, series=series)
+    except ZmrError:
+        return [p.name for p in series.patches]
+    changed = [p.old_name or p.name for p in plan.patches if p.data is not None or p.status != "unchanged"]
+    return sorted({*changed, *plan.removed})
