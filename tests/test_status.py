@@ -135,6 +135,12 @@ def test_a_patch_file_in_conflict_after_a_pull_is_named(tmp_path, upstream):
     assert text.returncode == 0
     conflicted = "patches/toy/rollout/0002-contiguous.patch"
     assert f"{conflicted}: in conflict" in text.stdout and f"`git add {conflicted}`" in text.stdout, text.stdout
+    # The advice, literally: their side taken, added, the merge finished; the series is theirs and builds.
+    for command in (f"git checkout --theirs -- {conflicted}", f"git add {conflicted}", "git commit"):
+        assert f"`{command}`" in text.stdout, (command, text.stdout)
+        git(*command.split()[1:], *(["--no-edit"] if command == "git commit" else []), cwd=mine)
+    assert _status(mine)["unmerged"] == [] and "# theirs" in (mine / conflicted).read_text()
+    assert zmr("build", "toy", cwd=mine).returncode == 0
 
 
 def test_a_stopped_rebase_names_its_target_and_an_interrupted_update_apply_is_named(project, upstream):

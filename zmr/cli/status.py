@@ -62,7 +62,7 @@ def _notes(c: "ComponentStatus") -> list[str]:
     for path in c.unmerged:
         lines.append(
             f"{path}: in conflict (a git merge, pull or rebase of the project stopped on it): keep one side"
-            f" (`git checkout --theirs -- {path}` or `--ours`) or edit it, then `git add {path}`"
+            f" (`git checkout --theirs -- {path}` or `--ours`) or edit it, then `git add {path}` and finish the merge (`git commit`)"
         )
     r = c.rebase
     if r is not None and r.interrupted:
