@@ -192,3 +192,33 @@ def test_a_partial_update_apply_exits_1_and_says_what_was_not_moved_and_why(tmp_
     again = zmr("update", "--all", "--apply", cwd=project.root)
     assert again.returncode == 0, again.stderr
     assert upstream.commits[-1] in (project.root / "manifests/toy.yaml").read_text()
+
+
+def test_a_pull_that_stops_in_a_patch_file_is_said_once_with_every_marker_line_and_the_advice_works(tmp_path, upstream):
+    """issue #47: the conflict-marker error repeated its advice (500 characters) once per marker line; now once, at the
+    first marker, which lists them all; the others name only their line. `git checkout --theirs -- FILE`, as advised,
+    then the merge finished: the series builds."""
+    mine, theirs = team_clones(tmp_path, upstream)
+    rel = "patches/toy/rollout/0001-fixed-split.patch"
+    for clone, side in ((theirs, "theirs"), (mine, "mine")):
+        path = clone / rel
+        path.write_text(path.read_text().replace("+line 10 fixed split\n", f"+line 10 fixed split ({side})\n"))
+        git("commit", "-q", "-am", f"0001: {side}", cwd=clone)
+    git("push", "-q", "origin", "main", cwd=theirs)
+    git("pull", "-q", "--no-rebase", cwd=mine, check=False)
+    text = (mine / rel).read_text().split("\n")
+    lines = [n for n, line in enumerate(text, start=1) if line.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+    assert len(lines) == 3, text
+    for args in (["validate"], ["build", "toy"]):
+        result = zmr(*args, cwd=mine)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("resolve it: keep the side you want") == 1, result.stderr
+        assert f"(marker lines {', '.join(map(str, lines))})" in result.stderr, result.stderr
+        for n in lines:
+            assert f"{rel}:{n}: conflict marker `" in result.stderr, result.stderr
+    take = _advised_git(result.stderr, f"git checkout --theirs -- {rel}")
+    git(*take[1:], cwd=mine)
+    git("add", rel, cwd=mine)
+    git("commit", "-q", "--no-edit", cwd=mine)
+    assert "+line 10 fixed split (theirs)" in (mine / rel).read_text()
+    assert zmr("validate", cwd=mine).returncode == 0 and zmr("build", "toy", cwd=mine).returncode == 0

@@ -256,16 +256,21 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     lines = data.split(b"\n")
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
-    for number, line in enumerate(lines, start=1):
-        if _MARKER_RE.match(line) and (number > first or not line.startswith(b"=")):
-            found.append(
-                Problem(
-                    display,
-                    number,
-                    f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`: a merge (git pull, git rebase) stopped in this patch file",
-                    f"resolve it: keep the side you want, delete the marker lines (`git checkout --theirs -- {display}` or `--ours` takes a side); {restore}",
-                )
+    markers = [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+    for number, line in markers:
+        shown = f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`"
+        if number != markers[0][0]:  # one cause, its advice said once: at the first marker, which names every line
+            found.append(Problem(display, number, f"{shown} (the merge of line {markers[0][0]})"))
+            continue
+        at = f" (marker lines {', '.join(str(n) for n, _ in markers)})" if len(markers) > 1 else ""
+        found.append(
+            Problem(
+                display,
+                number,
+                f"{shown}: a merge (git pull, git rebase) stopped in this patch file{at}",
+                f"resolve it: keep the side you want, delete the marker lines (`git checkout --theirs -- {display}` or `--ours` takes a side); {restore}",
             )
+        )
     if found:
         return found  # the markers break the hunks around them too: one cause, said once
     n = first
