@@ -222,3 +222,22 @@ def test_a_pull_that_stops_in_a_patch_file_is_said_once_with_every_marker_line_a
     git("commit", "-q", "--no-edit", cwd=mine)
     assert "+line 10 fixed split (theirs)" in (mine / rel).read_text()
     assert zmr("validate", cwd=mine).returncode == 0 and zmr("build", "toy", cwd=mine).returncode == 0
+
+
+def test_an_abbreviated_pin_gets_a_command_that_prints_the_full_id_where_the_user_is(tmp_path, upstream):
+    """issue #47: `git rev-parse 3bfd87b`, advised for an abbreviated pin, fails in the project (it holds no upstream
+    commit). The advice, run as written from the repository root, prints the full id; written in, the manifest validates."""
+    import subprocess
+
+    project = make_project(tmp_path / "project")
+    pin = simple_model(project, upstream)
+    manifest = project.root / "manifests/toy.yaml"
+    manifest.write_text(manifest.read_text().replace(pin, pin[:7]))
+    assert subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{pin[:7]}^{{commit}}"], cwd=project.root, capture_output=True).returncode != 0
+    refused = zmr("validate", cwd=project.root)
+    assert refused.returncode == 2 and "is an abbreviated commit id" in refused.stderr, refused.stderr
+    [command] = [c for c in re.findall(r"`([^`]+)`", refused.stderr) if "rev-parse" in c]
+    printed = subprocess.run(["bash", "-c", command], cwd=project.root, capture_output=True, text=True)
+    assert printed.returncode == 0 and printed.stdout.strip() == pin, printed
+    manifest.write_text(manifest.read_text().replace(pin[:7], printed.stdout.strip()))
+    assert zmr("validate", cwd=project.root).returncode == 0

@@ -245,17 +245,30 @@ def _link_out_of(path: Path, root: Path) -> str | None:
     return None
 
 
+def full_id_command(upstream: str, rev: str) -> str:
+    """A shell command, run from the repository root, that prints the full id of the commit *rev* (an abbreviated id)
+    of *upstream* as a manifest writes it: the project holds no upstream commit, so ``git rev-parse`` there finds none;
+    a throwaway bare clone (no blobs, where the transport allows) does."""
+    import shlex
+
+    clone = f'git clone -q --bare --filter=blob:none {shlex.quote(upstream)} "$d"'
+    return f'd=$(mktemp -d) && {clone} && git -C "$d" rev-parse --verify {shlex.quote(rev + "^{commit}")}'
+
+
 def _check_commit(value: str, at: At) -> str | None:
     if FULL_OID_RE.match(value):
         return value
+    # The hints name the component's upstream as written, wherever it is in the mapping.
+    siblings = at.parent.value if at.parent is not None else []
+    upstream = next((str(v.value) for k, v in siblings if isinstance(k, ScalarNode) and k.value == "upstream" and isinstance(v, ScalarNode)), "")
     if HEXISH_RE.match(value) and value.lower() != value:
         at.add(f"{value!r} has upper-case hex digits", f"write it in lower case: {value.lower()}")
     elif HEXISH_RE.match(value) and len(value) < 40:
-        at.add(f"{value!r} is an abbreviated commit id", "write the full 40-hex id (git rev-parse " + value + ")")
+        at.add(
+            f"{value!r} is an abbreviated commit id",
+            f"write the full 40-hex id; from the repository root, `{full_id_command(upstream or '<upstream>', value)}` prints it",
+        )
     else:
-        # The hint names the component's upstream as written, wherever it is in the mapping.
-        siblings = at.parent.value if at.parent is not None else []
-        upstream = next((str(v.value) for k, v in siblings if isinstance(k, ScalarNode) and k.value == "upstream" and isinstance(v, ScalarNode)), "")
         at.add(
             f"{value!r} is not a full commit id (a branch or tag name is not a pin)",
             f"pin the commit: run `git ls-remote {upstream or '<upstream>'} {value}` and write the 40-hex id it prints",

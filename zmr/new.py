@@ -103,6 +103,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
     A branch or tag becomes the component's ``track`` unless ``--track`` says otherwise.
     """
     from zmr.cache import Cache, CacheError
+    from zmr.manifest import full_id_command
 
     resolved = []
     cache: Cache | None = None
@@ -112,7 +113,7 @@ def resolve_commits(project: "Project", specs: Sequence[ComponentSpec]) -> list[
             continue
         cache = cache or Cache()
         upstream = cache.for_upstream(c.upstream, project.root)
-        where = f"run `git rev-parse {c.commit}` in a clone of {c.upstream} and pass the full id: {c.key}={c.upstream}@<40-hex id>"
+        where = f"find the full id (from the repository root: `{full_id_command(c.upstream, c.commit)}`) and pass it: {c.key}={c.upstream}@<40-hex id>"
         try:
             if _SHORT_ID_RE.match(c.commit):
                 repo = upstream.ensure_history().repo
