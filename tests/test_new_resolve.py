@@ -45,7 +45,7 @@ def test_new_says_where_to_run_rev_parse_when_it_cannot_resolve(tmp_path, upstre
     assert f"git clone -q --bare --filter=blob:none {upstream.path} \"$d\" && git -C \"$d\" rev-parse --verify 'deadbeef1^{{commit}}'`) and pass it" in unknown.stderr
     no_branch = zmr("new", "m", "-c", f"rollout={upstream.path}@no-such-branch", cwd=project.root)
     assert no_branch.returncode == 2
-    assert "cannot resolve 'no-such-branch'" in no_branch.stderr and "git rev-parse no-such-branch" in no_branch.stderr
+    assert "cannot resolve 'no-such-branch'" in no_branch.stderr and "rev-parse --verify 'no-such-branch^{commit}'" in no_branch.stderr
     typo = zmr("new", "m", "-c", f"rollout={upstream.path}@{upstream.commits[0]}", "--track", "rollot=main", cwd=project.root)
     assert typo.returncode == 2 and "no component 'rollot'" in typo.stderr
     assert not (project.root / "manifests/m.yaml").exists()
