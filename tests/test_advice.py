@@ -241,3 +241,41 @@ def test_an_abbreviated_pin_gets_a_command_that_prints_the_full_id_where_the_use
     assert printed.returncode == 0 and printed.stdout.strip() == pin, printed
     manifest.write_text(manifest.read_text().replace(pin[:7], printed.stdout.strip()))
     assert zmr("validate", cwd=project.root).returncode == 0
+
+
+def test_rewritten_commits_under_a_moved_series_advice_names_the_checkout_and_changes_the_patch_not_a_new_one(tmp_path, upstream):
+    """issue #47: "save them (git branch keep) ... redo your change on top (git cherry-pick ...)" named no directory, and
+    cherry-picking the amended commit exported a new patch with the subject of the old one. Followed as written now: the
+    branch is made in the checkout, survives --force, the range-diff shows the change, and the change lands in its own
+    patch (0002 changed, no 0003), with the colleague's change to 0001 kept."""
+    mine, theirs = team_clones(tmp_path, upstream)
+    assert zmr("checkout", "toy", cwd=mine).returncode == 0
+    work = mine / "work/toy/rollout"
+    (work / "src/kernels/matmul.py").write_text("def matmul(a, b):\n    return (a @ b).contiguous()  # mine\n")
+    git("commit", "-q", "-a", "--amend", "--no-edit", cwd=work)  # 0002 rewritten: HEAD no longer descends from the export
+    rel = "patches/toy/rollout/0001-fixed-split.patch"
+    (theirs / rel).write_text((theirs / rel).read_text().replace("+line 10 fixed split\n", "+line 10 fixed split (theirs)\n"))
+    git("commit", "-q", "-am", "colleague: 0001", cwd=theirs)
+    git("push", "-q", "origin", "main", cwd=theirs)
+    git("pull", "-q", "--ff-only", cwd=mine)
+    refused = zmr("export", "toy", cwd=mine)
+    assert refused.returncode == 2 and "rewrite earlier ones" in refused.stderr, refused.stderr
+    assert "cherry-pick" not in refused.stderr, refused.stderr
+    advised = [c for c in re.findall(r"`([^`]+)`", refused.stderr)]
+    save, force, compare = (next(c for c in advised if word in c) for word in ("branch keep", "--force", "range-diff"))
+    assert save == f"git -C {work} branch keep", save
+    elsewhere = tmp_path / "elsewhere"  # the git commands name their directory: they work from anywhere
+    elsewhere.mkdir()
+    git(*shlex.split(save)[1:], cwd=elsewhere)
+    assert _run(shlex.split(force), mine).returncode == 0
+    shown = git(*shlex.split(compare)[1:], cwd=elsewhere)
+    assert "# mine" in shown, shown  # the change to redo, shown where it belongs
+    assert "# mine" in git("show", "keep:src/kernels/matmul.py", cwd=work)  # nothing lost
+    # Redo it in the commit it changes (the last one here: amend), then export as advised.
+    (work / "src/kernels/matmul.py").write_text(git("show", "keep:src/kernels/matmul.py", cwd=work))
+    git("commit", "-q", "-a", "--amend", "--no-edit", cwd=work)
+    exported = _run(_advised(refused.stderr, "zmr export"), mine)
+    assert exported.returncode == 0, exported.stderr
+    series = mine / "patches/toy/rollout"
+    assert (series / "series").read_text().split() == ["0001-fixed-split.patch", "0002-contiguous.patch"]
+    assert "# mine" in (series / "0002-contiguous.patch").read_text() and "(theirs)" in (series / "0001-fixed-split.patch").read_text()

@@ -22,6 +22,7 @@ from zmr.checkout import (
     refuse_during_merge,
     refuse_during_rebase,
     require_checkout,
+    rewritten_advice,
     series_fingerprint,
     show_path,
     upstream_commits_problem,
@@ -144,10 +145,7 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
         )
     mine = len(co.repo.commits_between(exported, head)) if exported and co.repo.is_ancestor(exported, head) else None
     if mine is None:
-        combine = [
-            "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
-            f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
-        ]
+        combine = rewritten_advice(component, co)
     else:
         combine = [
             f"combine them: `zmr checkout {m} -c {k} --merge` replays your new commits on a checkout of the repository's series,"
@@ -171,7 +169,4 @@ def _take_the_new_series(co: Checkout, component: Component) -> list[str]:
             f"keep your {len(co.repo.commits_between(exported, head))} new commit(s) on the repository's series: `zmr checkout {m} -c {k} --merge`,"
             f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
         ]
-    return [
-        "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
-        f"save them (git branch keep), `zmr checkout {m} -c {k} --force`, then redo your change on top (git cherry-pick or by hand)",
-    ]
+    return rewritten_advice(component, co)

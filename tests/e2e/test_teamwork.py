@@ -96,7 +96,7 @@ def test_export_refuses_when_both_moved_and_my_commits_rewrite_the_old_ones(team
     result = zmr("export", "toy", "-c", "rollout", cwd=mine)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "both sides moved" in result.stderr and "commits were rewritten since" in result.stderr
-    assert "--force" in result.stderr and "git branch keep" in result.stderr
+    assert "--force" in result.stderr and f"git -C {work} branch keep" in result.stderr
     result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
     assert result.returncode == 2 and "HEAD does not descend from the last exported tip" in result.stderr, result.stderr
     assert _series(mine) == pulled

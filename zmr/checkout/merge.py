@@ -24,7 +24,7 @@ from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.replay import build_chain
 from zmr.checkout.worktree import CheckoutError, Checkout, branch_name, open_checkout, check_identity, dirty, refresh
-from zmr.checkout.state import checkout_path, require_checkout, show_path, config_values, refuse_during_rebase
+from zmr.checkout.state import checkout_path, require_checkout, show_path, config_values, refuse_during_rebase, rewritten_advice
 from zmr.checkout.handoff import SavedCheckout, snapshot, restore
 from zmr.wording import counted
 
@@ -98,10 +98,7 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     if head is None or exported is None or not co.repo.is_ancestor(exported, head):
         raise CheckoutError(
             f"{where}: HEAD does not descend from the last exported tip ({(exported or '?')[:12]}): the checkout's commits were rewritten",
-            details=[
-                "zmr cannot tell which commits are new; save them (git branch keep), then",
-                f"`zmr checkout {component.model} -c {component.key} --force` and cherry-pick yours from keep",
-            ],
+            details=rewritten_advice(component, co),
         )
     mine = list_commits(co.repo, exported, head, component.label)
     # Everything that can refuse (the series read, the pin fetched, each patch applied) before the merge state is

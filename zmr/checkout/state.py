@@ -326,3 +326,23 @@ def series_moved(project: Project, component: Component, co: Checkout) -> list[s
         return [p.name for p in series.patches]
     changed = [p.old_name or p.name for p in plan.patches if p.data is not None or p.status != "unchanged"]
     return sorted({*changed, *plan.removed})
+
+
+def rewritten_advice(component: Component, co: Checkout) -> list[str]:
+    """What to do with commits that rewrite exported ones (amend, rebase -i) when the repository's series or pin moved
+    too, so that zmr cannot tell which are new: each step names the checkout, so it works from any folder, and the
+    change is redone in the commit it changes (a commit picked on top keeps the subject of the one it rewrote, and
+    export would write it as a new patch beside the old one, issue #47). The old base is named by its id: ``--force``
+    moves ``zmr/base`` when the pin moved."""
+    import shlex
+
+    m, k = component.model, component.key
+    there = f"git -C {shlex.quote(str(co.path))}"
+    old_base = (co.base() or "zmr/base")[:12]
+    return [
+        "your commits since the last export rewrite earlier ones (amend, rebase -i): zmr cannot tell which are new",
+        f"save them on a branch of the checkout: `{there} branch keep`; take the repository's series: `zmr checkout {m} -c {k} --force` (keep stays)",
+        "then redo each change in the commit it changes, not as a new commit on top (that would export as a new patch):"
+        f" `{there} range-diff --creation-factor=100 {old_base}..keep zmr/base..HEAD` shows, commit by commit, what yours change;"
+        f" amend that commit (`{there} rebase -i zmr/base`, mark it `edit`), then `zmr export {m} -c {k}`",
+    ]
