@@ -42,7 +42,7 @@ def test_new_says_where_to_run_rev_parse_when_it_cannot_resolve(tmp_path, upstre
     unknown = zmr("new", "m", "-c", f"rollout={upstream.path}@deadbeef1", cwd=project.root)
     assert unknown.returncode == 2
     assert f"--component 'rollout={upstream.path}@deadbeef1': 'deadbeef1' names no commit in {upstream.path}" in unknown.stderr
-    assert f"git clone -q --bare --filter=blob:none {upstream.path} \"$d\" && git -C \"$d\" rev-parse --verify 'deadbeef1^{{commit}}'`) and pass it" in unknown.stderr
+    assert f"git clone -q --bare --filter=tree:0 {upstream.path} \"$d\" && git -C \"$d\" rev-parse --verify 'deadbeef1^{{commit}}'`) and pass it" in unknown.stderr
     no_branch = zmr("new", "m", "-c", f"rollout={upstream.path}@no-such-branch", cwd=project.root)
     assert no_branch.returncode == 2
     assert "cannot resolve 'no-such-branch'" in no_branch.stderr and "rev-parse --verify 'no-such-branch^{commit}'" in no_branch.stderr

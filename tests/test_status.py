@@ -186,3 +186,17 @@ def test_an_update_apply_cut_short_is_named_with_the_command_that_finishes_it(pr
     done = zmr(*finish.group(1).split()[1:], cwd=project.root)
     assert done.returncode == 0, done.stderr
     assert _status(project)["rebase"] is None and target in (project.root / "manifests/toy.yaml").read_text()
+
+
+def test_the_advice_for_a_checkout_behind_the_series_followed_as_written_makes_it_current(tmp_path, upstream):
+    mine, theirs = team_clones(tmp_path, upstream)
+    assert zmr("checkout", "toy", cwd=mine).returncode == 0
+    _colleague_changes_0002(theirs)
+    git("pull", "-q", "--ff-only", cwd=mine)
+    text = zmr("status", cwd=mine).stdout
+    [refresh] = [c for c in re.findall(r"`([^`]+)`", text) if c.startswith("zmr checkout")]
+    assert refresh == "zmr checkout toy -c rollout", text
+    assert zmr(*refresh.split()[1:], cwd=mine).returncode == 0
+    entry = _status(mine)
+    assert entry["checkout_state"] == "current" and entry["series_changed"] == [], entry
+    assert "# theirs" in (mine / "work/toy/rollout/src/kernels/matmul.py").read_text()

@@ -248,10 +248,10 @@ def _link_out_of(path: Path, root: Path) -> str | None:
 def full_id_command(upstream: str, rev: str) -> str:
     """A shell command, run from the repository root, that prints the full id of the commit *rev* (an abbreviated id)
     of *upstream* as a manifest writes it: the project holds no upstream commit, so ``git rev-parse`` there finds none;
-    a throwaway bare clone (no blobs, where the transport allows) does."""
+    a throwaway bare clone (commits only, where the transport allows) does."""
     import shlex
 
-    clone = f'git clone -q --bare --filter=blob:none {shlex.quote(upstream)} "$d"'
+    clone = f'git clone -q --bare --filter=tree:0 {shlex.quote(upstream)} "$d"'
     return f'd=$(mktemp -d) && {clone} && git -C "$d" rev-parse --verify {shlex.quote(rev + "^{commit}")}'
 
 
