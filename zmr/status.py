@@ -8,7 +8,7 @@ What a maintainer must not mistake (issue #47): a file of the series or the mani
 stopped on it: ``unmerged``); a checkout the repository's series moved under, told from the engineer's own work
 (``checkout_state`` ``behind`` or ``diverged``, and ``series_changed``: which patches, from the checkout's last
 exported tip, so one's own commits never count); a rebase, by its target and where it stopped, and one a kill cut
-short (``interrupted``: the next ``zmr update --apply`` or ``zmr rebase --continue`` finishes it).
+short (``interrupted``: the next ``zmr update --apply`` finishes it, ``zmr rebase --abort`` undoes it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class RebaseStatus:
     old: str
     stopped_at: str | None  # the patch whose conflict the engineer resolves; None while none is handed over
     files: list[str]  # its files in conflict
-    interrupted: bool  # killed with nothing left to the engineer: the next `update --apply` or `rebase --continue` finishes it
+    interrupted: bool  # killed with nothing left to the engineer: the next `update --apply` finishes it
 
     def to_json(self) -> dict:
         return {"onto": self.onto, "from": self.old, "stopped_at": self.stopped_at, "files": self.files, "interrupted": self.interrupted}
@@ -141,7 +141,7 @@ def _rebase_status(project: Project, component: Component) -> RebaseStatus | Non
         return None
     try:
         state = rebase.RebaseState.load(path)
-    except ZmrError:  # damaged: `zmr rebase --continue` or `--abort` says what to do
+    except ZmrError:  # damaged: `zmr rebase --continue` or `--abort` says what to do (onto "": not read)
         return RebaseStatus("", "", None, [], False)
     stopped = state.stopped if state.stopped is not None and state.stopped.conflict else None
     name = state.names[stopped.index] if stopped is not None and 0 <= stopped.index < len(state.names) else None

@@ -175,7 +175,7 @@ class _Group(typer.core.TyperGroup):
 
 
 class _Command(typer.core.TyperCommand):
-    """A command whose help names each value as git and click do (`MODEL`, `[MODEL]...`, `--component COMPONENT`).
+    """A command whose help names each value as git and click do (`MODEL`, `[MODEL]...`, `--component NAME`).
 
     Typer renders a parameter without a metavar by its Python type (`<list[str]>`, `<str>`) and an argument as
     `{model}` (required) or `[model]` (optional); here a parameter without a metavar gets its name in capitals,

@@ -29,9 +29,7 @@ def status(models: Models = None, all_models: All = False, components: Component
                 f"{c.model}/{c.component}",
                 c.pin[:12],
                 c.release,
-                (c.checkout or "-")
-                + _CHECKOUT_NOTE.get(c.checkout_state, "")
-                + (" (not exported)" if c.not_exported and c.checkout_state != "diverged" else ""),
+                (c.checkout or "-") + _CHECKOUT_NOTE.get(c.checkout_state, ""),
                 _rebase_cell(c),
                 f"pid {c.lock_holder.get('pid')}: {c.lock_holder.get('command', '')}" if c.lock_holder is not None else "-",
                 ", ".join(f"{n} {kind}" for kind, n in c.upstream_status.items()) or "-",
@@ -70,6 +68,8 @@ def _notes(c: "ComponentStatus") -> list[str]:
             f"a pin move onto {r.onto[:12]} (zmr update --apply or zmr rebase) was cut short; `zmr update {m} -c {k} --apply` finishes it,"
             f" `zmr rebase {m} -c {k} --abort` undoes it"
         )
+    elif r is not None and not r.onto:
+        lines.append(f"a rebase is under way and its state does not read: `zmr rebase {m} -c {k} --continue` says why (or `--abort`)")
     elif r is not None:
         where = f" in {c.checkout}" if c.checkout else ""
         stop = f" stopped at {r.stopped_at} (conflict in {', '.join(r.files) or '?'}): resolve it{where}, `git add` the files, then" if r.stopped_at else ":"
