@@ -193,7 +193,7 @@ def test_export_refuses_a_checkout_rebased_with_plain_git(proj, upstream, how):
     assert git("rev-list", "--count", "zmr/base..HEAD", cwd=co) == "6"
     result = zmr("export", "toy", cwd=proj.root)
     assert result.returncode == 2, result.stdout
-    assert "3 commit(s) between zmr/base and HEAD are upstream's" in result.stderr
+    assert "3 commits between zmr/base and HEAD are upstream's" in result.stderr
     assert f"git rebase --onto zmr/base {newer[:12]}" in result.stderr
     assert f"zmr rebase toy -c rollout --onto {newer}" in result.stderr
     assert files(folder) == before

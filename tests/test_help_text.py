@@ -66,7 +66,7 @@ def test_the_argument_of_a_command_that_needs_one_reads_as_click_prints_it(capsy
 # -- counts: "1 patch", never "1 patches" ---------------------------------------------------------------------------
 
 NOUNS = "patch|commit|component|model|case|file|check|manifest|problem|branch|test|line|character|resolution|skip"
-_COUNTED_RE = re.compile(rf"^ ({NOUNS})(e?s)(?![/\w])")  # "manifests/" is a folder
+_COUNTED_RE = re.compile(rf"^ (({NOUNS})(e?s)(?![/\w])|(new )?\w+\(s\))")  # "manifests/" is a folder; "commit(s)" says neither
 _CONSTANT_RE = re.compile(r"[A-Z][A-Z0-9_]*(\[.*\])?")  # COMMENT_LIMIT, MAX_NAME_BYTES['model']: never 1
 
 
@@ -95,6 +95,7 @@ def test_uncounted_finds_the_pattern_of_the_issue():
     assert _uncounted('f"{verb} {p}: {len(r.plan.patches)} patches, {source}"')
     assert not _uncounted('f"{verb} {p}: {counted(len(r.plan.patches), \'patch\')}, {source}"')
     assert not _uncounted('f"{n} of {m} patches"') and not _uncounted('f"{b.patch} conflicts in {files}"')
+    assert _uncounted('f"keep your {n} new commit(s) on"') and _uncounted('f"{n} token(s) differ"')
 
 
 def test_every_count_zmr_prints_agrees_with_its_number():

@@ -32,6 +32,7 @@ from zmr.patchplan import ExportPlan, forget_legacy_journal, list_commits, plan_
 from zmr.lock import locked
 from zmr.manifest import Component
 from zmr.project import Project
+from zmr.wording import counted
 
 
 @dataclass
@@ -153,7 +154,7 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
         ]
     raise CheckoutError(
         f"{where}: both sides moved: the series {component.patches} changed in the repository since this checkout was made or exported, "
-        + (f"and the checkout has {mine} commit(s) since" if mine is not None else "and the checkout's commits were rewritten since"),
+        + (f"and the checkout has {counted(mine, 'commit')} since" if mine is not None else "and the checkout's commits were rewritten since"),
         details=["exporting would write one side over the other", *combine],
     )
 
@@ -166,7 +167,7 @@ def _take_the_new_series(co: Checkout, component: Component) -> list[str]:
         if head == exported:
             return [f"the checkout has no commits of its own: refresh it with `zmr checkout {m} -c {k}`"]
         return [
-            f"keep your {len(co.repo.commits_between(exported, head))} new commit(s) on the repository's series: `zmr checkout {m} -c {k} --merge`,"
+            f"keep your {counted(len(co.repo.commits_between(exported, head)), 'new commit')} on the repository's series: `zmr checkout {m} -c {k} --merge`,"
             f" then `zmr export {m} -c {k}` (on a conflict: resolve, `git add`, `zmr checkout {m} -c {k} --continue`, or `--abort`)",
         ]
     return rewritten_advice(component, co)

@@ -15,3 +15,8 @@ def plural(noun: str) -> str:
 def counted(n: int, noun: str) -> str:
     """*n* and *noun* agreeing with it: "1 patch", "0 patches", "3 patches"."""
     return f"{n} {noun if n == 1 else plural(noun)}"
+
+
+def verb(n: int, one: str, many: str) -> str:
+    """The form of a verb that agrees with *n* things: ``verb(1, "differs", "differ")`` is "differs"."""
+    return one if n == 1 else many

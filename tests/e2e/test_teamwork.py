@@ -79,7 +79,7 @@ def test_export_refuses_when_both_sides_moved(team):
     _edit(work, "line 30\n", "line 30 fix two\n", "Fix two")
     result = zmr("export", "toy", "-c", "rollout", cwd=mine)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "both sides moved" in result.stderr and "the checkout has 1 commit(s) since" in result.stderr
+    assert "both sides moved" in result.stderr and "the checkout has 1 commit since" in result.stderr
     assert "`zmr checkout toy -c rollout --merge`" in result.stderr
     assert _series(mine) == pulled
     # Plain checkout does not discard the new commit either, and names the way to combine.
@@ -110,7 +110,7 @@ def test_checkout_merge_replays_my_new_commit_on_the_colleagues_series(team):
     _edit(work, "line 30\n", "line 30 fix two\n", "Fix two")
     result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 commit(s) replayed" in result.stdout
+    assert "1 commit replayed" in result.stdout
     text = (work / "src/model.py").read_text()
     assert "line 20 fix one, better\n" in text and "line 30 fix two\n" in text
     result = zmr("export", "toy", "-c", "rollout", cwd=mine)
@@ -185,7 +185,7 @@ def test_a_refused_checkout_merge_leaves_no_merge_behind(team):
     # With the series mended, the same --merge goes through.
     patch.write_bytes(good)
     result = zmr("checkout", "toy", "-c", "rollout", "--merge", cwd=mine)
-    assert result.returncode == 0 and "1 commit(s) replayed" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "1 commit replayed" in result.stdout, result.stdout + result.stderr
 
 
 # -- one meaning of "already upstream" -------------------------------------------------------------

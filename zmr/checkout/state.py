@@ -27,6 +27,7 @@ from zmr.patchfile import CommitMeta
 from zmr.project import Project
 from zmr.series import Series
 from zmr.checkout.worktree import SERIES_KEY, CheckoutError, Checkout, try_open, open_checkout, check_not_half_refreshed, check_identity
+from zmr.wording import counted, verb
 
 
 MAX_POINTER_BYTES = 1 << 16
@@ -212,7 +213,7 @@ def sync_state(project: Project, component: Component, co: Checkout, cache: Cach
         return False, [] if fresh else [f"HEAD {head[:12]} is not on top of the checkout's base"]
     if co.pin != component.commit:
         count = len(co.repo.commits_between(base, head))
-        return False, [] if fresh else [f"{count} commit(s) on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
+        return False, [] if fresh else [f"{counted(count, 'commit')} on the old pin {co.pin[:12]} (the manifest now pins {component.commit[:12]})"]
     moved = None if fresh else upstream_commits_problem(project, component, co, base, head, cache)
     if moved is not None:
         return False, [moved.message]
@@ -279,10 +280,9 @@ def upstream_commits_problem(project: Project, component: Component, co: Checkou
         return None
     newest = found[-1]
     subject = CommitMeta.for_commit(co.repo.commit_info(found[0])).subject
+    theirs = f"{counted(len(found), 'commit')} between zmr/base and HEAD {verb(len(found), 'is', 'are')} upstream's"
     return CheckoutError(
-        f"{show_path(project, co.path)}: {len(found)} commit(s) between zmr/base and HEAD are upstream's ({found[0][:12]} {subject}"
-        + (", ..." if len(found) > 1 else "")
-        + ")",
+        f"{show_path(project, co.path)}: {theirs} ({found[0][:12]} {subject}" + (", ..." if len(found) > 1 else "") + ")",
         details=[
             "the branch was moved onto a newer upstream with git; exporting would write upstream's commits as patches, on the old pin",
             f"put your commits back on the pin: `git rebase --onto zmr/base {newest[:12]}`",

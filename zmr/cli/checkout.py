@@ -10,6 +10,7 @@ import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import Progress, print_json
+from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Component
@@ -80,7 +81,7 @@ def _merge(project: "Project", targets: "list[Component]", directory: Path | Non
     if json_out:
         print_json(result.to_json())
     elif result.action == "merged":
-        print(f"merged    {result.path}: {result.replayed} commit(s) replayed on the repository's series")
+        print(f"merged    {result.path}: {counted(result.replayed, 'commit')} replayed on the repository's series")
         print(f"now run `zmr export {comp.model} -c {comp.key}`")
     elif result.action == "aborted":
         print(f"aborted   {result.path}: the checkout is back as it was before --merge")
@@ -91,7 +92,7 @@ def _merge(project: "Project", targets: "list[Component]", directory: Path | Non
             details=[
                 f"conflicting files: {', '.join(result.files)}",
                 f"in {result.path}: edit those files to resolve the conflict markers, `git add` them",
-                f"then run `zmr checkout {m} -c {k} --continue` ({result.left} commit(s) after this one)",
+                f"then run `zmr checkout {m} -c {k} --continue` ({counted(result.left, 'commit')} after this one)",
                 f"or give up: `zmr checkout {m} -c {k} --abort` puts the checkout back as it was",
             ],
         )

@@ -14,6 +14,7 @@ import typer
 
 from zmr.cli.options import Json
 from zmr.cli.render import print_json
+from zmr.wording import counted, verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.mismatch import MismatchReport, Stats
@@ -142,7 +143,7 @@ def _lines(report: "MismatchReport") -> list[str]:
         for q in diverged[:_LISTED]:
             out.append(
                 f"  step {q.step} id {q.id}: position {q.first_diverging} of {q.tokens}, "
-                f"{q.tokens - q.bitwise_equal} token(s) differ, max |Δ| {_num(q.max_abs_diff)}"
+                f"{counted(q.tokens - q.bitwise_equal, 'token')} {verb(q.tokens - q.bitwise_equal, 'differs', 'differ')}, max |Δ| {_num(q.max_abs_diff)}"
             )
         if len(diverged) > _LISTED:
             out.append(f"  ... and {len(diverged) - _LISTED} more (--json lists all)")
@@ -155,7 +156,7 @@ def _lines(report: "MismatchReport") -> list[str]:
 def _verdict(report: "MismatchReport") -> str:
     o = report.overall
     if report.bitwise_equal:
-        return f"verdict: bitwise equal, all {o.tokens:,} tokens in {len(report.steps)} step(s)"
+        return f"verdict: bitwise equal, all {o.tokens:,} tokens in {counted(len(report.steps), 'step')}"
     return f"verdict: NOT bitwise equal, {o.tokens - o.bitwise_equal:,} of {o.tokens:,} tokens differ in {o.sequences_diverged} of {o.sequences} sequences"
 
 

@@ -77,6 +77,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from zmr.wording import counted, verb
 
 # The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
 from zmr.evidence.dumps.bits import DTYPES, format_value, json_number, narrow_bits, native_hex, numpy, widen_bits
@@ -614,17 +615,18 @@ def _notes(r: DumpInfo, t: DumpInfo, overall: Stats, nan_tokens: int, nan_equal:
         if r.trees[comp].lower() != t.trees[comp].lower():
             notes.append(f"the dumps name different commits for {comp}: {r.trees[comp]} (rollout) and {t.trees[comp]} (trainer)")
     if overall.signed_zero:
-        notes.append(f"{overall.signed_zero} token(s) differ only in the sign of zero (+0.0 vs -0.0)")
+        notes.append(f"{counted(overall.signed_zero, 'token')} {verb(overall.signed_zero, 'differs', 'differ')} only in the sign of zero (+0.0 vs -0.0)")
     if nan_tokens:
         notes.append(
-            f"{nan_tokens} token(s) are NaN on at least one side ({nan_equal} with equal bits on both); "
+            f"{counted(nan_tokens, 'token')} {verb(nan_tokens, 'is', 'are')} NaN on at least one side ({nan_equal} with equal bits on both); "
             f"NaN and infinite tokens are left out of the numeric figures"
         )
     elif overall.nonfinite:
-        notes.append(f"{overall.nonfinite} token(s) are infinite on a side and left out of the numeric figures")
+        notes.append(f"{counted(overall.nonfinite, 'token')} {verb(overall.nonfinite, 'is', 'are')} infinite on a side and left out of the numeric figures")
     if not overall.all_bitwise_equal and overall.k1 is not None and overall.mean_abs_diff and abs(overall.k1) <= 0.01 * overall.mean_abs_diff:
+        differing = overall.tokens - overall.bitwise_equal
         notes.append(
-            f"k1 = {overall.k1:.3g} although {overall.tokens - overall.bitwise_equal} token(s) differ: "
+            f"k1 = {overall.k1:.3g} although {counted(differing, 'token')} {verb(differing, 'differs', 'differ')}: "
             f"positive and negative differences cancel in k1; the verdict is bitwise"
         )
     return notes
