@@ -100,14 +100,24 @@ def _verbosity_option(value: bool, which: str) -> None:
     if which == "verbose":
         import logging
 
+        base: type[logging.StreamHandler[Any]] = logging.StreamHandler  # generic for the type checker alone (3.10)
+
+        class CurrentStderr(base):  # type: ignore[valid-type,misc]
+            """Writes to sys.stderr as it is at each record: the stderr of this run of main, not of the first one."""
+
+            @property
+            def stream(self) -> Any:
+                return sys.stderr
+
+            @stream.setter
+            def stream(self, value: Any) -> None:
+                pass
+
         logger = logging.getLogger("zmr")
         if not logger.handlers:
-            handler = logging.StreamHandler(sys.stderr)
+            handler = CurrentStderr()
             handler.setFormatter(logging.Formatter("zmr: %(message)s"))
             logger.addHandler(handler)
-        for each in logger.handlers:
-            if isinstance(each, logging.StreamHandler):
-                each.setStream(sys.stderr)  # this run's stderr (main called again in one process: a library caller, a test)
         logger.setLevel(logging.DEBUG)
 
 
