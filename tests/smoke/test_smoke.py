@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Project, git, interrupted, make_patch, make_project, make_upstream, state_dir, zmr
+from conftest import Project, git, interrupted, make_patch, make_project, make_upstream, state_dir
+from conftest import zmr as _zmr
+
+
+def zmr(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    """zmr smoke as a process of its own: these tests are about processes (groups, signals, what a run can import) and
+    about Ray, which the module's fixture starts in this very process (`ray.init`), where an in-process run would join it."""
+    return _zmr(*args, process=True, **kwargs)
 
 TRAINER_V1 = "import math\n\n\ndef train(batch):\n    return sum(batch)\n"
 TRAINER_PATCHED = "import math\n\n\ndef train(batch):\n    return math.fsum(batch)  # order-independent\n"
