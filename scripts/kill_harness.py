@@ -4,6 +4,7 @@
     python scripts/kill_harness.py                 # every point of every command
     python scripts/kill_harness.py --points 10     # 10 seeded points per command (plus each commit point)
     python scripts/kill_harness.py --only export rebase-continue --seed 3
+    python scripts/kill_harness.py --random 50     # 50 seeded random instants per command (SIGKILL or SIGHUP of zmr and its git)
 
 What each trial checks: tests/killing.py. Prints, per command, how many
 fault points it has and how many were tried; a command whose trial fails is
@@ -28,6 +29,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=0, help="seeded kill points per command (0: every point)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--random", type=int, default=0, help="seeded random instants per command instead of fault points (seeds SEED..SEED+N-1)")
     parser.add_argument("--only", nargs="*", default=[], help="scenario names: " + " ".join(s.name for s in killing.SCENARIOS))
     options = parser.parse_args()
     scenarios = [s for s in killing.SCENARIOS if not options.only or s.name in options.only]
@@ -38,6 +40,22 @@ def main() -> int:
         for scenario in scenarios:
             pick = killing.sample(options.points, options.seed) if options.points else killing.every_point
             started = time.monotonic()
+            if options.random:
+                trials_at = killing.run_random(scenario, Path(tmp), list(range(options.seed, options.seed + options.random)))
+                bad = [t for t in trials_at if t.failed]
+                total += len(trials_at)
+                killed = sum(1 for t in trials_at if t.killed)
+                said = sum(1 for t in trials_at if t.recovered)
+                print(
+                    f"{scenario.name:20} {len(trials_at):4} random instants, {killed:4} killed mid-run ({said} recovered by the next command),"
+                    f" {len(bad)} failed, {time.monotonic() - started:6.1f} s",
+                    flush=True,
+                )
+                for t in bad:
+                    print(f"  FAILED: {t.failed}", flush=True)
+                if bad:
+                    failed.append(scenario.name)
+                continue
             try:
                 points, trials = killing.run_scenario(scenario, Path(tmp), pick)
             except AssertionError as err:

@@ -19,6 +19,12 @@ zmr/faults.py) and the state it reaches, then, for each kill point N:
    branches. So nothing the user had is lost (their commits are in the
    series the uninterrupted run writes) and no half-written file survives.
 
+Kills anywhere (issue #47.10): ``run_random`` kills the command at a seeded
+random instant instead, by SIGKILL or SIGHUP to its whole process group (zmr
+and the git it runs: inside a cherry-pick too, between any two of git's own
+writes), then checks steps 3 to 5 the same way. The instants are drawn from
+the time between the first fault point of the uninterrupted run and its end.
+
 Used by tests/test_kill_harness.py (a few points per command, seeded) and
 scripts/kill_harness.py (every point, or more seeds).
 """
@@ -33,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +176,110 @@ def run_scenario(scenario: Scenario, folder: Path, pick: Callable[[list[str]], l
         trials.append(Trial(point, points[point - 1], killed.returncode == -signal.SIGKILL, said, steps))
     shutil.rmtree(pristine)
     return len(points), trials
+
+
+@dataclass
+class RandomTrial:
+    seed: int
+    signal: str  # SIGKILL or SIGHUP
+    delay: float  # seconds after the start
+    killed: bool  # False: the command had finished before the instant
+    recovered: str
+    steps: list[str] = field(default_factory=list)
+    failed: str = ""  # what went wrong ("" when it converged to the uninterrupted run's state)
+
+
+_RANDOM_SIGNALS = (signal.SIGKILL, signal.SIGHUP)
+
+
+def _timed_run(fx: Fixture, log: Path) -> tuple[int, list[float], float]:
+    """The uninterrupted run: (exit status, the second at which each fault point was reached, seconds in all)."""
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
+    full.update(fx.env)
+    full[KILL_LOG] = str(log)
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "zmr", *fx.args], cwd=fx.cwd, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    times: list[float] = []
+    while proc.poll() is None:
+        seen = log.read_text().count("\n") if log.exists() else 0
+        times += [time.monotonic() - started] * (seen - len(times))
+        time.sleep(0.002)
+    total = time.monotonic() - started
+    seen = log.read_text().count("\n") if log.exists() else 0
+    times += [total] * (seen - len(times))
+    return proc.returncode, times, total
+
+
+KILL_LOG = "ZMR_TEST_KILL_LOG"
+
+
+def kill_at_instant(fx: Fixture, delay: float, sig: int) -> int | None:
+    """Run the command, and *delay* seconds after its start send *sig* to its process group; its exit status, None when killed."""
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
+    full.update(fx.env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", *fx.args], cwd=fx.cwd, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        proc.wait(timeout=delay)
+        return proc.returncode
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, sig)  # zmr and the git processes it started: a CI runner's cancel, a closed terminal, the OOM killer
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    # A git process that outlived zmr (it left the group) must not write after the kill: wait for the group to be gone.
+    for _ in range(500):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    return None if proc.returncode in (-signal.SIGKILL, -signal.SIGHUP) else proc.returncode
+
+
+def run_random(scenario: Scenario, folder: Path, seeds: list[int]) -> list[RandomTrial]:
+    """Build the fixture in *folder*, time an uninterrupted run, then kill a run at a random instant per seed and check it converges.
+
+    An instant is drawn between two consecutive fault points of the uninterrupted run (chosen at random, then a random
+    point of the time between them): every step gets kills, however short, the git processes included; kills between
+    the last point and the end, and of a run that finished first, are kept too (the run did its work: it must stay done).
+    """
+    base = folder / scenario.name
+    fx = scenario.build(base)
+    pristine = folder / f"{scenario.name}.pristine"
+    shutil.copytree(base, pristine, symlinks=True)
+    log = folder / f"{scenario.name}.timed-points"
+    code, times, total = _timed_run(fx, log)
+    assert code == fx.code, f"{scenario.name}: the uninterrupted run: exit {code}"
+    marks = [*times, total]
+    expected = snapshot(fx)
+    trials = []
+    for seed in seeds:
+        rng = random.Random(f"{scenario.name}-{seed}")
+        k = rng.randrange(len(marks) - 1) if len(marks) > 1 else 0
+        delay = rng.uniform(marks[k], marks[k + 1]) if len(marks) > 1 else rng.uniform(0, total)
+        sig = rng.choice(_RANDOM_SIGNALS)
+        shutil.rmtree(base)
+        shutil.copytree(pristine, base, symlinks=True)
+        status = kill_at_instant(fx, delay, sig)
+        trial = RandomTrial(seed, signal.Signals(sig).name, delay, status is None, "")
+        where = f"{scenario.name}, {trial.signal} at {delay:.3f} s of {total:.3f} s (seed {seed})"
+        try:
+            assert status is None or status == fx.code, f"{where}: exit {status}"
+            trial.recovered, trial.steps = converge(fx)
+            now = snapshot(fx)
+            where += f"; then {trial.steps}"
+            assert now.keys() == expected.keys(), where
+            for key in expected:
+                assert now[key] == expected[key], f"{where}: {key} differs:\n{now[key]!r}\nexpected\n{expected[key]!r}"
+        except AssertionError as err:
+            trial.failed = str(err)
+        trials.append(trial)
+    shutil.rmtree(pristine)
+    return trials
 
 
 def sample(count: int, seed: int, always: tuple[str, ...] = ("commit-point",)) -> Callable[[list[str]], list[int]]:

@@ -9,13 +9,21 @@ cherry-pick of a move made in a checkout; else one of its points. ``ZMR_KILL_POI
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import signal
 
 import pytest
 
 import killing
+from conftest import git
 
 MORE = int(os.environ.get("ZMR_KILL_POINTS", "0"))
+# Random instants in the normal suite (#47.10): a few seeds for the writers whose kills git's own work can cut short;
+# `python scripts/kill_harness.py --random N` tries N seeds of every writer.
+RANDOM = {"update-apply-3way": [1, 2, 3], "rebase-continue": [1, 2], "checkout-merge": [1, 2], "export": [1]}
 
 
 @pytest.mark.parametrize("scenario", killing.SCENARIOS, ids=[s.name for s in killing.SCENARIOS])
@@ -58,3 +66,75 @@ def test_rebase_continue_killed_after_a_clean_cherry_pick_records_no_resolution(
 
     points, trials = killing.run_scenario(scenario, tmp_path, after_a_clean_pick)
     assert [t.name for t in trials] == ["atomic-write"] and trials[0].killed
+
+
+def _killed_before_its_first_pick(tmp_path):
+    """update-apply-3way killed as its first `git cherry-pick` starts: its fixture, the uninterrupted run's snapshot, the pick."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
+    fx = scenario.build(tmp_path / "run")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(fx.base, pristine, symlinks=True)
+    log = tmp_path / "points"
+    assert killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL_LOG": str(log)}).returncode == 0
+    expected = killing.snapshot(fx)
+    points = log.read_text().splitlines()
+    # The first pick of a patch: right after the state that names it is saved (an earlier `cherry-pick --quit` readies the checkout).
+    point = next(n for n in range(2, len(points) + 1) if points[n - 1] == "git cherry-pick" and points[n - 2] == "atomic-rename")
+    shutil.rmtree(fx.base)
+    shutil.copytree(pristine, fx.base, symlinks=True)
+    killed = killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL": str(point)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    state = json.loads((fx.cwd / ".git/zmr/rebase/toy/rollout/state.json").read_text())
+    return fx, expected, state["old_chain"][state["stopped"]["index"]]
+
+
+@pytest.mark.parametrize("left", ["staged", "tree", "tree-locked", "committed"])
+def test_update_apply_killed_inside_git_cherry_pick_is_finished_by_the_rerun(tmp_path, left):
+    """Issue #47.10: a kill inside git's own cherry-pick (SIGKILL or SIGHUP of the job: git dies too) left zmr's half-written
+    pick in the checkout, and the rerun said "the working tree is not clean ... commit or drop those changes" about files the
+    user never touched. Here real git leaves what a pick cut short at each of its steps leaves: the pick merged into the index
+    and the tree, not committed (CHERRY_PICK_HEAD); the tree written, the index not (SIGHUP: git's handler removes its lock);
+    the same with git's index.lock left (SIGKILL); committed, its state not removed yet. The rerun must finish the move."""
+    fx, expected, commit = _killed_before_its_first_pick(tmp_path)
+    co = fx.cwd / "work/toy/rollout"
+    git("cherry-pick", "--no-commit", commit, cwd=co)
+    if left == "committed":
+        git("commit", "-q", "--no-verify", "-C", commit, cwd=co)
+    if left in ("staged", "committed"):
+        git("update-ref", "CHERRY_PICK_HEAD", commit, cwd=co)
+    else:
+        git("read-tree", "HEAD", cwd=co)
+        if left == "tree-locked":
+            (co / ".git/index.lock").write_bytes(b"")
+    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "not clean" not in rerun.stderr
+    if left != "committed":
+        assert re.search(r"undone now: zmr's interrupted cherry-pick of 0001-\S+ in work/toy/rollout", rerun.stderr), rerun.stderr
+    now = killing.snapshot(fx)
+    for key in expected:
+        if key.startswith("checkout ") and left == "committed":
+            assert now[key][0] == expected[key][0] and now[key][1:] == expected[key][1:], key  # the commit: git's committer, not zmr's
+            continue
+        assert now[key] == expected[key], key
+    assert not (co / ".git/index.lock").exists() and not (co / ".git/CHERRY_PICK_HEAD").exists()
+
+
+def test_a_user_edit_left_in_the_checkout_of_an_interrupted_move_is_not_taken_for_zmrs(tmp_path):
+    """The other side of #47.10: a file the interrupted pick does not touch, changed in the checkout, is the user's: refused, kept."""
+    fx, _, commit = _killed_before_its_first_pick(tmp_path)
+    co = fx.cwd / "work/toy/rollout"
+    git("cherry-pick", "--no-commit", commit, cwd=co)
+    git("read-tree", "HEAD", cwd=co)
+    (co / "README.md").write_text("my own edit\n")
+    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert rerun.returncode != 0 and "README.md" in rerun.stderr, rerun.stderr
+    assert (co / "README.md").read_text() == "my own edit\n"
+
+
+@pytest.mark.parametrize("scenario", [s for s in killing.SCENARIOS if s.name in RANDOM], ids=lambda s: s.name)
+def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tmp_path, scenario):
+    """#47.10: SIGKILL or SIGHUP of the whole process group (zmr and its git) at seeded random instants, not only at fault points."""
+    trials = killing.run_random(scenario, tmp_path, RANDOM[scenario.name])
+    assert [t.failed for t in trials if t.failed] == []
+    assert len(trials) == len(RANDOM[scenario.name])

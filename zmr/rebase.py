@@ -358,6 +358,7 @@ class Outcome:
     reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (zmr.resolutions)
     recorded: list[str] = field(default_factory=list)  # files of resolutions recorded by --continue (commit them)
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, and why not replayed
+    recovered: list[str] = field(default_factory=list)  # what this run finished or undid of a zmr killed mid-operation (§7.8.4)
 
     def to_json(self) -> dict:
         return {
@@ -375,6 +376,7 @@ class Outcome:
             "reused_resolutions": self.reused,
             "recorded_resolutions": self.recorded,
             "unused_resolutions": [u.to_json() for u in self.unused],
+            "recovered": self.recovered,
         }
 
 
@@ -393,6 +395,7 @@ class Stopped:
     rev: str = ""
     reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution before it stopped
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried (the one of the patch it stopped on too), not replayed
+    recovered: list[str] = field(default_factory=list)  # as Outcome's
 
     def to_json(self) -> dict:
         return {
@@ -409,6 +412,7 @@ class Stopped:
             "dropped": [d.to_json() for d in self.dropped],
             "reused_resolutions": self.reused,
             "unused_resolutions": [u.to_json() for u in self.unused],
+            "recovered": self.recovered,
         }
 
 
@@ -712,6 +716,7 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
     if state.phase == "finalize":
         return _finalize(project, component, state, cache, progress)
     stopped = state.stopped
+    recovered: list[str] = []
     if stopped and state.prepared:
         co = state.open_checkout()
         if co is None:
@@ -721,6 +726,8 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
             )
         commit = state.old_chain[stopped.index]
         where = checkout.show_path(project, co.path)
+        if not stopped.conflict:
+            recovered += _own_pick(co, stopped, commit, f"{state.names[stopped.index]} in {where}")
         if co.pick_in_progress():
             files = co.unmerged_paths()
             if files:
@@ -773,8 +780,33 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
                     f"or undo the whole rebase: `zmr rebase {m} -c {k} --abort`",
                 ],
             )
-        # else: interrupted before the cherry-pick ran: it runs again below.
-    return _run(project, component, state, cache, progress)
+        # else: interrupted before the cherry-pick ran (or its half was undone above): it runs again below.
+    result = _run(project, component, state, cache, progress)
+    result.recovered = recovered + result.recovered
+    return result
+
+
+def _own_pick(co: Checkout, stopped: StoppedAt, commit: str, what: str) -> list[str]:
+    """What zmr's own cherry-pick of *commit*, killed while git ran it (*stopped* names it: no conflict was handed over), left
+    in *co*: finished (committed, its state left: forgotten) or undone (HEAD is still *stopped.head_before*: the half-written
+    index and files put back), as lines saying which; [] when it left nothing. What it cannot have written, a change to a file
+    the pick does not touch, is the user's: left alone, for the checks after this to refuse with.
+    """
+    from zmr.replay import file_sets
+
+    if co.head() != stopped.head_before:
+        if not co.pick_in_progress():
+            return []
+        co.quit_pick(stale_lock=True)  # committed: only git's own note of the pick is left (no commit of the engineer's: none was asked for)
+        return [f"finished now: zmr's interrupted cherry-pick of {what} (committed; git's note of it removed)"]
+    touched = file_sets(co.repo, [commit])[commit]
+    left = co.pick_leftovers()
+    if not left.any:
+        return []
+    if not set(left.paths) <= touched:
+        return []  # something the pick does not write: the user's (refused below, nothing undone)
+    co.undo_pick(stopped.head_before or "HEAD", [p for p in left.untracked if p in touched])
+    return [f"undone now: zmr's interrupted cherry-pick of {what} (its half-written files put back: {', '.join(sorted(left.paths)) or 'none'}); it ran again"]
 
 
 def _record_resolution(project: Project, component: Component, state: RebaseState, co: Checkout) -> None:

@@ -73,6 +73,8 @@ def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
     from zmr.errors import CheckFailed
     from zmr.files import atomic_write
 
+    for line in outcome.recovered:  # a zmr killed in the middle of its own git work: what this run finished or undid of it
+        warn(f"{outcome.component.label}: {line}")
     if isinstance(outcome, zmr.rebase.Stopped):
         if json_out:
             print_json(outcome.to_json())

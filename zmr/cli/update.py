@@ -77,6 +77,9 @@ def update(
         results = zmr.update.update(project, targets, to, apply_moves=apply, cache=cache, progress=progress, check_for=check_for)
     for note in cache.notes:  # a fetch retried after a transient network error, among others
         warn(note)
+    for r in results:  # a move killed in the middle of its own git work: what this run finished or undid of it
+        for line in r.outcome.recovered if r.outcome is not None else []:
+            warn(f"{r.component.label}: {line}")
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     outcome = zmr.update.UpdateReport(results, applied=apply, checked=check, target=to)
