@@ -147,7 +147,7 @@ def converge(fx: Fixture) -> tuple[str, list[str]]:
         followed = run_zmr(advised, fx.cwd, fx.env)
         _check_output(f"advised zmr {' '.join(advised)}", followed)
         steps.append(" ".join(advised) + f" -> {followed.returncode}")
-    raise AssertionError(f"zmr {' '.join(fx.args)} did not converge: {steps}\n{rerun.stderr}")
+    raise AssertionError(f"zmr {' '.join(fx.args)} did not converge: {steps}\n{rerun.stderr}\nzmr {' '.join(advised)}:\n{followed.stderr}")
 
 
 def run_scenario(scenario: Scenario, folder: Path, pick: Callable[[list[str]], list[int]]) -> tuple[int, list[Trial]]:
@@ -276,7 +276,7 @@ def run_random(scenario: Scenario, folder: Path, seeds: list[int]) -> list[Rando
             for key in expected:
                 assert now[key] == expected[key], f"{where}: {key} differs:\n{now[key]!r}\nexpected\n{expected[key]!r}"
         except AssertionError as err:
-            trial.failed = str(err)
+            trial.failed = f"{where}: {err}" if not str(err).startswith(where) else str(err)
         trials.append(trial)
     shutil.rmtree(pristine)
     return trials

@@ -88,20 +88,23 @@ def _killed_before_its_first_pick(tmp_path):
     return fx, expected, state["old_chain"][state["stopped"]["index"]]
 
 
-@pytest.mark.parametrize("left", ["staged", "tree", "tree-locked", "committed"])
+@pytest.mark.parametrize("left", ["staged", "tree", "tree-locked", "committed", "ref-locked"])
 def test_update_apply_killed_inside_git_cherry_pick_is_finished_by_the_rerun(tmp_path, left):
     """Issue #47.10: a kill inside git's own cherry-pick (SIGKILL or SIGHUP of the job: git dies too) left zmr's half-written
     pick in the checkout, and the rerun said "the working tree is not clean ... commit or drop those changes" about files the
     user never touched. Here real git leaves what a pick cut short at each of its steps leaves: the pick merged into the index
     and the tree, not committed (CHERRY_PICK_HEAD); the tree written, the index not (SIGHUP: git's handler removes its lock);
-    the same with git's index.lock left (SIGKILL); committed, its state not removed yet. The rerun must finish the move."""
+    the same with git's index.lock left (SIGKILL); committed, its state not removed yet; merged, killed as it moved the
+    branch (the ref's lock left: found by the random kills). The rerun must finish the move."""
     fx, expected, commit = _killed_before_its_first_pick(tmp_path)
     co = fx.cwd / "work/toy/rollout"
     git("cherry-pick", "--no-commit", commit, cwd=co)
     if left == "committed":
         git("commit", "-q", "--no-verify", "-C", commit, cwd=co)
-    if left in ("staged", "committed"):
+    if left in ("staged", "committed", "ref-locked"):
         git("update-ref", "CHERRY_PICK_HEAD", commit, cwd=co)
+    if left == "ref-locked":
+        (co / ".git/refs/heads/toy/rollout.lock").write_bytes(b"")
     else:
         git("read-tree", "HEAD", cwd=co)
         if left == "tree-locked":
@@ -109,6 +112,8 @@ def test_update_apply_killed_inside_git_cherry_pick_is_finished_by_the_rerun(tmp
     rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
     assert rerun.returncode == 0, rerun.stderr
     assert "not clean" not in rerun.stderr
+    if left == "ref-locked":
+        assert "undone now: the lock refs/heads/toy/rollout.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
     if left != "committed":
         assert re.search(r"undone now: zmr's interrupted cherry-pick of 0001-\S+ in work/toy/rollout", rerun.stderr), rerun.stderr
     now = killing.snapshot(fx)
@@ -118,6 +123,7 @@ def test_update_apply_killed_inside_git_cherry_pick_is_finished_by_the_rerun(tmp
             continue
         assert now[key] == expected[key], key
     assert not (co / ".git/index.lock").exists() and not (co / ".git/CHERRY_PICK_HEAD").exists()
+    assert not list((co / ".git/refs").rglob("*.lock"))
 
 
 def test_a_user_edit_left_in_the_checkout_of_an_interrupted_move_is_not_taken_for_zmrs(tmp_path):

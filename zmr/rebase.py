@@ -713,10 +713,12 @@ def resume(
 
 def _resume(project: Project, component: Component, cache: Cache, progress: Progress | None) -> Outcome | Stopped:
     state = _load(project, component)
-    if state.phase == "finalize":
-        return _finalize(project, component, state, cache, progress)
     stopped = state.stopped
-    recovered: list[str] = []
+    recovered = _stale_locks(project, state)
+    if state.phase == "finalize":
+        result: Outcome | Stopped = _finalize(project, component, state, cache, progress)
+        result.recovered = recovered + result.recovered
+        return result
     if stopped and state.prepared:
         co = state.open_checkout()
         if co is None:
@@ -784,6 +786,20 @@ def _resume(project: Project, component: Component, cache: Cache, progress: Prog
     result = _run(project, component, state, cache, progress)
     result.recovered = recovered + result.recovered
     return result
+
+
+def _stale_locks(project: Project, state: RebaseState) -> list[str]:
+    """A zmr killed while its git wrote in the rebase's checkout (never handed to the engineer: no conflict stopped there)
+    leaves git's lock files, which every later git command there refuses on: removed, and said."""
+    if state.saved is None or (state.stopped is not None and state.stopped.conflict):
+        return []
+    co = state.open_checkout()
+    if co is None:
+        return []
+    removed = co.remove_stale_locks()
+    if not removed:
+        return []
+    return [f"undone now: the lock{'s' if len(removed) != 1 else ''} {', '.join(removed)} that zmr's killed git left in {checkout.show_path(project, co.path)}"]
 
 
 def _own_pick(co: Checkout, stopped: StoppedAt, commit: str, what: str) -> list[str]:

@@ -149,6 +149,19 @@ class Checkout:
         """
         return self.repo.apply(["--index", "-p1", "--whitespace=nowarn"], input=diff).returncode == 0
 
+    def remove_stale_locks(self) -> list[str]:
+        """The lock files a git killed in this checkout left (``index.lock``, ``HEAD.lock``, a ref's ``.lock``), removed: their
+        names. Only for a caller that knows the git that made them was zmr's own, killed (under zmr's lock of the component)."""
+        names = ["index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock"]
+        refs = self.git_dir / "refs"
+        found = [self.git_dir / name for name in names] + (sorted(refs.rglob("*.lock")) if refs.is_dir() and not refs.is_symlink() else [])
+        removed = []
+        for path in found:
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+                removed.append(path.relative_to(self.git_dir).as_posix())
+        return removed
+
     def pick_leftovers(self) -> PickLeftovers:
         """What a cherry-pick killed before it committed may have left: changed and untracked files, git's note and lock."""
         out = self.repo.run(["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"]).stdout
