@@ -351,8 +351,8 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     small = render(_report(2, 3))
     assert small.startswith(MARKER + "\n") and "Truncated" not in small
     assert "`m/c1`" in small and "left out" not in small
-    # Per component: the range-diff, the interdiff, the added patch, the stat, the unified diff.
-    assert small.count("<details") == 2 * 5
+    # Per component: the range-diff, the interdiff, the added patch, the release tree's diff of the file the series touches.
+    assert small.count("<details") == 2 * 4
     assert "1: 0001-x.patch ! 1: 0001-x.patch Patch  [code]" in small and "-: - > 3: 0003-z.patch Added" in small
     assert "````diff" in small  # the fence is longer than the backticks inside
     assert "+z = 1" in small and " src/x.py | 4 +++-" in small and "+tree line 2" in small
@@ -360,9 +360,10 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     huge = render(_report(2, 3, tree_lines=5000))
     assert len(huge) <= COMMENT_LIMIT and "**Truncated** to fit one comment" in huge
     assert "+tree line 4999" not in huge and "+new line 2" in huge and "+z = 1" in huge
-    assert huge.count("- release tree: unified diff: left out to fit one comment (5004 lines,") == 2
-    assert "`zmr diff 111111111111 222222222222 m -c c0` shows it" in huge
-    assert "left out 2 blocks" in huge
+    # Cut, not dropped (#47.9): each shows its head, then says how much it left out and where to see it.
+    assert huge.count("+tree line 0\n") == 2 and len(re.findall(r"_first \d+ of 5007 lines shown; \d+ lines \(\d+ characters\) left out", huge)) == 2
+    assert "`zmr diff 111111111111 222222222222 m -c c0` shows them" in huge
+    assert "left out parts of 2 blocks" in huge
     # Many components with big diffs: blocks folded, then whole sections left out, and said.
     big = render(_report(60, 400, tree_lines=400))
     assert len(big) <= COMMENT_LIMIT
@@ -623,7 +624,8 @@ def test_a_3_way_merged_patch_is_paired_in_the_update_report_and_diff_calls_it_c
     assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
     comment = out.read_text()
     assert "<details><summary>interdiff `0001-fixed-split.patch`: context only (the pin moved)</summary>" in comment  # closed
-    assert "<details open><summary>series range-diff" in comment and "release tree: unified diff" in comment
+    assert "<details open><summary>the series' change: range-diff" in comment
+    assert "release tree, the files a patch touches (1 file" in comment and "upstream's own change: unified diff" in comment
 
 
 def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
@@ -666,9 +668,9 @@ def test_the_pull_request_workflows_post_the_new_markdown(proj, up, tmp_path):
     ran = _run_step("Post the diff", tmp_path, runner, _inputs("diff-comment"), workflow_run, bin_dir)
     assert ran.returncode == 0 and "commented on #7" in ran.stdout, ran.stdout + ran.stderr
     assert recorded.read_text() == made  # the comment is zmr diff's markdown, byte for byte
-    assert made.startswith(MARKER_LINE) and "<details open><summary>series range-diff (2 lines)</summary>" in made
+    assert made.startswith(MARKER_LINE) and "<details open><summary>the series' change: range-diff (2 lines)</summary>" in made
     assert "interdiff `0001-a.patch`: code changed" in made and "+value 5 patched again" in made
-    assert "added patch `0002-b.patch`" in made and "release tree: unified diff" in made
+    assert "added patch `0002-b.patch`" in made and "release tree, the files a patch touches" in made
 
 
 def test_the_text_goes_through_gits_pager_on_a_terminal(proj, up, tmp_path):
@@ -821,7 +823,7 @@ def test_components_with_the_same_release_trees_share_one_patch(proj, up, tmp_pa
     out = tmp_path / "comment.md"
     assert zmr("diff", "--markdown", str(out), base, "HEAD", cwd=proj.root).returncode == 0
     comment = out.read_text()
-    assert comment.count("release tree: unified diff") == 1 and "The release tree's diff is `toy/rollout`'s (the same two trees)." in comment
+    assert comment.count("upstream's own change: unified diff") == 1 and "The release tree's diff is `toy/rollout`'s (the same two trees)." in comment
 
 
 # -- blobs the project has ---------------------------------------------------------------------------
@@ -1096,3 +1098,91 @@ def test_lines_are_counted_from_the_diff_as_numstat_counts_them(proj, tmp_path, 
     assert {"lib/blob.bin", "run.sh", "empty.txt", "vendor/sub"} <= {f["path"] for f in tree["files"]} and ("link" in tree["patch"]) == typechange
     assert tree["patch"] == git("diff", "--no-renames", "--full-index", old, new, cwd=up.path) + "\n"
     assert len(re.findall(r"zmr: git diff-tree -r -z --numstat", result.stderr)) == typechange, result.stderr
+
+
+# -- reviewing a pin move (#47.9) -----------------------------------------------------------------
+
+NOTE = "".join(f"upstream note line {i}\n" for i in range(40))
+
+
+def _pin_move_review(proj, up) -> str:
+    """A 120-commit pin move that upstream fills with its own change (a note file of 40 lines each), and a series that
+    keeps one patch, drops one, changes one and adds one: (the diff's text)."""
+    pin = up.commits[1]
+    proj.series(
+        "toy",
+        "rollout",
+        [
+            ("0001-a.patch", patch(up, pin, 0, 5, "Patch A")),
+            ("0002-b.patch", patch(up, pin, 1, 5, "Patch B", new="value 5 only in patch B")),
+            ("0003-c.patch", patch(up, pin, 2, 5, "Patch C")),
+        ],
+    )
+    manifest(proj, up, pin)
+    proj.commit_all("toy at the old pin")
+    for k in range(120):
+        up.commit({f"docs/notes/n{k:03}.md": NOTE}, f"Add note {k}")
+    new = up.commits[-1]
+    proj.series(
+        "toy",
+        "rollout",
+        [
+            ("0001-a.patch", patch(up, new, 0, 5, "Patch A")),
+            ("0003-c.patch", patch(up, new, 2, 5, "Patch C", new="value 5 patched again")),
+            ("0004-d.patch", patch(up, new, 3, 9, "Patch D")),
+        ],
+    )
+    manifest(proj, up, new)
+    return new
+
+
+def test_a_pin_move_is_reviewed_summary_first_then_the_series_then_upstreams_own_change(proj, up, tmp_path):
+    """#47.9: the text of a many-commit move was nearly all upstream's change, with the series' part somewhere in it and a
+    removed patch's content nowhere. Now: a summary first (per component: the pin move, the patches added, changed, dropped,
+    landed, the tree stat), then what the series changes (range-diff, interdiffs, added and removed patches), then upstream's
+    own change last (in the comment: folded)."""
+    _pin_move_review(proj, up)
+    out = tmp_path / "comment.md"
+    result = zmr("diff", "--color", "never", "--markdown", str(out), cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    summary_at = text.index("summary")
+    series_at = text.index("the series' change")
+    upstream_at = text.index("upstream's own change")
+    assert summary_at < series_at < upstream_at
+    summary = text[summary_at:series_at]
+    assert "pin " in summary and "(forward, 122 commits)" in summary
+    assert "added 0004-d.patch" in summary and "changed 0003-c.patch" in summary and "dropped 0002-b.patch" in summary
+    assert re.search(r"tree \d+ files \+\d+ -\d+", summary), summary
+    assert "upstream note line" not in text[:upstream_at]  # upstream's own change is not mixed into the series' part
+    # The dropped patch's content is shown, in the series' part.
+    series = text[series_at:upstream_at]
+    assert "removed 0002-b.patch" in series and "+value 5 only in patch B" in series
+    assert "+value 5 patched again" in series and "+value 9 patched" in series  # the changed patch's interdiff, the added one
+    assert "+upstream note line 39" in text[upstream_at:]
+    # The comment: the same order; upstream's own change folded (closed), the series' part open.
+    comment = out.read_text()
+    assert comment.index("dropped") < comment.index("removed patch `0002-b.patch`") < comment.index("upstream's own change")
+    assert "+value 5 only in patch B" in comment
+    folded = comment[comment.index("upstream's own change") - 200 :]
+    assert "<details><summary>upstream's own change" in folded
+
+
+def test_a_block_too_large_for_the_comment_shows_its_head_and_says_what_was_left_out(proj, up, tmp_path):
+    """#47.9: a block over the comment's budget was dropped whole; now its head is shown up to the budget, and the rest counted."""
+    from zmr.cli.diffmarkdown import render
+    from zmr.diff import diff as compute
+    from zmr.project import Project
+
+    _pin_move_review(proj, up)
+    report = compute(Project.find(proj.root), None, None)
+    limit = 30_000
+    comment = render(report, limit=limit)
+    assert len(comment) <= limit
+    assert "+upstream note line 0" in comment  # the head of upstream's change: shown
+    assert "+upstream note line 39\n+upstream note line 39" not in comment
+    cut = re.search(r"first (\d+) of (\d+) lines shown; (\d+) lines \((\d+) characters\) left out", comment)
+    assert cut, comment[-3000:]
+    shown, lines, left = (int(cut.group(k)) for k in (1, 2, 3))
+    assert 0 < shown < lines and shown + left == lines
+    assert "+value 5 only in patch B" in comment and "+value 9 patched" in comment  # the series' part is whole

@@ -53,6 +53,7 @@ _ALWAYS = ("zmr.yaml", "manifests", "patches")
 # `patches:` and `upstream:` values: folders and bundles a manifest names, read from the revision too.
 _NAMED_PATH_RE = re.compile(r"^\s*(?:patches|upstream)\s*:\s*[\"']?([^\"'#\s]+)", re.M)
 _NOT_A_PATH_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/:]+:(?!//)")
+_FILE_CHUNK_RE = re.compile(r"(?m)^(?=diff --git )")  # where each file's part of a unified diff starts
 _DEFAULT_BRANCHES = ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/remotes/origin/main", "refs/heads/master", "refs/remotes/origin/master")
 
 
@@ -157,6 +158,31 @@ class TreeDiff:
     @property
     def deletions(self) -> int:
         return sum(f.deletions or 0 for f in self.files)
+
+    @property
+    def series_files(self) -> frozenset[str]:
+        """The files either side's series touches: their lines in the release tree's diff are upstream's and the series' at once."""
+        return frozenset(self.series_files_old) | frozenset(self.series_files_new)
+
+    def split_files(self) -> tuple[list[FileChange], list[FileChange]]:
+        """The changed files: (those a series touches, the rest: upstream's own change alone)."""
+        touched = self.series_files
+        return [f for f in self.files if f.path in touched], [f for f in self.files if f.path not in touched]
+
+    def split_patch(self) -> tuple[str, str]:
+        """*patch* cut by file: (the files a series touches, the rest: upstream's own change); a file whose header names no
+        listed path (quoted by git) goes with the rest."""
+        if not self.patch:
+            return "", ""
+        touched = self.series_files
+        ours: list[str] = []
+        theirs: list[str] = []
+        for chunk in _FILE_CHUNK_RE.split(self.patch):
+            if not chunk:
+                continue
+            mine = any(chunk.startswith(f"diff --git a/{path} b/{path}\n") for path in touched)
+            (ours if mine else theirs).append(chunk)
+        return "".join(ours), "".join(theirs)
 
     @property
     def alternates(self) -> list[str]:

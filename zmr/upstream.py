@@ -429,7 +429,7 @@ class Pair:
     kind: str | None = None
     by: str | None = None
     interdiff: str = ""  # the range-diff block of a changed pair: header line, then the diff of the two patches
-    diff: str = ""  # the patch itself, for an added one (``>``)
+    diff: str = ""  # the patch itself, for an added one (``>``) and a removed one (``<``: what the series no longer does)
 
     def line(self, width: int = 1) -> str:
         """The range-diff line, numbered within each series from 1."""
@@ -441,7 +441,7 @@ class Pair:
         data: dict = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
         if self.sign == "!":
             data |= {"kind": self.kind, "paired_by": self.by, "interdiff": self.interdiff}
-        if self.sign == ">":
+        if self.sign in "<>":
             data["diff"] = self.diff
         return data
 
@@ -576,12 +576,13 @@ def pair_series(
     # What each changed pair changed, and each added patch's diff: one diff-tree run for all of them.
     changed = [(i, j) for j, (i, sign, _) in paired.items() if sign == "!"]
     added = [j for j in range(len(new_chain)) if j not in paired]
+    removed_ones = [i for i in range(len(old_chain)) if i not in {o for o, _, _ in paired.values()}]
     wanted = [old_chain[i] for i, _ in changed] + [new_chain[j] for _, j in changed] + [new_chain[j] for j in added]
-    patches = repo.commit_patches(wanted)
+    patches = repo.commit_patches(wanted + [old_chain[i] for i in removed_ones])
     messages = _messages(repo, wanted[: 2 * len(changed)] + [old_chain[i] for i in free_old if ("old", i) not in subjects])
     messages |= _messages(repo, [new_chain[j] for j in range(len(new_chain)) if ("new", j) not in subjects and new_chain[j] not in messages])
     pairs: list[Pair] = []
-    removed = [i for i in range(len(old_chain)) if i not in {o for o, _, _ in paired.values()}]
+    removed = list(removed_ones)
 
     def subject(side: str, index: int) -> str:
         return subjects.get((side, index)) or messages[(old_chain if side == "old" else new_chain)[index]].split("\n", 1)[0]
@@ -589,7 +590,7 @@ def pair_series(
     def removed_before(limit: int | None) -> None:
         while removed and (limit is None or removed[0] < limit):
             i = removed.pop(0)
-            pairs.append(Pair(i, None, old_names[i], None, "<", subject("old", i)))
+            pairs.append(Pair(i, None, old_names[i], None, "<", subject("old", i), diff=patches.get(old_chain[i], "")))
 
     for j in range(len(new_chain)):
         if j in paired:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -135,52 +136,108 @@ def _paint(line: str, colored: bool, nested: bool = False) -> str:
 
 
 def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) -> str:
-    """The report as text: a line per component, then for a changed one its range-diff, interdiffs, added patches and release-tree diff.
+    """The report as text, for a reviewer in the order of reading (§7.20): a summary of every component first (its pin
+    move, patches added, changed, dropped and landed, conflicts, the release tree's stat in one line); then, per changed
+    component, what the series changes relative to upstream's move (range-diff, interdiffs, added and removed patches,
+    the release tree's diff of the files a patch touches); then upstream's own change (the rest of the release tree's
+    diff: files no patch touches), last.
 
     *mode*: ``patch`` (everything), ``stat`` (no diffs; each tree's diff stat), ``name-only`` (no diffs; the files' names).
     """
-    from zmr.cli.diffmarkdown import stat_text
-
     bold = (lambda s: f"\x1b[1m{s}{_RESET}") if colored else (lambda s: s)
     head = report.head[:12] if report.head else "working tree"
-    out = [f"base {report.base[:12]} ({report.base_rev}), head {head}"]
+    out = [f"base {report.base[:12]} ({report.base_rev}), head {head}", bold("summary:")]
     for c in report.components:
-        out.append(_summary(c) if c.status != "unchanged" else f"{c.status:9} {c.label}")
-        if c.status == "unchanged":
-            continue
-        p = c.patches
-        for name, how in p.landed.items() if p is not None else []:
-            out.append(f"  removed {name}: {how}")
-        if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
-            width = len(str(len(p.pairs)))
-            out.append(bold("  range-diff:"))
-            out += [f"    {pair.line(width)}" + (f"  [{pair.kind}]" if pair.kind else "") for pair in p.pairs]
-            if mode == "patch":
-                for pair in p.changed:
-                    if pair.kind == "context":
-                        lines = pair.interdiff.count("\n")
-                        out.append(bold(f"  interdiff {pair.new_name}: context only ({counted(lines, 'line')}, folded; --json holds it)"))
-                        continue
-                    out.append(bold(f"  interdiff {pair.new_name} ({pair.kind}, paired by {pair.by}):"))
-                    out += [_paint(f"    {line}", colored, nested=True) for line in pair.interdiff.splitlines()[1:]]
-                for pair in p.pairs:
-                    if pair.sign == ">":
-                        out.append(bold(f"  added {pair.new_name}:"))
-                        out += [_paint(line, colored) for line in pair.diff.splitlines()]
-        t = c.tree
-        if t is None or t.old is None or t.new is None:
-            continue
-        out.append(bold(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":")))
-        if t.same_as is not None:
-            out.append(f"  the same trees as {t.same_as}: {counted(t.files_changed, 'file')} +{t.insertions} -{t.deletions}")
-            continue
-        if mode == "name-only":
-            out += [f"  {f.path}" for f in t.files]
-            continue
-        out += [f" {line}" for line in stat_text(t.files).splitlines()]
-        if mode == "patch" and t.patch:
-            out += [_paint(line, colored) for line in t.patch.splitlines()]
+        out.append("  " + (_summary(c) if c.status != "unchanged" else f"{c.status:9} {c.label}"))
+        out += [f"    {line}" for line in summary_lines(c)]
+    for c in report.changed:
+        out += _series_part(c, mode, colored, bold)
+        out += _upstream_part(c, mode, colored, bold)
     return "\n".join(out) + "\n"
+
+
+def summary_lines(c: ComponentDiff) -> list[str]:
+    """What a reviewer reads first about a changed component, past its one line: the patches by name, and its conflicts."""
+    if c.status == "unchanged":
+        return []
+    lines = []
+    p = c.patches
+    if p is not None:
+        dropped = [name for name in p.removed if name not in p.landed]
+        for what, names in (
+            ("added", p.added),
+            ("changed", [f"{x.new_name} ({x.kind})" if x.kind else x.new_name or "" for x in p.changed]),
+            ("dropped", dropped),
+        ):
+            if names:
+                lines.append(f"{what} {', '.join(names)}")
+        lines += [f"landed {name}: {how}" for name, how in p.landed.items()]
+    if c.status == "broken":
+        lines.append(f"conflicts: {(c.reason or '').splitlines()[0] if c.reason else 'the series does not apply'}")
+    return lines
+
+
+def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str], str]) -> list[str]:
+    """What the series changes relative to upstream's move: the range-diff and each patch's part of it."""
+    from zmr.cli.diffmarkdown import stat_text
+
+    out = [bold(f"{c.label}: the series' change (relative to upstream's move)")]
+    p = c.patches
+    if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
+        width = len(str(len(p.pairs)))
+        out.append(bold("  range-diff:"))
+        out += [f"    {pair.line(width)}" + (f"  [{pair.kind}]" if pair.kind else "") for pair in p.pairs]
+        if mode == "patch":
+            for pair in p.changed:
+                if pair.kind == "context":
+                    lines = pair.interdiff.count("\n")
+                    out.append(bold(f"  interdiff {pair.new_name}: context only ({lines} lines, folded; --json holds it)"))
+                    continue
+                out.append(bold(f"  interdiff {pair.new_name} ({pair.kind}, paired by {pair.by}):"))
+                out += [_paint(f"    {line}", colored, nested=True) for line in pair.interdiff.splitlines()[1:]]
+            for pair in p.pairs:
+                if pair.sign in "<>":
+                    name = pair.new_name if pair.sign == ">" else pair.old_name
+                    landed = p.landed.get(name or "") if pair.sign == "<" else None
+                    out.append(bold(f"  {'added' if pair.sign == '>' else 'removed'} {name}:" + (f" ({landed})" if landed else "")))
+                    out += [_paint(line, colored) for line in pair.diff.splitlines()]
+    else:
+        out.append("  the same patches")
+    t = c.tree
+    if t is None or t.old is None or t.new is None or t.same_as is not None:
+        return out
+    ours, _ = t.split_files()
+    if not ours:
+        return out
+    out.append(bold(f"  release tree, the {len(ours)} file{'s' if len(ours) != 1 else ''} a patch touches (upstream's change and the series'):"))
+    if mode == "name-only":
+        return out + [f"  {f.path}" for f in ours]
+    out += [f" {line}" for line in stat_text(ours).splitlines()]
+    if mode == "patch" and t.patch:
+        out += [_paint(line, colored) for line in t.split_patch()[0].splitlines()]
+    return out
+
+
+def _upstream_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str], str]) -> list[str]:
+    """Upstream's own change: the release tree's diff of the files no patch touches, with the command that shows it all."""
+    from zmr.cli.diffmarkdown import stat_text
+
+    t = c.tree
+    if t is None or t.old is None or t.new is None:
+        return []
+    out = [bold(f"{c.label}: upstream's own change (the files no patch touches)")]
+    out.append(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":"))
+    if t.same_as is not None:
+        return out + [f"  the same trees as {t.same_as}: {t.files_changed} files +{t.insertions} -{t.deletions}"]
+    _, theirs = t.split_files()
+    if not theirs:
+        return out + ["  none: every file that changed is one a patch touches"]
+    if mode == "name-only":
+        return out + [f"  {f.path}" for f in theirs]
+    out += [f" {line}" for line in stat_text(theirs).splitlines()]
+    if mode == "patch" and t.patch:
+        out += [_paint(line, colored) for line in t.split_patch()[1].splitlines()]
+    return out
 
 
 def _summary(c: ComponentDiff) -> str:

@@ -1,17 +1,22 @@
 """``zmr diff --markdown``: the report as one pull-request comment, under GitHub's size limit.
 
-Layout: the hidden marker (the workflow finds its own comment by it), a
-summary table of the changed components, then one section per changed
-component: its pin and branch, the series' range-diff, then collapsible
-blocks: each changed patch's interdiff (a ``context`` one folded: closed,
-after the others), each added patch's diff, the release tree's diff stat
-and its unified diff. What does not fit in *limit* characters is cut
-whole, largest block first: a folded block leaves one line in its place
-saying what it was, how big, and the local ``zmr diff`` that shows it;
-sections that still do not fit are left out; a note at the end counts
-what was left out. Every text that comes from the repository (names,
-diffs, reasons) goes into code spans or fenced blocks, so a patch cannot
-write markdown or mention anyone.
+Layout, in the order a reviewer reads (§7.20): the hidden marker (the
+workflow finds its own comment by it), a summary table of the changed
+components; then one section per changed component: its summary (pin,
+branch, the patches added, changed, dropped and landed by name, conflicts,
+the release tree's stat in one line); then what the series changes
+relative to upstream's move, open: the range-diff, each changed patch's
+interdiff (a ``context`` one folded), each added and each removed patch's
+diff, the release tree's diff of the files a patch touches; then
+upstream's own change, folded: the diff stat and the diff of the files no
+patch touches. What does not fit in *limit* characters is cut, largest
+block first: a cut block shows its head up to what fits and then says how
+many lines and characters were left out and the local ``zmr diff`` that
+shows them (a block with no room for a head leaves one line saying what
+it was); sections that still do not fit are left out; a note at the end
+counts what was left out. Every text that comes from the repository
+(names, diffs, reasons) goes into code spans or fenced blocks, so a patch
+cannot write markdown or mention anyone.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ COMMENT_LIMIT = 65_536  # characters GitHub accepts in one pull-request comment
 MARKER = "<!-- zmr-diff -->"  # the first line: the workflow finds its own comment by it
 STAT_FILES = 200  # files a release tree's diff stat lists in the comment (then how many more, then the totals)
 _NOTE_ROOM = 800  # characters kept for the truncation note
+_CUT_NOTE = 400  # room for what a cut block says it left out
+_MIN_HEAD = 200  # a cut block shows a head of at least this many characters, or none
 _TICKS_RE = re.compile(r"`+")
 
 
@@ -117,21 +124,43 @@ def _row(c: ComponentDiff) -> str:
 
 @dataclass
 class _Block:
-    """A collapsible block of one section: what it shows, and whether it is cut."""
+    """A collapsible block of one section: what it shows, and how much of it (*keep*: the characters of its head; None: all)."""
 
     command: str  # the local zmr diff that shows the whole block
     title: str
     body: str
     lang: str = "diff"
     open: bool = False
-    folded: bool = False
+    keep: int | None = None
+
+    @property
+    def folded(self) -> bool:
+        """Cut to nothing: one line says what it was."""
+        return self.keep == 0
+
+    @property
+    def cut(self) -> bool:
+        return self.keep is not None
 
     def render(self) -> str:
+        lines = self.body.count("\n") + (not self.body.endswith("\n"))
         if self.folded:
-            lines = self.body.count("\n") + (not self.body.endswith("\n"))
-            size = f"{counted(lines, 'line')}, {counted(len(self.body), 'character')}"
-            return f"- {self.title}: left out to fit one comment ({size}); {code(self.command)} shows it\n"
-        return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
+            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(self.command)} shows it\n"
+        if self.keep is None:
+            return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
+        head = self.body[: self.keep]
+        shown = head.count("\n")
+        note = (
+            f"_first {shown} of {lines} lines shown; {lines - shown} lines ({len(self.body) - len(head)} characters) left out to fit one comment;"
+            f" {code(self.command)} shows them_"
+        )
+        return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(head, self.lang)}\n{note}\n</details>\n"
+
+    def cut_to(self, chars: int) -> None:
+        """Keep the whole lines of the body's head that fit in *chars* characters (none: folded to one line)."""
+        head = self.body[: max(0, chars)]
+        end = head.rfind("\n") + 1
+        self.keep = end if end >= _MIN_HEAD else 0
 
 
 @dataclass
@@ -146,6 +175,8 @@ class _Section:
 
 
 def _section(report: DiffReport, c: ComponentDiff) -> _Section:
+    from zmr.cli.diff import summary_lines
+
     lines = [f"### {code(c.label)}: {c.status}", ""]
     if c.reason:
         lines += ["", fenced(c.reason)]
@@ -161,29 +192,46 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     p = c.patches
     if p is not None:
         lines.append(f"- patches: {_patches(c)}" + ("" if p.matched_by == "range-diff" else f" (matched by {p.matched_by})"))
-        for name, how in p.landed.items():
-            lines.append(f"- {code(name)} {how}")
+    for line in summary_lines(c):
+        what, _, rest = line.partition(" ")
+        lines.append(f"- {what.rstrip(':')}: {code(rest)}")
     head = "\n".join(lines) + "\n\n"
     command = local_command(report, c)
     blocks: list[_Block] = []
     if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
         width = len(str(max(len(p.pairs), 1)))
         body = "".join(pair.line(width) + (f"  [{pair.kind}]" if pair.kind else "") + "\n" for pair in p.pairs)
-        blocks.append(_Block(command, f"series range-diff ({counted(len(p.pairs), 'line')})", body, "", open=True))
+        blocks.append(_Block(command, f"the series' change: range-diff ({len(p.pairs)} lines)", body, "", open=True))
         for pair in sorted(p.changed, key=lambda x: x.kind == "context"):
             what = {"code": "code changed", "message": "message only", "context": "context only (the pin moved)"}.get(pair.kind or "", "changed")
             blocks.append(_Block(command, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
         for pair in p.pairs:
             if pair.sign == ">":
                 blocks.append(_Block(command, f"added patch {code(pair.new_name or '')}", pair.diff or "(empty)", open=True))
+            elif pair.sign == "<":
+                landed = p.landed.get(pair.old_name or "")
+                title = f"removed patch {code(pair.old_name or '')}" + (f": {code(landed)}" if landed else "")
+                blocks.append(_Block(command, title, pair.diff or "(not known: the two sides' upstreams differ)", open=True))
     if t is not None and t.same_as is not None:
         head += f"The release tree's diff is {code(t.same_as)}'s (the same two trees).\n\n"
     elif t is not None and t.old is not None and t.new is not None and t.files:
-        shown = f", the first {counted(STAT_FILES, 'file')}" if len(t.files) > STAT_FILES else ""
-        blocks.append(_Block(command, f"release tree: diff stat ({_tree(c)}{shown})", stat_text(t.files, limit=STAT_FILES), ""))
-        if t.patch is not None:
-            blocks.append(_Block(command, "release tree: unified diff", t.patch))
+        ours, theirs = t.split_files()
+        ours_patch, theirs_patch = t.split_patch()
+        if ours:
+            body = stat_text(ours, limit=STAT_FILES) + ("\n" + ours_patch if t.patch is not None else "")
+            title = f"release tree, the files a patch touches ({_tree_of(ours)}: upstream's change and the series')"
+            blocks.append(_Block(command, title, body, open=True))
+        if theirs:
+            shown = f", the first {STAT_FILES} files" if len(theirs) > STAT_FILES else ""
+            blocks.append(_Block(command, f"upstream's own change: diff stat ({_tree_of(theirs)}{shown})", stat_text(theirs, limit=STAT_FILES), ""))
+            if t.patch is not None:
+                blocks.append(_Block(command, "upstream's own change: unified diff (the files no patch touches)", theirs_patch))
     return _Section(c, head, blocks)
+
+
+def _tree_of(files: list[FileChange]) -> str:
+    ins, dels = sum(f.insertions or 0 for f in files), sum(f.deletions or 0 for f in files)
+    return f"{len(files)} file{'s' if len(files) != 1 else ''}, +{ins} −{dels}"
 
 
 def render(report: DiffReport, limit: int = COMMENT_LIMIT) -> str:
@@ -212,43 +260,47 @@ def render(report: DiffReport, limit: int = COMMENT_LIMIT) -> str:
     def size() -> int:
         return sum(len(s.render()) for s in sections if not s.dropped)
 
-    # Fold the largest block first, until the sections fit (each fold leaves a line saying what it was);
-    # then give back, smallest first, the folded blocks that fit in the room left.
-    blocks = sorted((b for s in sections for b in s.blocks), key=lambda b: len(b.body), reverse=True)
+    # Cut the blocks that are over a common cap, the largest most (each keeps its head and says what it left out), the cap
+    # the largest that lets the sections fit; then, as the cut lines' notes are only estimated, the largest first again.
+    blocks = [b for s in sections for b in s.blocks]
     total = size()
-    for block in blocks:
+    if total > room and blocks:
+        cap = _cap([len(b.body) for b in blocks], total - room)
+        for block in blocks:
+            if len(block.body) > cap:
+                block.cut_to(cap)
+        total = size()
+    for block in sorted(blocks, key=lambda b: len(b.render()), reverse=True):
         if total <= room:
             break
-        total -= _saved(block)  # a block's text does not depend on the others
-    for block in sorted(blocks, key=lambda b: len(b.body)):  # among equals, the first sections first
-        if block.folded and total + _cost(block) <= room:
-            total += _cost(block)
-            block.folded = False
+        before = len(block.render())
+        block.cut_to((block.keep if block.keep is not None else len(block.body)) - (total - room) - _CUT_NOTE)
+        total += len(block.render()) - before
     # Still too long (too many components): leave out whole sections, the last first.
     for s in reversed(sections):
         if size() <= room:
             break
         s.dropped = True
-    folded = [b for s in sections if not s.dropped for b in s.blocks if b.folded]
+    folded = [b for s in sections if not s.dropped for b in s.blocks if b.cut]
     dropped = [s.component.label for s in sections if s.dropped]
     text = intro + table + "".join(s.render() for s in sections if not s.dropped) + _note(report, folded, dropped, left_rows)
     return text if len(text) <= limit else text[: limit - 1] + "\n"
 
 
-def _saved(block: _Block) -> int:
-    """Fold *block*: the characters that saves."""
-    whole = len(block.render())
-    block.folded = True
-    return whole - len(block.render())
+def _cap(sizes: list[int], excess: int) -> int:
+    """The largest cap such that cutting every size over it to it (plus a note each) saves *excess* characters or more."""
 
+    def saved(cap: int) -> int:
+        return sum(size - cap - _CUT_NOTE for size in sizes if size > cap)
 
-def _cost(block: _Block) -> int:
-    """The characters unfolding a folded *block* would add."""
-    folded = len(block.render())
-    block.folded = False
-    whole = len(block.render())
-    block.folded = True
-    return whole - folded
+    low, high = 0, max(sizes)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if saved(mid) >= excess:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_rows: int) -> str:
@@ -256,7 +308,8 @@ def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_row
         return ""
     said = []
     if folded:
-        said.append(f"{counted(len(folded), 'block')} ({counted(sum(len(b.body) for b in folded), 'character')}; each says where it stood)")
+        left = sum(len(b.body) - (b.keep or 0) for b in folded)
+        said.append(f"parts of {len(folded)} block{'s' if len(folded) != 1 else ''} ({left} characters; each says what it left out)")
     if dropped:
         named = ", ".join(dropped)
         if len(named) > 300:
