@@ -288,6 +288,85 @@ def _push(repo: git.Repo, remote: str, plan: Sequence[BranchPush]) -> None:
         raise CheckFailed(f"{remote} refused the push of {', '.join(item.branch for item, _ in rejected) or 'the release branches'}", details=details)
 
 
+# -- the weekly pull request's branch -------------------------------------------------------
+
+UPDATE_SUBJECT = "zmr update: move "  # the subject of the commit the weekly job makes (action.yml's pull-request step)
+REFUSED = "refused"
+
+
+@dataclass
+class UpdateBranchPush:
+    """The branch of the weekly pull request (``zmr/update/<model>/<component>``): pushed, or left alone and why.
+
+    *foreign*: the commits the remote branch holds (past the commit the new one is made on) that zmr's weekly job did
+    not make, as (id, subject, committer): a colleague's fix on the pull request is never pushed over.
+    """
+
+    branch: str
+    old: str | None
+    new: str
+    status: str  # created | updated | up to date | refused
+    foreign: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def message(self, remote: str) -> str:
+        if self.status != REFUSED:
+            return f"{self.branch}: {self.status} on {remote}"
+        named = "; ".join(f"{oid[:12]} {subject} ({who})" for oid, subject, who in self.foreign[:5])
+        more = f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else ""
+        return (
+            f"{self.branch} on {remote} has commits zmr did not make: {named}{more}; the branch and its pull request are left"
+            f" alone (merge or close the pull request, or delete the branch, and the next run pushes again)"
+        )
+
+
+def push_update_branch(repo: git.Repo, remote: str, branch: str, commit: str, base: str, identity: str) -> UpdateBranchPush:
+    """Push *commit* (one commit of the weekly job on *base*) to *branch* of *remote*, replacing only what the job made.
+
+    The remote branch's commits past *base* must all be the job's own (its subject, author and committer *identity*, an
+    email); then the push replaces them with a lease on the tip just read (``--force-with-lease=<ref>:<tip>``: a push
+    made meanwhile refuses it). Anything else is somebody's work: nothing is pushed, and the result says whose.
+    """
+    ref = f"refs/heads/{branch}"
+    old = repo.ls_remote(remote, [ref]).get(ref)
+    if old == commit:
+        return UpdateBranchPush(branch, old, commit, UP_TO_DATE)
+    if old is not None:
+        if not repo.has_object(old, "commit"):
+            repo.fetch(remote, [ref], extra=["--refmap="])  # by name, touching no remote-tracking ref
+        if not repo.has_object(old, "commit"):
+            raise CheckFailed(f"{branch} on {remote} changed while zmr read it", details=["run the job again"])
+        foreign = _not_the_jobs(repo, repo.commits_between(base, old), identity)
+        if foreign:
+            return UpdateBranchPush(branch, old, commit, REFUSED, foreign)
+    lease = f"--force-with-lease={ref}:{old or ''}"  # `<ref>:` when absent: it must not exist
+    proc = repo.push(["--porcelain", "--no-verify", "--no-recurse-submodules", lease, "--end-of-options", remote, f"{commit}:{ref}"])
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-6:]
+        raise CheckFailed(
+            f"{remote} refused the push of {branch}",
+            details=[f"git: {line}" for line in err] + ["someone may have pushed to it meanwhile: run the job again, which looks at it first"],
+        )
+    return UpdateBranchPush(branch, old, commit, CREATED if old is None else UPDATED)
+
+
+def _not_the_jobs(repo: git.Repo, commits: Sequence[str], identity: str) -> list[tuple[str, str, str]]:
+    """Those of *commits* the weekly job did not make: (id, subject, committer)."""
+    found = []
+    for oid, obj in zip(commits, repo.cat_file_batch(list(commits)) if commits else []):
+        info = git.CommitInfo.parse(oid, obj.content) if obj is not None else None
+        subject = info.message.split("\n", 1)[0] if info else ""
+        emails = {_email(info.author), _email(info.committer)} if info else set()
+        if info is None or emails != {identity} or not subject.startswith(UPDATE_SUBJECT):
+            found.append((oid, subject, info.committer.rsplit(">", 1)[0] + ">" if info else "?"))
+    return found
+
+
+def _email(person: str) -> str:
+    """The email of a commit's ``Name <email> time zone`` line."""
+    start, end = person.rfind("<"), person.rfind(">")
+    return person[start + 1 : end] if 0 <= start < end else ""
+
+
 # -- CI matrix -------------------------------------------------------------------------------
 
 

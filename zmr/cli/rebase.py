@@ -101,10 +101,12 @@ _REPLAYED = {
 
 def dropped_line(d: "Dropped") -> str:
     """A markdown list item: the dropped patch, the upstream commit that has it, and how that was found."""
+    from zmr.cli.diffmarkdown import code  # subjects are anybody's text: inert in a pull request's body (§7.22)
+
     if d.method == "skipped":
-        return f"- `{d.name}` {d.subject}: dropped with --skip"
-    where = f"upstream commit `{d.upstream}` ({d.upstream_subject})" if d.upstream else "upstream commit not identified"
-    return f"- `{d.name}` {d.subject}: {where}; {d.how}; {d.landed}"
+        return f"- {code(d.name)} {code(d.subject)}: dropped with --skip"
+    where = f"upstream commit `{d.upstream}` ({code(d.upstream_subject or '')})" if d.upstream else "upstream commit not identified"
+    return f"- {code(d.name)} {code(d.subject)}: {where}; {d.how}; {d.landed}"
 
 
 def outcome_markdown(o: "Outcome") -> str:

@@ -178,7 +178,12 @@ def print_text(results: list["Update"], applied: bool) -> None:
 
 
 def report_markdown(results: list["Update"], applied: bool) -> str:
-    """The pull request body: per component the move, the patches dropped, what blocks, the range-diff of changed patches."""
+    """The pull request body: per component the move, the patches dropped, what blocks, the range-diff of changed patches.
+
+    Inert (§7.22): every text that comes from upstream or a check (subjects, the check's reason and output, names, the
+    upstream's URL) is in a code span or a fenced block, so it cannot mention anyone, reference an issue, link or write HTML.
+    """
+    from zmr.cli.diffmarkdown import code, fenced
     from zmr.cli.rebase import dropped_line, unused_line
 
     moving = [r for r in results if r.can_move]
@@ -187,47 +192,54 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
     out += ["| component | status | from | to | tip | moves | replays |", "| --- | --- | --- | --- | --- | ---: | ---: |"]
     for r in results:
         moves = f"{r.steps} of {r.behind}"
-        out.append(f"| {r.component.label} | {r.status} | `{r.pin[:12]}` | `{r.target[:12]}` | `{r.tip[:12]}` ({r.rev}) | {moves} | {r.replays} |")
+        out.append(f"| {code(r.component.label)} | {r.status} | `{r.pin[:12]}` | `{r.target[:12]}` | `{r.tip[:12]}` ({code(r.rev)}) | {moves} | {r.replays} |")
     for r in results:
         c = r.component
-        out += ["", f"## {c.label}: {r.status}", ""]
+        out += ["", f"## {code(c.label)}: {r.status}", ""]
         if r.status == "up-to-date":
-            out.append(f"Pinned at `{r.pin}`, the tip of {r.rev}.")
+            out.append(f"Pinned at `{r.pin}`, the tip of {code(r.rev)}.")
             continue
-        out.append(f"- upstream: {c.upstream}")
+        out.append(f"- upstream: {code(c.upstream)}")
         if r.target != r.pin:
-            out.append(f"- pin: `{r.pin}` -> `{r.target}` ({r.steps} of {r.behind} first-parent commits towards {r.rev})")
+            out.append(f"- pin: `{r.pin}` -> `{r.target}` ({r.steps} of {r.behind} first-parent commits towards {code(r.rev)})")
         else:
-            out.append(f"- pin: `{r.pin}` stays ({r.behind} first-parent commits behind {r.rev})")
+            out.append(f"- pin: `{r.pin}` stays ({r.behind} first-parent commits behind {code(r.rev)})")
         if applied and r.can_move:
-            out.append("- applied: the pin and the series are updated" if r.applied else f"- not applied: {r.refused}")
+            out.append("- applied: the pin and the series are updated" if r.applied else f"- not applied: {code(r.refused or '')}")
         if r.blocked_by:
             b = r.blocked_by
-            files = ", ".join(f"`{f}`" for f in b.files)
-            out.append(f"- blocked by upstream commit `{b.commit}` ({b.subject}): patch `{b.patch}` ({b.patch_subject}) conflicts in {files}")
+            files = ", ".join(code(f) for f in b.files)
+            out.append(f"- blocked by upstream commit `{b.commit}` ({code(b.subject)}): patch {code(b.patch)} ({code(b.patch_subject)}) conflicts in {files}")
             if b.landing:
-                out.append(f"- there, `{b.patch}` is {b.landing.label}")
+                out.append(f"- there, {code(b.patch)} is {code(b.landing.label)}")
         if r.check:
-            out += ["", f"### Check: `{r.check.check.label}`", ""]
-            out += [f"- {line}" for line in check_lines(r, prefix=False)]
+            out += ["", f"### Check: {code(r.check.check.label)}", ""]
+            out += [f"- {code(line)}" for line in check_lines(r, prefix=False)]
             bad = r.check.first_bad or r.check.fails_at_pin
             if bad and bad.output:
-                out += ["", f"Output at `{bad.commit}`:", "", "```", bad.output.rstrip("\n"), "```"]
+                out += ["", f"Output at `{bad.commit}`:", "", fenced(bad.output).rstrip("\n")]
         out += ["", f"### Dropped: already upstream ({len(r.dropped)})", ""]
         out += [dropped_line(d) for d in r.dropped] or ["none"]
         if r.statuses:
             out += ["", "### Upstream status", "", "| patch | status | checked |", "| --- | --- | --- |"]
-            out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]
+            out += [f"| {_cell(name)} | {_cell(st.label)} | {_cell(r.droppable.get(name, ''))} |" for name, st in r.statuses.items()]
         if r.reused:
-            out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- `{name}`" for name in r.reused]
+            out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- {code(name)}" for name in r.reused]
         if r.unused:
             out += ["", f"### Recorded resolutions not replayed ({len(r.unused)})", ""] + [unused_line(u) for u in r.unused]
         if r.partial:
             out += ["", f"### Partially landed: kept ({len(r.partial)})", ""]
-            out += [f"- `{name}`: {landing.label}" for name, landing in r.partial.items()]
+            out += [f"- {code(name)}: {code(landing.label)}" for name, landing in r.partial.items()]
         if r.changed:
             out += ["", f"### Changed ({len(r.changed)})", ""]
             for ch in r.changed:
                 kind = f" ({ch.kind}, paired by {ch.paired_by})" if ch.kind else ""
-                out += [f"- `{ch.name}` {ch.subject}{kind}", "", "```diff", ch.range_diff.rstrip("\n") or "(no range-diff)", "```", ""]
+                out += [f"- {code(ch.name)} {code(ch.subject)}{kind}", "", fenced(ch.range_diff or "(no range-diff)", "diff"), ""]
     return "\n".join(out).replace("\n\n\n", "\n\n").rstrip("\n") + "\n"
+
+
+def _cell(text: str) -> str:
+    """*text* as a table cell: a code span (inert), its pipes escaped (a pipe ends a cell even in a code span); '' stays ''."""
+    from zmr.cli.diffmarkdown import code
+
+    return code(text).replace("|", "\\|") if text else ""
