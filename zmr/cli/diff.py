@@ -144,6 +144,8 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
 
     *mode*: ``patch`` (everything), ``stat`` (no diffs; each tree's diff stat), ``name-only`` (no diffs; the files' names).
     """
+    from zmr.cli.diffmarkdown import summary_lines
+
     bold = (lambda s: f"\x1b[1m{s}{_RESET}") if colored else (lambda s: s)
     head = report.head[:12] if report.head else "working tree"
     out = [f"base {report.base[:12]} ({report.base_rev}), head {head}", bold("summary:")]
@@ -154,27 +156,6 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
         out += _series_part(c, mode, colored, bold)
         out += _upstream_part(c, mode, colored, bold)
     return "\n".join(out) + "\n"
-
-
-def summary_lines(c: ComponentDiff) -> list[str]:
-    """What a reviewer reads first about a changed component, past its one line: the patches by name, and its conflicts."""
-    if c.status == "unchanged":
-        return []
-    lines = []
-    p = c.patches
-    if p is not None:
-        dropped = [name for name in p.removed if name not in p.landed]
-        for what, names in (
-            ("added", p.added),
-            ("changed", [f"{x.new_name} ({x.kind})" if x.kind else x.new_name or "" for x in p.changed]),
-            ("dropped", dropped),
-        ):
-            if names:
-                lines.append(f"{what} {', '.join(names)}")
-        lines += [f"landed {name}: {how}" for name, how in p.landed.items()]
-    if c.status == "broken":
-        lines.append(f"conflicts: {(c.reason or '').splitlines()[0] if c.reason else 'the series does not apply'}")
-    return lines
 
 
 def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str], str]) -> list[str]:

@@ -174,9 +174,28 @@ class _Section:
         return self.head + "".join(b.render() for b in self.blocks) + "\n"
 
 
-def _section(report: DiffReport, c: ComponentDiff) -> _Section:
-    from zmr.cli.diff import summary_lines
+def summary_lines(c: ComponentDiff) -> list[str]:
+    """What a reviewer reads first about a changed component, past its one line: the patches by name, and its conflicts."""
+    if c.status == "unchanged":
+        return []
+    lines = []
+    p = c.patches
+    if p is not None:
+        dropped = [name for name in p.removed if name not in p.landed]
+        for what, names in (
+            ("added", p.added),
+            ("changed", [f"{x.new_name} ({x.kind})" if x.kind else x.new_name or "" for x in p.changed]),
+            ("dropped", dropped),
+        ):
+            if names:
+                lines.append(f"{what} {', '.join(names)}")
+        lines += [f"landed {name}: {how}" for name, how in p.landed.items()]
+    if c.status == "broken":
+        lines.append(f"conflicts: {(c.reason or '').splitlines()[0] if c.reason else 'the series does not apply'}")
+    return lines
 
+
+def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     lines = [f"### {code(c.label)}: {c.status}", ""]
     if c.reason:
         lines += ["", fenced(c.reason)]
