@@ -140,7 +140,7 @@ def converge(fx: Fixture) -> tuple[str, list[str]]:
         rerun = run_zmr(fx.args, fx.cwd, fx.env)
         _check_output(f"rerun of zmr {' '.join(fx.args)}", rerun)
         steps.append(" ".join(fx.args) + f" -> {rerun.returncode}")
-        own = re.search(r": (finished|undone) now: zmr's", rerun.stderr)  # its own work in a checkout, finished or undone (#47.10)
+        own = re.search(r": (finished|undone) now: (?:zmr's|the lock)", rerun.stderr)  # its own work in a checkout, finished or undone (#47.10)
         said = said or (own.group(1) if own else "")
         if rerun.returncode == fx.code or (fx.done is not None and re.search(fx.done, rerun.stderr)):
             return said, steps

@@ -606,7 +606,7 @@ def test_a_3_way_merged_patch_is_paired_in_the_update_report_and_diff_calls_it_c
     assert block.lstrip().startswith("1:") and " ! 1:" in block.splitlines()[0]  # both sides
     assert "line 8: reworded upstream" in block
     body = report.read_text()
-    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul (context, paired by" in body
+    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` `Use a fixed split size in matmul` (context, paired by" in body
     # The commit that records the update, as a reviewer sees it: the pin moved, the patch changed in its context only.
     proj.commit_all("update toy")
     code, diffed, err = run_json(proj, base, "HEAD")
@@ -1107,7 +1107,7 @@ NOTE = "".join(f"upstream note line {i}\n" for i in range(40))
 
 def _pin_move_review(proj, up) -> str:
     """A 120-commit pin move that upstream fills with its own change (a note file of 40 lines each), and a series that
-    keeps one patch, drops one, changes one and adds one: (the diff's text)."""
+    keeps one patch, drops one, changes one and adds one: the new pin."""
     pin = up.commits[1]
     proj.series(
         "toy",

@@ -100,8 +100,9 @@ def test_upstreamed_and_rebase_drop_patches_that_landed_upstream(proj, upstream)
     result = zmr("rebase", "toy", "--onto", "v3", cwd=proj.root)
     assert result.returncode == 0, result.stderr
     assert "## Dropped: already upstream (2)" in result.stdout
-    assert f"- `0002-contiguous.patch` Make matmul output contiguous: upstream commit `{same}` (matmul: contiguous output); same patch-id" in result.stdout
-    assert f"- `0001-fixed-split.patch` Use a fixed split size in matmul: upstream commit `{folded}` (Batch invariance for the toy model)" in result.stdout
+    # Subjects are anybody's text: in code spans (inert in a pull request's body, §7.22).
+    assert f"- `0002-contiguous.patch` `Make matmul output contiguous`: upstream commit `{same}` (`matmul: contiguous output`); same patch-id" in result.stdout
+    assert f"- `0001-fixed-split.patch` `Use a fixed split size in matmul`: upstream commit `{folded}` (`Batch invariance for the toy model`)" in result.stdout
     assert "## Kept (1)" in result.stdout
     folder = proj.root / "patches/toy/rollout"
     assert (folder / "series").read_text() == "0003-guide.patch\n"

@@ -67,9 +67,9 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
     assert text.returncode == 0, text.stderr
     assert f"toy/rollout: blocked at {breaking[:12]} Rework line 10: 0001-fixed-split.patch conflicts in src/model.py" in text.stdout
     body = report.read_text()
-    assert "## toy/rollout: partial" in body
-    assert f"- pin: `{pin}` -> `{made[20]}` ({data['steps']} of 41 first-parent commits towards main)" in body
-    blocked = f"- blocked by upstream commit `{breaking}` (Rework line 10): patch `0001-fixed-split.patch` (Use a fixed split size in matmul)"
+    assert "## `toy/rollout`: partial" in body
+    assert f"- pin: `{pin}` -> `{made[20]}` ({data['steps']} of 41 first-parent commits towards `main`)" in body
+    blocked = f"- blocked by upstream commit `{breaking}` (`Rework line 10`): patch `0001-fixed-split.patch` (`Use a fixed split size in matmul`)"
     assert blocked + " conflicts in `src/model.py`" in body
     # --apply moves the pin there; the release branch's snapshot is the target's tree, and verify agrees.
     manifest = (project.root / "manifests/toy.yaml").read_text()
@@ -113,7 +113,7 @@ def test_a_patch_upstreamed_along_the_way_is_dropped_and_reported(project, upstr
     assert not (folder / "0002-contiguous.patch").exists()
     body = report.read_text()
     assert "### Dropped: already upstream (1)" in body
-    assert f"- `0002-contiguous.patch` Make matmul output contiguous: upstream commit `{made[5]}` (matmul: contiguous output); same patch-id" in body
+    assert f"- `0002-contiguous.patch` `Make matmul output contiguous`: upstream commit `{made[5]}` (`matmul: contiguous output`); same patch-id" in body
     assert f"pin: `{pin}` -> `{made[-1]}`" in body and "- applied: the pin and the series are updated" in body
     rc, again, _ = update_json(project, "--check")
     assert rc == 0 and again["status"] == "up-to-date"
@@ -128,7 +128,7 @@ def test_a_patch_whose_context_changed_goes_in_by_3_way_merge_and_shows_its_rang
     _, data, _ = update_json(project, "--report", str(report))
     assert data["status"] == "clean" and data["target"] == made[-1] and data["dropped"] == []
     body = report.read_text()
-    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` Use a fixed split size in matmul" in body
+    assert "### Changed (1)" in body and "- `0001-fixed-split.patch` `Use a fixed split size in matmul`" in body
     assert "line 8 (v3)" in body  # the range-diff block shows the new context
     _, applied, _ = update_json(project, "--apply")
     assert applied["applied"] is True

@@ -804,16 +804,17 @@ def _stale_locks(project: Project, state: RebaseState) -> list[str]:
 
 def _own_pick(co: Checkout, stopped: StoppedAt, commit: str, what: str) -> list[str]:
     """What zmr's own cherry-pick of *commit*, killed while git ran it (*stopped* names it: no conflict was handed over), left
-    in *co*: finished (committed, its state left: forgotten) or undone (HEAD is still *stopped.head_before*: the half-written
-    index and files put back), as lines saying which; [] when it left nothing. What it cannot have written, a change to a file
-    the pick does not touch, is the user's: left alone, for the checks after this to refuse with.
+    in *co* (its lock files removed already: ``_stale_locks``): finished (committed, its state left: forgotten) or undone
+    (HEAD is still *stopped.head_before*: the half-written index and files put back), as lines saying which; [] when it left
+    nothing. What it cannot have written, a change to a file the pick does not touch, is the user's: left alone, for the
+    checks after this to refuse with.
     """
     from zmr.replay import file_sets
 
     if co.head() != stopped.head_before:
         if not co.pick_in_progress():
             return []
-        co.quit_pick(stale_lock=True)  # committed: only git's own note of the pick is left (no commit of the engineer's: none was asked for)
+        co.quit_pick()  # committed: only git's own note of the pick is left (no commit of the engineer's: none was asked for)
         return [f"finished now: zmr's interrupted cherry-pick of {what} (committed; git's note of it removed)"]
     touched = file_sets(co.repo, [commit])[commit]
     left = co.pick_leftovers()

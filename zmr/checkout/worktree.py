@@ -132,14 +132,8 @@ class Checkout:
         """Drop the cherry-pick in progress (``git cherry-pick --skip``): its change is there already, or it resolved to nothing."""
         self.repo.run(["cherry-pick", "--skip"])
 
-    def quit_pick(self, stale_lock: bool = False) -> None:
-        """Forget a cherry-pick in progress, if any, leaving HEAD and the tree as they are (``git cherry-pick --quit``).
-
-        *stale_lock*: first remove an ``index.lock`` that a git killed while writing the index left (the caller knows the pick
-        was zmr's own, under zmr's lock of the component).
-        """
-        if stale_lock:
-            (self.git_dir / "index.lock").unlink(missing_ok=True)
+    def quit_pick(self) -> None:
+        """Forget a cherry-pick in progress, if any, leaving HEAD and the tree as they are (``git cherry-pick --quit``)."""
         self.repo.run(["cherry-pick", "--quit"], check=False)
 
     def apply_to_index(self, diff: bytes) -> bool:
@@ -163,21 +157,19 @@ class Checkout:
         return removed
 
     def pick_leftovers(self) -> PickLeftovers:
-        """What a cherry-pick killed before it committed may have left: changed and untracked files, git's note and lock."""
+        """What a cherry-pick killed before it committed may have left: changed and untracked files, git's note of it."""
         out = self.repo.run(["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"]).stdout
         entries = [e for e in out.decode("utf-8", "surrogateescape").split("\0") if e]
         return PickLeftovers(
             changed=[e[3:] for e in entries if len(e) > 3 and e[:2] != "??"],
             untracked=[e[3:] for e in entries if e.startswith("??")],
             in_progress=self.pick_in_progress() or (self.git_dir / "MERGE_MSG").exists(),
-            lock=(self.git_dir / "index.lock").exists(),
         )
 
     def undo_pick(self, head: str, untracked: Sequence[str]) -> None:
         """Put the index and the tracked files back to *head* (``git reset --hard``) and remove *untracked* (files the killed pick
         wrote before git recorded them): what a cherry-pick killed before its commit did is gone. The caller checked that
-        every change in the checkout is one the pick writes."""
-        (self.git_dir / "index.lock").unlink(missing_ok=True)
+        every change in the checkout is one the pick writes, and removed the lock files a killed git left."""
         self.repo.run(["cherry-pick", "--quit"], check=False)
         self.repo.run(["reset", "--quiet", "--hard", head])
         for name in untracked:
@@ -225,7 +217,6 @@ class PickLeftovers:
     changed: list[str]
     untracked: list[str]
     in_progress: bool  # CHERRY_PICK_HEAD or MERGE_MSG
-    lock: bool  # index.lock
 
     @property
     def paths(self) -> list[str]:
@@ -233,7 +224,7 @@ class PickLeftovers:
 
     @property
     def any(self) -> bool:
-        return bool(self.changed or self.untracked or self.in_progress or self.lock)
+        return bool(self.changed or self.untracked or self.in_progress)
 
 
 PickStatus = Literal["picked", "conflict", "empty", "failed"]

@@ -22,7 +22,7 @@ from zmr.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr import git
-    from zmr.diff import ComponentDiff, DiffReport
+    from zmr.diff import ComponentDiff, DiffReport, FileChange
 
 
 class Color(str, enum.Enum):
@@ -160,8 +160,6 @@ def render_text(report: DiffReport, mode: str = "patch", colored: bool = False) 
 
 def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str], str]) -> list[str]:
     """What the series changes relative to upstream's move: the range-diff and each patch's part of it."""
-    from zmr.cli.diffmarkdown import stat_text
-
     out = [bold(f"{c.label}: the series' change (relative to upstream's move)")]
     p = c.patches
     if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
@@ -180,7 +178,7 @@ def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str
                 if pair.sign in "<>":
                     name = pair.new_name if pair.sign == ">" else pair.old_name
                     landed = p.landed.get(name or "") if pair.sign == "<" else None
-                    out.append(bold(f"  {'added' if pair.sign == '>' else 'removed'} {name}:" + (f" ({landed})" if landed else "")))
+                    out.append(bold(f"  {'added' if pair.sign == '>' else 'removed'} {name}" + (f" ({landed})" if landed else "") + ":"))
                     out += [_paint(line, colored) for line in pair.diff.splitlines()]
     else:
         out.append("  the same patches")
@@ -191,18 +189,11 @@ def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str
     if not ours:
         return out
     out.append(bold(f"  release tree, the {len(ours)} file{'s' if len(ours) != 1 else ''} a patch touches (upstream's change and the series'):"))
-    if mode == "name-only":
-        return out + [f"  {f.path}" for f in ours]
-    out += [f" {line}" for line in stat_text(ours).splitlines()]
-    if mode == "patch" and t.patch:
-        out += [_paint(line, colored) for line in t.split_patch()[0].splitlines()]
-    return out
+    return out + _files_part(ours, t.split_patch()[0] if t.patch else "", mode, colored)
 
 
 def _upstream_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str], str]) -> list[str]:
     """Upstream's own change: the release tree's diff of the files no patch touches, with the command that shows it all."""
-    from zmr.cli.diffmarkdown import stat_text
-
     t = c.tree
     if t is None or t.old is None or t.new is None:
         return []
@@ -213,12 +204,17 @@ def _upstream_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[s
     _, theirs = t.split_files()
     if not theirs:
         return out + ["  none: every file that changed is one a patch touches"]
+    return out + _files_part(theirs, t.split_patch()[1] if t.patch else "", mode, colored)
+
+
+def _files_part(files: list[FileChange], patch: str, mode: str, colored: bool) -> list[str]:
+    """Files of a release tree's diff: their names (``name-only``), else their stat, then (``patch``) their unified diff."""
+    from zmr.cli.diffmarkdown import stat_text
+
     if mode == "name-only":
-        return out + [f"  {f.path}" for f in theirs]
-    out += [f" {line}" for line in stat_text(theirs).splitlines()]
-    if mode == "patch" and t.patch:
-        out += [_paint(line, colored) for line in t.split_patch()[1].splitlines()]
-    return out
+        return [f"  {f.path}" for f in files]
+    out = [f" {line}" for line in stat_text(files).splitlines()]
+    return out + ([_paint(line, colored) for line in patch.splitlines()] if mode == "patch" else [])
 
 
 def _summary(c: ComponentDiff) -> str:

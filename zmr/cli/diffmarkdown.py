@@ -115,7 +115,7 @@ def _tree(c: ComponentDiff) -> str:
     t = c.tree
     if t is None or t.old is None or t.new is None:
         return ""
-    return f"{t.files_changed} file{'s' if t.files_changed != 1 else ''}, +{t.insertions} −{t.deletions}"
+    return _tree_of(list(t.files))
 
 
 def _row(c: ComponentDiff) -> str:
@@ -189,7 +189,7 @@ def summary_lines(c: ComponentDiff) -> list[str]:
         ):
             if names:
                 lines.append(f"{what} {', '.join(names)}")
-        lines += [f"landed {name}: {how}" for name, how in p.landed.items()]
+        lines += [f"removed {name}: {how}" for name, how in p.landed.items()]  # how it landed (§7.9.1)
     if c.status == "broken":
         lines.append(f"conflicts: {(c.reason or '').splitlines()[0] if c.reason else 'the series does not apply'}")
     return lines

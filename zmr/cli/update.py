@@ -222,7 +222,7 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
         out += [dropped_line(d) for d in r.dropped] or ["none"]
         if r.statuses:
             out += ["", "### Upstream status", "", "| patch | status | checked |", "| --- | --- | --- |"]
-            out += [f"| {_cell(name)} | {_cell(st.label)} | {_cell(r.droppable.get(name, ''))} |" for name, st in r.statuses.items()]
+            out += [f"| `{name}` | {st.label} | {r.droppable.get(name, '')} |" for name, st in r.statuses.items()]  # the series' own headers
         if r.reused:
             out += ["", f"### Recorded resolutions reused ({len(r.reused)})", ""] + [f"- {code(name)}" for name in r.reused]
         if r.unused:
@@ -236,10 +236,3 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
                 kind = f" ({ch.kind}, paired by {ch.paired_by})" if ch.kind else ""
                 out += [f"- {code(ch.name)} {code(ch.subject)}{kind}", "", fenced(ch.range_diff or "(no range-diff)", "diff"), ""]
     return "\n".join(out).replace("\n\n\n", "\n\n").rstrip("\n") + "\n"
-
-
-def _cell(text: str) -> str:
-    """*text* as a table cell: a code span (inert), its pipes escaped (a pipe ends a cell even in a code span); '' stays ''."""
-    from zmr.cli.diffmarkdown import code
-
-    return code(text).replace("|", "\\|") if text else ""
