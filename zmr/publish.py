@@ -315,7 +315,7 @@ class UpdateBranchPush:
         more = f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else ""
         return (
             f"{self.branch} on {remote} has commits zmr did not make: {named}{more}; the branch and its pull request are left"
-            f" alone (merge or close the pull request, or delete the branch, and the next run pushes again)"
+            f" alone (once the pull request is merged, or the branch deleted, the next run pushes again)"
         )
 
 
