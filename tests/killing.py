@@ -239,8 +239,9 @@ def kill_at_instant(fx: Fixture, delay: float, sig: int) -> int | None:
         except ProcessLookupError:
             break
         time.sleep(0.01)
-    # Killed: by the signal, or (SIGHUP, which zmr handles as it does SIGTERM: its own work undone) exit 128 + SIGHUP.
-    return None if proc.returncode in (-signal.SIGKILL, -signal.SIGHUP, 128 + signal.SIGHUP) else proc.returncode
+    # Killed: by the signal, or (SIGHUP, which zmr handles as it does SIGTERM: its own work undone) exit 128 + SIGHUP, or
+    # the interrupt that handler raises ending Python itself (a SIGHUP before or after zmr's main: -SIGINT).
+    return None if proc.returncode in (-signal.SIGKILL, -signal.SIGHUP, 128 + signal.SIGHUP, -signal.SIGINT) else proc.returncode
 
 
 def run_random(scenario: Scenario, folder: Path, seeds: list[int]) -> list[RandomTrial]:
