@@ -170,7 +170,7 @@ def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str
             for pair in p.changed:
                 if pair.kind == "context":
                     lines = pair.interdiff.count("\n")
-                    out.append(bold(f"  interdiff {pair.new_name}: context only ({lines} lines, folded; --json holds it)"))
+                    out.append(bold(f"  interdiff {pair.new_name}: context only ({counted(lines, 'line')}, folded; --json holds it)"))
                     continue
                 out.append(bold(f"  interdiff {pair.new_name} ({pair.kind}, paired by {pair.by}):"))
                 out += [_paint(f"    {line}", colored, nested=True) for line in pair.interdiff.splitlines()[1:]]
@@ -188,7 +188,7 @@ def _series_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[str
     ours, _ = t.split_files()
     if not ours:
         return out
-    out.append(bold(f"  release tree, the {len(ours)} file{'s' if len(ours) != 1 else ''} a patch touches (upstream's change and the series'):"))
+    out.append(bold(f"  release tree, the {counted(len(ours), 'file')} a patch touches (upstream's change and the series'):"))
     return out + _files_part(ours, t.split_patch()[0] if t.patch else "", mode, colored)
 
 
@@ -200,7 +200,7 @@ def _upstream_part(c: ComponentDiff, mode: str, colored: bool, bold: Callable[[s
     out = [bold(f"{c.label}: upstream's own change (the files no patch touches)")]
     out.append(f"  release tree {t.old[:12]} -> {t.new[:12]}" + (f": {t.command}" if t.command else ":"))
     if t.same_as is not None:
-        return out + [f"  the same trees as {t.same_as}: {t.files_changed} files +{t.insertions} -{t.deletions}"]
+        return out + [f"  the same trees as {t.same_as}: {counted(t.files_changed, 'file')} +{t.insertions} -{t.deletions}"]
     _, theirs = t.split_files()
     if not theirs:
         return out + ["  none: every file that changed is one a patch touches"]

@@ -145,13 +145,15 @@ class _Block:
     def render(self) -> str:
         lines = self.body.count("\n") + (not self.body.endswith("\n"))
         if self.folded:
-            return f"- {self.title}: left out to fit one comment ({lines} lines, {len(self.body)} characters); {code(self.command)} shows it\n"
+            size = f"{counted(lines, 'line')}, {counted(len(self.body), 'character')}"
+            return f"- {self.title}: left out to fit one comment ({size}); {code(self.command)} shows it\n"
         if self.keep is None:
             return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(self.body, self.lang)}\n</details>\n"
         head = self.body[: self.keep]
         shown = head.count("\n")
         note = (
-            f"_first {shown} of {lines} lines shown; {lines - shown} lines ({len(self.body) - len(head)} characters) left out to fit one comment;"
+            f"_first {shown} of {counted(lines, 'line')} shown; {counted(lines - shown, 'line')} ({counted(len(self.body) - len(head), 'character')})"
+            " left out to fit one comment;"
             f" {code(self.command)} shows them_"
         )
         return f"<details{' open' if self.open else ''}><summary>{self.title}</summary>\n\n{fenced(head, self.lang)}\n{note}\n</details>\n"
@@ -220,7 +222,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
     if p is not None and p.pairs and (p.changed or p.added or p.removed or p.reordered):
         width = len(str(max(len(p.pairs), 1)))
         body = "".join(pair.line(width) + (f"  [{pair.kind}]" if pair.kind else "") + "\n" for pair in p.pairs)
-        blocks.append(_Block(command, f"the series' change: range-diff ({len(p.pairs)} lines)", body, "", open=True))
+        blocks.append(_Block(command, f"the series' change: range-diff ({counted(len(p.pairs), 'line')})", body, "", open=True))
         for pair in sorted(p.changed, key=lambda x: x.kind == "context"):
             what = {"code": "code changed", "message": "message only", "context": "context only (the pin moved)"}.get(pair.kind or "", "changed")
             blocks.append(_Block(command, f"interdiff {code(pair.new_name or '')}: {what}", pair.interdiff or "(no interdiff)", open=pair.kind != "context"))
@@ -241,7 +243,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
             title = f"release tree, the files a patch touches ({_tree_of(ours)}: upstream's change and the series')"
             blocks.append(_Block(command, title, body, open=True))
         if theirs:
-            shown = f", the first {STAT_FILES} files" if len(theirs) > STAT_FILES else ""
+            shown = f", the first {counted(STAT_FILES, 'file')}" if len(theirs) > STAT_FILES else ""
             blocks.append(_Block(command, f"upstream's own change: diff stat ({_tree_of(theirs)}{shown})", stat_text(theirs, limit=STAT_FILES), ""))
             if t.patch is not None:
                 blocks.append(_Block(command, "upstream's own change: unified diff (the files no patch touches)", theirs_patch))
@@ -250,7 +252,7 @@ def _section(report: DiffReport, c: ComponentDiff) -> _Section:
 
 def _tree_of(files: list[FileChange]) -> str:
     ins, dels = sum(f.insertions or 0 for f in files), sum(f.deletions or 0 for f in files)
-    return f"{len(files)} file{'s' if len(files) != 1 else ''}, +{ins} −{dels}"
+    return f"{counted(len(files), 'file')}, +{ins} −{dels}"
 
 
 def render(report: DiffReport, limit: int = COMMENT_LIMIT) -> str:
@@ -328,7 +330,7 @@ def _note(report: DiffReport, folded: list[_Block], dropped: list[str], left_row
     said = []
     if folded:
         left = sum(len(b.body) - (b.keep or 0) for b in folded)
-        said.append(f"parts of {len(folded)} block{'s' if len(folded) != 1 else ''} ({left} characters; each says what it left out)")
+        said.append(f"parts of {counted(len(folded), 'block')} ({counted(left, 'character')}; each says what it left out)")
     if dropped:
         named = ", ".join(dropped)
         if len(named) > 300:
