@@ -220,7 +220,7 @@ class NameMap:
     """Renames of op names per side: exact names, base names (before ``#k``) and ``re:`` patterns."""
 
     exact: dict[str, dict[str, str]] = field(default_factory=lambda: {"rollout": {}, "trainer": {}})
-    patterns: dict[str, list[tuple[str, Any, str]]] = field(default_factory=lambda: {"rollout": [], "trainer": []})
+    patterns: dict[str, list[tuple[str, re.Pattern[str], str]]] = field(default_factory=lambda: {"rollout": [], "trainer": []})
     used: set[tuple[str, str]] = field(default_factory=set)
     source: str = ""
 
@@ -565,7 +565,7 @@ def locate(
             ],
         )
 
-    def rank(name: str) -> tuple:
+    def rank(name: str) -> tuple[int, int, str]:
         return (min(rec.index for rec in r_ops[name]), min(rec.index for rec in t_ops[name]), name)
 
     ordered = sorted(common, key=rank)

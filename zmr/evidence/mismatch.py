@@ -76,7 +76,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from zmr.wording import counted, verb
 
 # The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
@@ -370,7 +370,9 @@ def compare(rollout_records: Any, trainer_records: Any, *, max_listed: int = 100
     )
 
 
-def _pairs(r_index: dict, t_index: dict, r_label: str, t_label: str) -> list[tuple[DumpRecord, DumpRecord]]:
+def _pairs(
+    r_index: dict[tuple[int, str], DumpRecord], t_index: dict[tuple[int, str], DumpRecord], r_label: str, t_label: str
+) -> list[tuple[DumpRecord, DumpRecord]]:
     """The records paired by (step, id), by step and then in the rollout dump's order; every record needs a partner."""
     only_r = [k for k in r_index if k not in t_index]
     only_t = [k for k in t_index if k not in r_index]
@@ -548,7 +550,7 @@ def _k3_terms(d: np.ndarray) -> np.ndarray:
         x = d[small]
         # d^2/2 + d^3/6 + d^4/24 + d^5/120: the first omitted term is below 1e-18 relative.
         out[small] = x * x * (0.5 + x * (1.0 / 6 + x * (1.0 / 24 + x * (1.0 / 120))))
-    return out
+    return cast("ndarray", out)
 
 
 def _stats(tok: dict[str, np.ndarray], sl: slice, first_div: np.ndarray, seq_mean: np.ndarray) -> Stats:
@@ -636,7 +638,7 @@ def _notes(r: DumpInfo, t: DumpInfo, overall: Stats, nan_tokens: int, nan_equal:
 # Plot
 
 
-def plot_report(report: MismatchReport, path: str | os.PathLike) -> Path:
+def plot_report(report: MismatchReport, path: str | os.PathLike[str]) -> Path:
     """Write a PNG: per-step max |Δ logprob| and k3 on symlog axes (zero is drawn at zero)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

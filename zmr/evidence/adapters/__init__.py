@@ -109,7 +109,9 @@ def smoke_trees(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return trees
 
 
-def finish_provenance(prov: dict, *, batch_size: int | None = None, padding: str | None = None, extra: Mapping[str, Any] | None = None) -> dict:
+def finish_provenance(
+    prov: dict[str, Any], *, batch_size: int | None = None, padding: str | None = None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The tail every adapter's provenance shares: batch size, padding, env switches, release trees, extras."""
     if batch_size is not None:
         prov["batch_size"] = int(batch_size)

@@ -133,7 +133,7 @@ def unpack(values: Any, packed: Packed) -> list[Any]:
     return [values[b, :n].clone() for b, n in enumerate(packed.response_lengths)]
 
 
-def to_records(sequences: _Seq[Sequence], logprobs: _Seq[Any], *, dtype: str | None = None) -> list[dict]:
+def to_records(sequences: _Seq[Sequence], logprobs: _Seq[Any], *, dtype: str | None = None) -> list[dict[str, Any]]:
     """Dump records (``zmr.evidence.mismatch.write_dump``) from sequences and their per-token log-probs."""
     out = []
     for s, lp in zip(as_sequences(sequences), logprobs):

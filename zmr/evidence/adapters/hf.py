@@ -88,7 +88,7 @@ def _accepts_use_cache(model: Any) -> bool:
     return config is not None and hasattr(config, "use_cache")
 
 
-def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict]:
+def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict[str, Any]]:
     """Dump records from `sequences` and `teacher_forced_logprobs`' result (dtype from the tensors)."""
     return to_records(as_sequences(sequences), logprobs)
 
@@ -115,7 +115,7 @@ def _dtype_name(dtype: Any) -> str:
     return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}.get(name, name)
 
 
-def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, extra: dict | None = None) -> dict:
+def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Provenance for a trainer-side dump: transformers/torch versions, model, dtype, attention kernel, env switches."""
     prov: dict[str, Any] = {"engine": "transformers", "side": "trainer"}
     torch = sys.modules.get("torch")

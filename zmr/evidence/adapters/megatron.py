@@ -126,12 +126,14 @@ def teacher_forced_logprobs(
     return out
 
 
-def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict]:
+def records(sequences: _Seq[Any], logprobs: _Seq[Any]) -> list[dict[str, Any]]:
     """Dump records from `sequences` and `teacher_forced_logprobs`' result."""
     return to_records(as_sequences(sequences), logprobs)
 
 
-def provenance(model: Any = None, *, batch_size: int | None = None, padding: str | None = None, method: str = "auto", extra: dict | None = None) -> dict:
+def provenance(
+    model: Any = None, *, batch_size: int | None = None, padding: str | None = None, method: str = "auto", extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Provenance for a Megatron trainer dump: megatron-core/torch/CUDA versions, TP size, dtype, env switches."""
     prov: dict[str, Any] = {"engine": "megatron-core", "side": "trainer"}
     try:

@@ -81,7 +81,7 @@ def row_ids(n: int, uids: Sequence[Any] | None = None) -> list[str]:
     return out
 
 
-def records_from_tensors(responses: Any, response_mask: Any, logprobs: Any, *, ids: Sequence[Any], step: int = 0) -> list[dict]:
+def records_from_tensors(responses: Any, response_mask: Any, logprobs: Any, *, ids: Sequence[Any], step: int = 0) -> list[dict[str, Any]]:
     """One record per row: the response tokens where the mask is 1, and their log-probs (dtype from the tensor)."""
     mask = response_mask.bool()
     out = []
@@ -100,7 +100,7 @@ def records_from_tensors(responses: Any, response_mask: Any, logprobs: Any, *, i
 
 def step_records(
     batch: Any, *, step: int, ids: Sequence[Any] | None = None, rollout_key: str = ROLLOUT_KEY, train_key: str = TRAIN_KEY
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rollout records, trainer records) from a verl ``DataProto`` (or anything with ``.batch`` / a mapping)."""
     tensors = getattr(batch, "batch", batch)
     missing = [k for k in (RESPONSES_KEY, rollout_key, train_key) if _get(tensors, k) is None]

@@ -71,7 +71,7 @@ def _completion_ids(outputs: Sequence[Any], ids: Sequence[Any] | None) -> list[s
     return [str(ids[i]) if ids is not None else str(i) for i in range(len(outputs))]
 
 
-def response_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0) -> list[dict]:
+def response_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0) -> list[dict[str, Any]]:
     """One record per completion: its sampled token ids and their log-probs (float32)."""
     recs = []
     for req_id, out in zip(_completion_ids(outputs, ids), outputs):
@@ -89,7 +89,7 @@ def response_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None
     return recs
 
 
-def prompt_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, start: int | Sequence[int] = 1) -> list[dict]:
+def prompt_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, start: int | Sequence[int] = 1) -> list[dict[str, Any]]:
     """One record per request: prompt tokens from position `start` on and their log-probs (``prompt_logprobs=0``).
 
     `start` (int, or one per output) must be >= 1: position 0 has no
@@ -115,7 +115,7 @@ def prompt_records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, 
     return recs
 
 
-def records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, prompt: bool = False) -> list[dict]:
+def records(outputs: Sequence[Any], *, ids: Sequence[Any] | None = None, step: int = 0, prompt: bool = False) -> list[dict[str, Any]]:
     """`response_records`, plus with `prompt` the prompt's log-probs as ``"<id>:prompt"`` records."""
     recs = response_records(outputs, ids=ids, step=step)
     if prompt:
@@ -234,7 +234,7 @@ def cpu_features(torch: Any) -> dict[str, Any]:
 # rebuilding lightweight look-alikes from it (tests without vLLM).
 
 
-def _positions_to_json(lps: Any) -> list | None:
+def _positions_to_json(lps: Any) -> list[list[dict[str, Any]] | None] | None:
     if lps is None:
         return None
     out: list[list[dict[str, Any]] | None] = []
@@ -251,7 +251,7 @@ def _positions_to_json(lps: Any) -> list | None:
     return out
 
 
-def output_to_json(out: Any) -> dict:
+def output_to_json(out: Any) -> dict[str, Any]:
     """A ``RequestOutput`` as plain JSON (floats by repr: they read back to the same bits)."""
     return {
         "request_id": str(out.request_id),
@@ -309,7 +309,7 @@ class RequestOutput:
         self.prompt_logprobs, self.outputs, self.finished = prompt_logprobs, outputs, finished
 
 
-def _positions_from_json(data: list | None) -> list | None:
+def _positions_from_json(data: list[Any] | None) -> list[dict[int, Logprob] | None] | None:
     if data is None:
         return None
     return [None if entry is None else {int(e["token"]): Logprob(e["logprob"], e.get("rank"), e.get("decoded_token")) for e in entry} for entry in data]

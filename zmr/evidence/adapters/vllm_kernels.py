@@ -122,7 +122,7 @@ class _Model:
 
         if residual is None:
             return ir.ops.rms_norm.impls["native"].impl_fn(x, w, self.eps, None), None
-        return ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, residual, w, self.eps, None)
+        return cast("tuple[Any, Any]", ir.ops.fused_add_rms_norm.impls["native"].impl_fn(x, residual, w, self.eps, None))
 
     def attention(self, q: Any, k: Any, v: Any, lengths: _Seq[int]) -> Any:
         import torch

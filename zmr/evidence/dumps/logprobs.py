@@ -79,7 +79,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from zmr.evidence.dumps import safetensors
 from zmr.evidence.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, HEX_DIGITS, SIGN_BIT, DTYPES, format_value, narrow_bits, numpy, widen_bits
@@ -127,7 +127,7 @@ class DumpRecord:
 
 
 @dataclass(eq=False)
-class Dump(Sequence):
+class Dump(Sequence[DumpRecord]):
     """The records of one dump file with its metadata; a sequence of `DumpRecord`."""
 
     records: list[DumpRecord]
@@ -213,7 +213,7 @@ def _floats_from_list(values: Sequence[Any], dtype: str) -> np.ndarray:
                 out[i] = float(v)
             else:
                 raise _BadValue(f"logprobs[{i}] = {v!r} is not a number")
-    return out
+    return cast("ndarray", out)
 
 
 def _check_representable(values: np.ndarray, dtype: str) -> None:
@@ -296,7 +296,7 @@ def _tokens_from_obj(obj: Any) -> np.ndarray:
             raise _BadValue(f"tokens must be a 1-D integer array, not {obj.ndim}-D {obj.dtype.name}")
         if obj.dtype == np.uint64 and obj.size and int(obj.max()) >= 2**63:
             raise _BadValue("tokens holds ids that do not fit int64")
-        return obj.astype(np.int64)
+        return cast("ndarray", obj.astype(np.int64))
     if isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             if not isinstance(v, int) or isinstance(v, bool):
@@ -304,7 +304,7 @@ def _tokens_from_obj(obj: Any) -> np.ndarray:
                     continue
                 raise _BadValue(f"tokens[{i}] = {v!r} is not an integer token id")
         try:
-            return np.array(obj, dtype=np.int64)
+            return cast("ndarray", np.array(obj, dtype=np.int64))
         except OverflowError:
             raise _BadValue("tokens holds ids that do not fit int64") from None
     raise _BadValue(f"tokens is a {type(obj).__name__}, not a list or array of integers")
@@ -372,7 +372,7 @@ def _check_provenance(prov: Any, where: str) -> dict[str, Any]:
     return prov
 
 
-def _check_header(obj: dict, where: str) -> tuple[dict | None, str | None]:
+def _check_header(obj: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, str | None]:
     unknown = sorted(set(obj) - set(_HEADER_KEYS))
     if unknown:
         raise _BadValue(f"{where}unknown metadata key {unknown[0]!r}; the metadata line may hold {', '.join(_HEADER_KEYS)}")
@@ -386,7 +386,7 @@ def _check_header(obj: dict, where: str) -> tuple[dict | None, str | None]:
     return prov, dtype
 
 
-def read_dump(path: str | os.PathLike) -> Dump:
+def read_dump(path: str | os.PathLike[str]) -> Dump:
     """Read a dump (.jsonl/.ndjson, .npz, .safetensors); raises ZmrError naming file and line."""
     numpy()  # where it is missing, that error before any other (a line read without it is no bad line)
     p = Path(path)
@@ -463,7 +463,7 @@ def _read_jsonl(p: Path, fh: BinaryIO) -> Dump:
     return Dump(records=records, provenance=provenance, path=str(p), format="jsonl")
 
 
-def _columnar_records(p: Path, arrays: dict[str, np.ndarray], logprob_dtype: str, provenance: dict | None, fmt: str) -> Dump:
+def _columnar_records(p: Path, arrays: dict[str, np.ndarray], logprob_dtype: str, provenance: dict[str, Any] | None, fmt: str) -> Dump:
     """Shared by the .npz and .safetensors readers: arrays are already decoded."""
     np = numpy()
 
@@ -684,7 +684,7 @@ def _read_safetensors(p: Path, fh: BinaryIO) -> Dump:
 
 
 def write_dump(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     records: Iterable[Any],
     provenance: Mapping[str, Any] | None = None,
 ) -> Path:
@@ -734,7 +734,7 @@ def write_dump(
     return p
 
 
-def _jsonl_bytes(recs: list[DumpRecord], prov: dict | None) -> bytes:
+def _jsonl_bytes(recs: list[DumpRecord], prov: dict[str, Any] | None) -> bytes:
     np = numpy()
     header: dict[str, Any] = {"zmr_dump": FORMAT_VERSION}
     if prov is not None:

@@ -483,7 +483,7 @@ def _binding_modules(target: Any, everywhere: bool) -> list[Any]:
     return result
 
 
-def _wrap(func: Callable, record_name: str) -> Callable:
+def _wrap(func: Callable[..., Any], record_name: str) -> Callable[..., Any]:
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
@@ -514,7 +514,7 @@ def _wrap(func: Callable, record_name: str) -> Callable:
     return wrapper
 
 
-def _named_args(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict[str, Any]:
+def _named_args(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     if signature is not None:
         try:
             bound = signature.bind(*args, **kwargs)
@@ -554,7 +554,7 @@ def hook_modules(
     """
     handles = []
     hooked: list[str] = []
-    pending: dict[int, list[tuple[Any, str, int, dict]]] = {}
+    pending: dict[int, list[tuple[Any, str, int, dict[str, Any]]]] = {}
     signatures: dict[int, inspect.Signature | None] = {}
 
     def pre_hook(module: Any, args: Any, kwargs: Any, *, _name: str) -> None:
@@ -606,7 +606,7 @@ def hook_modules(
             handle.remove()
 
 
-def _bind(hook: Callable, name: str) -> Callable:
+def _bind(hook: Callable[..., Any], name: str) -> Callable[..., Any]:
     def bound(*args: Any) -> Any:
         return hook(*args, _name=name)
 
