@@ -161,7 +161,7 @@ class _View:
         self.quiet = quiet()
         self.live_enabled = live_stderr() and not self.quiet
         self._lock = threading.Lock()
-        self._rows: dict[str, dict] = {}
+        self._rows: dict[str, dict[str, Any]] = {}
         self._status = "preparing"
         self._live: Any = None  # a rich Live while drawing on a terminal
 

@@ -128,7 +128,7 @@ class RayExecutor:
             trees.close()
 
     # staging ------------------------------------------------------------------------------
-    def _stage(self, jobs: Sequence[Job], trees: Worktrees, staging: Path) -> dict:
+    def _stage(self, jobs: Sequence[Job], trees: Worktrees, staging: Path) -> dict[str, Any]:
         repo_needed = any(job.component is None for job in jobs)
         if repo_needed:
             self.progress("copying the repository for model-level tests")
@@ -147,14 +147,14 @@ class RayExecutor:
     def _connect(self, ray: Any, staging: Path) -> None:
         import zmr
 
-        runtime_env: dict = {"py_modules": [os.path.dirname(os.path.abspath(zmr.__file__))], "excludes": [".git", "__pycache__"]}
+        runtime_env: dict[str, Any] = {"py_modules": [os.path.dirname(os.path.abspath(zmr.__file__))], "excludes": [".git", "__pycache__"]}
         if self.shared_dir is None:
             size = staged_size(staging)
             limit = package_limit()
             if size > limit:
                 self.progress(f"staging is {size >> 20} MiB before compression; Ray's limit is {limit >> 20} MiB")
             runtime_env["working_dir"] = str(staging)
-        kwargs: dict = {"runtime_env": runtime_env, "log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
+        kwargs: dict[str, Any] = {"runtime_env": runtime_env, "log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
         where = self.address or os.environ.get("RAY_ADDRESS")
         if where:
             kwargs["address"] = where
@@ -189,10 +189,10 @@ class RayExecutor:
                 os.environ["RAY_RUNTIME_ENV_IGNORE_GITIGNORE"] = previous
 
     # scheduling ---------------------------------------------------------------------------
-    def _run(self, ray: Any, jobs: Sequence[Job], layout: dict, staging: Path, artifacts: Mapping[str, Path], events: Events) -> list[Result]:
+    def _run(self, ray: Any, jobs: Sequence[Job], layout: dict[str, Any], staging: Path, artifacts: Mapping[str, Path], events: Events) -> list[Result]:
         task = ray.remote(max_retries=0)(remote_entry)
         cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
-        results: list = [None] * len(jobs)
+        results: list[Result | None] = [None] * len(jobs)
         queue = []
         for index, job in enumerate(jobs):
             options = task_options(job)
@@ -216,7 +216,7 @@ class RayExecutor:
                 "grace": self.grace,
             }
             queue.append((index, job, spec, options["ray"]))
-        running: dict = {}
+        running: dict[Any, tuple[int, Job, float]] = {}
         limit = self.limit or len(queue) or 1
         signals = SignalsNoted()  # a Ctrl-C acted on between waits, never inside ray.wait (as the local executor does)
         try:
@@ -273,11 +273,11 @@ class RayExecutor:
         return Result(job, ERROR, None, iso(started), max(0.0, time.time() - started) if submitted else 0.0, message, self.name, log)
 
 
-def task_options(job: Job) -> dict:
+def task_options(job: Job) -> dict[str, Any]:
     """Ray options from a test's ``resources:`` (CPU, GPU, memory in bytes, anything else custom)."""
     request = {"CPU": 1.0}
     request.update(job.resources)
-    opts: dict = {"num_cpus": request["CPU"]}
+    opts: dict[str, Any] = {"num_cpus": request["CPU"]}
     custom = {}
     for key, value in request.items():
         if key == "CPU":
@@ -369,7 +369,7 @@ def copy_repository(project: Project, target: Path, skip: Path | None = None) ->
 # -- worker side ----------------------------------------------------------------------------------
 
 
-def remote_entry(spec: dict) -> dict:
+def remote_entry(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs on a Ray worker: private copies of the trees, the command, the log and artifacts back."""
     base = spec["base"] or os.getcwd()  # the unpacked working_dir is the task's cwd
     # Task folders live in Ray's unpacked package (garbage-collected by Ray), or, with a

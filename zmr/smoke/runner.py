@@ -124,7 +124,7 @@ class Tree:
     upstream: str  # as written in the manifest
     pin: str  # the pinned upstream commit
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"component": self.component, "branch": self.branch, "commit": self.commit, "upstream": self.upstream, "upstream_commit": self.pin}
 
 
@@ -176,14 +176,14 @@ class Result:
     message: str
     executor: str
     log: Path | None = None
-    mismatch: list[dict] = field(default_factory=list)
+    mismatch: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == PASSED
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """The host-independent record: what ``--record`` writes and ``--json`` lists."""
         job = self.job
         return {
@@ -236,7 +236,7 @@ class Report:
         counts["total"] = len(self.results)
         return counts
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         tests = []
         for r in self.results:
             item = r.record()
@@ -510,7 +510,7 @@ def scan_mismatch(folder: Path) -> dict[str, tuple[int, int, int]]:
     return result
 
 
-def read_mismatch(path: Path, rel: str, root: Path | None = None) -> tuple[dict | None, str]:
+def read_mismatch(path: Path, rel: str, root: Path | None = None) -> tuple[dict[str, Any] | None, str]:
     """The metrics of a ``zmr mismatch --json`` report (a regular file inside *root*, if given), or (None, why not)."""
     try:
         data = parse_json(read_repo_file(root, path, limit=MAX_JSON_BYTES, what="mismatch report", display=rel).decode("utf-8"))
@@ -538,7 +538,7 @@ def claimant(rel: str, ids: Iterable[str]) -> str | None:
     return best
 
 
-def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict], list[str]]:
+def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:
     found, notes = [], []
     for rel in sorted(rels):
         metrics, why = read_mismatch(folder / rel, rel, folder)
@@ -624,7 +624,7 @@ class LocalExecutor:
         cancel = threading.Event()
         ids = {m: [j.id for j in jobs if j.model == m] for m in artifacts}
         pool = ThreadPoolExecutor(max_workers=self.limit, thread_name_prefix="zmr-smoke")
-        futures: dict[Future, int] = {}
+        futures: dict[Future[Result], int] = {}
         results: list[Result | None] = [None] * len(jobs)
         signals = SignalsNoted()
         try:
