@@ -19,6 +19,7 @@ results and the mirror.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from zmr.cache import Cache
 from zmr.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks
@@ -75,7 +76,7 @@ class BisectReport:
         """The first bad commit is known exactly (no skipped commit in between)."""
         return not self.skipped
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,

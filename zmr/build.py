@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zmr import git
 from zmr.git import Progress
@@ -75,7 +76,7 @@ class BranchUpdate:
             return "created"
         return "unchanged" if self.old == self.new else "updated"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"branch": self.branch, "old": self.old, "new": self.new, "status": self.status, "old_tip_kept_as": self.kept}
 
 
@@ -85,7 +86,7 @@ class BuildReport:
 
     updates: list[BranchUpdate]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"branches": [u.to_json() for u in self.updates]}
 
 

@@ -226,7 +226,7 @@ class Fetched:
     commit: str
     mirror: Path
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "component": self.component, "commit": self.commit, "mirror": str(self.mirror)}
 
 
@@ -236,7 +236,7 @@ class FetchReport:
 
     fetched: list[Fetched]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"fetched": [f.to_json() for f in self.fetched]}
 
 

@@ -55,14 +55,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from zmr.errors import CaseError, ManifestError, ZmrError
+from zmr.errors import CaseError, Located, ManifestError, ZmrError
 from zmr.manifest import MODEL_RE, RELEASE_MODES, RESERVED_BRANCHES, length_problem, manifest_paths, name_fold, ref_format_problem
 from zmr.schema import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Text, one_of, read_file
-from zmr.yamlnodes import Problems, display_path, line_of
+from zmr.yamlnodes import Problem, Problems, display_path, line_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Manifest
@@ -294,7 +294,7 @@ class _TextItems:
 
     def read(self, node: Node, at: At) -> tuple[str, ...] | None:
         if isinstance(node, SequenceNode):
-            return self.items.read(node, at)
+            return cast("tuple[str, ...] | None", self.items.read(node, at))
         value = self.item.read(node, at)
         return None if value is None else (value,)
 
@@ -437,7 +437,7 @@ CASE = Record(
 # -- loading --------------------------------------------------------------------------
 
 
-def parse_case(path: Path, root: Path) -> tuple[Case | None, list]:
+def parse_case(path: Path, root: Path) -> tuple[Case | None, list[Problem]]:
     """Parse and validate one case file; returns (case or None, problems)."""
     display = display_path(path, root)
     problems = Problems(display)
@@ -458,10 +458,10 @@ def case_folders(root: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case], list]:
+def load_cases(root: Path, models: list[str] | None = None) -> tuple[list[Case], list[Problem]]:
     """Every valid case (of *models*, or all), sorted by model, and every problem found."""
     cases: list[Case] = []
-    problems: list = []
+    problems: list[Problem] = []
     for folder in case_folders(root):
         if models and folder.name not in models:
             continue
@@ -498,8 +498,8 @@ def check_project(project: Project, models: list[str] | None = None) -> tuple[li
                 "the files are manifests/<model>.yaml and cases/<model>/case.yaml",
             ],
         )
-    problems: list = []
-    manifests: list = []
+    problems: list[Located] = []
+    manifests: list[Manifest] = []
     if not wanted or any(m in manifest_models for m in wanted):
         try:
             manifests = project.manifests([m for m in wanted if m in manifest_models] or None)

@@ -44,12 +44,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 from zmr.errors import ZmrError
 from zmr.files import atomic_write
-from zmr.manifest import Component
+from zmr.manifest import Component, SmokeTest
 from zmr.procgroup import PASSED, run_command
 from zmr.project import Project
 
@@ -81,7 +81,7 @@ class Command:
     trees: tuple[tuple[str, str], ...] = ()  # other components' release commits a model test needs: (component, commit)
     in_root: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "run": self.run, "timeout": self.timeout}
 
 
@@ -104,7 +104,7 @@ class Check:
             return f"--test {self.commands[0].run}"
         return f"--{self.kind} ({', '.join(c.name for c in self.commands)})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "key": self.key, "commands": [c.to_json() for c in self.commands]}
 
 
@@ -124,7 +124,7 @@ def smoke_check(component: Component) -> Check:
     return Check("smoke", tuple(Command(t.name, t.run, float(t.timeout), t.env) for t in component.smoke))
 
 
-def bitwise_check(project: Project, component: Component, tests: Sequence, components: dict[str, Component], cache: Cache | None = None) -> Check:
+def bitwise_check(project: Project, component: Component, tests: Sequence[SmokeTest], components: dict[str, Component], cache: Cache | None = None) -> Check:
     """The model's mismatch check: its model-level smoke tests that need *component* (the demo's ``bitwise-logprobs``).
 
     Such a test runs in the repository root with a tree per component it
@@ -187,7 +187,7 @@ class Tried:
     output: str = ""
     cached: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"commit": self.commit, "verdict": self.verdict, "reason": self.reason, "tree": self.tree, "output": self.output, "cached": self.cached}
 
 
@@ -197,7 +197,7 @@ class Results:
     def __init__(self, project: Project, component: Component, check: Check):
         self.path = project.state_dir / "checks" / component.model / component.key / f"{check.key}.json"
         self.check = check
-        self._data: dict[str, dict] = {}
+        self._data: dict[str, dict[str, Any]] = {}
         try:
             loaded = json.loads(self.path.read_text(encoding="utf-8"))
             if isinstance(loaded, dict) and loaded.get("version") == RESULTS_VERSION and isinstance(loaded.get("results"), dict):

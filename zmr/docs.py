@@ -72,7 +72,7 @@ class Inputs:
     cases: list[Case]
     titles: dict[str, str]
     short: dict[str, str]  # column-header names
-    evidence: dict[str, list[tuple[str, dict]]]  # model -> [(file name, record)]
+    evidence: dict[str, list[tuple[str, dict[str, Any]]]]  # model -> [(file name, record)]
     url: str | None
     warnings: list[str] = field(default_factory=list)
 
@@ -111,7 +111,7 @@ class Outcome:
             return ""
         return f"{self.display} is out of date: section{'s' if len(self.changed) != 1 else ''} {', '.join(self.changed) or '(layout)'} would change"
 
-    def to_json(self, check: bool) -> dict:
+    def to_json(self, check: bool) -> dict[str, Any]:
         """The report of ``zmr docs --json``; *check*: ``--check`` was given (nothing written)."""
         return {
             "readme": self.display,
@@ -153,7 +153,7 @@ def _base_url(url: str | None) -> str | None:
     return url.removesuffix(".git")
 
 
-def read_evidence(folder: Path, warnings: list[str], root: Path | None = None) -> list[tuple[str, dict]]:
+def read_evidence(folder: Path, warnings: list[str], root: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The smoke records in *folder*, by file name; unreadable ones are skipped with a warning."""
     if not folder.is_dir():
         return []
@@ -401,7 +401,7 @@ def _count(value: Any) -> str | None:
     return f"{int(number):,}"
 
 
-def _bitwise(metrics: dict, entry: dict) -> str | None:
+def _bitwise(metrics: dict[str, Any], entry: dict[str, Any]) -> str | None:
     tokens, equal = _number(metrics.get("tokens")), metrics.get("bitwise_equal")
     count = _number(equal)
     if count is not None and tokens:
@@ -415,7 +415,7 @@ def _bitwise(metrics: dict, entry: dict) -> str | None:
     return None
 
 
-def _trees(record: dict, url: str | None) -> str | None:
+def _trees(record: dict[str, Any], url: str | None) -> str | None:
     commits = record.get("commits")
     if not isinstance(commits, dict):
         trees = record.get("trees")
@@ -433,7 +433,7 @@ def _trees(record: dict, url: str | None) -> str | None:
     return ", ".join(parts) or None
 
 
-def _run(record: dict) -> str | None:
+def _run(record: dict[str, Any]) -> str | None:
     start, duration = record.get("start"), _number(record.get("duration"))
     parts = []
     if isinstance(start, str) and re.match(r"\d{4}-\d{2}-\d{2}", start):
@@ -443,7 +443,7 @@ def _run(record: dict) -> str | None:
     return ", ".join(parts) or None
 
 
-def _report_label(report: dict, test: str) -> str:
+def _report_label(report: dict[str, Any], test: str) -> str:
     """A mismatch report's name without the test id and the .mismatch.json suffix."""
     name = report.get("file")
     if not isinstance(name, str) or not name:

@@ -20,7 +20,7 @@ next to the code that raises them, each directly under `ZmrError`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ZmrError(Exception):
@@ -49,7 +49,7 @@ class Located(Protocol):
     path: str
     line: int
 
-    def to_json(self) -> dict: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class FileProblems(ZmrError):

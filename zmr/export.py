@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zmr.cache import Cache
 from zmr.checkout import (
@@ -42,7 +43,7 @@ class ExportResult:
     plan: ExportPlan
     recovered: str | None = None  # "finished" or "undone": what this export did first to one a kill cut short
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -63,7 +64,7 @@ class ExportReport:
     exports: list[ExportResult]
     dry_run: bool
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "exports": [r.to_json() for r in self.exports]}
 
 

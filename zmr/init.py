@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -67,7 +67,7 @@ class InitResult:
     def changed(self) -> bool:
         return bool(self.created or self.appended)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"root": str(self.root), "changed": self.changed, "created": self.created, "gitignore_added": self.appended, "notes": self.notes}
 
 

@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 
@@ -317,10 +317,10 @@ class Dropped:
         """How that was found, in words."""
         return _HOW.get(self.method, self.method)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "landed": self.landed}
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """As kept in a rebase's ``state.json``: the keys of earlier zmr versions, *via* only when known (an older zmr reads the rest)."""
         data = asdict(self)
         if not self.via:
@@ -328,7 +328,7 @@ class Dropped:
         return data
 
     @classmethod
-    def from_state(cls, data: dict) -> Dropped:
+    def from_state(cls, data: dict[str, Any]) -> Dropped:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -356,7 +356,7 @@ class Landing:
         left = f"; left: {', '.join(self.left)}" if self.left else ""
         return f"partially landed ({self.landed} of {self.total} changes, via {via}{left})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "label": self.label, "via": self.via, "landed": self.landed, "total": self.total, "left": self.left}
 
 

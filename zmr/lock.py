@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from zmr.errors import ZmrError
 from zmr.faults import pause_point
@@ -299,7 +299,7 @@ def _alive(pid: int) -> bool:
     return pid > 0
 
 
-def _holder(fd: int) -> dict:
+def _holder(fd: int) -> dict[str, Any]:
     try:
         data = os.pread(fd, _MAX_HOLDER_BYTES, 0)
         value = json.loads(data)
@@ -315,7 +315,7 @@ def _record(fd: int, command: str) -> None:
     os.pwrite(fd, data, 0)
 
 
-def holder(path: Path) -> dict | None:
+def holder(path: Path) -> dict[str, Any] | None:
     """Who holds the lock file *path* now ({pid, command, started}; {} when it has not said yet), or None when nobody does.
 
     Only looks: a lock that is free is taken and let go at once (shared, so it never delays a holder), and a missing

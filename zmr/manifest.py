@@ -19,12 +19,13 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import cast
 from yaml.nodes import MappingNode, ScalarNode
 
 from zmr.errors import ManifestError, ZmrError
 from zmr.git import FULL_OID_RE
 from zmr.schema import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, declared, invisible_character, one_of, read_file
-from zmr.yamlnodes import Problems, display_path, line_of, read_yaml, scalar
+from zmr.yamlnodes import Problem, Problems, display_path, line_of, read_yaml, scalar
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -288,7 +289,7 @@ def _ref_name(what: str, *, ascii_only: bool = False) -> Check:
             at.add(f"{value!r} is not a valid {what} name ({reason})", "use letters, digits, '-', '_', '.' and '/'")
             return None
         if what == "branch":
-            return _short_enough("branch")(value, at)
+            return cast("str | None", _short_enough("branch")(value, at))
         return value
 
     return check
@@ -599,7 +600,7 @@ MANIFEST = Record(
 # -- loading ------------------------------------------------------------------------
 
 
-def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[Manifest | None, list]:
+def parse_manifest(path: Path, root: Path, policy: Policy = Policy()) -> tuple[Manifest | None, list[Problem]]:
     """Parse and validate one manifest; returns (manifest or None, problems)."""
     display = display_path(path, root)
     problems = Problems(display)
@@ -688,7 +689,7 @@ def load_manifests(root: Path, models: list[str] | None = None, policy: Policy =
     """Load and validate manifests (all, or the named models); raise ManifestError with every problem."""
     paths = manifest_paths(root)
     by_model = {p.name.rsplit(".", 1)[0]: p for p in paths}
-    problems: list = []
+    problems: list[Problem] = []
     if models:
         missing = [m for m in models if m not in by_model]
         if missing:
@@ -720,7 +721,7 @@ def load_manifests(root: Path, models: list[str] | None = None, policy: Policy =
     return manifests
 
 
-def _cross_model_problems(manifests: list[Manifest], root: Path, models: list[str] | None) -> list:
+def _cross_model_problems(manifests: list[Manifest], root: Path, models: list[str] | None) -> list[Problem]:
     """A branch must not take another model's branch name (a default one included), in any case, nor be a folder of one."""
     owners: dict[str, tuple[Manifest, Component]] = {}
     result = []

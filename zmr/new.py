@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from zmr.errors import ZmrError
 from zmr.wording import counted
@@ -230,7 +230,7 @@ class Scaffolded:
     changed: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "files": self.files, "changed": self.changed, "warnings": self.warnings}
 
 

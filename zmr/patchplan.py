@@ -42,7 +42,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from zmr import git
 from zmr.errors import ZmrError
@@ -82,7 +82,7 @@ class PlannedPatch:
     old_name: str | None = None
     data: bytes | None = None  # bytes to write; None keeps the file as it is
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "written": self.data is not None, "old_name": self.old_name, "subject": self.subject}
 
 
@@ -185,7 +185,7 @@ def plan_export(
     return plan
 
 
-def _checked_parent_trees(repo: git.Repo, display: str, commits: Sequence[str], infos: list, metas: list[CommitMeta]) -> list[str]:
+def _checked_parent_trees(repo: git.Repo, display: str, commits: Sequence[str], infos: list[git.CommitInfo], metas: list[CommitMeta]) -> list[str]:
     """Each commit's parent tree, once every commit is one a patch can hold (one parent, a change, a subject, a message that survives)."""
     parent_trees: list[str] = []
     for n, (commit, info, meta) in enumerate(zip(commits, infos, metas)):
@@ -206,7 +206,7 @@ def _checked_parent_trees(repo: git.Repo, display: str, commits: Sequence[str], 
 class _Matcher:
     """Which old patch each commit is, in three passes (reference §3.4): the same patch, the same subject, the same change."""
 
-    def __init__(self, index: TempIndex, old: list[Patch], infos: list, metas: list[CommitMeta], parent_trees: list[str]) -> None:
+    def __init__(self, index: TempIndex, old: list[Patch], infos: list[git.CommitInfo], metas: list[CommitMeta], parent_trees: list[str]) -> None:
         self.index, self.old, self.infos, self.metas, self.parent_trees = index, old, infos, metas, parent_trees
         self.assigned: list[tuple[Patch, str] | None] = [None] * len(metas)
         self.used: set[int] = set()

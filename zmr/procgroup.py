@@ -127,7 +127,7 @@ def run_command(
     return Outcome(status, returncode, started, duration, message)
 
 
-def _exited(proc: subprocess.Popen) -> bool:
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
     """The leader has exited (it is left a zombie, so its group id stays reserved)."""
     if proc.returncode is not None:
         return True
@@ -140,14 +140,14 @@ def _exited(proc: subprocess.Popen) -> bool:
     return info is not None and info.si_pid != 0
 
 
-def _reap(proc: subprocess.Popen) -> int | None:
+def _reap(proc: subprocess.Popen[bytes]) -> int | None:
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         return None
 
 
-def _end_group(proc: subprocess.Popen, grace: float) -> None:
+def _end_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM to the whole group, then SIGKILL once *grace* seconds have passed."""
     pgid = proc.pid
     _killpg(pgid, signal.SIGTERM)

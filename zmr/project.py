@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from zmr import git
 from zmr.errors import Located, ManifestError, SeriesError, SettingsError, ZmrError
@@ -374,7 +374,7 @@ def load_settings(root: Path) -> Settings:
     if not path.is_symlink() and not path.exists():  # anything else there (a FIFO, a link out) is read, and refused
         return Settings()
     problems = Problems(SETTINGS_FILE)
-    settings = read_file(path, SETTINGS_FILE, SETTINGS, problems, root=root, what="settings file")
+    settings: Settings = read_file(path, SETTINGS_FILE, SETTINGS, problems, root=root, what="settings file")
     if problems:
         raise SettingsError(problems.items)
     return settings
@@ -388,7 +388,7 @@ class ModelListing:
     patch_counts: dict[str, int]
     statuses: dict[str, dict[str, int]] = field(default_factory=dict)  # component → upstream status kind (or "none") → patches
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         components = [
             {
                 "component": c.key,
@@ -412,7 +412,7 @@ class Listing:
 
     models: list[ModelListing]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"models": [m.to_json() for m in self.models]}
 
 

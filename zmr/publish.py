@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr import git
 from zmr.git import Progress
@@ -80,7 +80,7 @@ class BranchPush:
             return UP_TO_DATE
         return REPLACED if self.foreign else UPDATED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -106,7 +106,7 @@ class PublishResult:
     def moving(self) -> list[BranchPush]:
         return [b for b in self.branches if b.status != UP_TO_DATE]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "remote": self.remote,
             "dry_run": self.dry_run,
@@ -379,9 +379,9 @@ def needs_gpu(test: SmokeTest) -> bool:
 class CiMatrix:
     """The CI job matrix: one job per model × component (``ci_matrix``)."""
 
-    include: list[dict]
+    include: list[dict[str, Any]]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"include": self.include}
 
 

@@ -49,6 +49,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from zmr import checkout, git, resolutions, transaction
 from zmr.git import Progress
@@ -60,12 +61,11 @@ from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
 from zmr.project import Project
-from zmr.landed import blob_reader, declared_commit, judge
+from zmr.landed import Dropped, blob_reader, declared_commit, judge
 from zmr.resolutions import NotReplayed
 from zmr.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.series import Patch, Series
 from zmr.upstream import (
-    Dropped,
     component_inputs,
     dropped_for,
     files_stand,
@@ -206,7 +206,7 @@ class RebaseState:
                 details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"],
             ) from None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
         data["dropped"] = [d.state() for d in self.dropped]
         data["replayed"] = [list(r) for r in self.replayed]
@@ -360,7 +360,7 @@ class Outcome:
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, and why not replayed
     recovered: list[str] = field(default_factory=list)  # what this run finished or undid of a zmr killed mid-operation (§7.8.4)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "status": "done",
             "model": self.component.model,
@@ -397,7 +397,7 @@ class Stopped:
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried (the one of the patch it stopped on too), not replayed
     recovered: list[str] = field(default_factory=list)  # as Outcome's
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "status": "stopped",
             "model": self.component.model,
@@ -898,7 +898,7 @@ class Aborted:
 
     component: Component
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"status": "aborted", "model": self.component.model, "component": self.component.key}
 
 

@@ -120,7 +120,7 @@ class TempIndex:
 
     def __init__(self, repo: git.Repo):
         self.repo = repo
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._oid_bytes = 20  # SHA-1; learnt from the first tree read
         self.env: dict[str, str] = {}
 

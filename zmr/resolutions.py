@@ -32,7 +32,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr.files import atomic_write
 from zmr.series import Patch
@@ -72,7 +72,7 @@ class NotReplayed:
     file: str  # resolutions/<key>.diff
     reason: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"patch": self.patch, "file": self.file, "reason": self.reason}
 
 

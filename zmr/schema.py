@@ -49,7 +49,7 @@ class At:
     key: str = ""  # the mapping key the value sits under ('' for list items and the top level)
     key_node: Node | None = None
     parent: MappingNode | None = None  # the mapping holding the value
-    seen: dict | None = None  # per list: the values of `Field.unique` fields taken so far -> line
+    seen: dict[tuple[str, Any], int] | None = None  # per list: the values of `Field.unique` fields taken so far -> line
     dropped: bool = False  # its mapping entry is refused for its key already (`Key.skip` False)
 
     @property
@@ -180,7 +180,7 @@ class ListOf:
         if not isinstance(node, SequenceNode) or (self.nonempty and not node.value):
             at.add(self.wrong.format(kind=kind(node)), self.fix)
             return None
-        seen: dict = {}
+        seen: dict[tuple[str, Any], int] = {}
         items = []
         for index, item in enumerate(node.value):
             value = self.item.read(item, at.child(item, join_path(at.path, index) if self.indexed else at.path, seen=seen))
@@ -340,7 +340,7 @@ class Record:
         self._take(spec, value_node, child, fields, at.seen)
 
     @staticmethod
-    def _take(spec: Field, node: Node, at: At, fields: Fields, seen: dict | None) -> None:
+    def _take(spec: Field, node: Node, at: At, fields: Fields, seen: dict[tuple[str, Any], int] | None) -> None:
         """Read *spec*'s value at *node*; keep it when valid (and unique in *seen*, the enclosing list's values)."""
         value = spec.type.read(node, at)
         if value is not None and spec.unique is not None and seen is not None:

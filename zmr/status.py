@@ -14,7 +14,7 @@ short (``interrupted``: the next ``zmr update --apply`` finishes it, ``zmr rebas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.manifest import Component
@@ -31,7 +31,7 @@ class RebaseStatus:
     files: list[str]  # its files in conflict
     interrupted: bool  # killed with nothing left to the engineer: the next `update --apply` finishes it
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"onto": self.onto, "from": self.old, "stopped_at": self.stopped_at, "files": self.files, "interrupted": self.interrupted}
 
 
@@ -48,14 +48,14 @@ class ComponentStatus:
     checkout: str | None  # its path, None when there is none
     not_exported: list[str] = field(default_factory=list)  # what exporting would save
     rebase_in_progress: bool = False
-    lock_holder: dict | None = None  # {pid, command, started} while another zmr works on it
+    lock_holder: dict[str, Any] | None = None  # {pid, command, started} while another zmr works on it
     upstream_status: dict[str, int] = field(default_factory=dict)  # the series' patches per upstream status kind (`none`: no header)
     checkout_state: str = "none"
     series_changed: list[str] = field(default_factory=list)  # behind or diverged: the patches the repository's series changed
     unmerged: list[str] = field(default_factory=list)  # files of the series folder and the manifest in git's conflict state
     rebase: RebaseStatus | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "component": self.component,
@@ -79,7 +79,7 @@ class ComponentStatus:
 class StatusReport:
     components: list[ComponentStatus]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"components": [c.to_json() for c in self.components]}
 
 

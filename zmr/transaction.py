@@ -45,7 +45,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmr.errors import ZmrError
 from zmr.faults import fault_point, pause_point
@@ -299,7 +299,7 @@ def check_target(root: Path, target: Path, *, display: str) -> None:
         raise FileRefused(display, f"is {what}; zmr replaces only regular files", f"remove {display} (or replace it with a regular file) and run again")
 
 
-def _checked(root: Path, record: object) -> dict:
+def _checked(root: Path, record: object) -> dict[str, Any]:
     """*record* as a journal, every path in it checked; ValueError says what is wrong."""
     if not isinstance(record, dict) or record.get("version") != JOURNAL_VERSION or record.get("phase") not in (STAGING, COMMIT):
         raise ValueError("unknown version or phase")
@@ -344,7 +344,7 @@ def _stage(target: Path, copy: Path, data: bytes) -> None:
         raise
 
 
-def _roll_forward(root: Path, record: dict) -> None:
+def _roll_forward(root: Path, record: dict[str, Any]) -> None:
     for index, (rel, name, *new) in enumerate(record["files"]):
         target = root / rel
         copy = target.with_name(name)
@@ -365,7 +365,7 @@ def _roll_forward(root: Path, record: dict) -> None:
             fault_point("txn-remove")
 
 
-def _roll_back(root: Path, record: dict) -> None:
+def _roll_back(root: Path, record: dict[str, Any]) -> None:
     for rel, name, *_ in record["files"]:
         copy = (root / rel).with_name(name)
         if _is_regular(copy):

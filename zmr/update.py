@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from functools import cache as memoize
 from functools import partial
+from typing import Any
 
 from zmr import checkout, git, transaction
 from zmr.git import Progress
@@ -55,11 +56,10 @@ from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
-from zmr.landed import NOT_LANDED, Answer, Change, Landing, blob_reader, declared_commit, judge, naming, partial_landing
+from zmr.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, judge, naming, partial_landing
 from zmr.resolutions import NotReplayed, Recorded, recorded
 from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
-    Dropped,
     commit_subject,
     ChangedPatch,
     changed_patches,
@@ -96,7 +96,7 @@ class BlockedBy:
     author_email: str = ""
     landing: Landing | None = None  # the part of the blocking patch's change already at *commit* (``zmr.landed``), if any
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         # the keys of `zmr update --json` (docs/reference.md §7.19)
         return {
             "commit": self.commit,
@@ -129,7 +129,7 @@ class Trial:
     reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "reused": self.reused,
             "unused": [u.to_json() for u in self.unused],
@@ -185,7 +185,7 @@ class Update:
         """The pin is not at the tip once the command is done (``--check``)."""
         return self.status != UP_TO_DATE and not (self.applied and self.target == self.tip)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -236,7 +236,7 @@ class CheckSearch:
     def cached(self) -> int:
         return sum(1 for t in self.tried if t.cached)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "check": self.check.to_json(),
             "newest_good": self.newest_good,
@@ -713,7 +713,7 @@ class UpdateReport:
             ]
         return []
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"components": [u.to_json() for u in self.components]}
 
 

@@ -19,6 +19,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from zmr import git
 from zmr.cache import COMPLETE_REFS, Cache, Upstream
@@ -205,7 +206,7 @@ class InMemory:
     reused: list[str] = field(default_factory=list)  # patches that went in by their recorded resolution (zmr.resolutions)
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "tip": self.tip,
             "replayed": [list(r) for r in self.replayed],
@@ -304,7 +305,7 @@ class UpstreamedReport:
     conflicts: list[str] = field(default_factory=list)
     partial: dict[str, Landing] = field(default_factory=dict)  # of *conflicts*: those whose change upstream holds in part
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -336,7 +337,7 @@ class NotCompared:
     component: Component
     reason: str = "no track"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"model": self.component.model, "component": self.component.key, "reason": self.reason}
 
 
@@ -347,7 +348,7 @@ class UpstreamedReports:
     components: list[UpstreamedReport]
     skipped: list[NotCompared]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"components": [r.to_json() for r in self.components], "skipped": [s.to_json() for s in self.skipped]}
 
 
@@ -437,8 +438,8 @@ class Pair:
         new = f"{self.new + 1:>{width}}" if self.new is not None else "-".rjust(width)
         return f"{old}: {self.old_name or '-'} {self.sign} {new}: {self.new_name or '-'} {self.subject}".rstrip()
 
-    def to_json(self) -> dict:
-        data: dict = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
         if self.sign == "!":
             data |= {"kind": self.kind, "paired_by": self.by, "interdiff": self.interdiff}
         if self.sign in "<>":
@@ -456,7 +457,7 @@ class ChangedPatch:
     kind: str | None = None  # code | message | context (see Pair)
     paired_by: str | None = None  # content | name | position
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from zmr.series import Patch
 
@@ -51,7 +52,7 @@ class UpstreamStatus:
     def label(self) -> str:
         return f"{self.kind} {self.detail}".strip()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "detail": self.detail, "commit": self.commit, "header": self.header, "line": self.line}
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from zmr.cases import check_project
 from zmr.errors import CaseError, Located, ZmrError
+from zmr.manifest import Manifest
 from zmr.project import Project
 from zmr.series import Patch, message_split_problem
 from zmr.yamlnodes import Problem
@@ -34,7 +36,7 @@ class ValidateReport:
     def failed(self) -> bool:
         return bool(self.problems)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         problems = [p.to_json() for p in self.problems]
         return {"ok": not problems, "models": self.models, "cases": self.cases, "patches": self.patches, "problems": problems, "warnings": self.warnings}
 
@@ -45,7 +47,7 @@ def validate(project: Project, models: list[str] | None = None, *, require_upstr
     *require_upstream_status*: a patch that declares no upstream status is a problem too.
     """
     report = ValidateReport([], [], 0, [], [])
-    manifests: list = []
+    manifests: list[Manifest] = []
     try:
         manifests, cases = check_project(project, models)
         report.models, report.cases = [m.model for m in manifests], [c.model for c in cases]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from zmr import git
 from zmr.git import Progress
@@ -32,7 +33,7 @@ class VerifyResult:
     actual: str | None
     reasons: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -64,7 +65,7 @@ class VerifyReport:
         bad, count = self.drifted, len(self.results)
         return f"{len(bad)} of {count} branch{'es' if count != 1 else ''} drifted: " + ", ".join(r.branch for r in bad) if bad else ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"ok": not self.drifted, "remote": self.remote, "branches": [r.to_json() for r in self.results]}
 
 

@@ -35,7 +35,7 @@ class Problem:
         where = f"{self.path}:{self.line}" if self.line else self.path
         return f"{where}: {self.text}" + (f"; {self.fix}" if self.fix else "")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """One problem in ``zmr validate --json``: the file (relative to the repository), its line (null: the whole file), what is wrong, what to do."""
         return {"file": self.path, "line": self.line or None, "message": self.text, "hint": self.fix}
 

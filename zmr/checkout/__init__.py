@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from zmr.cache import HEADS, TAGS, Cache, Mirror
 from zmr.git import Progress
@@ -206,7 +207,7 @@ class CheckoutResult:
     backups: list[str] = field(default_factory=list)
     history: bool = False  # upstream's history was added (--history)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -227,7 +228,7 @@ class CheckoutReport:
 
     checkouts: list[CheckoutResult]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"checkouts": [r.to_json() for r in self.checkouts]}
 
 

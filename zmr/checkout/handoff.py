@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from zmr import git
 from zmr.files import atomic_write
@@ -91,14 +92,14 @@ class SavedCheckout:
     refs: dict[str, str] = field(default_factory=dict)
     token: str = ""
 
-    def to_json(self) -> dict:
-        data: dict = {"path": str(self.path), "existed": self.existed, "token": self.token}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"path": str(self.path), "existed": self.existed, "token": self.token}
         if self.existed:
             data.update(head=self.head, head_symbolic=self.head_symbolic, refs=dict(self.refs))
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> SavedCheckout:
+    def from_json(cls, data: dict[str, Any]) -> SavedCheckout:
         return cls(
             Path(data["path"]),
             bool(data["existed"]),

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from zmr.git import Progress
 from zmr.cache import Cache
@@ -49,7 +50,7 @@ class MergeResult:
     subject: str = ""
     files: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "model": self.component.model,
             "component": self.component.key,

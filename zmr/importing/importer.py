@@ -41,17 +41,17 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from zmr import git, transaction
-from zmr.git import Progress
+from zmr.git import FULL_OID_RE, Progress
 from zmr.cache import Cache, CacheError, Mirror, Upstream
 from zmr.errors import ZmrError
 from zmr.lock import hold
-from zmr.manifest import COMPONENT_RE, FULL_OID_RE, MODEL_RE, Component, manifest_file, parse_manifest
+from zmr.manifest import COMPONENT_RE, MODEL_RE, Component, manifest_file, parse_manifest
 from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.project import Project
 from zmr.series import read_series
@@ -104,7 +104,7 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)
     added: set[str] = field(default_factory=set)  # models whose manifest existed: components were added
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "manifests": [
                 {
@@ -640,7 +640,7 @@ def add_components(text: str, display: str, items: Sequence[Imported]) -> str:
 def _value(node: MappingNode, key: str) -> Node | None:
     for key_node, value in node.value:
         if isinstance(key_node, ScalarNode) and key_node.value == key:
-            return value
+            return cast(Node, value)
     return None
 
 
