@@ -485,7 +485,7 @@ def test_checkout_and_export_look_for_upstream_commits_in_the_cache_they_are_giv
     (co / ".git/FETCH_HEAD").unlink(missing_ok=True)
     with pytest.raises(checkouts.CheckoutError) as refresh:
         checkouts.checkout(zmr_project, component, cache=cache)
-    assert any("between zmr/base and HEAD are upstream's" in line for line in refresh.value.details), refresh.value.details
+    assert any("1 commit between zmr/base and HEAD is upstream's" in line for line in refresh.value.details), refresh.value.details
     with pytest.raises(checkouts.CheckoutError) as export:
         exports.export(zmr_project, component, cache=cache)
-    assert "between zmr/base and HEAD are upstream's" in export.value.message
+    assert "1 commit between zmr/base and HEAD is upstream's" in export.value.message

@@ -69,7 +69,7 @@ class ReadOnly:
 def _reachable_site(base: Path) -> Path:
     """zmr and the distributions it needs, copied into *base* (0755): this run's may lie in a folder uid 65534 cannot
     reach (a clone in ``mktemp -d``, a virtual environment under /root). Each distribution's own file list (RECORD)
-    says what to copy; only the base requirements are followed, not the extras."""
+    says what to copy; the base requirements and zmr's `evidence` extra are followed, no other extra."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
@@ -90,9 +90,10 @@ def _reachable_site(base: Path) -> Path:
             if source.is_file():
                 (site / file).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, site / file)
+        extras = ("", "evidence") if name == "zmr" else ("",)  # zmr mismatch and locate: numpy, the evidence extra
         for line in dist.requires or []:
             requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": extra}) for extra in extras):
                 wanted.append(requirement.name)
     for top, _dirs, files in os.walk(site):
         os.chmod(top, 0o755)

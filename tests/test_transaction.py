@@ -277,7 +277,16 @@ def test_new_killed_between_its_renames_converges_and_never_overwrites(tmp_path,
     reference = make_project(tmp_path / "reference")
     assert zmr(*args, cwd=reference.root).returncode == 0
     expected = _work_tree(reference.root)
-    assert len(expected) == 6
+    # the manifest, two series files, the case's case.yaml, README.md, recipe.md and evidence/README.md (skill/templates)
+    assert sorted(expected) == [
+        "cases/qwen3/README.md",
+        "cases/qwen3/case.yaml",
+        "cases/qwen3/evidence/README.md",
+        "cases/qwen3/recipe.md",
+        "manifests/qwen3.yaml",
+        "patches/qwen3/rollout/series",
+        "patches/qwen3/trainer/series",
+    ]
     project = make_project(tmp_path / "project")
     marker = tmp_path / "paused"
     proc = _paused(args, project.root, "transaction-renaming", marker)
