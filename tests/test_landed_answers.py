@@ -298,3 +298,43 @@ def test_bisect_counts_truthfully_and_keeps_where_the_series_does_not_replay(pro
     assert first["tests"] == len((tmp_path / "runs").read_text().split())  # nothing ran again
     [kept] = (state_dir(project.root) / "checks/toy/rollout").glob("*.json")
     assert sum(":replay:" in key for key in json.loads(kept.read_text())["results"]) >= len(aside)
+
+
+def test_a_landed_patch_in_a_file_upstream_then_renamed_is_dropped_by_every_command(project, upstream, cli):
+    """#47.2/#47.11 on verl's history (``e2e_sft.yml`` → ``e2e_sft_llm.yml``): upstream takes 0001's change, then renames
+    its file. ``rebase --onto`` (git's cherry-pick follows the rename) drops it as landed; update, its trials and
+    upstreamed must give the same answer, not a conflict at the rename that holds the pin back."""
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    taken = model_py.replace("line 10\n", "line 10 fixed split\n")
+    special = {
+        2: ({"src/model.py": taken}, "Use a fixed split size"),
+        5: ({"src/model.py": None, "src/net.py": taken, "docs/renamed.md": "model.py is net.py now\n"}, "Rename model.py to net.py"),
+    }
+    made = grow(upstream, 9, special=special)
+    code, out, err = cli("update", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [data] = json.loads(out)["components"]
+    assert (data["status"], data["target"], data["blocked_by"]) == ("clean", made[-1], None)
+    [dropped] = data["dropped"]
+    assert dropped["name"] == "0001-fixed-split.patch" and dropped["landed"].startswith("landed")
+    assert data["partially_landed"] == {}
+    code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [found] = json.loads(out)["components"]
+    assert [d["name"] for d in found["upstreamed"]] == ["0001-fixed-split.patch"] and found["conflicts"] == []
+    base = git("rev-parse", "HEAD", cwd=project.root)
+    assert cli("checkout", "toy", cwd=project.root)[0] == 0
+    code, out, err = cli("rebase", "toy", "--onto", made[-1], "--json", cwd=project.root)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "done"
+    assert [d["name"] for d in result["dropped"]] == ["0001-fixed-split.patch"]
+    assert (project.root / "patches/toy/rollout/series").read_text() == "0002-contiguous.patch\n"
+    project.commit_all("move the pin past the rename; 0001 landed upstream")
+    code, out, err = cli("diff", "--json", base, "HEAD", cwd=project.root)
+    assert code in (0, 1), err
+    [entry] = json.loads(out)["components"]
+    assert entry["patches"]["removed"] == ["0001-fixed-split.patch"]
+    assert entry["patches"]["landed"] == {"0001-fixed-split.patch": f"landed (same patch, via {made[2][:12]})"}

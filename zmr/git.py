@@ -1158,6 +1158,17 @@ class Repo:
             texts.append(text)
         return changes, (b"".join(texts).decode("utf-8", "replace") if patch else None)
 
+    def renames(self, old: str, new: str) -> dict[str, str]:
+        """The files renamed between two trees, by git's rename detection (what a cherry-pick's merge follows): old path → new path.
+
+        ``diff-tree -r -M --diff-filter=R`` over the whole trees (a pathspec would
+        hide a file's new name), the rename limit pinned to merge's default so
+        that no user config changes the answer.
+        """
+        out = self.run(["-c", "diff.renameLimit=7000", "diff-tree", "-r", "-z", "-M", "--diff-filter=R", "--name-status", old, new]).stdout
+        tokens = out.decode("utf-8", "surrogateescape").split("\0")
+        return {tokens[k + 1]: tokens[k + 2] for k in range(0, len(tokens) - 2, 3) if tokens[k].startswith("R")}
+
     def tree_blobs(self, old: str, new: str) -> tuple[list[str], list[str], list[str]]:
         """The blob ids of each entry that differs between two trees, on the old side and on the new, and the entries' paths
         in git's order (read from the trees alone).

@@ -8,7 +8,8 @@ target tree (the target plus the patches of the series kept before it)::
 
     the patch applies there and changes the tree ──▶ not landed (never dropped: upstream lacks its change)
     it applies and changes nothing ──▶ landed (``empty``)
-    it does not apply ──Change.against(target)──▶ per file, a 3-way comparison of tokens:
+    it does not apply ──Change.against(target)──▶ per file (at its new name where upstream renamed it since the pin:
+    ``following_renames``), a 3-way comparison of tokens:
         before (the file where the patch was made) → after (the file it makes): the patch's changes
         before → target: upstream's;  each change of the patch is in the target when upstream made
         a change over the same tokens that holds it (each run of tokens it puts in, whole and in order;
@@ -199,6 +200,24 @@ def blob_reader(repo: git.Repo, commit: str) -> Reader:
     return read
 
 
+def following_renames(repo: git.Repo, base: str, target: str, read: Reader) -> Reader:
+    """*read* (a tree on upstream *target*), but a path gone there is read where upstream renamed it between *base* and *target*
+    (``git.Repo.renames``): the file a cherry-pick's merge would change, so a change that landed before a rename is still found."""
+
+    def follow(path: str) -> bytes | None:
+        data = read(path)
+        if data is None and (moved := _renames(repo, base, target).get(path)) is not None:
+            return read(moved)
+        return data
+
+    return follow
+
+
+@functools.lru_cache(maxsize=64)
+def _renames(repo: git.Repo, base: str, target: str) -> dict[str, str]:
+    return repo.renames(base, target)
+
+
 # -- the answer ---------------------------------------------------------------------------------------
 
 
@@ -251,10 +270,14 @@ def declared_commit(repo: git.Repo, patch: Patch, target: str) -> tuple[Reader, 
     return blob_reader(repo, named), named
 
 
-def at_replay(replay: Replayer, step: Step, change: Change, target: str | None = None) -> Answer:
-    """The answer for a *step* of *replay* (the series on *target*, in memory): the step's result read as ``judge`` reads it."""
+def at_replay(replay: Replayer, step: Step, change: Change, target: str | None = None, base: str | None = None) -> Answer:
+    """The answer for a *step* of *replay* (the series on *target*, in memory): the step's result read as ``judge`` reads it.
+
+    *base*: the upstream commit the series was made on; a file upstream renamed since is read at its new name.
+    """
     declared, commit = declared_commit(replay.repo, step.patch, target) if target and step.status == "failed" else (None, None)
-    return judge(step.status, lambda: replay.reverse_applies(step.patch), change, replay.read_file, declared, commit)
+    read = following_renames(replay.repo, base, target, replay.read_file) if base and target else replay.read_file
+    return judge(step.status, lambda: replay.reverse_applies(step.patch), change, read, declared, commit)
 
 
 def naming(repo: git.Repo, change: Change, commits: Sequence[str]) -> list[str]:

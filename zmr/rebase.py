@@ -61,7 +61,7 @@ from zmr.files import atomic_write
 from zmr.lock import locked
 from zmr.manifest import Component, parse_manifest
 from zmr.project import Project
-from zmr.landed import Dropped, blob_reader, declared_commit, judge
+from zmr.landed import Dropped, blob_reader, declared_commit, following_renames, judge
 from zmr.resolutions import NotReplayed
 from zmr.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.series import Patch, Series
@@ -661,7 +661,7 @@ def _landed_here(project: Project, component: Component, state: RebaseState, cac
     chain_files = file_sets(repo, [state.old_chain[index]])
     change = step_change(repo, state.old, state.old_chain, chain_files, index)
     declared, named = declared_commit(repo, patch, state.new)
-    answer = judge("failed", lambda: False, change, blob_reader(co.repo, head), declared, named)
+    answer = judge("failed", lambda: False, change, following_renames(repo, state.old, state.new, blob_reader(co.repo, head)), declared, named)
     if not answer.landed:
         return None
     drop = dropped_for(repo, patch, answer, None)

@@ -56,7 +56,7 @@ from zmr.project import Project
 from zmr.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.series import Patch
-from zmr.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, judge, naming, partial_landing
+from zmr.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, following_renames, judge, naming, partial_landing
 from zmr.resolutions import NotReplayed, Recorded, recorded
 from zmr.upstream_status import UpstreamStatus, status_of
 from zmr.upstream import (
@@ -76,7 +76,7 @@ from zmr.wording import counted
 
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
-REPLAY_RULE = "landed-2"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" replays again
+REPLAY_RULE = "landed-3"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" replays again
 
 
 class UpdateError(ZmrError):
@@ -322,7 +322,7 @@ class SeriesAtPin:
     def answer(self, index: int, tree: str, commit: str) -> Answer:
         """The one answer (``zmr.landed.judge``) for patch *index*, whose 3-way pick does not go in on *tree* (upstream *commit* and the patches before)."""
         declared, named = declared_commit(self.repo, self.patches[index], commit)
-        return judge("failed", lambda: False, self.change(index), blob_reader(self.repo, tree), declared, named)
+        return judge("failed", lambda: False, self.change(index), following_renames(self.repo, self.pin, commit, blob_reader(self.repo, tree)), declared, named)
 
     def change(self, index: int) -> Change:
         return step_change(self.repo, self.pin, self.old_chain, self.chain_files, index)
@@ -338,7 +338,7 @@ class SeriesAtPin:
     def partial(self, index: int, target: str) -> Landing | None:
         """Patch *index* (kept at *target*: it conflicts there, or went in 3-way) when *target* already holds part of its change."""
         files = sorted(self.chain_files[self.old_chain[index]])
-        answer = judge("failed", lambda: False, self.change(index), blob_reader(self.repo, target))
+        answer = judge("failed", lambda: False, self.change(index), following_renames(self.repo, self.pin, target, blob_reader(self.repo, target)))
         if answer.state == NOT_LANDED:
             return None
         return partial_landing(answer, lambda: naming(self.repo, self.change(index), upstream_commits(self.repo, self.pin, target, files)))

@@ -169,7 +169,7 @@ def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, ol
     try:
         with Replayer(repo, new, paths) as replay:
             [step] = list(replay.replay([patch], [frozenset(paths)]))
-            answer = at_replay(replay, step, change, new)
+            answer = at_replay(replay, step, change, new, old)
     except git.GitError:
         return None
     if answer.state not in (LANDED, PARTIAL):
@@ -251,7 +251,7 @@ def replay_onto(
                 made.append((patch.name, step.moved))
                 continue
             change = step_change(repo, old, old_chain, chain_files, i)
-            answer = at_replay(replay, step, change, new)
+            answer = at_replay(replay, step, change, new, old)
             if answer.landed:
                 drop = dropped_for(repo, patch, answer, hits[i])
                 if name_upstream:
@@ -386,7 +386,7 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
                 continue
             files = sorted(chain_files[chain[i]])
             change = step_change(repo, component.commit, chain, chain_files, i)
-            answer = at_replay(replay, step, change, new)
+            answer = at_replay(replay, step, change, new, component.commit)
             if answer.landed:
                 drop = dropped_for(repo, patch, answer, hit)
                 name_landing(repo, component.commit, new, drop, change, files)
