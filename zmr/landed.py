@@ -215,7 +215,10 @@ def following_renames(repo: git.Repo, base: str, target: str, read: Reader) -> R
 
 @functools.lru_cache(maxsize=64)
 def _renames(repo: git.Repo, base: str, target: str) -> dict[str, str]:
-    return repo.renames(base, target)
+    try:
+        return repo.renames(base, target)
+    except git.GitError:  # a commit not in a partial mirror: no rename known, the path reads as absent
+        return {}
 
 
 # -- the answer ---------------------------------------------------------------------------------------
