@@ -24,11 +24,12 @@ started holds the file open), a file that names no holder says so; a lock
 file that is a symbolic link, a folder or anything but a regular file is
 refused, never followed. zmr never removes a lock file (removing it would
 let a third process lock a new file while the holder lives). Exclusive
-locks are re-entrant within one process (``zmr update --apply`` holds the
-lock and calls ``rebase.start``, which takes it too).
+locks are re-entrant within one thread (``zmr update --apply`` holds the
+lock and calls ``rebase.start``, which takes it too); another thread of the
+same process waits for them as another process would.
 
-The test hook that holds a process at a named point (``pause_point``) is
-`zmr.faults`'; this module calls it once a lock is held (``locked``).
+The test hook that holds a process at a named point (``pause_point``)
+lives in `zmr.faults`; this module calls it once a lock is held (``locked``).
 """
 
 from __future__ import annotations
