@@ -3,7 +3,7 @@
 smoke: `zmr ci-matrix` -> model, component, smoke_args (the tests that need no GPU), for jobs that have some.
 moves: `zmr update --json` -> model, component, 1 if the pin moves, the blocking patch's author email, the patch, 1 if a check
   ran for it (update-check --smoke leaves a component without smoke tests unchecked: its move is applied without one).
-push BRANCH COMMIT BASE EMAIL: push the weekly pull request's branch (zmr.publish.push_update_branch) to origin; exit 3,
+push BRANCH COMMIT BASE EMAIL: push the weekly pull request's branch (zmr.ops.publish.push_update_branch) to origin; exit 3,
   saying why, when the branch holds commits someone else pushed (nothing is pushed then).
 upstreamed: `zmr upstreamed --json` -> an ::error:: line per patch that landed upstream; exit 1 when any did.
 """
@@ -13,9 +13,9 @@ import sys
 
 
 def push(branch: str, commit: str, base: str, email: str) -> int:
-    from zmr import git
-    from zmr.errors import ZmrError
-    from zmr.publish import REFUSED, push_update_branch
+    from zmr.infra import git
+    from zmr.infra.errors import ZmrError
+    from zmr.ops.publish import REFUSED, push_update_branch
 
     repo = git.Repo.at(".")
     try:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zmr import git  # noqa: E402
+from zmr.infra import git  # noqa: E402
 from zmr.importing.findbase import find_base, tree_distances  # noqa: E402
 
 

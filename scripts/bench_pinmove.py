@@ -7,7 +7,7 @@ at ~74% of the range that breaks the test (it adds BROKEN), and one at ~90%
 where the series stops applying. Two ways to the newest commit where the
 series applies and the test passes:
 
-- ``zmr``: ``zmr.update.examine`` with a ``--test`` check: a bisection of
+- ``zmr``: ``zmr.ops.update.examine`` with a ``--test`` check: a bisection of
   replays (in memory) for where the series applies, then a bisection of
   checks (each: the release tree written to a temporary folder, the test
   run in it);
@@ -131,12 +131,12 @@ def main() -> int:
         pin = make_project(work / "project", work / "upstream")
         os.chdir(work / "project")
 
-        from zmr import update as up
-        from zmr.cache import Cache
-        from zmr.checks import command_check
-        from zmr.project import Project
-        from zmr.resolutions import recorded
-        from zmr.upstream import first_parent_line, resolve_rev
+        from zmr.ops import update as up
+        from zmr.infra.cache import Cache
+        from zmr.ops.checks import command_check
+        from zmr.model.project import Project
+        from zmr.model.resolutions import recorded
+        from zmr.ops.upstream import first_parent_line, resolve_rev
 
         project = Project.find(work / "project")
         [component] = project.manifests(["toy"])[0].components.values()

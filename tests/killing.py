@@ -3,7 +3,7 @@
 A scenario builds a real fixture (an upstream, a zmr project, a checkout,
 a cache, a remote: all under one folder), runs its command once
 uninterrupted to learn its fault points (``ZMR_TEST_KILL_LOG``, see
-zmr/faults.py) and the state it reaches, then, for each kill point N:
+zmr/infra/faults.py) and the state it reaches, then, for each kill point N:
 
 1. puts the folder back as it was before the command (a byte copy);
 2. runs the command with ``ZMR_TEST_KILL=N``: zmr SIGKILLs itself at its

@@ -1,10 +1,11 @@
 """The architecture of zmr/, read from the source with ast.
 
 No import cycles (type-only imports count), no function over 100 lines,
-layers (the core imports no subpackage, subpackages take only the core's
-public names, nothing below zmr/cli/ imports it), checkouts driven only
-from the zmr.checkout package, git argument lists only in git.py (and the checkout
-porcelain), update takes from rebase only the stateful move.
+layers (every module lives in a layer folder, and each folder imports only the
+layers below it that ``LAYERS`` lists for it: zmr/infra/ < zmr/model/ < zmr/ops/
+< the products < zmr/cli/; the products take only the core's public names),
+checkouts driven only from the zmr.ops.checkout package, git argument lists only in
+zmr/infra/git.py (and the checkout porcelain), update takes from rebase only the stateful move.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[st
     A cycle through a type-only import is still a cycle: the two modules
     know each other, and the import is one edit away from run time.
 
-    ``from zmr import git`` imports the module ``zmr.git``; ``from zmr.git import run`` imports ``zmr.git`` too.
+    ``from zmr import git`` imports the module ``zmr.infra.git``; ``from zmr.infra.git import run`` imports ``zmr.infra.git`` too.
     """
     known = set(modules)
     package = module if is_package else module.rpartition(".")[0]
@@ -117,9 +118,9 @@ KNOWN_CYCLES: list[list[str]] = []
 
 def test_no_import_cycle_in_zmr():
     graph = import_graph()
-    assert "zmr.build" in graph["zmr.cli.build"]  # imports inside functions count
-    assert "zmr.git" in graph["zmr.project"] and "zmr" not in graph["zmr.project"]  # `from zmr import git` is zmr.git
-    assert "zmr.manifest" in graph["zmr.cache"]  # so do imports under `if TYPE_CHECKING:` (its only one)
+    assert "zmr.ops.build" in graph["zmr.cli.build"]  # imports inside functions count
+    assert "zmr.infra.git" in graph["zmr.model.project"] and "zmr.infra" not in graph["zmr.model.project"]  # `from zmr.infra import git` is zmr.infra.git
+    assert "zmr.model.manifest" in graph["zmr.model.selection"]  # so do imports under `if TYPE_CHECKING:` (its only ones)
     assert cycles(graph) == KNOWN_CYCLES
 
 
@@ -132,33 +133,53 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# The products beside the patch-set core; the CLI above them all; zmr/__main__.py only starts the CLI.
-SUBPACKAGES = ("zmr.evidence", "zmr.smoke", "zmr.importing")
-CLI = "zmr.cli"
-ENTRY = "zmr.__main__"
+# The layers of zmr/, bottom up. Each is a folder; a module imports only from its own layer and the layers listed for it.
+# The core: zmr/infra/ (git, files, locks, fault points, the mirrors, the journal) knows no project file; zmr/model/ (manifests,
+# series, patch files, cases, zmr.yaml, the YAML engine) reads and checks them; zmr/ops/ (replay, build, checkout, export,
+# rebase, update, diff, ...) does what the commands do. The products beside the ops; the CLI above them all;
+# zmr/__main__.py only starts the CLI.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "zmr.infra": (),
+    "zmr.model": ("zmr.infra",),
+    "zmr.ops": ("zmr.model", "zmr.infra"),
+    "zmr.evidence": ("zmr.model", "zmr.infra"),
+    "zmr.smoke": ("zmr.ops", "zmr.model", "zmr.infra"),
+    "zmr.importing": ("zmr.ops", "zmr.model", "zmr.infra"),
+    "zmr.cli": ("zmr.evidence", "zmr.smoke", "zmr.importing", "zmr.ops", "zmr.model", "zmr.infra"),
+    "zmr.__main__": ("zmr.cli",),
+}
+CORE = ("zmr.infra", "zmr.model", "zmr.ops")
+SUBPACKAGES = ("zmr.evidence", "zmr.smoke", "zmr.importing")  # the products
+# No layer: the package's face (its version and the moved names; any layer may import it, it imports nothing of zmr) and the templates' data.
+OUTSIDE = ("zmr", "zmr.templates")
 
 
-def layer(module: str) -> str:
-    """``cli``, ``entry``, one of SUBPACKAGES, or ``core`` (every other module of zmr)."""
-    for package in (CLI, *SUBPACKAGES):
-        if module == package or module.startswith(package + "."):
-            return "cli" if package == CLI else package
-    return "entry" if module == ENTRY else "core"
+def layer(module: str) -> str | None:
+    """The layer (a key of LAYERS) *module* lives in, or None: a module in no layer folder."""
+    for name in LAYERS:
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
 
 
 def layering_problems(graph: dict[str, set[str]]) -> list[str]:
-    """``a -> b: why`` for each import against the layers: the core imports no subpackage, a subpackage no other one, nothing below the CLI imports it."""
+    """``a -> b: why`` for each import against LAYERS, and ``a: why`` for each module in no layer folder."""
     found = []
     for module in sorted(graph):
         here = layer(module)
+        if here is None:
+            if module not in OUTSIDE:
+                found.append(f"{module}: in no layer folder (put it in one of {', '.join(LAYERS)})")
+            elif graph[module]:
+                found.append(f"{module}: imports {', '.join(sorted(graph[module]))} (it is imported by every layer, and imports nothing of zmr)")
+            continue
         for other in sorted(graph[module]):
             there = layer(other)
-            if there == "cli" and here not in ("cli", "entry"):
-                found.append(f"{module} -> {other}: an upward arrow (only the CLI and zmr.__main__ import zmr.cli)")
-            elif here == "core" and there in SUBPACKAGES:
-                found.append(f"{module} -> {other}: the core imports a subpackage")
-            elif here in SUBPACKAGES and there in SUBPACKAGES and here != there:
-                found.append(f"{module} -> {other}: a subpackage imports another one")
+            if there is None or there == here:
+                continue  # the package's face, or a module of its own layer (the cycle check covers those)
+            if there not in LAYERS[here]:
+                allowed = ", ".join(LAYERS[here]) or "nothing of zmr"
+                found.append(f"{module} -> {other}: {here} imports only {allowed}")
     return found
 
 
@@ -176,15 +197,15 @@ def private_names_taken(path: Path, module: str, modules: Iterable[str]) -> list
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 target = f"{node.module}.{alias.name}"
-                if target in known and layer(target) == "core":
+                if target in known and layer(target) in CORE:
                     bound[alias.asname or alias.name] = target
                     if private(alias.name):
                         found.append(f"{node.lineno} {target}")
-                elif node.module in known and layer(node.module) == "core" and private(alias.name):
+                elif node.module in known and layer(node.module) in CORE and private(alias.name):
                     found.append(f"{node.lineno} {node.module}.{alias.name}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name in known and layer(alias.name) == "core" and any(private(part) for part in alias.name.split(".")):
+                if alias.name in known and layer(alias.name) in CORE and any(private(part) for part in alias.name.split(".")):
                     found.append(f"{node.lineno} {alias.name}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound and private(node.attr):
@@ -192,24 +213,36 @@ def private_names_taken(path: Path, module: str, modules: Iterable[str]) -> list
     return sorted(found)
 
 
-def test_the_core_imports_no_subpackage_and_nothing_imports_the_cli_from_below():
+def test_every_import_goes_down_the_layers_and_every_module_lives_in_a_layer_folder():
     graph = import_graph()
-    assert layer("zmr.evidence.dumps.bits") == "zmr.evidence" and layer("zmr.cli.build") == "cli" and layer("zmr.build") == "core"
+    assert layer("zmr.evidence.dumps.bits") == "zmr.evidence" and layer("zmr.cli.build") == "zmr.cli" and layer("zmr.ops.build") == "zmr.ops"
+    assert layer("zmr.ops.checkout.merge") == "zmr.ops" and layer("zmr.infrastructure") is None
+    assert {layer(module) for module in graph} == {*LAYERS, None}  # every layer holds modules
+    assert [module for module in graph if layer(module) is None] == sorted(OUTSIDE)
     assert layering_problems(graph) == []
 
 
-def test_the_layer_check_finds_wrong_arrows():
+def test_the_layer_check_finds_wrong_arrows_and_flat_modules():
     graph = {
-        "zmr.build": {"zmr.git", "zmr.evidence.locate"},
-        "zmr.git": {"zmr.cli.render"},
-        "zmr.smoke.runner": {"zmr.build", "zmr.importing.findbase"},
-        "zmr.cli.build": {"zmr.build", "zmr.smoke.runner"},
+        "zmr": set(),
+        "zmr.ops.build": {"zmr.infra.git", "zmr.evidence.locate", "zmr.ops.replay", "zmr"},
+        "zmr.infra.git": {"zmr.cli.render"},
+        "zmr.infra.cache": {"zmr.model.manifest"},
+        "zmr.model.series": {"zmr.infra.files", "zmr.ops.replay"},
+        "zmr.smoke.runner": {"zmr.ops.build", "zmr.importing.findbase"},
+        "zmr.cli.build": {"zmr.ops.build", "zmr.smoke.runner"},
         "zmr.__main__": {"zmr.cli"},
+        "zmr.landed": {"zmr.infra.git"},
+        "zmr.templates": {"zmr.ops.new"},
     }
     assert layering_problems(graph) == [
-        "zmr.build -> zmr.evidence.locate: the core imports a subpackage",
-        "zmr.git -> zmr.cli.render: an upward arrow (only the CLI and zmr.__main__ import zmr.cli)",
-        "zmr.smoke.runner -> zmr.importing.findbase: a subpackage imports another one",
+        "zmr.infra.cache -> zmr.model.manifest: zmr.infra imports only nothing of zmr",
+        "zmr.infra.git -> zmr.cli.render: zmr.infra imports only nothing of zmr",
+        "zmr.landed: in no layer folder (put it in one of zmr.infra, zmr.model, zmr.ops, zmr.evidence, zmr.smoke, zmr.importing, zmr.cli, zmr.__main__)",
+        "zmr.model.series -> zmr.ops.replay: zmr.model imports only zmr.infra",
+        "zmr.ops.build -> zmr.evidence.locate: zmr.ops imports only zmr.model, zmr.infra",
+        "zmr.smoke.runner -> zmr.importing.findbase: zmr.smoke imports only zmr.ops, zmr.model, zmr.infra",
+        "zmr.templates: imports zmr.ops.new (it is imported by every layer, and imports nothing of zmr)",
     ]
 
 
@@ -224,15 +257,15 @@ def test_subpackages_take_only_public_names_from_the_core():
 def test_the_private_name_check_finds_private_names(tmp_path):
     source = tmp_path / "m.py"
     source.write_text(
-        "from zmr.git import _environment, run\n"
-        "from zmr import files, git\n"
+        "from zmr.infra.git import _environment, run\n"
+        "from zmr.infra import files, git\n"
         "from zmr.evidence.dumps import _private_to_evidence\n"
         "def f():\n"
         "    files.atomic_write\n"
         "    return git._subcommand, git.__name__\n"
     )
-    modules = ["zmr", "zmr.git", "zmr.files", "zmr.evidence.dumps"]
-    assert private_names_taken(source, "zmr.evidence.m", modules) == ["1 zmr.git._environment", "6 zmr.git._subcommand"]
+    modules = ["zmr", "zmr.infra.git", "zmr.infra.files", "zmr.evidence.dumps"]
+    assert private_names_taken(source, "zmr.evidence.m", modules) == ["1 zmr.infra.git._environment", "6 zmr.infra.git._subcommand"]
 
 
 MAX_FUNCTION_LINES = 100
@@ -267,11 +300,11 @@ PORCELAIN_VERBS = frozenset(
 )
 # The files git keeps in a git dir while such an operation is under way.
 OPERATION_FILES = frozenset({"CHERRY_PICK_HEAD", "MERGE_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "rebase-merge", "rebase-apply"})
-PORCELAIN_MODULES = ("checkout/", "git.py")  # the zmr.checkout package drives checkouts; zmr.git runs git
+PORCELAIN_MODULES = ("ops/checkout/", "infra/git.py")  # the zmr.ops.checkout package drives checkouts; zmr.infra.git runs git
 
 
 def porcelain_outside_checkout(root: Path) -> list[str]:
-    """``path:line what`` of each use of working-tree porcelain in *root* outside the zmr/checkout/ package and zmr/git.py.
+    """``path:line what`` of each use of working-tree porcelain in *root* outside the zmr/ops/checkout/ package and zmr/infra/git.py.
 
     Checked: a list literal whose first item is one of PORCELAIN_VERBS (a
     git argv such as ``["cherry-pick", commit]``, passed or kept in a
@@ -309,8 +342,8 @@ def test_the_porcelain_check_finds_porcelain_outside_checkout(tmp_path):
     (package / "rebase.py").write_text(
         driving + 'QUIT = ["reset", "--hard"]\nCOMMANDS = [("checkout", go)]\nNOTE = "a cherry-pick is in progress (CHERRY_PICK_HEAD)"\n'
     )
-    (package / "checkout").mkdir()
-    (package / "checkout" / "worktree.py").write_text(driving)  # the one package allowed to
+    (package / "ops" / "checkout").mkdir(parents=True)
+    (package / "ops" / "checkout" / "worktree.py").write_text(driving)  # the one package allowed to
     (package / "checkout.py").write_text(driving)  # a module named so is not the package
     (package / "mirror.py").write_text('def f(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n    repo.run(["merge-base", "a", "b"])\n')
     assert porcelain_outside_checkout(package) == [
@@ -358,12 +391,12 @@ def _git_command(node: ast.List) -> str | None:
 
 
 def _allowed_to_run_git(rel: str) -> bool:
-    """zmr/git.py runs git; zmr/checkout.py (or a package zmr/checkout/) drives an engineer's checkout with porcelain."""
-    return rel in ("git.py", "checkout.py") or rel.startswith("checkout/")
+    """zmr/infra/git.py runs git; the package zmr/ops/checkout/ drives an engineer's checkout with porcelain."""
+    return rel == "infra/git.py" or rel.startswith("ops/checkout/")
 
 
 def git_argv_outside_git(root: Path) -> list[str]:
-    """``path:line git COMMAND`` of each git argument list in *root* outside zmr/git.py and the checkout porcelain.
+    """``path:line git COMMAND`` of each git argument list in *root* outside zmr/infra/git.py and the checkout porcelain.
 
     A git argument list is a list literal whose first item that is neither
     an option nor unpacked is a git command (``["rev-parse", rev]``,
@@ -392,7 +425,8 @@ def test_only_git_py_and_the_checkout_porcelain_spell_out_git_arguments():
 
 def test_the_git_argv_check_finds_an_argument_list(tmp_path):
     package = tmp_path / "pkg"
-    (package / "checkout").mkdir(parents=True)
+    (package / "ops" / "checkout").mkdir(parents=True)
+    (package / "infra").mkdir()
     (package / "project.py").write_text(
         "def f(repo, key, args, config):\n"
         '    repo.run(["config", "--get", key], check=False)\n'
@@ -405,10 +439,11 @@ def test_the_git_argv_check_finds_an_argument_list(tmp_path):
     (package / "report.py").write_text(
         'COLUMNS = ["component", "status", *(["apply"] if True else [])]\nOPTIONS = ["-r", "-z", "--name-only"]\nWORDS = ["none", "log in"]\n'
     )
-    (package / "git.py").write_text('def run(args):\n    return ["rev-parse", *args]\n')  # the one module allowed to
-    (package / "checkout.py").write_text('def reset(repo):\n    repo.run(["reset", "--hard"])\n')
-    (package / "checkout" / "tree.py").write_text('def clean(repo):\n    repo.run(["clean", "-d"])\n')
+    (package / "infra" / "git.py").write_text('def run(args):\n    return ["rev-parse", *args]\n')  # the one module allowed to
+    (package / "git.py").write_text('def run(args):\n    return ["rev-parse", *args]\n')  # not in its layer folder: not that module
+    (package / "ops" / "checkout" / "tree.py").write_text('def clean(repo):\n    repo.run(["clean", "-d"])\n')
     assert git_argv_outside_git(package) == [
+        "pkg/git.py:2 git rev-parse",
         "pkg/project.py:2 git config",
         "pkg/project.py:3 git update-ref",
         "pkg/project.py:4 git diff-tree",
@@ -420,7 +455,7 @@ def test_the_git_argv_check_finds_an_argument_list(tmp_path):
 def names_imported_from(path: Path, module: str) -> set[str]:
     """The names *path* takes from *module* (``from MODULE import NAME``, anywhere in it); ``*`` for the module itself.
 
-    ``import zmr.rebase`` and ``from zmr import rebase`` give the whole module (``*``): any name can be used through it.
+    ``import zmr.ops.rebase`` and ``from zmr import rebase`` give the whole module (``*``): any name can be used through it.
     """
     package, _, last = module.rpartition(".")
     found: set[str] = set()
@@ -434,26 +469,26 @@ def names_imported_from(path: Path, module: str) -> set[str]:
     return found
 
 
-# What ``zmr update --apply`` needs of the stateful rebase; the read-only analysis comes from zmr.upstream.
+# What ``zmr update --apply`` needs of the stateful rebase; the read-only analysis comes from zmr.ops.upstream.
 UPDATE_FROM_REBASE = {"Outcome", "Stopped", "abort", "finishing_onto", "resume", "start"}
 
 
 def test_update_takes_from_rebase_only_the_stateful_move():
-    assert names_imported_from(ZMR / "update.py", "zmr.rebase") == UPDATE_FROM_REBASE
-    assert "resolve_rev" in names_imported_from(ZMR / "update.py", "zmr.upstream")
+    assert names_imported_from(ZMR / "ops" / "update.py", "zmr.ops.rebase") == UPDATE_FROM_REBASE
+    assert "resolve_rev" in names_imported_from(ZMR / "ops" / "update.py", "zmr.ops.upstream")
 
 
 def test_upstream_analysis_reaches_no_stateful_module():
     graph = import_graph()
-    reached, todo = set(), ["zmr.upstream"]
-    while todo:  # everything zmr.upstream loads, directly or through another module
+    reached, todo = set(), ["zmr.ops.upstream"]
+    while todo:  # everything zmr.ops.upstream loads, directly or through another module
         for other in graph[todo.pop()] - reached:
             reached.add(other)
             todo.append(other)
-    assert "zmr.replay" in reached
-    assert reached.isdisjoint({"zmr.rebase", "zmr.checkout", "zmr.transaction", "zmr.update"})
-    assert not any(module.startswith("zmr.checkout.") for module in reached)
-    # zmr.lock is reached (the cache's mirror lock and git's writers lock are its), but no component's lock is taken there.
+    assert "zmr.ops.replay" in reached
+    assert reached.isdisjoint({"zmr.ops.rebase", "zmr.ops.checkout", "zmr.infra.transaction", "zmr.ops.update"})
+    assert not any(module.startswith("zmr.ops.checkout.") for module in reached)
+    # zmr.infra.lock is reached (the cache's mirror lock and git's writers lock are its), but no component's lock is taken there.
     modules = _modules()
     assert [m for m in sorted(reached) if m in modules and component_locks_taken(modules[m])] == []
 
@@ -462,8 +497,8 @@ _COMPONENT_LOCKS = {"hold", "locked"}
 
 
 def component_locks_taken(path: Path) -> list[int]:
-    """The lines of *path* that take a component's lock: ``lock.hold``/``lock.locked``, or ``hold``/``locked`` taken from zmr.lock."""
-    taken = names_imported_from(path, "zmr.lock") & _COMPONENT_LOCKS
+    """The lines of *path* that take a component's lock: ``lock.hold``/``lock.locked``, or ``hold``/``locked`` taken from zmr.infra.lock."""
+    taken = names_imported_from(path, "zmr.infra.lock") & _COMPONENT_LOCKS
     lines = []
     for node in ast.walk(parse(path)):
         if isinstance(node, ast.Attribute) and node.attr in _COMPONENT_LOCKS and isinstance(node.value, ast.Name) and node.value.id == "lock":
@@ -475,35 +510,35 @@ def component_locks_taken(path: Path) -> list[int]:
 
 def test_the_component_lock_check_finds_a_hold(tmp_path):
     (tmp_path / "a.py").write_text("from zmr import lock\ndef f(p, c):\n    with lock.hold(p, [c]):\n        pass\n")
-    (tmp_path / "b.py").write_text("from zmr.lock import locked\n@locked\ndef g(p, c):\n    pass\n")
+    (tmp_path / "b.py").write_text("from zmr.infra.lock import locked\n@locked\ndef g(p, c):\n    pass\n")
     (tmp_path / "c.py").write_text("from zmr import lock\ndef h(path):\n    with lock.hold_file(path, 'x'):\n        pass\n")
     assert [component_locks_taken(tmp_path / n) for n in ("a.py", "b.py", "c.py")] == [[3], [2], []]
 
 
 def test_the_import_reader_sees_every_way_to_take_a_module(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("from zmr.rebase import start, abort\n\ndef f():\n    from zmr.rebase import Outcome\n")
-    assert names_imported_from(source, "zmr.rebase") == {"start", "abort", "Outcome"}
-    source.write_text("from zmr import git, rebase\n")
-    assert names_imported_from(source, "zmr.rebase") == {"*"}
-    source.write_text("import zmr.rebase\n")
-    assert names_imported_from(source, "zmr.rebase") == {"*"}
+    source.write_text("from zmr.ops.rebase import start, abort\n\ndef f():\n    from zmr.ops.rebase import Outcome\n")
+    assert names_imported_from(source, "zmr.ops.rebase") == {"start", "abort", "Outcome"}
+    source.write_text("from zmr.ops import rebase\nfrom zmr.infra import git\n")
+    assert names_imported_from(source, "zmr.ops.rebase") == {"*"}
+    source.write_text("import zmr.ops.rebase\n")
+    assert names_imported_from(source, "zmr.ops.rebase") == {"*"}
 
 
 def test_already_upstream_has_one_owner():
-    """Whether a patch is already upstream, and its words, are zmr.landed's alone (#49.3): nobody else asks git
+    """Whether a patch is already upstream, and its words, are zmr.ops.landed's alone (#49.3): nobody else asks git
     whether a patch reverse-applies or spells "landed (...)"; the replay below it does not know it."""
     import re
 
     wording = re.compile(r"(partially )?landed \(|same patch-id|reverse-applies\)|empty once applied")
     found = []
     for module, path in _modules().items():
-        if module == "zmr.landed":
+        if module == "zmr.ops.landed":
             continue
         for node in ast.walk(parse(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if node.func.attr == "reverse_applies" or (
-                    node.func.attr == "apply" and module != "zmr.replay" and any(k.arg == "reverse" for k in node.keywords)
+                    node.func.attr == "apply" and module != "zmr.ops.replay" and any(k.arg == "reverse" for k in node.keywords)
                 ):
                     found.append(f"{module}:{node.lineno}: asks whether a patch reverse-applies")
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and wording.match(node.value):
@@ -511,15 +546,15 @@ def test_already_upstream_has_one_owner():
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in ("upstream_holds", "line_landing", "containing_commit", "Dropped", "Landing"):
                 found.append(f"{module}:{node.lineno}: defines {node.name}")
     assert found == []
-    assert "zmr.landed" not in import_graph()["zmr.replay"]
+    assert "zmr.ops.landed" not in import_graph()["zmr.ops.replay"]
 
 
 _LOCK_CALLS = {"flock", "lockf"}
-_LOCK_OWNER = "lock.py"
+_LOCK_OWNER = "infra/lock.py"
 
 
 def locks_outside_lock_py(root: Path) -> list[str]:
-    """``fcntl.flock`` / ``fcntl.lockf`` calls (and ``from fcntl import flock``) anywhere but zmr/lock.py: one module takes every lock."""
+    """``fcntl.flock`` / ``fcntl.lockf`` calls (and ``from fcntl import flock``) anywhere but zmr/infra/lock.py: one module takes every lock."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() == _LOCK_OWNER:
@@ -533,14 +568,14 @@ def locks_outside_lock_py(root: Path) -> list[str]:
 
 
 def test_only_lock_py_takes_a_lock():
-    """The cache's and git's locks go through zmr.lock too: one timeout, one holder message, one ZMR_LOCK_TIMEOUT (#49)."""
+    """The cache's and git's locks go through zmr.infra.lock too: one timeout, one holder message, one ZMR_LOCK_TIMEOUT (#49)."""
     assert locks_outside_lock_py(ZMR) == []
 
 
 def test_the_lock_check_finds_a_raw_flock(tmp_path):
     package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "lock.py").write_text("import fcntl\nfcntl.flock(0, fcntl.LOCK_EX)\n")
+    (package / "infra").mkdir(parents=True)
+    (package / "infra" / "lock.py").write_text("import fcntl\nfcntl.flock(0, fcntl.LOCK_EX)\n")
     (package / "cache.py").write_text("import fcntl\ndef f(h):\n    fcntl.flock(h.fileno(), fcntl.LOCK_EX)\n")
     (package / "git.py").write_text("from fcntl import lockf\n")
     assert locks_outside_lock_py(package) == ["pkg/cache.py:3 flock", "pkg/git.py:1 from fcntl import"]
@@ -557,7 +592,7 @@ def plumbing_in_checkout(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if not (rel == "checkout.py" or rel.startswith("checkout/")):
+        if not rel.startswith("ops/checkout/"):
             continue
         for node in ast.walk(parse(path)):
             if isinstance(node, ast.List) and (command := _git_command(node)) in PLUMBING:
@@ -571,7 +606,7 @@ def test_the_checkout_package_spells_porcelain_only_and_asks_git_repo_for_plumbi
 
 def test_the_plumbing_check_finds_plumbing_in_the_checkout_package(tmp_path):
     package = tmp_path / "pkg"
-    (package / "checkout").mkdir(parents=True)
-    (package / "checkout" / "a.py").write_text('def f(repo):\n    repo.run(["symbolic-ref", "HEAD", "refs/heads/x"])\n    repo.run(["reset", "--hard"])\n')
+    (package / "ops" / "checkout").mkdir(parents=True)
+    (package / "ops" / "checkout" / "a.py").write_text('def f(repo):\n    repo.run(["symbolic-ref", "HEAD", "refs/heads/x"])\n    repo.run(["reset", "--hard"])\n')
     (package / "project.py").write_text('def g(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n')  # git_argv_outside_git's to find
-    assert plumbing_in_checkout(package) == ["pkg/checkout/a.py:2 git symbolic-ref"]
+    assert plumbing_in_checkout(package) == ["pkg/ops/checkout/a.py:2 git symbolic-ref"]

@@ -185,7 +185,7 @@ def test_a_series_folder_that_does_not_exist_is_an_error_not_an_empty_series(pro
     assert git("rev-parse", "engine/toy~1^{tree}", cwd=project.root) == git("rev-parse", f"{pin}^{{tree}}", cwd=upstream.path)
 def test_a_ref_update_that_finds_its_result_already_there_succeeds(project, upstream):
     """update_refs is idempotent: refs already at their new values are done; a ref found elsewhere fails the whole update."""
-    from zmr import git as zgit
+    from zmr.infra import git as zgit
 
     repo = zgit.Repo(project.root / ".git")
     a, b, c = upstream.commits
@@ -205,7 +205,7 @@ def test_every_command_that_reads_a_series_names_the_manifest_line_of_a_missing_
     assert zmr("checkout", "toy", cwd=project.root).returncode == 0
     shutil.rmtree(project.root / "patches/toy/rollout")
     line = (project.root / "manifests/toy.yaml").read_text().splitlines().index("  rollout:") + 1
-    # (`zmr update` joins this list when zmr/update.py reads the series through Project.series too.)
+    # (`zmr update` joins this list when zmr/ops/update.py reads the series through Project.series too.)
     readers = (["export", "toy"], ["checkout", "toy"], ["list"], ["validate", "toy"], ["verify", "toy"], ["upstreamed", "toy"], ["update", "toy"])
     for args in (*readers, ["rebase", "toy", "--onto", "main"]):
         result = zmr(*args, cwd=project.root)

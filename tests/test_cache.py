@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import git, simple_model, zmr
 
-from zmr.cache import Cache, resolve_upstream
+from zmr.infra.cache import Cache, resolve_upstream
 
 
 def _mirror(upstream) -> Path:
@@ -229,8 +229,8 @@ def test_a_garbage_loose_object_in_the_mirror_is_found_and_refetched(project, up
 
 def test_damage_recovery_happens_once_per_mirror(project, upstream):
     """Cache.recover quarantines a damaged mirror once; asked again in the same run it refuses, so nothing loops."""
-    from zmr import git as zgit
-    from zmr.cache import Cache
+    from zmr.infra import git as zgit
+    from zmr.infra.cache import Cache
 
     pin = simple_model(project, upstream)
     cache = Cache()
@@ -466,9 +466,9 @@ def test_a_temp_pack_of_a_live_fast_import_is_kept(tmp_path, project, upstream):
 
 def test_checkout_and_export_look_for_upstream_commits_in_the_cache_they_are_given(project, upstream, tmp_path):
     """The checkout's upstream commits are found in the caller's cache, not in a second default one made on the way."""
-    from zmr import checkout as checkouts
-    from zmr import export as exports
-    from zmr.project import Project
+    from zmr.ops import checkout as checkouts
+    from zmr.ops import export as exports
+    from zmr.model.project import Project
 
     simple_model(project, upstream)
     zmr_project = Project.find(project.root)

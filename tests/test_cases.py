@@ -1,4 +1,4 @@
-"""zmr.cases: case.yaml read into the library's model, every problem with file and line; manifests and cases checked together."""
+"""zmr.model.cases: case.yaml read into the library's model, every problem with file and line; manifests and cases checked together."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ BAD_CASES = sorted(p.name for p in (DATA / "bad-cases").iterdir() if p.is_dir())
 @pytest.mark.parametrize("name", BAD_CASES)
 def test_bad_case(name, tmp_path):
     """Each folder holds a case.yaml and expected.txt: the exact problems, in order."""
-    from zmr.cases import load_cases
+    from zmr.model.cases import load_cases
 
     root = tmp_path / "repo"
     (root / "cases" / name).mkdir(parents=True)
@@ -32,7 +32,7 @@ def test_bad_case(name, tmp_path):
 
 def test_case_library_model(tmp_path):
     """The parsed case keeps file order, takes scalars as written and folds nothing itself."""
-    from zmr.cases import Branch, Feature, Hardware, Link, Run, load_cases
+    from zmr.model.cases import Branch, Feature, Hardware, Link, Run, load_cases
 
     root = tmp_path / "repo"
     shutil.copytree(DATA / "project", root)
@@ -61,7 +61,7 @@ def test_case_library_model(tmp_path):
 
 
 def test_repository_case_files_are_valid():
-    from zmr.cases import load_cases
+    from zmr.model.cases import load_cases
 
     found, problems = load_cases(REPO_ROOT)
     assert [str(p) for p in problems] == []
@@ -70,9 +70,9 @@ def test_repository_case_files_are_valid():
 
 def test_check_project_reports_manifest_and_case_problems_together(tmp_path):
     """What `zmr validate` calls: both kinds of file, one error; a model may have only a case."""
-    from zmr.cases import CaseError, check_project
-    from zmr.errors import ZmrError
-    from zmr.project import Project as ZmrProject
+    from zmr.model.cases import CaseError, check_project
+    from zmr.infra.errors import ZmrError
+    from zmr.model.project import Project as ZmrProject
 
     project = make_project(tmp_path / "project")
     shutil.copytree(DATA / "project" / "cases", project.root / "cases")

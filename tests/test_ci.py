@@ -84,7 +84,7 @@ def test_ci_matrix_one_job_per_component(project, upstream):
     only = json.loads(zmr("ci-matrix", "toy", cwd=project.root).stdout)
     assert [job["name"] for job in only["include"]] == ["toy/rollout"]
     # The ids work as they are with `zmr smoke --only` (its selection accepts them).
-    from zmr.manifest import load_manifests
+    from zmr.model.manifest import load_manifests
     from zmr.smoke.runner import select
 
     big = load_manifests(project.root, ["big"])

@@ -88,7 +88,7 @@ def test_validate_catches_a_quoted_diff_header_in_a_message(project, upstream):
 
 def test_a_git_killed_by_a_signal_is_reported_as_a_crash_of_git():
     """Not as the failure it leaves behind (git 2.39's `git apply` aborts on some messages and leaves index.lock)."""
-    from zmr import git as zgit
+    from zmr.infra import git as zgit
 
     with pytest.raises(zgit.GitCrashed) as caught:
         # A real git, killed by a real SIGABRT: the alias's shell kills the git that runs it.

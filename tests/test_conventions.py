@@ -139,7 +139,7 @@ def test_read_only_commands_default_to_every_model_writing_ones_need_a_model(tmp
 
 
 def test_update_apply_is_the_one_writing_command_that_defaults_to_every_model(project, upstream):
-    """§6.4's exception (zmr.selection.UPDATE_WRITES): the scheduled job runs `zmr update --apply` without a model."""
+    """§6.4's exception (zmr.model.selection.UPDATE_WRITES): the scheduled job runs `zmr update --apply` without a model."""
     import json
 
     two_models(project, upstream)
@@ -316,7 +316,7 @@ def test_outside_a_git_repository(tmp_path, project, upstream):
     assert result.returncode == 2 and "not a git repository" in result.stderr and "git init" in result.stderr
     _no_raw_git(result.stderr)
     # What git says there, as the library reports it.
-    from zmr import git as zgit
+    from zmr.infra import git as zgit
 
     try:
         zgit.Repo(tmp_path, tmp_path).out(["log"])

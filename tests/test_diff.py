@@ -319,8 +319,8 @@ def test_a_revision_is_read_from_git_objects_with_the_working_tree_checks(proj, 
 
 
 def _report(count: int, interdiff_lines: int, tree_lines: int = 3):
-    from zmr.diff import ComponentDiff, DiffReport, FileChange, PatchChanges, PinMove, TreeDiff
-    from zmr.upstream import Pair
+    from zmr.ops.diff import ComponentDiff, DiffReport, FileChange, PatchChanges, PinMove, TreeDiff
+    from zmr.ops.upstream import Pair
 
     body = "1:  aaaa ! 1:  bbbb Patch\n" + "".join(f"    -old line {i}\n    +new line {i} ```\n" for i in range(interdiff_lines))
     tree_patch = "diff --git a/src/x.py b/src/x.py\n--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n" + "".join(f"+tree line {i}\n" for i in range(tree_lines))
@@ -374,7 +374,7 @@ def test_markdown_fits_one_github_comment_and_says_what_it_left_out():
     assert f"the sections of {60 - shown} components" in big
     assert "`zmr diff 111111111111 222222222222` in a clone shows all of it" in big
     # A release tree of many files: the comment's stat lists the first 200, says how many more, and totals all of them.
-    from zmr.diff import FileChange
+    from zmr.ops.diff import FileChange
     from zmr.cli.diffmarkdown import stat_text
 
     many = [FileChange(f"src/m{i}.py", i, 1) for i in range(300)]
@@ -485,7 +485,7 @@ def test_zmr_init_writes_both_workflows(tmp_path):
 
 
 def test_a_revisions_files_keep_the_working_trees_size_limits(proj, up):
-    from zmr.series import MAX_SERIES_BYTES
+    from zmr.model.series import MAX_SERIES_BYTES
 
     pin = up.commits[1]
     proj.series("toy", "rollout", [("0001-a.patch", patch(up, pin, 0, 5, "Patch A"))])
@@ -994,8 +994,8 @@ def test_a_pin_moved_forward_gets_the_new_blobs_in_one_fetch_of_the_new_pin_whos
 def test_a_pin_moves_missing_blobs_that_are_all_the_old_pins_are_copied_and_the_new_pin_is_not_fetched(proj, tmp_path):
     """Where the mirror lacks only old blobs (a run killed after the fetch, before the copy), the project has them all:
     no fetch of the new pin against the old one, which would bring the new blobs again."""
-    from zmr.cache import Cache
-    from zmr.git import Repo
+    from zmr.infra.cache import Cache
+    from zmr.infra.git import Repo
 
     up, _, old, new = _long_pin_move(proj, tmp_path)
     upstream = Cache(tmp_path / "cache").for_upstream(str(up.path), proj.root)
@@ -1048,7 +1048,7 @@ def test_a_pin_move_of_many_files_is_diffed_in_two_halves_with_the_same_result(p
 
     Where a changed path is a folder of another (a file became a folder) a pathspec would list both: one process then.
     """
-    from zmr.diff import SPLIT_FILES
+    from zmr.ops.diff import SPLIT_FILES
 
     count = SPLIT_FILES + 44
     first = {f"pkg/m{k:03d}.py": f"value = {k}\n" for k in range(count)} | {"pkg/m150": "a file, later a folder\n"}
@@ -1171,8 +1171,8 @@ def test_a_pin_move_is_reviewed_summary_first_then_the_series_then_upstreams_own
 def test_a_block_too_large_for_the_comment_shows_its_head_and_says_what_was_left_out(proj, up, tmp_path):
     """#47.9: a block over the comment's budget was dropped whole; now its head is shown up to the budget, and the rest counted."""
     from zmr.cli.diffmarkdown import render
-    from zmr.diff import diff as compute
-    from zmr.project import Project
+    from zmr.ops.diff import diff as compute
+    from zmr.model.project import Project
 
     _pin_move_review(proj, up)
     report = compute(Project.find(proj.root), None, None)

@@ -264,8 +264,8 @@ SEED_MODELS = list(SEED["models"])
 
 
 def _repository_inputs():
-    from zmr.docs import gather
-    from zmr.project import Project as ZmrProject
+    from zmr.ops.docs import gather
+    from zmr.model.project import Project as ZmrProject
 
     return gather(ZmrProject.find(REPO_ROOT))
 
@@ -276,7 +276,7 @@ def _flat(text: str) -> str:
 
 @pytest.mark.parametrize("model", SEED_MODELS)
 def test_every_number_of_the_front_page_is_in_the_case_data(model):
-    from zmr.docs import render
+    from zmr.ops.docs import render
 
     case = _flat((REPO_ROOT / "cases" / model / "case.yaml").read_text(encoding="utf-8"))
     facts = SEED["models"][model]
@@ -315,7 +315,7 @@ def test_front_page_tables_from_the_case_data():
 
 def test_front_page_sections_as_rendered():
     """A few rendered lines, literally: marks, links, the notes under the tables."""
-    from zmr.docs import render
+    from zmr.ops.docs import render
 
     sections = render(_repository_inputs())
     url = "https://github.com/Inferact/zero-mismatch-rl"

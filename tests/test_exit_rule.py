@@ -25,13 +25,13 @@ def test_only_the_cli_decides_exit_1():
 
 
 def test_reports_that_are_checks_say_failed_and_why():
-    from zmr.docs import Outcome
+    from zmr.ops.docs import Outcome
     from zmr.evidence.locate import LocateReport
     from zmr.smoke.runner import Report
-    from zmr.verify import VerifyReport
+    from zmr.ops.verify import VerifyReport
 
-    from zmr.diff import DiffReport
-    from zmr.update import UpdateReport
+    from zmr.ops.diff import DiffReport
+    from zmr.ops.update import UpdateReport
 
     for report_class in (VerifyReport, LocateReport, Report, Outcome, DiffReport, UpdateReport):
         assert callable(getattr(report_class, "failed", None)) and callable(getattr(report_class, "reason", None)), report_class
@@ -42,8 +42,8 @@ def test_update_and_diff_reports_say_what_their_check_fails_on():
     """update: --apply fails on a component left unmoved, --check on one left behind; diff --check on a changed component."""
     from types import SimpleNamespace
 
-    from zmr.diff import DiffReport
-    from zmr.update import UpdateReport
+    from zmr.ops.diff import DiffReport
+    from zmr.ops.update import UpdateReport
 
     comp = SimpleNamespace(label="m/rollout")
     unmoved = SimpleNamespace(component=comp, refused="its checkout holds work not exported", left_behind=False)

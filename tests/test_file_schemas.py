@@ -11,7 +11,7 @@ import jsonschema
 import yaml
 
 from conftest import REPO_ROOT, git, zmr
-from zmr.init import RELEASED_COMMIT
+from zmr.ops.init import RELEASED_COMMIT
 
 SCHEMAS = REPO_ROOT / "schemas"
 
@@ -88,7 +88,7 @@ def test_the_manifest_schema_refuses_the_names_and_pins_validate_refuses(tmp_pat
     schema and validate give the same answer on each value."""
     import copy
 
-    from zmr.manifest import parse_manifest
+    from zmr.model.manifest import parse_manifest
 
     manifest = _schema("manifest")
     good = yaml.safe_load((REPO_ROOT / "manifests" / "demo.yaml").read_text())

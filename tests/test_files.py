@@ -1,4 +1,4 @@
-"""zmr.files: files zmr reads from a repository it does not trust, and writes whole or not at all (unit level; test_untrusted runs the commands)."""
+"""zmr.infra.files: files zmr reads from a repository it does not trust, and writes whole or not at all (unit level; test_untrusted runs the commands)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zmr.files import FileRefused, atomic_write, open_regular, os_error, parse_json, prune_empty_dirs, read_repo_file
+from zmr.infra.files import FileRefused, atomic_write, open_regular, os_error, parse_json, prune_empty_dirs, read_repo_file
 
 
 def test_a_regular_file_inside_the_root_is_read(tmp_path):

@@ -2,7 +2,7 @@
 
 Exit 2 naming the path, the previous content intact (the old ref value, a
 cache the next command uses), and the next command works once there is
-space again. The faults are injected (``ZMR_TEST_FAULT``, zmr/faults.py: at
+space again. The faults are injected (``ZMR_TEST_FAULT``, zmr/infra/faults.py: at
 a git command, git fails as it does on a full disk); one test fills a real
 small tmpfs, where the system lets it mount one.
 """

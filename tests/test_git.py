@@ -1,4 +1,4 @@
-"""The parsers of git's listings in zmr/git.py (ls-tree, diff-tree --raw, cat-file --batch and --batch-check), on real git output.
+"""The parsers of git's listings in zmr/infra/git.py (ls-tree, diff-tree --raw, cat-file --batch and --batch-check), on real git output.
 
 The repository is made with fast-import, so that it holds names a working tree could not: a newline, bytes that
 are not UTF-8, a submodule entry (gitlink) whose commit is not in the repository.
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from conftest import git
 
-from zmr import git as zgit
-from zmr.git import GitObject, ObjectInfo, RawDiffEntry, TreeEntry
+from zmr.infra import git as zgit
+from zmr.infra.git import GitObject, ObjectInfo, RawDiffEntry, TreeEntry
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 SUBMODULE = "1234567890abcdef1234567890abcdef12345678"  # a gitlink need not name an object of this repository
@@ -245,7 +245,7 @@ def test_subtrees_reads_every_tree_and_skips_submodules(repo):
     assert [(path, raw) for path, raw in repo.subtrees(tree)] == [(p, repo.cat_file("tree", _rev(repo, f"{tree}:{p}"))) for p in ("", "a b", "bin")]
 
 
-# -- the plumbing zmr's modules ask git.Repo for (no git argument lists outside zmr/git.py) ---------------------
+# -- the plumbing zmr's modules ask git.Repo for (no git argument lists outside zmr/infra/git.py) ---------------------
 
 
 def _work_repo(path):

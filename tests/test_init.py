@@ -93,7 +93,7 @@ def test_init_workflows_use_zmrs_action_by_a_commit_that_has_every_input_they_pa
     """`uses: Inferact/zero-mismatch-rl@<full commit id>`: the commit exists in this repository, and its action.yml
     declares every input the written workflows pass (a workflow naming an input the pinned action lacks fails on
     GitHub); never a bare `zmr==X`, which resolves on a package index where anyone can register the name."""
-    from zmr.init import RELEASED_COMMIT, ZMR_SOURCE, zmr_action, zmr_requirement
+    from zmr.ops.init import RELEASED_COMMIT, ZMR_SOURCE, zmr_action, zmr_requirement
 
     repo = _repo(tmp_path / "fresh")
     assert zmr("init", cwd=repo).returncode == 0
@@ -153,17 +153,17 @@ def test_init_without_the_skill_folder_beside_zmr_names_where_to_copy_it_from(tm
     """A zmr installed from a wheel has no skill/ beside its package: --skill refuses, naming the repository and commit."""
     import pytest
 
-    import zmr.init
-    from zmr.errors import ZmrError
-    from zmr.source import zmr_source
+    import zmr.ops.init
+    from zmr.infra.errors import ZmrError
+    from zmr.model.source import zmr_source
 
-    monkeypatch.setattr(zmr.init, "skill_source", lambda: None)
+    monkeypatch.setattr(zmr.ops.init, "skill_source", lambda: None)
     url, commit = zmr_source()
     repo = _repo(tmp_path / "wheel")
     with pytest.raises(ZmrError) as refused:
-        zmr.init.init(repo, skill=True)
+        zmr.ops.init.init(repo, skill=True)
     assert "installed without its skill folder" in str(refused.value)
     assert refused.value.details == [f"copy the folder skill/ of {url} at {commit} into this repository"]
     assert not (repo / "zmr.yaml").exists()  # nothing written: one transaction
-    result = zmr.init.init(repo)
+    result = zmr.ops.init.init(repo)
     assert any(f"copy the folder skill/ of {url} at {commit}" in note for note in result.notes)

@@ -112,7 +112,7 @@ def test_a_partially_landed_patch_is_kept_and_reported(project, upstream, tmp_pa
 
 
 def test_a_change_is_judged_on_tokens_in_place_whitespace_and_line_breaks_aside():
-    from zmr.landed import Change
+    from zmr.ops.landed import Change
 
     before = {"f": b"a\nold line\n}\n"}
     change = Change.of(before.get, {"f": b"a\nnew  line\n}\n"}.get, ["f"])

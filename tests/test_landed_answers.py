@@ -1,5 +1,5 @@
 """One answer per patch (issue #47, points 2, 3, 5 and 11): landed, partially landed with what is left, or not landed,
-decided by zmr/landed.py on the tree and used alike by update, rebase, upstreamed, bisect and diff.
+decided by zmr/ops/landed.py on the tree and used alike by update, rebase, upstreamed, bisect and diff.
 
 Real upstream histories in temporary folders; the CLI runs in-process (``zmr.cli.main``).
 """
@@ -224,9 +224,9 @@ def test_whenever_a_patch_is_dropped_as_landed_a_three_way_apply_changes_nothing
     """#47.11, as a property: over random files, patches and upstream moves (some taking the patch's change, re-wrapped,
     some another change or the same line elsewhere), zmr's answer "landed" implies that ``git apply --3way`` of the
     patch onto the new pin, where it goes in, changes nothing; and a patch that applies and changes the tree is never landed."""
-    from zmr import git as zgit
-    from zmr.series import load_patch
-    from zmr.upstream import replay_onto
+    from zmr.infra import git as zgit
+    from zmr.model.series import load_patch
+    from zmr.ops.upstream import replay_onto
 
     base = _lines(data)
     mine = _edit(data, base)

@@ -1,13 +1,13 @@
-"""zmr.legacy: a ``.zmr/`` folder in the work tree is never read as state; what passes the checks is migrated once."""
+"""zmr.ops.legacy: a ``.zmr/`` folder in the work tree is never read as state; what passes the checks is migrated once."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import git
 
-from zmr.legacy import MIGRATED_MARKER, migrate
-from zmr.manifest import Policy
-from zmr.project import Project, Settings
+from zmr.ops.legacy import MIGRATED_MARKER, migrate
+from zmr.model.manifest import Policy
+from zmr.model.project import Project, Settings
 
 PIN = "1" * 40
 

@@ -1,4 +1,4 @@
-"""One zmr per component (zmr.lock): a held lock refuses every writing command with exit 2, names its holder, or is waited for.
+"""One zmr per component (zmr.infra.lock): a held lock refuses every writing command with exit 2, names its holder, or is waited for.
 
 The races use test_transaction's pause points (``ZMR_TEST_PAUSE=POINT=FILE``).
 """
@@ -174,8 +174,8 @@ def test_the_smoke_kill_grace_from_the_environment_is_parsed_as_strictly(monkeyp
     """`ZMR_SMOKE_KILL_GRACE=inf` waited forever between SIGTERM and SIGKILL; now any value but 0 to 86400 seconds is exit 2."""
     import pytest
 
-    from zmr.errors import ZmrError
-    from zmr.procgroup import kill_grace
+    from zmr.infra.errors import ZmrError
+    from zmr.infra.procgroup import kill_grace
 
     monkeypatch.delenv("ZMR_SMOKE_KILL_GRACE", raising=False)
     assert kill_grace() == 10.0
@@ -215,9 +215,9 @@ def test_ctrl_c_reaches_a_zmr_started_with_sigint_ignored(tmp_path, upstream):
 
 
 def test_a_held_mirror_lock_is_waited_for_up_to_the_lock_timeout_and_its_holder_named(tmp_path, upstream):
-    """The cache's lock of a mirror is zmr.lock's too: a stuck holder is named after ZMR_LOCK_TIMEOUT seconds, never waited for forever (#49)."""
-    from zmr import lock
-    from zmr.cache import Cache
+    """The cache's lock of a mirror is zmr.infra.lock's too: a stuck holder is named after ZMR_LOCK_TIMEOUT seconds, never waited for forever (#49)."""
+    from zmr.infra import lock
+    from zmr.infra.cache import Cache
 
     project = make_project(tmp_path / "proj")
     simple_model(project, upstream)
@@ -238,7 +238,7 @@ def test_a_held_mirror_lock_is_waited_for_up_to_the_lock_timeout_and_its_holder_
 
 def test_a_mirror_lock_waits_longer_than_a_components_by_default(monkeypatch):
     """A fetch holds the mirror's lock for as long as it takes: unset, the wait is lock.MIRROR_TIMEOUT; ZMR_LOCK_TIMEOUT governs both when set."""
-    from zmr import lock
+    from zmr.infra import lock
 
     monkeypatch.delenv("ZMR_LOCK_TIMEOUT", raising=False)
     assert (lock.timeout(), lock.timeout(lock.MIRROR_TIMEOUT)) == (5.0, 600.0)
@@ -248,7 +248,7 @@ def test_a_mirror_lock_waits_longer_than_a_components_by_default(monkeypatch):
 
 def test_a_shared_lock_is_held_beside_others_and_against_a_probe(tmp_path):
     """git's writers lock: shared holders side by side, each on its own open file; an exclusive probe sees them and waits for none."""
-    from zmr import lock
+    from zmr.infra import lock
 
     path = tmp_path / "mirror.writers"
     with lock.hold_file(path, "writers", shared=True), lock.hold_file(path, "writers", shared=True):
@@ -267,7 +267,7 @@ def test_two_threads_that_want_one_lock_take_it_one_after_the_other(tmp_path):
     took a mirror's lock as if re-entrant, and the first to finish removed the other's hold: KeyError, and both made the mirror)."""
     import threading
 
-    from zmr import lock
+    from zmr.infra import lock
 
     path = tmp_path / "m.lock"
     inside, overlaps = [], []

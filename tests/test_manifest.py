@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import make_project, zmr
-from zmr.errors import ZmrError
-from zmr.manifest import Policy, parse_manifest, ref_format_problem
+from zmr.infra.errors import ZmrError
+from zmr.model.manifest import Policy, parse_manifest, ref_format_problem
 
 CORPUS = Path(__file__).parent / "data" / "bad-manifests"
 CASES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_project, zmr
-from zmr.docs import _code, cell, plain, safe_url, table
-from zmr.manifest import MAX_BRANCH_BYTES, MAX_NAME_BYTES
+from zmr.ops.docs import _code, cell, plain, safe_url, table
+from zmr.model.manifest import MAX_BRANCH_BYTES, MAX_NAME_BYTES
 
 DATA = Path(__file__).parent / "data" / "docs"
 SHA = "a" * 40
@@ -71,7 +71,7 @@ def test_smoke_ids_that_differ_only_in_case_are_refused(tmp_path):
 
 
 def test_case_branches_that_differ_only_in_case_are_refused(tmp_path):
-    from zmr.cases import load_cases
+    from zmr.model.cases import load_cases
 
     root = tmp_path / "repo"
     (root / "cases" / "kimi").mkdir(parents=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_project, zmr
-from zmr.cases import parse_case
-from zmr.docs import SECTIONS
-from zmr.manifest import load_manifests
-from zmr.series import read_series
+from zmr.model.cases import parse_case
+from zmr.ops.docs import SECTIONS
+from zmr.model.manifest import load_manifests
+from zmr.model.series import read_series
 
 SHA_A = "0123456789abcdef0123456789abcdef01234567"
 SHA_B = "89abcdef0123456789abcdef0123456789abcdef"
@@ -63,7 +63,7 @@ def test_new_model_validates_renders_and_builds(tmp_path, upstream):
         series = project.root / f"patches/qwen3/{comp}/series"
         assert series.read_text().startswith(f"# Zero-mismatch series of qwen3/{comp}")
         assert read_series(series.parent, f"patches/qwen3/{comp}").patches == []
-    # the case: valid under zmr.cases' schema, linking its README and recipe
+    # the case: valid under zmr.model.cases' schema, linking its README and recipe
     case, problems = parse_case(project.root / "cases/qwen3/case.yaml", project.root)
     assert problems == [] and case is not None
     assert case.family and case.status and [link.url for link in case.evidence.links] == ["cases/qwen3/README.md", "cases/qwen3/recipe.md"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import git, make_project, zmr
-from zmr.manifest import load_manifests
+from zmr.model.manifest import load_manifests
 
 
 def _project(tmp_path):

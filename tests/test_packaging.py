@@ -234,7 +234,7 @@ def test_the_index_page_metadata():
     """Classifiers: the Pythons CI tests (scripts/supported-pythons) and POSIX alone (zmr imports fcntl); project URLs
     in zmr's repository; a long description whose links are absolute (an index page has no repository to be relative
     to) and name files that exist here."""
-    from zmr.source import ZMR_SOURCE
+    from zmr.model.source import ZMR_SOURCE
 
     info = metadata.metadata("zmr")
     classifiers = info.get_all("Classifier") or []
@@ -248,7 +248,7 @@ def test_the_index_page_metadata():
     assert info["Requires-Python"] == f">={declared[0]}"
     assert "Operating System :: POSIX" in classifiers and not any(c.startswith("Operating System :: Microsoft") for c in classifiers)
     assert "fcntl" in {
-        alias.name for node in ast.walk(ast.parse((REPO_ROOT / "zmr" / "lock.py").read_text())) if isinstance(node, ast.Import) for alias in node.names
+        alias.name for node in ast.walk(ast.parse((REPO_ROOT / "zmr" / "infra" / "lock.py").read_text())) if isinstance(node, ast.Import) for alias in node.names
     }
     urls = dict(url.split(", ", 1) for url in info.get_all("Project-URL") or [])
     assert {"Homepage", "Documentation", "Changelog", "Issues"} <= set(urls) and all(url.startswith(ZMR_SOURCE) for url in urls.values())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Upstream, default_history, git, make_patch, make_upstream, simple_model, zmr
-from zmr.cache import Cache, resolve_upstream
+from zmr.infra.cache import Cache, resolve_upstream
 
 BIG_FILES = 8
 BIG_BYTES = 200_000

@@ -1,13 +1,13 @@
-"""zmr.patchfile: a commit as a patch mail and back (names, dates, headers, messages, canonical diffs), on real commits."""
+"""zmr.model.patchfile: a commit as a patch mail and back (names, dates, headers, messages, canonical diffs), on real commits."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import git, make_upstream
 
-from zmr import git as zgit
-from zmr.patchfile import CommitMeta, commit_diff, commit_diffs, format_date, format_mail, message_cut, patch_name, slug, split_message
-from zmr.series import parse_patch
+from zmr.infra import git as zgit
+from zmr.model.patchfile import CommitMeta, commit_diff, commit_diffs, format_date, format_mail, message_cut, patch_name, slug, split_message
+from zmr.model.series import parse_patch
 
 
 def test_split_message_joins_the_first_paragraph_as_format_patch_does():

@@ -1,13 +1,13 @@
-"""zmr.patchplan, the export planner: the pure parts (series text, the commits a series holds); test_export runs whole exports."""
+"""zmr.ops.patchplan, the export planner: the pure parts (series text, the commits a series holds); test_export runs whole exports."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import git, make_upstream
 
-from zmr import git as zgit
-from zmr.patchplan import ExportError, list_commits, render_series
-from zmr.series import parse_series_file
+from zmr.infra import git as zgit
+from zmr.ops.patchplan import ExportError, list_commits, render_series
+from zmr.model.series import parse_series_file
 
 OLD = """\
 # the toy series

@@ -1,12 +1,12 @@
-"""zmr.project: which repository a command acts on, where its state lives, and checkouts kept out of git status."""
+"""zmr.model.project: which repository a command acts on, where its state lives, and checkouts kept out of git status."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import git
 
-from zmr.errors import ZmrError
-from zmr.project import Project, Settings
+from zmr.infra.errors import ZmrError
+from zmr.model.project import Project, Settings
 
 
 @pytest.fixture(autouse=True)

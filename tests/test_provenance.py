@@ -1,11 +1,11 @@
-"""zmr.provenance: is a branch tip a release commit zmr built? Each way a commit can fail to be one, on real commits."""
+"""zmr.model.provenance: is a branch tip a release commit zmr built? Each way a commit can fail to be one, on real commits."""
 
 from __future__ import annotations
 
 import pytest
 
-from zmr import git
-from zmr.provenance import not_built_by_zmr, replaced_ref
+from zmr.infra import git
+from zmr.model.provenance import not_built_by_zmr, replaced_ref
 
 ZMR = git.Identity("zmr", "zmr@example.com", 1_700_000_000)
 SOMEONE = git.Identity("Someone", "someone@example.com", 1_700_000_500)

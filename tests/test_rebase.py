@@ -335,8 +335,8 @@ def test_patches_on_top_of_each_other_still_take_the_pin_only_path(proj, upstrea
 
 def test_rebase_state_reads_what_earlier_zmr_wrote_and_writes_the_same_format(tmp_path):
     """state.json is format version 1, as zmr wrote it before RebaseState: a rebase under way survives an upgrade."""
-    from zmr.errors import ZmrError
-    from zmr.rebase import RebaseState
+    from zmr.infra.errors import ZmrError
+    from zmr.ops.rebase import RebaseState
 
     oid = lambda n: f"{n:040x}"  # noqa: E731
     legacy = {

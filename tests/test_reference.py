@@ -159,7 +159,7 @@ def test_global_options_are_the_table_of_6_2():
 
 def _read_env_names() -> set[str]:
     """Environment variables zmr/ reads, by literal name (see the module doc)."""
-    from zmr import git
+    from zmr.infra import git
 
     names = set(git._PASSTHROUGH_ENV)
     for path in sorted((REPO_ROOT / "zmr").rglob("*.py")):

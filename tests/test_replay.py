@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import git, make_upstream
-from zmr import git as zgit
-from zmr.patchfile import commit_diff, commit_diffs
-from zmr.series import read_series
-from zmr.manifest import Component
-from zmr.patchplan import plan_export
-from zmr.replay import Replayer, TempIndex, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, paths_fit
+from zmr.infra import git as zgit
+from zmr.model.patchfile import commit_diff, commit_diffs
+from zmr.model.series import read_series
+from zmr.model.manifest import Component
+from zmr.ops.patchplan import plan_export
+from zmr.ops.replay import Replayer, TempIndex, build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, paths_fit
 
 AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"}
 
@@ -262,8 +262,8 @@ def test_fast_import_leaves_no_ref(rich_upstream):
 
 
 def test_history_fetches_keep_a_commit_graph_and_a_kept_chain_is_found_by_counting(rich_upstream, tmp_path):
-    from zmr.cache import Cache, resolve_upstream
-    from zmr.replay import kept_chain
+    from zmr.infra.cache import Cache, resolve_upstream
+    from zmr.ops.replay import kept_chain
 
     up = rich_upstream
     cache = Cache(tmp_path / "cache")
@@ -321,13 +321,13 @@ def test_patches_on_disjoint_files_applied_together_commit_what_one_by_one_commi
 
 
 def read_series_patch(path: Path):
-    from zmr.series import load_patch
+    from zmr.model.series import load_patch
 
     return load_patch(path, path.name, 1, path.name)
 
 
 def test_moved_flags_are_unknown_where_git_names_a_file_zmr_cannot_place():
-    from zmr.replay import _moved_by_patch
+    from zmr.ops.replay import _moved_by_patch
 
     files = [frozenset({"a.py"}), frozenset({"b c.py"})]
     plain = b"Checking patch a.py...\nHunk #1 succeeded at 12 (offset 2 lines).\nChecking patch b c.py...\nApplied patch a.py cleanly.\n"
@@ -353,7 +353,7 @@ def test_patch_file_sets_tell_patches_apart_at_any_strip_level(rich_upstream, tm
             data = data.replace(old, new)
         target = tmp_path / f"p2-{patch.name}"
         target.write_bytes(data)
-        from zmr.series import load_patch
+        from zmr.model.series import load_patch
 
         deeper.append(load_patch(target, target.name, 2, target.name))
     assert patch_file_sets(repo, [deeper[0], patches[1], deeper[2]]) == expected
@@ -396,7 +396,7 @@ def test_the_replay_driver_says_what_it_did_with_each_patch_and_batches_change_n
 
 
 def test_trial_pick_merges_3_way_drops_a_pick_that_changes_nothing_and_stops_at_a_conflict(tmp_path):
-    from zmr.replay import trial_pick
+    from zmr.ops.replay import trial_pick
 
     text = "".join(f"line {i}\n" for i in range(1, 21))
     up = make_upstream(tmp_path / "upstream", [{"a.txt": text, "b.txt": "b\n", "c.txt": "c\n"}])

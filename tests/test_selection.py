@@ -1,13 +1,13 @@
-"""zmr.selection: the one rule (docs/reference.md §6.4) of which components a command acts on."""
+"""zmr.model.selection: the one rule (docs/reference.md §6.4) of which components a command acts on."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import git
 
-from zmr.errors import ZmrError
-from zmr.project import Project, Settings
-from zmr.selection import acts_on_all, components, one_component
+from zmr.infra.errors import ZmrError
+from zmr.model.project import Project, Settings
+from zmr.model.selection import acts_on_all, components, one_component
 
 PIN = "1" * 40
 

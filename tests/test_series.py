@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import git, make_patch, make_project, zmr
-from zmr.errors import ZmrError
-from zmr.series import SeriesError, parse_patch, parse_series_file, read_series
+from zmr.infra.errors import ZmrError
+from zmr.model.series import SeriesError, parse_patch, parse_series_file, read_series
 
 
 def _unified(old: str, new: str, old_label: str, new_label: str, tmp: Path) -> str:
@@ -194,7 +194,7 @@ def test_series_parser_never_crashes(text):
     ],
 )
 def test_subjects_lose_only_patch_tags_as_git_mailinfo_b_does(written, read, tmp_path):
-    from zmr.series import parse_patch
+    from zmr.model.series import parse_patch
 
     data = f"From: A <a@b.invalid>\nDate: Sat, 9 Mar 2024 16:00:00 +0000\nSubject: {written}\n\n---\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n".encode()
     assert parse_patch(data, "0001-x.patch").subject == read
@@ -222,7 +222,7 @@ def test_header_parsing_stays_linear_in_a_large_adversarial_header(kind):
     """A patch's header (mail headers, DEP-3 fields, Upstream-Status) is read in time linear in its size: 1 MB of a hostile one in a few seconds."""
     import time
 
-    from zmr.upstream_status import status_of
+    from zmr.model.upstream_status import status_of
 
     data = _ADVERSARIAL_HEADERS[kind] + _ADVERSARIAL_DIFF
     started = time.perf_counter()

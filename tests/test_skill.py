@@ -338,7 +338,7 @@ def test_skill_md_shows_the_decision_table_as_it_is():
 
 
 def test_the_case_templates_of_zmr_new_are_the_skills():
-    from zmr.new import CASE_TEMPLATES
+    from zmr.ops.new import CASE_TEMPLATES
 
     shipped = sorted(p.name for p in (REPO_ROOT / "zmr" / "templates").glob("*.tmpl"))
     assert set(CASE_TEMPLATES) <= set(shipped)

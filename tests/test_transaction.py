@@ -1,4 +1,4 @@
-"""All-or-nothing multi-file writes (zmr.transaction), SIGTERM; the per-component locks are in test_lock.py.
+"""All-or-nothing multi-file writes (zmr.infra.transaction), SIGTERM; the per-component locks are in test_lock.py.
 
 Races and interruptions land at points the test chooses: with
 ``ZMR_TEST_PAUSE=POINT=FILE`` a zmr process reaching POINT creates FILE and

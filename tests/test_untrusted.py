@@ -423,7 +423,7 @@ def test_read_only_cache_is_reported_as_the_cache_not_the_patch(tmp_path, upstre
 def test_os_error_advice_per_errno():
     import errno
 
-    from zmr.files import os_error
+    from zmr.infra.files import os_error
 
     for code, words in [(errno.ENOSPC, "disk is full"), (errno.EROFS, "read-only"), (errno.EACCES, "permission denied"), (errno.EISDIR, "is a folder")]:
         err = os_error(OSError(code, os.strerror(code), "/some/where"))
@@ -434,7 +434,7 @@ def test_os_error_advice_per_errno():
 
 def test_unwritable_report_under_rebase_is_named(tmp_path):
     make_project(tmp_path / "p")  # the handler maps an OSError of any command; a report path under a file is one
-    from zmr.files import atomic_write
+    from zmr.infra.files import atomic_write
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -453,7 +453,7 @@ _REF_CORPUS = [
 
 @pytest.mark.parametrize("name", _REF_CORPUS)
 def test_ref_format_problem_agrees_with_git(name):
-    from zmr.manifest import ref_format_problem
+    from zmr.model.manifest import ref_format_problem
 
     git_accepts = subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"], capture_output=True, check=False).returncode == 0
     assert (ref_format_problem(name) == "") == git_accepts, ref_format_problem(name)
@@ -530,7 +530,7 @@ def test_binary_symlink_inside_the_tree_is_checked_and_applies(tmp_path, upstrea
     oid = git("hash-object", "--stdin", input=b"../README.md")
     header = b"diff --git a/docs/readme-link b/docs/readme-link\nnew file mode 120000\nindex " + b"0" * 40 + b".." + oid.encode() + b"\n"
     patch = header + _git_binary(b"../README.md")
-    from zmr.series import unsafe_path_problem
+    from zmr.model.series import unsafe_path_problem
 
     assert unsafe_path_problem(patch) == ""
     project.series("m", "c", [("0001-link.patch", patch)])
@@ -546,7 +546,7 @@ def test_quoted_non_ascii_paths_apply_and_name_their_hunks(upstream, project):
     pin = upstream.commits[-1]
     patch = make_patch(upstream, pin, {"docs/größe.md": "ä\n"}, "Add a file with a non-ASCII name")
     assert b'"b/docs/gr\\303\\266\\303\\237e.md"' in patch  # git quotes it
-    from zmr.series import list_hunks
+    from zmr.model.series import list_hunks
 
     assert [h.file for h in list_hunks(patch)] == ["docs/größe.md"]
     project.series("m", "c", [("0001-umlaut.patch", patch)])
@@ -558,14 +558,14 @@ def test_quoted_non_ascii_paths_apply_and_name_their_hunks(upstream, project):
 @pytest.mark.parametrize("part", [".git", ".GIT", ".Git", ".git.", ".git ", ".g\u200cit", "\ufeff.git", ".gi\u206at", "git~1", "GIT~1",
                                   ".git::$INDEX_ALLOCATION"])
 def test_every_spelling_of_dotgit(part):
-    from zmr.series import is_dotgit
+    from zmr.model.series import is_dotgit
 
     assert is_dotgit(part)
 
 
 @pytest.mark.parametrize("part", [".github", ".gitignore", "git", ".gi", "x.git", "git~2"])
 def test_names_that_only_look_like_dotgit(part):
-    from zmr.series import is_dotgit
+    from zmr.model.series import is_dotgit
 
     assert not is_dotgit(part)
 
@@ -593,7 +593,7 @@ def test_text_hunks_with_nul_bytes_apply_as_git_applies_them(tmp_path, project):
     assert result.returncode == 0, result.stderr
     blob = subprocess.run(["git", "cat-file", "blob", "c/m:fuzz/crash-1"], cwd=project.root, capture_output=True, check=True).stdout
     assert blob == b"a\0c\nline2\n"
-    from zmr.series import parse_patch
+    from zmr.model.series import parse_patch
 
     parsed = parse_patch(patch, "0001-nul.patch")
     assert (parsed.author_name, parsed.subject) == ("Fuzz Bot", "Update the crash reproducer")

@@ -181,8 +181,8 @@ def test_update_needs_a_track_or_to(project, upstream):
 
 
 def test_progress_names_the_component_and_the_replay(project, upstream):
-    from zmr.project import Project
-    from zmr.update import update
+    from zmr.model.project import Project
+    from zmr.ops.update import update
 
     pin = simple_model(project, upstream)
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
@@ -196,7 +196,7 @@ def test_progress_names_the_component_and_the_replay(project, upstream):
 
 
 def test_search_keeps_good_lo_and_bad_hi_in_log2_steps():
-    from zmr.update import Trial, search
+    from zmr.ops.update import Trial, search
 
     line = [f"c{i}" for i in range(1, 201)]
     for good_until, holes in ((137, set()), (0, set()), (199, set()), (150, {40, 41})):
@@ -238,8 +238,8 @@ def test_a_merge_on_the_first_parent_line(project, upstream):
 
 
 def test_first_parent_line_keeps_only_descendants_of_a_pin_merged_from_a_side_branch(upstream):
-    from zmr import git as zgit
-    from zmr.update import first_parent_line
+    from zmr.infra import git as zgit
+    from zmr.ops.update import first_parent_line
 
     fork = upstream.commits[0]
     git("checkout", "-q", "-b", "side", fork, cwd=upstream.path)
@@ -256,9 +256,9 @@ def test_first_parent_line_keeps_only_descendants_of_a_pin_merged_from_a_side_br
 def test_every_result_of_update_and_upstream_says_itself_as_json():
     import json
 
-    from zmr.update import BlockedBy, Trial
-    from zmr.landed import Dropped
-    from zmr.upstream import InMemory
+    from zmr.ops.update import BlockedBy, Trial
+    from zmr.ops.landed import Dropped
+    from zmr.ops.upstream import InMemory
 
     dropped = Dropped("0002-b.patch", "B", "empty", "c" * 40, "B upstream")
     expected_dropped = {"name": "0002-b.patch", "subject": "B", "method": "empty", "upstream": "c" * 40, "upstream_subject": "B upstream"}

@@ -1,11 +1,11 @@
-"""zmr.upstream: the read-only analysis of an upstream's history against a series, on real repositories."""
+"""zmr.ops.upstream: the read-only analysis of an upstream's history against a series, on real repositories."""
 
 from __future__ import annotations
 
 from conftest import git, make_upstream
 
-from zmr import git as zgit
-from zmr.upstream import commit_subject, first_parent_line, pair_series, upstream_commits, upstream_patch_ids
+from zmr.infra import git as zgit
+from zmr.ops.upstream import commit_subject, first_parent_line, pair_series, upstream_commits, upstream_patch_ids
 
 
 def _commit(path, files: dict[str, str], message: str) -> str:

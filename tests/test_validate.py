@@ -1,11 +1,11 @@
-"""zmr.validate: manifests, cases and series checked together, every problem at once, nothing written (library level)."""
+"""zmr.ops.validate: manifests, cases and series checked together, every problem at once, nothing written (library level)."""
 
 from __future__ import annotations
 
 from conftest import make_project, simple_model, zmr
 
-from zmr.project import Project
-from zmr.validate import validate
+from zmr.model.project import Project
+from zmr.ops.validate import validate
 
 
 def _project(tmp_path, upstream):

@@ -1,4 +1,4 @@
-"""zmr verify (zmr.verify): rebuild and compare commit ids; a branch that differs is named with why (message, commits, trees)."""
+"""zmr verify (zmr.ops.verify): rebuild and compare commit ids; a branch that differs is named with why (message, commits, trees)."""
 
 from __future__ import annotations
 

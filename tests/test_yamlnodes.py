@@ -1,10 +1,10 @@
-"""zmr.yamlnodes: YAML read as a node tree, every problem with its file and line; no aliases, anchors or tags."""
+"""zmr.model.yamlnodes: YAML read as a node tree, every problem with its file and line; no aliases, anchors or tags."""
 
 from __future__ import annotations
 
 import pytest
 
-from zmr.yamlnodes import Problems, join_path, kind, mapping_items, read_yaml
+from zmr.model.yamlnodes import Problems, join_path, kind, mapping_items, read_yaml
 
 
 def _read(tmp_path, text: str | bytes):

@@ -1,12 +1,14 @@
 """zmr: the tool behind zero-mismatch RL.
 
-The library is usable without the CLI. The patch-set core sits at the top:
-`zmr.manifest` loads and validates manifests, `zmr.series` reads patch
-series, `zmr.cache` keeps upstream mirrors, `zmr.replay` applies a series in
-a throwaway index (trees and commits), `zmr.build` and `zmr.verify` build and
-verify release branches. The products beside it are subpackages:
+The library is usable without the CLI. The patch-set core is three layers,
+each a folder that imports only the ones below it: `zmr.infra` (git, files,
+locks, the upstream mirrors of `zmr.infra.cache`, the journal), `zmr.model`
+(`zmr.model.manifest` loads and validates manifests, `zmr.model.series` reads
+patch series) and `zmr.ops` (`zmr.ops.replay` applies a series in a throwaway
+index, `zmr.ops.build` and `zmr.ops.verify` build and verify release branches,
+and the other commands' work). The products beside it are subpackages:
 `zmr.evidence` (mismatch, locate, dumps, engine adapters), `zmr.smoke` and
-`zmr.importing`. Only `zmr.git` starts git.
+`zmr.importing`; `zmr.cli` sits above them all. Only `zmr.infra.git` starts git.
 """
 
 import importlib

@@ -227,7 +227,7 @@ def _reset_series(project) -> None:
 
 
 def _points(project, env, args, log) -> list[str]:
-    """The fault points (zmr.faults) an uninterrupted run of *args* passes, in order."""
+    """The fault points (zmr.infra.faults) an uninterrupted run of *args* passes, in order."""
     log.unlink(missing_ok=True)
     result = zmr(*args, cwd=project.root, env={**env, "ZMR_TEST_KILL_LOG": str(log)})
     assert result.returncode == 0, result.stderr

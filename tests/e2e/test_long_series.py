@@ -119,7 +119,7 @@ def test_long_series_updates_and_rebases(tmp_path, long_series):
 
 def test_argument_list_too_long_is_an_internal_error_naming_the_command(tmp_path):
     """E2BIG from exec is zmr's bug (exit 3), never reported as a permission or disk problem."""
-    from zmr import git as zgit
+    from zmr.infra import git as zgit
 
     repo = tmp_path / "repo"
     git("init", "-q", str(repo))
@@ -134,7 +134,7 @@ def test_argument_list_too_long_is_an_internal_error_naming_the_command(tmp_path
 
 
 def test_argument_batches_keep_order_and_stay_under_the_budget():
-    from zmr.git import argument_batches, argument_bytes
+    from zmr.infra.git import argument_batches, argument_bytes
 
     items = [f"path-{i}" * (1 + i % 7) for i in range(2000)]
     batches = argument_batches(items, budget=4096)
@@ -156,8 +156,8 @@ def _six_patches_and_a_bad_one(tmp_path, upstream):
 
 
 def test_batched_apply_is_all_or_nothing_and_equals_one_process(tmp_path, upstream, monkeypatch):
-    from zmr import git as zgit
-    from zmr.replay import TempIndex
+    from zmr.infra import git as zgit
+    from zmr.ops.replay import TempIndex
 
     pin, patches, bad = _six_patches_and_a_bad_one(tmp_path, upstream)
     repo = zgit.Repo(upstream.path / ".git")
@@ -180,8 +180,8 @@ def test_batched_apply_is_all_or_nothing_and_equals_one_process(tmp_path, upstre
 
 
 def test_batched_file_sets_and_checks_equal_one_process(tmp_path, upstream, monkeypatch):
-    from zmr import git as zgit
-    from zmr.replay import files_unchanged, patch_file_sets
+    from zmr.infra import git as zgit
+    from zmr.ops.replay import files_unchanged, patch_file_sets
 
     pin, patches, _ = _six_patches_and_a_bad_one(tmp_path, upstream)
     repo = zgit.Repo(upstream.path / ".git")

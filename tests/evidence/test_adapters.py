@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")  # the demo extra; every test here builds o
 from zmr.evidence.adapters import env_switches, smoke_trees  # noqa: E402
 from zmr.evidence.adapters import common, hf, megatron, verl  # noqa: E402
 from zmr.evidence.adapters import vllm as zv  # noqa: E402
-from zmr.errors import ZmrError  # noqa: E402
+from zmr.infra.errors import ZmrError  # noqa: E402
 from zmr.evidence.mismatch import compare, read_dump, write_dump  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

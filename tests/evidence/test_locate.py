@@ -20,7 +20,7 @@ import pytest
 
 import demo_walk
 from conftest import REPO_ROOT, zmr
-from zmr.errors import ZmrError
+from zmr.infra.errors import ZmrError
 from zmr.evidence.locate import Recorder, Rows, dump, hook_modules, load_name_map, padded_rows, read_side, trace_functions
 
 DATA = Path(__file__).parents[1] / "data" / "locate"

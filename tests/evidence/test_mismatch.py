@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zmr.errors import ZmrError
+from zmr.infra.errors import ZmrError
 from zmr.evidence.mismatch import (
     ALIASES,
     SCHEMA_VERSION,

@@ -43,7 +43,7 @@ def test_find_base_takes_an_old_base_over_recent_commits_that_differ_more(tmp_pa
 
 def test_find_base_counts_paths_like_a_tree_diff_across_merges_and_side_branches(tmp_path):
     """Distances carried along first parents equal a direct diff-tree, on a history with a merge, a deletion and a tag."""
-    from zmr import git as zgit
+    from zmr.infra import git as zgit
     from zmr.importing.findbase import find_base, tree_distances
 
     up = make_upstream(tmp_path / "up", [{"a.txt": "1\n", "b.txt": "b\n", "d/c.txt": "c\n"}, {"a.txt": "2\n", "d/c.txt": None}])

@@ -506,7 +506,7 @@ def test_a_signal_at_any_line_of_the_wait_for_the_jobs_ends_the_run(template, tm
     clean-up waited for it forever. A real SIGINT is sent here at each of the first lines the wait runs."""
     import concurrent.futures._base as futures_base
 
-    from zmr.project import Project as ZProject
+    from zmr.model.project import Project as ZProject
     from zmr.smoke.runner import LocalExecutor, artifacts_dir, prepare, select
 
     monkeypatch.delenv("ZMR_REPO", raising=False)
@@ -733,8 +733,8 @@ def test_ray_local_instance_with_a_shared_dir(template, tmp_path):
 
 def test_trees_too_large_for_ray_point_to_shared_dir(template, tmp_path, monkeypatch):
     """Ray refuses a working_dir package over its gRPC limit; zmr says what to do instead."""
-    from zmr.errors import ZmrError
-    from zmr.project import Project as ZmrProject
+    from zmr.infra.errors import ZmrError
+    from zmr.model.project import Project as ZmrProject
     from zmr.smoke.ray_executor import RayExecutor
 
     class FakeRay:

@@ -5,29 +5,29 @@ library module named after it (the exceptions are in the table), imported inside
 stays instant::
 
     command      cli module               library module
-    init         zmr/cli/init.py          zmr.init
-    list         zmr/cli/list_.py         zmr.project (list_models)
-    validate     zmr/cli/validate.py      zmr.validate
-    fetch        zmr/cli/fetch.py         zmr.cache
-    build        zmr/cli/build.py         zmr.build
-    verify       zmr/cli/verify.py        zmr.verify
+    init         zmr/cli/init.py          zmr.ops.init
+    list         zmr/cli/list_.py         zmr.model.project (list_models)
+    validate     zmr/cli/validate.py      zmr.ops.validate
+    fetch        zmr/cli/fetch.py         zmr.infra.cache
+    build        zmr/cli/build.py         zmr.ops.build
+    verify       zmr/cli/verify.py        zmr.ops.verify
     locate       zmr/cli/locate.py        zmr.evidence.locate
-    new          zmr/cli/new.py           zmr.new
+    new          zmr/cli/new.py           zmr.ops.new
     mismatch     zmr/cli/mismatch.py      zmr.evidence.mismatch
-    docs         zmr/cli/docs.py          zmr.docs
-    publish      zmr/cli/publish.py       zmr.publish
-    ci-matrix    zmr/cli/ci_matrix.py     zmr.publish (ci_matrix)
+    docs         zmr/cli/docs.py          zmr.ops.docs
+    publish      zmr/cli/publish.py       zmr.ops.publish
+    ci-matrix    zmr/cli/ci_matrix.py     zmr.ops.publish (ci_matrix)
     smoke        zmr/cli/smoke.py         zmr.smoke (runner; ray_executor for --executor ray)
-    checkout     zmr/cli/checkout.py      zmr.checkout
-    export       zmr/cli/export.py        zmr.export
-    rebase       zmr/cli/rebase.py        zmr.rebase
-    upstreamed   zmr/cli/upstreamed.py    zmr.upstream (upstreamed)
-    update       zmr/cli/update.py        zmr.update (moves pins with zmr.rebase; checks with zmr.checks)
-    bisect       zmr/cli/bisect.py        zmr.bisect (checks with zmr.checks)
-    diff         zmr/cli/diff.py          zmr.diff
+    checkout     zmr/cli/checkout.py      zmr.ops.checkout
+    export       zmr/cli/export.py        zmr.ops.export
+    rebase       zmr/cli/rebase.py        zmr.ops.rebase
+    upstreamed   zmr/cli/upstreamed.py    zmr.ops.upstream (upstreamed)
+    update       zmr/cli/update.py        zmr.ops.update (moves pins with zmr.ops.rebase; checks with zmr.ops.checks)
+    bisect       zmr/cli/bisect.py        zmr.ops.bisect (checks with zmr.ops.checks)
+    diff         zmr/cli/diff.py          zmr.ops.diff
     import       zmr/cli/import_.py       zmr.importing
-    schema       zmr/cli/schema.py        zmr.file_schemas
-    status       zmr/cli/status.py        zmr.status
+    schema       zmr/cli/schema.py        zmr.model.file_schemas
+    status       zmr/cli/status.py        zmr.ops.status
 
 Shared by the commands: `zmr/cli/options.py` (arguments and options declared
 once, and the project finder) and `zmr/cli/render.py` (tables, JSON,
@@ -125,8 +125,8 @@ def _fresh_run() -> None:
     """What one run of `main` decides for itself, undone from the one before (main called again in one process)."""
     _asked.clear()
     render.set_verbosity(0)
-    if "zmr.git" in sys.modules:
-        from zmr import git
+    if "zmr.infra.git" in sys.modules:
+        from zmr.infra import git
 
         git.forget_caller_config()
     if "logging" in sys.modules:
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     import signal
 
-    from zmr.errors import ZmrError
+    from zmr.infra.errors import ZmrError
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # (under nohup it stays ignored)
@@ -397,7 +397,7 @@ def _main(argv: list[str] | None) -> int:
     except SystemExit as err:  # typer.Exit and friends
         return int(err.code or 0)
     except OSError as err:  # the disk or the system refused (full, read-only, permissions): not a bug
-        from zmr.files import os_error
+        from zmr.infra.files import os_error
 
         _print_error(os_error(err, [folder for project in options.FOUND for folder in project.folders()]), 2)
         return 2

@@ -1,6 +1,6 @@
 """`zmr bisect`: the upstream commit that first breaks a check for the current series.
 
-The work is `zmr.bisect`; it returns a `BisectReport` (`to_json()` for
+The work is `zmr.ops.bisect`; it returns a `BisectReport` (`to_json()` for
 --json), rendered here as text.
 """
 
@@ -10,10 +10,10 @@ import typer
 
 from zmr.cli.options import Components, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.bisect import BisectReport
+    from zmr.ops.bisect import BisectReport
 
 
 def bisect(
@@ -30,10 +30,10 @@ def bisect(
     json_out: Json = False,
 ) -> None:
     """The first upstream commit between --good and --bad where the check fails for the current series."""
-    import zmr.bisect
-    from zmr import selection
+    import zmr.ops.bisect
+    from zmr.model import selection
     from zmr.cli.update import check_factory
-    from zmr.errors import ZmrError
+    from zmr.infra.errors import ZmrError
 
     project = find_project()
     if not good or not bad:
@@ -46,7 +46,7 @@ def bisect(
     if check is None:
         raise ZmrError(f"{component.label}: no check to bisect with", details=["give --test CMD, or declare smoke tests for it"])
     with Progress() as progress:
-        report = zmr.bisect.bisect(project, component, good, bad, check, progress=progress)
+        report = zmr.ops.bisect.bisect(project, component, good, bad, check, progress=progress)
     if json_out:
         print_json(report.to_json())
     else:

@@ -1,6 +1,6 @@
 """`zmr build`, `zmr verify`: write the release branches, or rebuild them in memory and compare.
 
-The work is `zmr.build`.
+The work is `zmr.ops.build`.
 """
 
 from zmr.cli.options import All, Components, Json, Models, find_project
@@ -9,19 +9,19 @@ from zmr.cli.render import Progress, print_json, warn
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Write release branches into this repository (all move together, or none)."""
-    from zmr import selection
-    import zmr.build
-    from zmr.cache import Cache
+    from zmr.model import selection
+    import zmr.ops.build
+    from zmr.infra.cache import Cache
 
     project = find_project()
     chosen = selection.components(project, models, components, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
-        updates = zmr.build.build(project, chosen, cache=cache, progress=progress)
+        updates = zmr.ops.build.build(project, chosen, cache=cache, progress=progress)
     for note in cache.notes:
         warn(note)
     if json_out:
-        print_json(zmr.build.BuildReport(updates).to_json())
+        print_json(zmr.ops.build.BuildReport(updates).to_json())
         return
     width = max((len(u.branch) for u in updates), default=0)
     for u in updates:

@@ -1,6 +1,6 @@
 """`zmr checkout`, `zmr export`: a git working tree per component, and its commits written back as the series.
 
-The work is `zmr.checkout`.
+The work is `zmr.ops.checkout`.
 """
 
 from pathlib import Path
@@ -10,11 +10,11 @@ import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import Progress, print_json
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.manifest import Component
-    from zmr.project import Project
+    from zmr.model.manifest import Component
+    from zmr.model.project import Project
 
 
 def checkout(
@@ -32,9 +32,9 @@ def checkout(
 
     The checkout is shallow, with an `upstream` remote: `--history` (or `git fetch --unshallow upstream` there) adds the rest.
     """
-    from zmr import selection
-    import zmr.checkout
-    from zmr.cache import Cache
+    from zmr.model import selection
+    import zmr.ops.checkout
+    from zmr.infra.cache import Cache
 
     project = find_project()
     targets = selection.components(project, [model], components, writes=True)
@@ -46,9 +46,9 @@ def checkout(
         cache = Cache(progress=progress)
         for comp in targets:
             path = dir_for(directory, comp.key, len(targets))
-            results.append(zmr.checkout.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
+            results.append(zmr.ops.checkout.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
     if json_out:
-        print_json(zmr.checkout.CheckoutReport(results).to_json())
+        print_json(zmr.ops.checkout.CheckoutReport(results).to_json())
         return
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
@@ -62,9 +62,9 @@ def checkout(
 
 def _merge(project: "Project", targets: "list[Component]", directory: Path | None, merge: bool, go_on: bool, abort: bool, json_out: bool) -> None:
     """`zmr checkout --merge | --continue | --abort` for one component."""
-    import zmr.checkout
-    from zmr.cache import Cache
-    from zmr.errors import CheckFailed, ZmrError
+    import zmr.ops.checkout
+    from zmr.infra.cache import Cache
+    from zmr.infra.errors import CheckFailed, ZmrError
 
     if merge + go_on + abort > 1:
         raise ZmrError("give one of --merge, --continue, --abort")
@@ -73,11 +73,11 @@ def _merge(project: "Project", targets: "list[Component]", directory: Path | Non
     comp = targets[0]
     if merge:
         with Progress(steps=[comp.label]) as progress:
-            result = zmr.checkout.merge(project, comp, cache=Cache(progress=progress), path=directory, progress=progress)
+            result = zmr.ops.checkout.merge(project, comp, cache=Cache(progress=progress), path=directory, progress=progress)
     elif go_on:
-        result = zmr.checkout.merge_continue(project, comp, directory)
+        result = zmr.ops.checkout.merge_continue(project, comp, directory)
     else:
-        result = zmr.checkout.merge_abort(project, comp, directory)
+        result = zmr.ops.checkout.merge_abort(project, comp, directory)
     if json_out:
         print_json(result.to_json())
     elif result.action == "merged":

@@ -1,6 +1,6 @@
 """`zmr ci-matrix`: the GitHub Actions matrix of smoke tests, one entry per test.
 
-The work is `zmr.publish.ci_matrix`.
+The work is `zmr.ops.publish.ci_matrix`.
 """
 
 import sys
@@ -16,8 +16,8 @@ def ci_matrix(models: Models = None, untrusted: Untrusted = False, json_out: Jso
     """
     import json
 
-    import zmr.publish
+    import zmr.ops.publish
 
     project = find_project(untrusted)
-    matrix = zmr.publish.ci_matrix(project.manifests(models))
+    matrix = zmr.ops.publish.ci_matrix(project.manifests(models))
     sys.stdout.write(json.dumps(matrix.to_json(), separators=(",", ":"), sort_keys=True) + "\n")

@@ -1,6 +1,6 @@
 """`zmr diff`: what a change to this repository does to every release branch.
 
-The work is `zmr.diff`; this module parses the options and renders the
+The work is `zmr.ops.diff`; this module parses the options and renders the
 report (text like `git diff`, with colour and a pager on a terminal).
 """
 
@@ -18,11 +18,11 @@ import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
 from zmr.cli.render import Progress, interactive, no_color, paging, print_json, warn
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr import git
-    from zmr.diff import ComponentDiff, DiffReport, FileChange
+    from zmr.infra import git
+    from zmr.ops.diff import ComponentDiff, DiffReport, FileChange
 
 
 class Color(str, enum.Enum):
@@ -62,20 +62,20 @@ def diff(
     untrusted: Untrusted = False,
 ) -> None:
     """Compare the release branches of two revisions (default: the merge-base with main and the working tree), built in memory."""
-    import zmr.diff
-    from zmr.cache import Cache
+    import zmr.ops.diff
+    from zmr.infra.cache import Cache
     from zmr.cli import diffmarkdown
-    from zmr.errors import CheckFailed, ZmrError
-    from zmr.files import atomic_write
+    from zmr.infra.errors import CheckFailed, ZmrError
+    from zmr.infra.files import atomic_write
 
     if stat and name_only:
         raise ZmrError("--stat and --name-only: give one of them", details=["--stat counts each file's lines; --name-only lists the files"])
     project = find_project(untrusted)
-    base, head, models = zmr.diff.split_arguments(project, arguments or [])
+    base, head, models = zmr.ops.diff.split_arguments(project, arguments or [])
     with Progress() as progress:
         cache = Cache(progress=progress)
         patch = markdown is not None or not (stat or name_only)
-        report = zmr.diff.diff(project, base, head, models, components or [], cache=cache, progress=progress, patch=patch)
+        report = zmr.ops.diff.diff(project, base, head, models, components or [], cache=cache, progress=progress, patch=patch)
     for note in cache.notes:
         warn(note)
     if markdown is not None:

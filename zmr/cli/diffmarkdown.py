@@ -25,10 +25,10 @@ import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.diff import ComponentDiff, DiffReport, FileChange
+    from zmr.ops.diff import ComponentDiff, DiffReport, FileChange
 
 COMMENT_LIMIT = 65_536  # characters GitHub accepts in one pull-request comment
 MARKER = "<!-- zmr-diff -->"  # the first line: the workflow finds its own comment by it

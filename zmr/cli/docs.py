@@ -1,6 +1,6 @@
 """`zmr docs`: regenerate the README's marked sections from manifests, cases, branches and evidence.
 
-The work is `zmr.docs`.
+The work is `zmr.ops.docs`.
 """
 
 import sys
@@ -21,14 +21,14 @@ def docs(
     json_out: Json = False,
 ) -> None:
     """Regenerate the README's marked sections from manifests, cases, branches and evidence."""
-    import zmr.docs
+    import zmr.ops.docs
 
     project = find_project()
-    outcome = zmr.docs.generate(project, readme)
+    outcome = zmr.ops.docs.generate(project, readme)
     for text in outcome.warnings:
         warn(text)
     if not check:
-        zmr.docs.write(outcome)
+        zmr.ops.docs.write(outcome)
     if json_out:
         print_json(outcome.to_json(check))
     elif check and outcome.stale:
@@ -38,6 +38,6 @@ def docs(
     else:
         print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
     if check and outcome.failed():
-        from zmr.errors import CheckFailed
+        from zmr.infra.errors import CheckFailed
 
         raise CheckFailed(outcome.reason(), details=["run `zmr docs` and commit the result"])

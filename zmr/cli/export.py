@@ -1,6 +1,6 @@
 """`zmr export`: write the commits of a checkout back into the series, byte-stable.
 
-The work is `zmr.export`.
+The work is `zmr.ops.export`.
 """
 
 from typing import Annotated
@@ -9,7 +9,7 @@ import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
 from zmr.cli.render import print_json
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 
 def export(
@@ -20,24 +20,24 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Write the checkout's commits back into the series (byte-stable)."""
-    from zmr import selection
-    import zmr.checkout
-    import zmr.export
-    from zmr.errors import ZmrError
+    from zmr.model import selection
+    import zmr.ops.checkout
+    import zmr.ops.export
+    from zmr.infra.errors import ZmrError
 
     project = find_project()
     targets = selection.components(project, [model], components, writes=True)
     if not components:
-        targets = [c for c in targets if zmr.checkout.open_checkout(zmr.checkout.checkout_path(project, c, dir_for(directory, c.key, len(targets))))]
+        targets = [c for c in targets if zmr.ops.checkout.open_checkout(zmr.ops.checkout.checkout_path(project, c, dir_for(directory, c.key, len(targets))))]
         if not targets:
             raise ZmrError(f"model {model!r} has no checkout", details=[f"run `zmr checkout {model}` first"])
-    results = [zmr.export.export(project, c, dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
+    results = [zmr.ops.export.export(project, c, dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
     if json_out:
-        print_json(zmr.export.ExportReport(results, dry_run).to_json())
+        print_json(zmr.ops.export.ExportReport(results, dry_run).to_json())
         return
     for r in results:
         verb = "would change" if dry_run else "exported"
-        source = f"from {zmr.checkout.show_path(project, r.path)}"  # which checkout was read: the selection rule's answer
+        source = f"from {zmr.ops.checkout.show_path(project, r.path)}"  # which checkout was read: the selection rule's answer
         if not r.plan.changed:
             print(f"unchanged {r.component.patches}: {counted(len(r.plan.patches), 'patch')}, {source}")
             continue

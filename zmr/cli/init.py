@@ -1,6 +1,6 @@
 """`zmr init`: make the current git repository a zmr project.
 
-The work is `zmr.init`.
+The work is `zmr.ops.init`.
 """
 
 from typing import Annotated
@@ -37,9 +37,9 @@ def init(
     import os
     from pathlib import Path
 
-    import zmr.init
+    import zmr.ops.init
 
-    result = zmr.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections, skill=skill)
+    result = zmr.ops.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections, skill=skill)
     if json_out:
         print_json(result.to_json())
         return

@@ -1,6 +1,6 @@
 """`zmr list`: models, components, pins, patch counts and upstream statuses.
 
-The work is `zmr.project.list_models`.
+The work is `zmr.model.project.list_models`.
 """
 
 from zmr.cli.options import Json, find_project
@@ -9,9 +9,9 @@ from zmr.cli.render import print_json, table
 
 def list_models(json_out: Json = False) -> None:
     """Models, components, pins and patch counts."""
-    import zmr.project
+    import zmr.model.project
 
-    listing = zmr.project.list_models(find_project())
+    listing = zmr.model.project.list_models(find_project())
     if json_out:
         print_json(listing.to_json())
         return

@@ -43,7 +43,7 @@ def locate(
     else:
         _render(report, limit)
     if report.failed():
-        from zmr.errors import CheckFailed
+        from zmr.infra.errors import CheckFailed
 
         raise CheckFailed(report.reason())
 

@@ -14,7 +14,7 @@ import typer
 
 from zmr.cli.options import Json
 from zmr.cli.render import print_json
-from zmr.wording import counted, verb
+from zmr.infra.wording import counted, verb
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.mismatch import MismatchReport, Stats
@@ -43,7 +43,7 @@ def mismatch(
 ) -> None:
     """Compare rollout and trainer log-probs, bit for bit, per step and overall."""
     import zmr.evidence.mismatch
-    from zmr.errors import CheckFailed
+    from zmr.infra.errors import CheckFailed
 
     report = zmr.evidence.mismatch.compare(zmr.evidence.mismatch.read_dump(rollout), zmr.evidence.mismatch.read_dump(trainer))
     if plot is not None:

@@ -1,6 +1,6 @@
 """`zmr new`: scaffold a model (manifest, empty series, case folder); never overwrites.
 
-The work is `zmr.new`.
+The work is `zmr.ops.new`.
 """
 
 from typing import Annotated
@@ -36,10 +36,10 @@ def new(
     json_out: Json = False,
 ) -> None:
     """Scaffold a model: manifest, empty series and a case folder (README, recipe, case.yaml). Never overwrites."""
-    import zmr.new
+    import zmr.ops.new
 
     project = find_project()
-    created = zmr.new.create(project, model, components or [], title, tracks or [])
+    created = zmr.ops.new.create(project, model, components or [], title, tracks or [])
     for line in created.warnings:
         warn(line)
     if json_out:

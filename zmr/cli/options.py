@@ -2,7 +2,7 @@
 
 A command takes ``models: Models = None`` or ``json_out: Json = False``; the
 flag, its help and its default live here, so ``--json`` means the same thing
-everywhere. Which components a command acts on is `zmr.selection`'s one
+everywhere. Which components a command acts on is `zmr.model.selection`'s one
 rule (docs/reference.md §6.4).
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.project import Project
+    from zmr.model.project import Project
 
 _MODEL_HELP = "Model name (manifests/<model>.yaml)."
 
@@ -75,10 +75,12 @@ FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` print
 
 def find_project(untrusted: bool = False) -> Project:
     """The zmr repository the command acts on (``Project.find``: also from inside a checkout)."""
-    from zmr.manifest import Policy
-    from zmr.project import Project
+    from zmr.model.manifest import Policy
+    from zmr.model.project import Project
 
-    from zmr import legacy, lock
+    from zmr.infra import lock
+
+    from zmr.ops import legacy
 
     lock.timeout()  # $ZMR_LOCK_TIMEOUT checked before any work: a bad value is exit 2 at once, not at the first lock
     project = Project.find(policy=Policy(untrusted=untrusted))
@@ -86,7 +88,7 @@ def find_project(untrusted: bool = False) -> Project:
     project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks
     if not untrusted:  # a multi-file write cut short by SIGKILL is finished (or undone) before any command reads the files
         from zmr.cli.render import warn
-        from zmr.transaction import finish_all
+        from zmr.infra.transaction import finish_all
 
         for line in finish_all(project):
             warn(line)

@@ -1,6 +1,6 @@
 """`zmr publish` (push the release branches, verified, in one atomic push) and `zmr ci-matrix` (the CI job matrix).
 
-The work is `zmr.publish`.
+The work is `zmr.ops.publish`.
 """
 
 from typing import TYPE_CHECKING, Annotated
@@ -11,7 +11,7 @@ from zmr.cli.options import All, Json, Models, find_project
 from zmr.cli.render import Progress, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.publish import BranchPush
+    from zmr.ops.publish import BranchPush
 
 
 def publish(
@@ -25,14 +25,14 @@ def publish(
     json_out: Json = False,
 ) -> None:
     """Verify, then push the release branches of MODEL... (or --all) in one atomic push with lease."""
-    from zmr import selection
-    import zmr.publish
-    from zmr.cache import Cache
+    from zmr.model import selection
+    import zmr.ops.publish
+    from zmr.infra.cache import Cache
 
     project = find_project()
     chosen = selection.components(project, models, None, all_models, writes=True)
     with Progress(steps=[c.label for c in chosen]) as progress:
-        result = zmr.publish.publish(
+        result = zmr.ops.publish.publish(
             project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress
         )
     if json_out:
@@ -41,19 +41,19 @@ def publish(
             raise result.refusal
         return
     width = max((len(b.branch) for b in result.branches), default=0)
-    verbs = {zmr.publish.CREATED: "would create", zmr.publish.UPDATED: "would update", zmr.publish.REPLACED: "would replace"} if dry_run else {}
+    verbs = {zmr.ops.publish.CREATED: "would create", zmr.ops.publish.UPDATED: "would update", zmr.ops.publish.REPLACED: "would replace"} if dry_run else {}
     for b in result.branches:
         status = "refused" if b.refused else verbs.get(b.status, b.status)
-        if b.status == zmr.publish.UP_TO_DATE:
+        if b.status == zmr.ops.publish.UP_TO_DATE:
             change = b.new[:12]
-        elif b.status == zmr.publish.CREATED:
+        elif b.status == zmr.ops.publish.CREATED:
             change = f"(none) -> {b.new[:12]}"
         else:
             change = f"{b.old[:12]} -> {b.new[:12]}"  # type: ignore[index]
         print(f"{status:12} {b.branch.ljust(width)}  {change}")
         if b.refused:
             print(f"{'':12} {''.ljust(width)}  {b.refused}")
-        elif b.status == zmr.publish.REPLACED:
+        elif b.status == zmr.ops.publish.REPLACED:
             print(f"{'':12} {''.ljust(width)}  not built by zmr ({b.foreign}); {_kept(b, replace_foreign, result.refusal is not None)}")
     moved, same = len(result.moving), len(result.branches) - len(result.moving)
     if dry_run:

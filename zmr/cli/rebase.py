@@ -1,6 +1,6 @@
 """`zmr rebase`, `zmr upstreamed`: move a series to a new upstream commit; find the patches upstream has taken.
 
-The work is `zmr.rebase` (the move) and `zmr.upstream` (`upstreamed`); they
+The work is `zmr.ops.rebase` (the move) and `zmr.ops.upstream` (`upstreamed`); they
 return data (`Outcome`, `Stopped`, `Aborted`, `UpstreamedReport`, each with
 `to_json()` for --json), rendered here as text and as the markdown report
 (written where `Outcome.report` says).
@@ -15,9 +15,9 @@ from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.rebase import Outcome, Stopped
-    from zmr.landed import Dropped
-    from zmr.resolutions import NotReplayed
+    from zmr.ops.rebase import Outcome, Stopped
+    from zmr.ops.landed import Dropped
+    from zmr.model.resolutions import NotReplayed
 
 
 def rebase(
@@ -42,9 +42,9 @@ def rebase(
 
     MODEL may be left out with --continue, --skip and --abort while one rebase is in progress.
     """
-    from zmr import selection
-    import zmr.rebase
-    from zmr.errors import ZmrError
+    from zmr.model import selection
+    import zmr.ops.rebase
+    from zmr.infra.errors import ZmrError
 
     project = find_project()
     chosen = sum(bool(x) for x in (onto, cont, skip, abort))
@@ -53,29 +53,29 @@ def rebase(
     comp = selection.one_component(project, model, components, in_progress=cont or skip or abort)
     with Progress() as progress:
         if abort:
-            aborted = zmr.rebase.abort(project, comp)
+            aborted = zmr.ops.rebase.abort(project, comp)
             if json_out:
                 print_json(aborted.to_json())
             else:
                 print(f"aborted the rebase of {comp.label}: pin, series and checkout are as before")
             return
         if cont:
-            outcome = zmr.rebase.resume(project, comp, progress=progress, report=report)
+            outcome = zmr.ops.rebase.resume(project, comp, progress=progress, report=report)
         elif skip:
-            outcome = zmr.rebase.skip(project, comp, progress=progress, report=report)
+            outcome = zmr.ops.rebase.skip(project, comp, progress=progress, report=report)
         else:
-            outcome = zmr.rebase.start(project, comp, onto, checkout_dir=directory, progress=progress, report=report, warn=warn)
+            outcome = zmr.ops.rebase.start(project, comp, onto, checkout_dir=directory, progress=progress, report=report, warn=warn)
     _finish_rebase(outcome, json_out)
 
 
 def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
-    import zmr.rebase
-    from zmr.errors import CheckFailed
-    from zmr.files import atomic_write
+    import zmr.ops.rebase
+    from zmr.infra.errors import CheckFailed
+    from zmr.infra.files import atomic_write
 
     for line in outcome.recovered:  # a zmr killed in the middle of its own git work: what this run finished or undid of it
         warn(f"{outcome.component.label}: {line}")
-    if isinstance(outcome, zmr.rebase.Stopped):
+    if isinstance(outcome, zmr.ops.rebase.Stopped):
         if json_out:
             print_json(outcome.to_json())
         else:

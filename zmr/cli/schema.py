@@ -1,6 +1,6 @@
 """`zmr schema`: print the JSON Schema of manifests or of ``zmr.yaml``.
 
-The work is `zmr.file_schemas`. Without --json the schema alone (what editors and the committed copies under schemas/
+The work is `zmr.model.file_schemas`. Without --json the schema alone (what editors and the committed copies under schemas/
 hold); with --json, in the envelope of every --json output (`name`, `url` where it is published, `schema`).
 """
 
@@ -17,13 +17,13 @@ def schema(
     json_out: Json = False,
 ) -> None:
     """Print the JSON Schema of manifests or zmr.yaml (for editors; the same declarations zmr validate reads with)."""
-    import zmr.file_schemas
+    import zmr.model.file_schemas
 
-    if name not in zmr.file_schemas.NAMES:
-        raise typer.BadParameter(f"{name!r}: give one of {', '.join(zmr.file_schemas.NAMES)}", param_hint="'NAME'")
+    if name not in zmr.model.file_schemas.NAMES:
+        raise typer.BadParameter(f"{name!r}: give one of {', '.join(zmr.model.file_schemas.NAMES)}", param_hint="'NAME'")
     if json_out:
         from zmr.cli.render import print_json
 
-        print_json(zmr.file_schemas.published(name).to_json())
+        print_json(zmr.model.file_schemas.published(name).to_json())
         return
-    sys.stdout.write(zmr.file_schemas.schema_text(name))
+    sys.stdout.write(zmr.model.file_schemas.schema_text(name))

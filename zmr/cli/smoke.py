@@ -19,7 +19,7 @@ import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import console, live_stderr, print_json, quiet, table
-from zmr.errors import CheckFailed
+from zmr.infra.errors import CheckFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.smoke.runner import Job, Report, Result
@@ -76,9 +76,9 @@ def smoke(
     ] = None,
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
-    from zmr import selection
+    from zmr.model import selection
     import zmr.smoke.runner
-    from zmr.errors import ZmrError
+    from zmr.infra.errors import ZmrError
 
     options = zmr.smoke.runner.Options(
         models=list(models or []),

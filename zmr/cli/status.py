@@ -1,6 +1,6 @@
 """`zmr status`: per component, its pin, checkout, work not exported, rebase, release branch and lock.
 
-The work is `zmr.status`.
+The work is `zmr.ops.status`.
 """
 
 from typing import TYPE_CHECKING
@@ -9,16 +9,16 @@ from zmr.cli.options import All, Components, Json, Models, find_project
 from zmr.cli.render import print_json, table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.status import ComponentStatus
+    from zmr.ops.status import ComponentStatus
 
 
 def status(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Where each component stands: pin, checkout, commits not exported, rebase, release branch current or stale, lock, upstream status."""
-    from zmr import selection
-    import zmr.status
+    from zmr.model import selection
+    import zmr.ops.status
 
     project = find_project()
-    report = zmr.status.status(project, selection.components(project, models, components, all_models, writes=False))
+    report = zmr.ops.status.status(project, selection.components(project, models, components, all_models, writes=False))
     if json_out:
         print_json(report.to_json())
         return

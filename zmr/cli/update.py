@@ -1,6 +1,6 @@
 """`zmr update`: move every pin as far as its series allows, and say what blocks the rest.
 
-The work is `zmr.update`; it returns one `Update` per component, rendered
+The work is `zmr.ops.update`; it returns one `Update` per component, rendered
 here as a table, as JSON and as the markdown report of `--report FILE`
 (the body of the scheduled job's pull request).
 """
@@ -18,10 +18,10 @@ from zmr.cli.render import Progress, print_json, table, warn
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-    from zmr.checks import Check
-    from zmr.manifest import Component
-    from zmr.project import Project
-    from zmr.update import Update
+    from zmr.ops.checks import Check
+    from zmr.model.manifest import Component
+    from zmr.model.project import Project
+    from zmr.ops.update import Update
 
 
 def update(
@@ -54,12 +54,12 @@ def update(
     json_out: Json = False,
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
-    from zmr import selection
-    import zmr.update
-    from zmr.errors import CheckFailed, ZmrError
-    from zmr.files import atomic_write
+    from zmr.model import selection
+    import zmr.ops.update
+    from zmr.infra.errors import CheckFailed, ZmrError
+    from zmr.infra.files import atomic_write
 
-    from zmr.cache import Cache
+    from zmr.infra.cache import Cache
 
     project = find_project()
     # Every component (the scheduled job): --smoke leaves those without smoke tests unchecked (said in the report); a named model must have them.
@@ -74,7 +74,7 @@ def update(
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
         cache = Cache(progress=progress)
-        results = zmr.update.update(project, targets, to, apply_moves=apply, cache=cache, progress=progress, check_for=check_for)
+        results = zmr.ops.update.update(project, targets, to, apply_moves=apply, cache=cache, progress=progress, check_for=check_for)
     for note in cache.notes:  # a fetch retried after a transient network error, among others
         warn(note)
     for r in results:  # a move killed in the middle of its own git work: what this run finished or undid of it
@@ -82,7 +82,7 @@ def update(
             warn(f"{r.component.label}: {line}")
     if report is not None:
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
-    outcome = zmr.update.UpdateReport(results, applied=apply, checked=check, target=to)
+    outcome = zmr.ops.update.UpdateReport(results, applied=apply, checked=check, target=to)
     if json_out:
         print_json(outcome.to_json())
     else:
@@ -98,8 +98,8 @@ def check_factory(project: Project, test: str | None, smoke: bool, bitwise: bool
 
     *lenient*: a component without smoke tests gets no check under --smoke (instead of an error).
     """
-    from zmr import checks
-    from zmr.errors import ZmrError
+    from zmr.ops import checks
+    from zmr.infra.errors import ZmrError
 
     chosen = [name for name, on in (("--test", test is not None), ("--smoke", smoke), ("--bitwise", bitwise)) if on]
     if len(chosen) > 1:

@@ -1,6 +1,6 @@
 """`zmr upstreamed`: which patches of a series upstream has taken (read-only).
 
-The work is `zmr.upstream`.
+The work is `zmr.ops.upstream`.
 """
 
 from typing import TYPE_CHECKING, Annotated
@@ -11,7 +11,7 @@ from zmr.cli.options import Components, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.upstream import UpstreamedReport
+    from zmr.ops.upstream import UpstreamedReport
 
 
 def upstreamed(
@@ -27,8 +27,9 @@ def upstreamed(
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
-    from zmr import selection, upstream
-    from zmr.errors import ZmrError
+    from zmr.model import selection
+    from zmr.ops import upstream
+    from zmr.infra.errors import ZmrError
 
     project = find_project()
     if model and all_models:

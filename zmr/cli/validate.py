@@ -1,6 +1,6 @@
 """`zmr validate`: check manifests, cases and series; every problem at once.
 
-The work is `zmr.validate`.
+The work is `zmr.ops.validate`.
 """
 
 from typing import Annotated
@@ -9,7 +9,7 @@ import typer
 
 from zmr.cli.options import Json, Models, Untrusted, find_project
 from zmr.cli.render import print_json, warn
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 
 def validate(
@@ -21,10 +21,10 @@ def validate(
     ] = False,
 ) -> None:
     """Check manifests and series: schema, files, ordering. Exit 2 on any problem."""
-    import zmr.validate
-    from zmr.errors import CaseError, ZmrError
+    import zmr.ops.validate
+    from zmr.infra.errors import CaseError, ZmrError
 
-    report = zmr.validate.validate(find_project(untrusted), models, require_upstream_status=require_upstream_status)
+    report = zmr.ops.validate.validate(find_project(untrusted), models, require_upstream_status=require_upstream_status)
     for text in report.warnings:
         warn(text)
     if json_out:

@@ -1,6 +1,6 @@
 """`zmr verify`: rebuild the release branches in memory and compare commit ids.
 
-The work is `zmr.verify`.
+The work is `zmr.ops.verify`.
 """
 
 from typing import Annotated
@@ -19,19 +19,19 @@ def verify(
     json_out: Json = False,
 ) -> None:
     """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
-    from zmr import selection
-    import zmr.verify
-    from zmr.cache import Cache
-    from zmr.errors import CheckFailed
+    from zmr.model import selection
+    import zmr.ops.verify
+    from zmr.infra.cache import Cache
+    from zmr.infra.errors import CheckFailed
 
     project = find_project()
     chosen = selection.components(project, models, components, all_models, writes=False)
     with Progress(steps=[c.label for c in chosen]) as progress:
         cache = Cache(progress=progress)
-        results = zmr.verify.verify(project, chosen, remote=remote, cache=cache, progress=progress)
+        results = zmr.ops.verify.verify(project, chosen, remote=remote, cache=cache, progress=progress)
     for note in cache.notes:
         warn(note)
-    report = zmr.verify.VerifyReport(results, remote)
+    report = zmr.ops.verify.VerifyReport(results, remote)
     if json_out:
         print_json(report.to_json())
     else:

@@ -9,7 +9,7 @@
 - `zmr.evidence.adapters`: dump records from real engines (vLLM, Hugging Face,
   Megatron-LM, verl), imported only by the code that runs those engines (§14).
 
-These modules import nothing of the patch-set core but `zmr.errors`,
-`zmr.files` and `zmr.yamlnodes`, and the core never imports them: a user can
+These modules import nothing of the patch-set core but `zmr.infra.errors`,
+`zmr.infra.files` and `zmr.model.yamlnodes`, and the core never imports them: a user can
 run the evidence tools on dumps without a zero-mismatch repository.
 """

@@ -174,8 +174,8 @@ from typing import Any, Callable
 from zmr.evidence.dumps.bits import json_number, numpy, show_value, tensor_values
 from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
-from zmr.errors import ZmrError
-from zmr.files import parse_json, read_repo_file
+from zmr.infra.errors import ZmrError
+from zmr.infra.files import parse_json, read_repo_file
 
 __all__ = [
     "FORMAT_VERSION",
@@ -264,7 +264,7 @@ def load_name_map(path: str | os.PathLike[str]) -> NameMap:
         except (UnicodeDecodeError, ValueError) as err:
             raise ZmrError(f"{display}: not valid JSON ({err})") from None
         return _name_map_from(data, display)
-    from zmr.yamlnodes import Problems, read_yaml, scalar
+    from zmr.model.yamlnodes import Problems, read_yaml, scalar
     from yaml.nodes import MappingNode, ScalarNode
 
     problems = Problems(display)

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from zmr import git
-from zmr.cache import HISTORY_REFS
+from zmr.infra import git
+from zmr.infra.cache import HISTORY_REFS
 
-# Where a history mirror keeps the upstream's branches and tags (zmr.cache, docs/reference.md §8.4), as git log takes them.
+# Where a history mirror keeps the upstream's branches and tags (zmr.infra.cache, docs/reference.md §8.4), as git log takes them.
 HISTORY_GLOBS = tuple(f"--glob={prefix}*" for prefix in HISTORY_REFS)
 SHOWN = 5
 

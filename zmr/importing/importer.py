@@ -46,17 +46,17 @@ from typing import Any, Sequence, cast
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from zmr import git, transaction
-from zmr.git import FULL_OID_RE, Progress
-from zmr.cache import Cache, CacheError, Mirror, Upstream
-from zmr.errors import ZmrError
-from zmr.lock import hold
-from zmr.manifest import COMPONENT_RE, MODEL_RE, Component, manifest_file, parse_manifest
-from zmr.patchfile import CommitMeta, commit_diff, format_mail, patch_name
-from zmr.project import Project
-from zmr.series import read_series
+from zmr.infra import git, transaction
+from zmr.infra.git import FULL_OID_RE, Progress
+from zmr.infra.cache import Cache, CacheError, Mirror, Upstream
+from zmr.infra.errors import ZmrError
+from zmr.infra.lock import hold
+from zmr.model.manifest import COMPONENT_RE, MODEL_RE, Component, manifest_file, parse_manifest
+from zmr.model.patchfile import CommitMeta, commit_diff, format_mail, patch_name
+from zmr.model.project import Project
+from zmr.model.series import read_series
 from zmr.importing.upstream_words import Named, named_commits, named_urls
-from zmr.wording import counted
+from zmr.infra.wording import counted
 
 MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's
@@ -235,7 +235,7 @@ def _remote_url(repo: git.Repo, remote: str) -> str:
 
 def _manifest_urls(project: Project) -> dict[str, list[str]]:
     """Component key -> upstream URLs the manifests give it (a broken manifest is skipped here; validate reports it)."""
-    from zmr.manifest import manifest_paths
+    from zmr.model.manifest import manifest_paths
 
     urls: dict[str, list[str]] = {}
     for path in manifest_paths(project.root):
@@ -342,7 +342,7 @@ def _pin_of_snapshot(run: _Run, name: str, key: str, root: git.CommitInfo, ref: 
         mirror = run.cache.for_upstream(urls[0], run.project.root, name).ensure([run.commit])
         tree = mirror.repo.tree_of(run.commit)
         if tree != root.tree:
-            from zmr.verify import changed_paths
+            from zmr.ops.verify import changed_paths
 
             raise ImportBranchError(
                 f"{name}: the snapshot tree of {root.oid[:12]} differs from {urls[0]} at {run.commit}",
@@ -528,7 +528,7 @@ def _meta(info: git.CommitInfo) -> CommitMeta:
 
 def _check_rebuilds(project: Project, repo: git.Repo, item: Imported, upstream_tree: str, tree: str) -> None:
     """Read the series back as build does (refusing what it refuses), apply it to the upstream tree, compare trees."""
-    from zmr.replay import ApplyError, apply_series
+    from zmr.ops.replay import ApplyError, apply_series
 
     with tempfile.TemporaryDirectory(prefix="zmr-import-") as tmp:
         folder = Path(tmp)
@@ -661,7 +661,7 @@ def _write(project: Project, result: ImportResult) -> None:
     A failure after the first write (a branch name another model uses)
     removes the series folders again and restores the manifests.
     """
-    from zmr.manifest import load_manifests
+    from zmr.model.manifest import load_manifests
 
     texts: dict[str, str] = {}
     old: dict[str, bytes | None] = {}

@@ -6,6 +6,6 @@
 
 The patch-set core never imports this package; it imports the core's public
 modules (project, manifest, build, cache, git, errors, files, and
-`zmr.procgroup`, which runs each test command in its own process group as
+`zmr.infra.procgroup`, which runs each test command in its own process group as
 it runs `zmr update --test`'s checks).
 """

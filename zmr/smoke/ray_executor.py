@@ -12,7 +12,7 @@ Driver side (``RayExecutor``)::
 Worker side (``remote_entry``): copy the trees (and the repository) the test
 needs from the staged copy into a task-private folder, so every test gets a
 clean tree even when tasks share a node; run the command with
-``zmr.procgroup.run_command`` -- the task itself enforces the timeout by killing
+``zmr.infra.procgroup.run_command`` -- the task itself enforces the timeout by killing
 the process group --; return status, timing, the log (its last 16 MiB) and
 the files the test wrote to ``$ZMR_ARTIFACTS`` (up to 64 MiB). The driver
 writes them into the same artifacts folder as the local executor, so
@@ -49,12 +49,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zmr.errors import ZmrError
-from zmr.procgroup import ERROR, kill_grace, run_command
+from zmr.infra.errors import ZmrError
+from zmr.infra.procgroup import ERROR, kill_grace, run_command
 from zmr.smoke.runner import MISMATCH_SUFFIX, Events, Job, Result, SignalsNoted, Worktrees, collect_mismatch, iso, smoke_environment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.project import Project
+    from zmr.model.project import Project
 
 RAY_HINT = "pip install 'zmr[ray]'"
 LOG_LIMIT = 16 << 20

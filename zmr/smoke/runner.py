@@ -19,7 +19,7 @@ job ends -- also on Ctrl-C or SIGTERM. The user's checkout, index and
 branches are never touched; only git's worktree bookkeeping gains entries for
 the duration of a run.
 
-Processes. A test's ``run:`` goes through ``zmr.procgroup.run_command``:
+Processes. A test's ``run:`` goes through ``zmr.infra.procgroup.run_command``:
 ``/bin/sh -c RUN`` in its own process group, output to the log, stdin closed;
 on timeout or cancel the whole group is ended (SIGTERM, then SIGKILL after
 ``ZMR_SMOKE_KILL_GRACE`` seconds, default 10), and so are processes a test
@@ -69,16 +69,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
-from zmr.git import Progress
-from zmr.errors import ZmrError
-from zmr.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
-from zmr.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
+from zmr.infra.git import Progress
+from zmr.infra.errors import ZmrError
+from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
+from zmr.infra.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr import git
-    from zmr.cache import Cache
-    from zmr.manifest import Component, Manifest, SmokeTest
-    from zmr.project import Project
+    from zmr.infra import git
+    from zmr.infra.cache import Cache
+    from zmr.model.manifest import Component, Manifest, SmokeTest
+    from zmr.model.project import Project
 
 SCHEMA_VERSION = 1
 EXECUTORS = ("local", "ray")
@@ -330,13 +330,13 @@ def prepare(
 ) -> tuple[list[Job], list[str]]:
     """Make sure every needed release branch is built and current; give each job its trees.
 
-    A branch is current when it points at what ``zmr.build.compute`` gives for
+    A branch is current when it points at what ``zmr.ops.build.compute`` gives for
     the manifest and series as they are now. Stale or missing branches are
-    built with ``zmr.build.build`` (all in one transaction), or, with
+    built with ``zmr.ops.build.build`` (all in one transaction), or, with
     ``build=False``, refused (exit 2). Returns (jobs with trees, branches built).
     """
-    import zmr.build
-    from zmr.cache import Cache
+    import zmr.ops.build
+    from zmr.infra.cache import Cache
 
     by_model = {m.model: m for m in manifests}
     needed: dict[tuple[str, str], Component] = {}
@@ -350,7 +350,7 @@ def prepare(
     tips: dict[tuple[str, str], str] = {}
     stale: list[tuple[Component, str | None]] = []
     for ident, comp in needed.items():
-        rel = zmr.build.compute(project, comp, cache, progress)
+        rel = zmr.ops.build.compute(project, comp, cache, progress)
         tips[ident] = rel.tip
         current = repo.ref_value(rel.ref)
         if current != rel.tip:
@@ -367,7 +367,7 @@ def prepare(
                 f"{len(stale)} release branch{'es are' if len(stale) != 1 else ' is'} not built or out of date, and --no-build was given",
                 details=[*lines, f"run `zmr build {' '.join(models)}` first, or drop --no-build"],
             )
-        updates = zmr.build.build(project, [comp for comp, _ in stale], cache, progress)
+        updates = zmr.ops.build.build(project, [comp for comp, _ in stale], cache, progress)
         built = [u.branch for u in updates if u.status != "unchanged"]
     result = []
     for job in jobs:

@@ -1,1 +1,1 @@
-"""Templates of `zmr new` (package data; `zmr.new` fills them in with `string.Template`)."""
+"""Templates of `zmr new` (package data; `zmr.ops.new` fills them in with `string.Template`)."""

@@ -16,7 +16,7 @@ import struct
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
-from zmr.errors import ZmrError
+from zmr.infra.errors import ZmrError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

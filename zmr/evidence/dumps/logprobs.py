@@ -83,8 +83,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from zmr.evidence.dumps import safetensors
 from zmr.evidence.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, HEX_DIGITS, SIGN_BIT, DTYPES, format_value, narrow_bits, numpy, widen_bits
-from zmr.errors import ZmrError
-from zmr.files import atomic_write, open_regular, parse_json
+from zmr.infra.errors import ZmrError
+from zmr.infra.files import atomic_write, open_regular, parse_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from zmr.files import parse_json
+from zmr.infra.files import parse_json
 
 # numpy makes at most 32 dimensions (64 from numpy 2) of at most 2**63 - 1 each, empty arrays included.
 MAX_DIMENSIONS = 32

@@ -17,8 +17,8 @@ from typing import Any
 
 from zmr.evidence.dumps import safetensors
 from zmr.evidence.dumps.bits import TENSOR_CODES, TENSOR_DTYPES, numpy
-from zmr.errors import ZmrError
-from zmr.files import open_regular, parse_json
+from zmr.infra.errors import ZmrError
+from zmr.infra.files import open_regular, parse_json
 
 
 FORMAT_VERSION = 1

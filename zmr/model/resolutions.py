@@ -1,0 +1,161 @@
+"""Recorded conflict resolutions (rerere for series), kept in the repository: ``resolutions/<key>.diff``.
+
+When ``zmr rebase --continue`` takes the engineer's resolution of a patch
+that conflicted, the resolved change (the diff of the commit made, against
+the one before it) is recorded under the key of the patch as it was (a hash
+of its diff, so rewording or re-exporting it keeps the key). The file is
+part of the repository: committed with the rest, a CI job on a fresh clone
+has it. Later, when the same patch does not apply again (``zmr update``'s
+trials, ``zmr rebase``, ``update --apply``), the recorded change is tried in
+its place before it counts as a conflict, in every pass that can meet the
+conflict (the in-memory replay, the 3-way trial picks of ``zmr update``,
+the cherry-picks in rebase's checkout); if it applies, it goes in (with the
+patch's message and author) and the report names it as reused; one that was
+tried and did not go in is reported with why (``NotReplayed``). Nothing else
+changes a resolution; delete the file to forget one; ``zmr rebase --abort``
+forgets those recorded during the rebase it undoes.
+
+A resolution comes from a commit, so from anyone: it is read only as a
+regular file under a real ``resolutions/`` folder (no symbolic link on the
+way), and is not replayed when it adds a conflict marker line, names a path
+outside the tree (absolute, ``..``, ``.git``) or makes a symbolic link.
+
+Layout: ``resolutions/<key>.diff`` at the repository root, ``key`` = the
+first 24 hex digits of SHA-256 over the patch's diff (from its first
+``diff --git`` line, the mail signature left out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zmr.infra.files import atomic_write
+from zmr.model.series import Patch
+
+if TYPE_CHECKING:
+    from zmr.model.project import Project
+
+FOLDER = "resolutions"
+FILE_RE = re.compile(r"resolutions/[0-9a-f]{24}\.diff")  # the only paths a resolution has (checked where one is read from state)
+
+
+def _diff_part(data: bytes) -> bytes:
+    start = data.find(b"diff --git ")
+    body = data[start:] if start >= 0 else data
+    cut = body.rfind(b"\n-- \n")
+    return body[: cut + 1] if cut >= 0 else body
+
+
+def key_of(patch: Patch) -> str:
+    return hashlib.sha256(_diff_part(patch.data)).hexdigest()[:24]
+
+
+def file_of(patch: Patch) -> str:
+    """Where *patch*'s resolution is kept, relative to the repository root: ``resolutions/<key>.diff``."""
+    return f"{FOLDER}/{key_of(patch)}.diff"
+
+
+def path_for(root: Path, patch: Patch) -> Path:
+    return root / file_of(patch)
+
+
+@dataclasses.dataclass(frozen=True)
+class NotReplayed:
+    """A recorded resolution of *patch* that was not replayed where the patch conflicted, and why (*reason*)."""
+
+    patch: str
+    file: str  # resolutions/<key>.diff
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patch": self.patch, "file": self.file, "reason": self.reason}
+
+
+Recorded = Callable[[Patch], "Patch | NotReplayed | None"]  # a patch → its recorded resolution (``recorded``), bound to a root
+
+
+def recorded(root: Path, patch: Patch) -> Patch | NotReplayed | None:
+    """*patch* with its recorded resolution as its change (message and author kept); None when none is recorded;
+    ``NotReplayed`` when there is one that zmr does not replay (a link, a conflict marker, a path outside the tree)."""
+    rel = file_of(patch)
+    folder, path = root / FOLDER, root / rel
+    if folder.is_symlink() or path.is_symlink():
+        return NotReplayed(patch.name, rel, f"{FOLDER if folder.is_symlink() else rel} is a symbolic link: zmr reads no resolution through one")
+    if not path.exists():
+        return None
+    if not path.is_file():
+        return NotReplayed(patch.name, rel, "not a regular file")
+    try:
+        diff = path.read_bytes()
+    except OSError as err:
+        return NotReplayed(patch.name, rel, f"cannot be read ({err.strerror})")
+    if not diff.strip():
+        return None
+    problem = unsafe(diff)
+    if problem:
+        return NotReplayed(patch.name, rel, problem)
+    return dataclasses.replace(patch, data=diff, strip=1)
+
+
+_MARKER_RE = re.compile(rb"^\+(?:<<<<<<<|>>>>>>>|\|\|\|\|\|\|\|)(?: |$)")
+_PATH_LINE_RE = re.compile(rb"^(?:diff --git |--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
+_LINK_MODE_RE = re.compile(rb"^(?:new file mode|new mode|old mode|deleted file mode) 120000$")
+
+
+def unsafe(diff: bytes) -> str | None:
+    """Why *diff* (a recorded resolution) is not replayed, or None: it adds a conflict marker line, names a path
+    outside the tree (absolute, ``..`` or ``.git`` in it) or changes a symbolic link. One pass over its lines; a path
+    line is checked wherever it stands (git apply may read one after a hunk)."""
+    in_hunk = False
+    for number, line in enumerate(diff.split(b"\n"), 1):
+        if line.startswith(b"diff --git "):
+            in_hunk = False
+        elif line.startswith(b"@@ "):
+            in_hunk = True
+        if in_hunk and _MARKER_RE.match(line):
+            return f"line {number} adds a conflict marker ({line[1:8].decode()}): a resolution is replayed only without them"
+        if _LINK_MODE_RE.match(line.rstrip(b"\r")):
+            return f"line {number} changes a symbolic link: a resolution may not make or change one"
+        match = _PATH_LINE_RE.match(line)
+        if match:
+            names = match.group(1).split(b"\t", 1)[0].replace(b'"', b" ")
+            for name in names.split(b" "):
+                parts = name.split(b"/")
+                if name.startswith(b"/") and name != b"/dev/null" or any(p in (b"..",) or p.lower() == b".git" for p in parts):
+                    return f"line {number} names a path outside the tree ({name.decode('utf-8', 'replace')})"
+    return None
+
+
+def try_recorded(resolved: Recorded | None, patch: Patch, replay: Callable[[Patch], str | None], reused: list[str], unused: list[NotReplayed]) -> bool:
+    """Replay *patch*'s recorded resolution where the patch conflicts: *replay* (a pass's own way of applying it) commits it
+    and returns None, or says why it did not go in. Reused: *patch*'s name added to *reused*; tried and not reused: a
+    ``NotReplayed`` in *unused* (one per patch, the last). False: the patch still conflicts."""
+    found = resolved(patch) if resolved else None
+    if found is None:
+        return False
+    if isinstance(found, Patch):
+        reason = replay(found)
+        if reason is None:
+            unused[:] = [u for u in unused if u.patch != patch.name]
+            reused.append(patch.name)
+            return True
+        found = NotReplayed(patch.name, file_of(patch), reason)
+    unused[:] = [u for u in unused if u.patch != patch.name] + [found]
+    return False
+
+
+def record(project: Project, patch: Patch, diff: bytes) -> Path:
+    """Keep *diff* (the resolved change, ``-p1``) as the resolution of *patch*; returns the file written.
+
+    Never through a symbolic link (a committed ``resolutions`` link, or a link
+    in place of the file, would send the write outside the work tree).
+    """
+    path = project.no_links(file_of(patch), "recorded resolutions")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, diff)
+    return path
