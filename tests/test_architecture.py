@@ -607,6 +607,8 @@ def test_the_checkout_package_spells_porcelain_only_and_asks_git_repo_for_plumbi
 def test_the_plumbing_check_finds_plumbing_in_the_checkout_package(tmp_path):
     package = tmp_path / "pkg"
     (package / "ops" / "checkout").mkdir(parents=True)
-    (package / "ops" / "checkout" / "a.py").write_text('def f(repo):\n    repo.run(["symbolic-ref", "HEAD", "refs/heads/x"])\n    repo.run(["reset", "--hard"])\n')
+    (package / "ops" / "checkout" / "a.py").write_text(
+        'def f(repo):\n    repo.run(["symbolic-ref", "HEAD", "refs/heads/x"])\n    repo.run(["reset", "--hard"])\n'
+    )
     (package / "project.py").write_text('def g(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n')  # git_argv_outside_git's to find
     assert plumbing_in_checkout(package) == ["pkg/ops/checkout/a.py:2 git symbolic-ref"]

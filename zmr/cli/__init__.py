@@ -76,7 +76,6 @@ from zmr.cli import (
     verify,
 )
 
-
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
 

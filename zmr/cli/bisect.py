@@ -31,9 +31,9 @@ def bisect(
 ) -> None:
     """The first upstream commit between --good and --bad where the check fails for the current series."""
     import zmr.ops.bisect
-    from zmr.model import selection
     from zmr.cli.update import check_factory
     from zmr.infra.errors import ZmrError
+    from zmr.model import selection
 
     project = find_project()
     if not good or not bad:

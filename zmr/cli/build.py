@@ -9,9 +9,9 @@ from zmr.cli.render import Progress, print_json, warn
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Write release branches into this repository (all move together, or none)."""
-    from zmr.model import selection
     import zmr.ops.build
     from zmr.infra.cache import Cache
+    from zmr.model import selection
 
     project = find_project()
     chosen = selection.components(project, models, components, all_models, writes=True)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
+from zmr.cli.options import Components, Dir, Json, Model, dir_for, find_project
 from zmr.cli.render import Progress, print_json
 from zmr.infra.wording import counted
 
@@ -32,9 +32,9 @@ def checkout(
 
     The checkout is shallow, with an `upstream` remote: `--history` (or `git fetch --unshallow upstream` there) adds the rest.
     """
-    from zmr.model import selection
     import zmr.ops.checkout
     from zmr.infra.cache import Cache
+    from zmr.model import selection
 
     project = find_project()
     targets = selection.components(project, [model], components, writes=True)

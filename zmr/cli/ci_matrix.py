@@ -5,7 +5,6 @@ The work is `zmr.ops.publish.ci_matrix`.
 
 import sys
 
-
 from zmr.cli.options import Json, Models, Untrusted, find_project
 
 

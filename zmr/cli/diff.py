@@ -10,8 +10,8 @@ import enum
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -63,8 +63,8 @@ def diff(
 ) -> None:
     """Compare the release branches of two revisions (default: the merge-base with main and the working tree), built in memory."""
     import zmr.ops.diff
-    from zmr.infra.cache import Cache
     from zmr.cli import diffmarkdown
+    from zmr.infra.cache import Cache
     from zmr.infra.errors import CheckFailed, ZmrError
     from zmr.infra.files import atomic_write
 

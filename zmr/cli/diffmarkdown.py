@@ -25,6 +25,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
 from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from zmr.cli.options import Components, Dir, Json, Model, find_project, dir_for
+from zmr.cli.options import Components, Dir, Json, Model, dir_for, find_project
 from zmr.cli.render import print_json
 from zmr.infra.wording import counted
 
@@ -20,10 +20,10 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Write the checkout's commits back into the series (byte-stable)."""
-    from zmr.model import selection
     import zmr.ops.checkout
     import zmr.ops.export
     from zmr.infra.errors import ZmrError
+    from zmr.model import selection
 
     project = find_project()
     targets = selection.components(project, [model], components, writes=True)

@@ -9,8 +9,8 @@ from zmr.cli.render import Progress, print_json, warn
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Fill the cache with the pinned commits."""
-    from zmr.model import selection
     from zmr.infra.cache import Cache, Fetched, FetchReport
+    from zmr.model import selection
 
     project = find_project()
     chosen = selection.components(project, models, components, all_models, writes=False)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json
-from zmr.cli.render import print_json
-from zmr.cli.render import table
+from zmr.cli.render import print_json, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.locate import LocateReport

@@ -75,11 +75,9 @@ FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` print
 
 def find_project(untrusted: bool = False) -> Project:
     """The zmr repository the command acts on (``Project.find``: also from inside a checkout)."""
+    from zmr.infra import lock
     from zmr.model.manifest import Policy
     from zmr.model.project import Project
-
-    from zmr.infra import lock
-
     from zmr.ops import legacy
 
     lock.timeout()  # $ZMR_LOCK_TIMEOUT checked before any work: a bad value is exit 2 at once, not at the first lock

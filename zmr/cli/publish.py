@@ -25,9 +25,9 @@ def publish(
     json_out: Json = False,
 ) -> None:
     """Verify, then push the release branches of MODEL... (or --all) in one atomic push with lease."""
-    from zmr.model import selection
     import zmr.ops.publish
     from zmr.infra.cache import Cache
+    from zmr.model import selection
 
     project = find_project()
     chosen = selection.components(project, models, None, all_models, writes=True)

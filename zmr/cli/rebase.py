@@ -15,9 +15,9 @@ from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project
 from zmr.cli.render import Progress, print_json, warn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.ops.rebase import Outcome, Stopped
-    from zmr.ops.landed import Dropped
     from zmr.model.resolutions import NotReplayed
+    from zmr.ops.landed import Dropped
+    from zmr.ops.rebase import Outcome, Stopped
 
 
 def rebase(
@@ -42,9 +42,9 @@ def rebase(
 
     MODEL may be left out with --continue, --skip and --abort while one rebase is in progress.
     """
-    from zmr.model import selection
     import zmr.ops.rebase
     from zmr.infra.errors import ZmrError
+    from zmr.model import selection
 
     project = find_project()
     chosen = sum(bool(x) for x in (onto, cont, skip, abort))

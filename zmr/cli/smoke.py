@@ -76,9 +76,9 @@ def smoke(
     ] = None,
 ) -> None:
     """Run the declared smoke tests in clean trees of the release branches. Exit 1 if any fails."""
-    from zmr.model import selection
     import zmr.smoke.runner
     from zmr.infra.errors import ZmrError
+    from zmr.model import selection
 
     options = zmr.smoke.runner.Options(
         models=list(models or []),

@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def status(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
     """Where each component stands: pin, checkout, commits not exported, rebase, release branch current or stale, lock, upstream status."""
-    from zmr.model import selection
     import zmr.ops.status
+    from zmr.model import selection
 
     project = find_project()
     report = zmr.ops.status.status(project, selection.components(project, models, components, all_models, writes=False))

@@ -18,9 +18,9 @@ from zmr.cli.render import Progress, print_json, table, warn
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-    from zmr.ops.checks import Check
     from zmr.model.manifest import Component
     from zmr.model.project import Project
+    from zmr.ops.checks import Check
     from zmr.ops.update import Update
 
 
@@ -54,12 +54,11 @@ def update(
     json_out: Json = False,
 ) -> None:
     """How far each pin can move towards its track (bisecting upstream history), and what blocks the rest."""
-    from zmr.model import selection
     import zmr.ops.update
+    from zmr.infra.cache import Cache
     from zmr.infra.errors import CheckFailed, ZmrError
     from zmr.infra.files import atomic_write
-
-    from zmr.infra.cache import Cache
+    from zmr.model import selection
 
     project = find_project()
     # Every component (the scheduled job): --smoke leaves those without smoke tests unchecked (said in the report); a named model must have them.
@@ -98,8 +97,8 @@ def check_factory(project: Project, test: str | None, smoke: bool, bitwise: bool
 
     *lenient*: a component without smoke tests gets no check under --smoke (instead of an error).
     """
-    from zmr.ops import checks
     from zmr.infra.errors import ZmrError
+    from zmr.ops import checks
 
     chosen = [name for name, on in (("--test", test is not None), ("--smoke", smoke), ("--bitwise", bitwise)) if on]
     if len(chosen) > 1:

@@ -27,9 +27,9 @@ def upstreamed(
     json_out: Json = False,
 ) -> None:
     """Which patches of the series have landed upstream between the pin and REV (exit 0: a report)."""
+    from zmr.infra.errors import ZmrError
     from zmr.model import selection
     from zmr.ops import upstream
-    from zmr.infra.errors import ZmrError
 
     project = find_project()
     if model and all_models:

@@ -19,10 +19,10 @@ def verify(
     json_out: Json = False,
 ) -> None:
     """Rebuild in memory and compare commit ids with the branches. Exit 1 on drift."""
-    from zmr.model import selection
     import zmr.ops.verify
     from zmr.infra.cache import Cache
     from zmr.infra.errors import CheckFailed
+    from zmr.model import selection
 
     project = find_project()
     chosen = selection.components(project, models, components, all_models, writes=False)

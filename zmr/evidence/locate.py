@@ -264,8 +264,9 @@ def load_name_map(path: str | os.PathLike[str]) -> NameMap:
         except (UnicodeDecodeError, ValueError) as err:
             raise ZmrError(f"{display}: not valid JSON ({err})") from None
         return _name_map_from(data, display)
-    from zmr.model.yamlnodes import Problems, read_yaml, scalar
     from yaml.nodes import MappingNode, ScalarNode
+
+    from zmr.model.yamlnodes import Problems, read_yaml, scalar
 
     problems = Problems(display)
     node = read_yaml(p, display, problems, what="name map")

@@ -77,12 +77,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from zmr.infra.wording import counted, verb
 
 # The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
 from zmr.evidence.dumps.bits import DTYPES, format_value, json_number, narrow_bits, native_hex, numpy, widen_bits
 from zmr.evidence.dumps.logprobs import FORMAT_VERSION, MAX_LISTED_ERRORS, Dump, DumpRecord, make_record, read_dump, write_dump, write_rendered
 from zmr.infra.errors import ZmrError
+from zmr.infra.wording import counted, verb
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

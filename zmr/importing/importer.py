@@ -46,17 +46,17 @@ from typing import Any, Sequence, cast
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from zmr.importing.upstream_words import Named, named_commits, named_urls
 from zmr.infra import git, transaction
-from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.cache import Cache, CacheError, Mirror, Upstream
 from zmr.infra.errors import ZmrError
+from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.lock import hold
+from zmr.infra.wording import counted
 from zmr.model.manifest import COMPONENT_RE, MODEL_RE, Component, manifest_file, parse_manifest
 from zmr.model.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.model.project import Project
 from zmr.model.series import read_series
-from zmr.importing.upstream_words import Named, named_commits, named_urls
-from zmr.infra.wording import counted
 
 MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's

@@ -26,8 +26,8 @@ import re
 import stat
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from zmr.infra.errors import ZmrError

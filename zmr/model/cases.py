@@ -61,8 +61,8 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from zmr.infra.errors import CaseError, Located, ManifestError, ZmrError
 from zmr.model.manifest import MODEL_RE, RELEASE_MODES, RESERVED_BRANCHES, length_problem, manifest_paths, name_fold, ref_format_problem
-from zmr.model.yamlrecords import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Text, one_of, read_file
 from zmr.model.yamlnodes import Problem, Problems, display_path, line_of
+from zmr.model.yamlrecords import CONTROL, At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Text, one_of, read_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.manifest import Manifest

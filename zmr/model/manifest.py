@@ -20,12 +20,13 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import cast
+
 from yaml.nodes import MappingNode, ScalarNode
 
 from zmr.infra.errors import ManifestError, ZmrError
 from zmr.infra.git import FULL_OID_RE
-from zmr.model.yamlrecords import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, declared, invisible_character, one_of, read_file
 from zmr.model.yamlnodes import Problem, Problems, display_path, line_of, read_yaml, scalar
+from zmr.model.yamlrecords import At, Check, Field, Fields, Key, ListOf, MapOf, Number, Record, Scalar, Text, declared, invisible_character, one_of, read_file
 
 MODEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*\Z")
 COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]*\Z")

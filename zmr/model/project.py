@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from zmr.infra import git
 from zmr.infra.errors import Located, ManifestError, SeriesError, SettingsError, ZmrError
 from zmr.infra.files import atomic_write
-from zmr.model.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
-from zmr.model.yamlrecords import At, Check, Field, Record, Text, read_file
-from zmr.model.yamlnodes import Problem, Problems
 from zmr.infra.wording import counted
+from zmr.model.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
+from zmr.model.yamlnodes import Problem, Problems
+from zmr.model.yamlrecords import At, Check, Field, Record, Text, read_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.series import Series

@@ -1,4 +1,4 @@
-"""Declarative schemas for zmr's YAML files: manifests, cases and ``zmr.yaml``.
+"""The YAML records engine: zmr's YAML files (manifests, cases, ``zmr.yaml``) read against declared records into typed values.
 
 A file's format is data: a `Record` lists its `Field`s, each with a type
 (`Text`, `Number`, `Scalar`, `ListOf`, `MapOf` or a nested `Record`), whether it

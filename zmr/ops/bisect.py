@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zmr.infra.cache import Cache
-from zmr.ops.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks
 from zmr.infra.errors import ZmrError
 from zmr.infra.git import Progress
 from zmr.model.manifest import Component
 from zmr.model.project import Project
+from zmr.ops.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks
 from zmr.ops.update import CheckedLine, SeriesAtPin
 from zmr.ops.upstream import commit_subject, first_parent_line, resolve_rev
 

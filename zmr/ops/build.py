@@ -29,18 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from zmr.infra import git
-from zmr.infra.git import Progress
 from zmr.infra.cache import Cache, Mirror
 from zmr.infra.errors import ZmrError
+from zmr.infra.git import Progress
 from zmr.infra.lock import hold
+from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
 
 # The trailer names live beside the check that reads them (zmr.model.provenance); zmr.ops.build.TRAILER_* stay importable.
 from zmr.model.provenance import TRAILER_COMPONENT, TRAILER_MODEL, TRAILER_SERIES, TRAILER_UPSTREAM, TRAILER_UPSTREAM_COMMIT, not_built_by_zmr, replaced_ref
-from zmr.ops.replay import apply_series, patch_file_sets
 from zmr.model.series import Series, is_dotgit
-from zmr.infra.wording import counted
+from zmr.ops.replay import apply_series, patch_file_sets
 
 
 @dataclass(frozen=True)

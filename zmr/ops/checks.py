@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import atomic_write
-from zmr.model.manifest import Component, SmokeTest
 from zmr.infra.procgroup import PASSED, run_command
+from zmr.model.manifest import Component, SmokeTest
 from zmr.model.project import Project
 
 if TYPE_CHECKING:

@@ -35,17 +35,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from zmr.infra import git
-from zmr.infra.git import Progress
 from zmr.infra.cache import Cache, CacheError, Upstream
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import fault_point
 from zmr.infra.files import FileRefused, read_repo_file
+from zmr.infra.git import Progress
 from zmr.model.manifest import Component
 from zmr.model.project import Project, load_settings
 from zmr.model.series import MAX_PATCH_BYTES, Series
-from zmr.ops.upstream import Pair
 from zmr.model.yamlnodes import MAX_FILE_BYTES
-
+from zmr.ops.upstream import Pair
 
 REVISION_FORMAT = "v1"  # bump when what a revision's folder holds changes
 _LINK_LIMIT = 4096

@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from zmr.model.cases import Case, check_project, model_order, model_titles, short_titles
 from zmr.infra.errors import DocsError, ZmrError
 from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
+from zmr.model.cases import Case, check_project, model_order, model_titles, short_titles
 from zmr.model.yamlnodes import Problems
 
 if TYPE_CHECKING:  # pragma: no cover

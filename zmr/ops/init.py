@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import os_error
-from zmr.ops.new import template_text
 from zmr.model.source import RELEASED_COMMIT, ZMR_SOURCE, github_page, zmr_source
+from zmr.ops.new import template_text
 
 __all__ = ["RELEASED_COMMIT", "ZMR_SOURCE", "github_page", "zmr_source"]  # kept here too: zmr.model.source is their home
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.model.project import Settings
     from zmr.infra.transaction import Transaction
+    from zmr.model.project import Settings
 
 IGNORED = ("work/", ".zmr/")
 WORKFLOW = ".github/workflows/zmr.yml"
@@ -143,8 +143,8 @@ def _init(root: Path, txn: Transaction, result: InitResult, name: str | None, em
                 "run `zmr init --readme-sections` to append them, then move them where the tables belong"
             )
     else:
-        from zmr.ops import docs
         from zmr.model.project import Project
+        from zmr.ops import docs
 
         template = Template(template_text("project-README.md.tmpl")).substitute(title=root.name)
         filled, _ = docs.update(template, docs.render(docs.gather(Project(root, settings))), README)  # so `zmr docs --check` passes at once
@@ -203,9 +203,8 @@ def zmr_action() -> str:
 
 
 def settings_text(settings: Settings) -> str:
-    from zmr.ops.new import _yaml_str
-
     from zmr.model.file_schemas import modeline
+    from zmr.ops.new import _yaml_str
 
     lines = [
         modeline("settings"),

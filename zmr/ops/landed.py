@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 from zmr.infra import git
 
 if TYPE_CHECKING:
-    from zmr.ops.replay import Replayer, Step
     from zmr.model.series import Patch
+    from zmr.ops.replay import Replayer, Step
 
 MAX_COMMITS = 300  # upstream commits read when naming those that brought a change in
 

@@ -164,8 +164,8 @@ def _migrate_rebase(project: Project, component: Component, folder: Path) -> boo
 
 def _migrate_pointer(project: Project, component: Component, file: Path) -> bool:
     """A remembered ``--dir`` (one line): migrated when it names a zmr checkout of this component whose ``zmr.project`` is this repository."""
-    from zmr.ops import checkout
     from zmr.infra.files import FileRefused, read_repo_file
+    from zmr.ops import checkout
 
     if not _regular(file) or project.checkout_pointer(component).exists():
         return False

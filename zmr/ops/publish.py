@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zmr.infra import git
-from zmr.infra.git import Progress
 from zmr.infra.errors import CheckFailed, ZmrError
+from zmr.infra.git import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.infra.cache import Cache

@@ -38,8 +38,8 @@ names the commit).
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -52,36 +52,34 @@ from pathlib import Path
 from typing import Any
 
 from zmr.infra import git, transaction
-
-from zmr.model import resolutions
-
-from zmr.ops import checkout
-from zmr.infra.git import Progress
 from zmr.infra.cache import Cache
-from zmr.ops.checkout import Checkout, PickResult, SavedCheckout
 from zmr.infra.errors import ZmrError
-from zmr.ops.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.infra.files import atomic_write
+from zmr.infra.git import Progress
 from zmr.infra.lock import locked
+from zmr.infra.wording import counted
+from zmr.model import resolutions
 from zmr.model.manifest import Component, parse_manifest
 from zmr.model.project import Project
-from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge
 from zmr.model.resolutions import NotReplayed
-from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.model.series import Patch, Series
+from zmr.ops import checkout
+from zmr.ops.checkout import Checkout, PickResult, SavedCheckout
+from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge
+from zmr.ops.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
+from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.ops.upstream import (
+    ChangedPatch,
+    changed_patches,
     component_inputs,
     dropped_for,
     files_stand,
     name_landing,
-    step_change,
-    ChangedPatch,
-    changed_patches,
     replay_onto,
     resolve_rev,
+    step_change,
     upstream_patch_ids,
 )
-from zmr.infra.wording import counted
 
 STATE_VERSION = 1
 RESOLUTIONS_SAVED = "resolutions.orig"  # in the state folder: the resolution files --continue replaced, as they were

@@ -89,9 +89,9 @@ def status(project: Project, components: list[Component]) -> StatusReport:
 
 def component_status(project: Project, component: Component) -> ComponentStatus:
     from zmr.infra import lock
+    from zmr.infra.errors import ZmrError
     from zmr.model import upstream_status
     from zmr.ops import checkout
-    from zmr.infra.errors import ZmrError
 
     co = checkout.remembered_checkout(project, component) or checkout.checkout_of(project.default_checkout(component), component)
     work: list[str] = []
@@ -135,8 +135,8 @@ def component_status(project: Project, component: Component) -> ComponentStatus:
 
 
 def _rebase_status(project: Project, component: Component) -> RebaseStatus | None:
-    from zmr.ops import rebase
     from zmr.infra.errors import ZmrError
+    from zmr.ops import rebase
 
     path = project.rebase_state(component)
     if not path.is_file():

@@ -40,31 +40,31 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from functools import cache as memoize
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from zmr.infra import git, transaction
-
-from zmr.ops import checkout
-from zmr.infra.git import Progress
 from zmr.infra.cache import Cache
-from zmr.ops.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
 from zmr.infra.errors import ZmrError
+from zmr.infra.git import Progress
 from zmr.infra.lock import hold
+from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
+from zmr.model.resolutions import NotReplayed, Recorded, recorded
+from zmr.model.series import Patch
+from zmr.model.upstream_status import UpstreamStatus, status_of
+from zmr.ops import checkout
+from zmr.ops.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
+from zmr.ops.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, following_renames, judge, naming, partial_landing
 from zmr.ops.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
-from zmr.model.series import Patch
-from zmr.ops.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, following_renames, judge, naming, partial_landing
-from zmr.model.resolutions import NotReplayed, Recorded, recorded
-from zmr.model.upstream_status import UpstreamStatus, status_of
 from zmr.ops.upstream import (
-    commit_subject,
     ChangedPatch,
     changed_patches,
+    commit_subject,
     dropped_for,
     first_parent_line,
     name_landing,
@@ -74,8 +74,6 @@ from zmr.ops.upstream import (
     upstream_commits,
     upstream_patch_ids,
 )
-from zmr.infra.wording import counted
-
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
 REPLAY_RULE = "landed-3"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" replays again

@@ -25,10 +25,12 @@ from zmr.infra import git
 from zmr.infra.cache import COMPLETE_REFS, Cache, Upstream
 from zmr.infra.errors import ZmrError
 from zmr.infra.git import Progress
-from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
+from zmr.model.resolutions import NotReplayed, Recorded, try_recorded
+from zmr.model.series import Patch, Series
+from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing
 from zmr.ops.replay import (
     Replayer,
     build_chain,
@@ -39,8 +41,6 @@ from zmr.ops.replay import (
     patch_ids,
     series_applies,
 )
-from zmr.model.resolutions import NotReplayed, Recorded, try_recorded
-from zmr.model.series import Patch, Series
 
 
 class UpstreamError(ZmrError):

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmr.model.cases import check_project
 from zmr.infra.errors import CaseError, Located, ZmrError
+from zmr.model.cases import check_project
 from zmr.model.manifest import Manifest
 from zmr.model.project import Project
 from zmr.model.series import Patch, message_split_problem

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zmr.infra import git
-from zmr.infra.git import Progress
-from zmr.ops.build import Release, compute
 from zmr.infra.cache import Cache
+from zmr.infra.git import Progress
+from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
 
 # The trailer names live beside the check that reads them (zmr.model.provenance); zmr.ops.build.TRAILER_* stay importable.
 from zmr.model.provenance import TRAILER_SERIES, TRAILER_UPSTREAM_COMMIT
-from zmr.infra.wording import counted
+from zmr.ops.build import Release, compute
 
 
 @dataclass

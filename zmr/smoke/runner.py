@@ -69,9 +69,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from xml.etree import ElementTree as ET
 
-from zmr.infra.git import Progress
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
+from zmr.infra.git import Progress
 from zmr.infra.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -23,7 +23,8 @@ of z agrees in every bit of the log-prob.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence as _Seq
+from collections.abc import Iterable
+from collections.abc import Sequence as _Seq
 from dataclasses import dataclass
 from typing import Any
 

@@ -55,7 +55,6 @@ class _Linear:
 
     def __init__(self, weight: Any, bias: Any = None) -> None:
         import torch
-
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
         self.module: Any = cast(Any, torch.nn.Module())  # the GEMM dispatch adds attributes
@@ -70,7 +69,6 @@ class _Linear:
 class _Model:
     def __init__(self, hf_model: Any):
         import torch
-
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
         cfg = hf_model.config
@@ -126,7 +124,6 @@ class _Model:
 
     def attention(self, q: Any, k: Any, v: Any, lengths: _Seq[int]) -> Any:
         import torch
-
         from vllm import _custom_ops as ops
         from vllm import envs
 
@@ -183,7 +180,6 @@ class _Model:
 
     def hidden(self, ids: Any, positions: Any, lengths: _Seq[int]) -> Any:
         import torch
-
         from vllm import _custom_ops as ops
 
         h = torch.nn.functional.embedding(ids, self.embed)

@@ -82,7 +82,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from zmr.evidence.dumps import safetensors
-from zmr.evidence.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, HEX_DIGITS, SIGN_BIT, DTYPES, format_value, narrow_bits, numpy, widen_bits
+from zmr.evidence.dumps.bits import CANONICAL_NAN, DTYPE_NAMES, DTYPES, HEX_DIGITS, SIGN_BIT, format_value, narrow_bits, numpy, widen_bits
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import atomic_write, open_regular, parse_json
 

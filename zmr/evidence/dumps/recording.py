@@ -25,12 +25,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-from zmr.evidence.dumps.bits import TENSOR_DTYPES, numpy
 from zmr.evidence.dumps import safetensors
+from zmr.evidence.dumps.bits import TENSOR_DTYPES, numpy
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, STEP_NAME
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import atomic_write
-
 
 # ==========================================================================
 # Rows

@@ -20,7 +20,6 @@ from zmr.evidence.dumps.bits import TENSOR_CODES, TENSOR_DTYPES, numpy
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import open_regular, parse_json
 
-
 FORMAT_VERSION = 1
 """``zmr_locate`` in a dump's metadata; this zmr reads 1 and refuses newer ones."""
 

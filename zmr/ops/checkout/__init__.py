@@ -64,9 +64,49 @@ from typing import Any
 from zmr.infra.cache import HEADS, TAGS, Cache, Mirror
 from zmr.infra.git import Progress
 from zmr.infra.lock import locked
+from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
-from zmr.ops.replay import build_chain
+from zmr.ops.checkout.handoff import (
+    SavedCheckout,
+    mark_rebased,
+    place,
+    restore,
+    snapshot,
+)
+from zmr.ops.checkout.merge import (
+    MERGE_DIR,
+    MergeResult,
+    merge,
+    merge_abort,
+    merge_continue,
+    merge_state,
+    refuse_during_merge,
+)
+from zmr.ops.checkout.state import (
+    MAX_POINTER_BYTES,
+    Pointer,
+    checkout_of,
+    checkout_path,
+    config_values,
+    default_path,
+    forget_pointer,
+    keep_out_of_status,
+    read_pointer,
+    rebase_in_progress,
+    refuse_during_rebase,
+    remembered_checkout,
+    require_checkout,
+    rewritten_advice,
+    same_folder,
+    series_fingerprint,
+    series_moved,
+    show_path,
+    sync_state,
+    upstream_commits_in,
+    upstream_commits_problem,
+    write_pointer,
+)
 from zmr.ops.checkout.worktree import (
     BACKUP_PREFIX,
     BASE_REF,
@@ -89,47 +129,7 @@ from zmr.ops.checkout.worktree import (
     open_checkout,
     refresh,
 )
-from zmr.ops.checkout.state import (
-    MAX_POINTER_BYTES,
-    Pointer,
-    checkout_of,
-    checkout_path,
-    config_values,
-    default_path,
-    forget_pointer,
-    keep_out_of_status,
-    read_pointer,
-    rebase_in_progress,
-    refuse_during_rebase,
-    remembered_checkout,
-    require_checkout,
-    same_folder,
-    series_fingerprint,
-    series_moved,
-    rewritten_advice,
-    show_path,
-    sync_state,
-    upstream_commits_in,
-    upstream_commits_problem,
-    write_pointer,
-)
-from zmr.ops.checkout.handoff import (
-    SavedCheckout,
-    mark_rebased,
-    place,
-    restore,
-    snapshot,
-)
-from zmr.ops.checkout.merge import (
-    MERGE_DIR,
-    MergeResult,
-    merge,
-    merge_abort,
-    merge_continue,
-    merge_state,
-    refuse_during_merge,
-)
-from zmr.infra.wording import counted
+from zmr.ops.replay import build_chain
 
 __all__ = [
     "BACKUP_PREFIX",

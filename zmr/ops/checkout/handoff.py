@@ -18,21 +18,21 @@ from zmr.infra import git
 from zmr.infra.files import atomic_write
 from zmr.model.manifest import Component
 from zmr.model.project import Project
+from zmr.ops.checkout.state import config_values, keep_out_of_status
 from zmr.ops.checkout.worktree import (
     REFRESH_MARKER,
     TOKEN_KEY,
-    CheckoutError,
     Checkout,
+    CheckoutError,
     branch_name,
-    new_token,
-    try_open,
-    open_checkout,
     create_checkout,
-    tmp_prefix,
-    refresh,
     mark_exported,
+    new_token,
+    open_checkout,
+    refresh,
+    tmp_prefix,
+    try_open,
 )
-from zmr.ops.checkout.state import keep_out_of_status, config_values
 
 
 def mark_rebased(co: Checkout, pin: str, tip: str, fingerprint: str) -> None:

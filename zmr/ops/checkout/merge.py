@@ -15,20 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zmr.infra.git import Progress
 from zmr.infra.cache import Cache
-from zmr.ops.patchplan import list_commits
 from zmr.infra.files import atomic_write
+from zmr.infra.git import Progress
 from zmr.infra.lock import locked
+from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
+from zmr.ops.checkout.handoff import SavedCheckout, restore, snapshot
+from zmr.ops.checkout.state import checkout_path, config_values, refuse_during_rebase, require_checkout, rewritten_advice, show_path
+from zmr.ops.checkout.worktree import Checkout, CheckoutError, branch_name, check_identity, dirty, open_checkout, refresh
+from zmr.ops.patchplan import list_commits
 from zmr.ops.replay import build_chain
-from zmr.ops.checkout.worktree import CheckoutError, Checkout, branch_name, open_checkout, check_identity, dirty, refresh
-from zmr.ops.checkout.state import checkout_path, require_checkout, show_path, config_values, refuse_during_rebase, rewritten_advice
-from zmr.ops.checkout.handoff import SavedCheckout, snapshot, restore
-from zmr.infra.wording import counted
-
 
 MERGE_DIR = "zmr-merge"  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
 

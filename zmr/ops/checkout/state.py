@@ -20,15 +20,14 @@ from pathlib import Path
 from zmr.infra import git
 from zmr.infra.cache import UPSTREAM_REFS, Cache
 from zmr.infra.errors import ZmrError
-from zmr.ops.patchplan import list_commits, plan_export
 from zmr.infra.files import FileRefused, atomic_write, read_repo_file
+from zmr.infra.wording import counted, verb
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
 from zmr.model.series import Series
-from zmr.ops.checkout.worktree import SERIES_KEY, CheckoutError, Checkout, try_open, open_checkout, check_not_half_refreshed, check_identity
-from zmr.infra.wording import counted, verb
-
+from zmr.ops.checkout.worktree import SERIES_KEY, Checkout, CheckoutError, check_identity, check_not_half_refreshed, open_checkout, try_open
+from zmr.ops.patchplan import list_commits, plan_export
 
 MAX_POINTER_BYTES = 1 << 16
 

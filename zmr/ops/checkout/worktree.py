@@ -27,7 +27,6 @@ from zmr.infra.files import atomic_write, current_umask
 from zmr.model.manifest import Component
 from zmr.ops.replay import TempIndex
 
-
 BASE_REF = "refs/zmr/base"
 EXPORTED_REF = "refs/zmr/exported"
 BACKUP_PREFIX = "refs/zmr/backup/"
