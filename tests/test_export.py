@@ -386,3 +386,36 @@ def test_export_checks_a_whole_run_of_patches_at_once_with_the_same_answers(tmp_
     assert after["0001-fix-line-20.patch"] != before["0001-fix-line-20.patch"] and b"extra.txt" in after["0003-readme.patch"]
     again = zmr("export", "toy", cwd=project.root)
     assert again.returncode == 0 and "unchanged" in again.stdout and "refreshed" not in again.stdout, again.stdout
+
+
+def test_export_reads_the_series_file_once_and_again_only_after_writing_it(proj, upstream, monkeypatch):
+    """#49.5: `Series` keeps the text and entries it read, so planning the export and checking its three sides
+    read the series file no second time; only the series export wrote is read again (its fingerprint for the checkout)."""
+    from zmr.infra import files as zfiles
+
+    _pin, _folder, co = three_patch_model(proj, upstream)
+    reads: list[str] = []
+    open_regular, read_bytes, read_text = zfiles.open_regular, Path.read_bytes, Path.read_text
+
+    def counted(how, real):
+        def read(path, *args, **kwargs):
+            if Path(path).name == "series":
+                reads.append(how)
+            return real(path, *args, **kwargs)
+
+        return read
+
+    monkeypatch.setattr(zfiles, "open_regular", counted("checked read", open_regular))
+    monkeypatch.setattr(Path, "read_bytes", counted("read_bytes", read_bytes))
+    monkeypatch.setattr(Path, "read_text", counted("read_text", read_text))
+    result = zmr("export", "toy", cwd=proj.root)  # nothing new in the checkout: nothing written
+    assert result.returncode == 0, result.stderr
+    assert reads == ["checked read"], reads
+    reads.clear()
+    (co / "setup.cfg").write_text("[metadata]\nname = toy\n")
+    git("add", "setup.cfg", cwd=co)
+    git("commit", "-q", "-m", "Name the toy", cwd=co)
+    result = zmr("export", "toy", cwd=proj.root)
+    assert result.returncode == 0, result.stderr
+    assert reads == ["checked read", "checked read"]  # the series planned from, then the one written
+    assert "0004-name-the-toy.patch" in (proj.root / "patches/toy/rollout/series").read_text()

@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 
 from zmr.infra.errors import SeriesError
 from zmr.infra.files import FileRefused, read_repo_file
-from zmr.model.yamlrecords import invisible_character
 from zmr.model.yamlnodes import Problem
+from zmr.model.yamlrecords import invisible_character
 
 MAX_PATCH_BYTES = 64 << 20
 MAX_SERIES_BYTES = 1 << 20
@@ -82,11 +82,18 @@ class Hunk:
 
 @dataclass
 class Series:
-    """The ordered patches of one component, plus warnings found while reading."""
+    """The ordered patches of one component, plus warnings found while reading.
+
+    *text* and *entries* are the ``series`` file as `read_series` read it (its text, its lines parsed), so that
+    whoever needs the file itself (export keeps its comments and layout) does not read it a second time; None and
+    empty for a series that was not read from a folder.
+    """
 
     folder: Path
     patches: list[Patch] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    text: str | None = None
+    entries: list[SeriesEntry] = field(default_factory=list)
 
     def digest(self) -> str:
         """``sha256:<hex>`` over every patch's bytes, name and -p level, in order."""
@@ -175,6 +182,7 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     except UnicodeDecodeError:
         raise SeriesError(f"{display}/series: not valid UTF-8", details=["save it as UTF-8"]) from None
     entries, problems = parse_series_file(text, f"{display}/series")
+    series.text, series.entries = text, entries
     for entry in entries:
         path = folder / entry.name
         resolved = path.resolve()

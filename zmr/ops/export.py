@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zmr.infra import transaction
 from zmr.infra.cache import Cache
+from zmr.infra.lock import locked
+from zmr.infra.wording import counted
+from zmr.model.manifest import Component
+from zmr.model.project import Project
+from zmr.model.series import Series
 from zmr.ops.checkout import (
     SERIES_KEY,
     Checkout,
@@ -28,12 +34,7 @@ from zmr.ops.checkout import (
     show_path,
     upstream_commits_problem,
 )
-from zmr.infra import transaction
 from zmr.ops.patchplan import ExportPlan, forget_legacy_journal, list_commits, plan_export, stage_plan
-from zmr.infra.lock import locked
-from zmr.model.manifest import Component
-from zmr.model.project import Project
-from zmr.infra.wording import counted
 
 
 @dataclass
@@ -102,14 +103,15 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     journal = project.pending_removals(component)  # an older zmr's export journal, still honoured (zmr.ops.patchplan)
     series = project.series(component, no_links=True)
     plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
-    _check_three_sides(project, component, co, head, plan)
+    _check_three_sides(project, component, co, head, plan, series)
     if not dry_run:
         if plan.needs_writing:
             with transaction.begin(project, name) as txn:
                 stage_plan(plan, txn)
         if plan.interrupted:
             forget_legacy_journal(journal)
-        mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit))
+        written = None if plan.needs_writing else series  # the series as export left it: read again only where it wrote
+        mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit, written))
     return ExportResult(component, co.path, plan, recovered)
 
 
@@ -118,7 +120,7 @@ def transaction_name(component: Component) -> str:
     return f"export/{component.model}/{component.key}"
 
 
-def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan) -> None:
+def _check_three_sides(project: Project, component: Component, co: Checkout, head: str, plan: ExportPlan, series: Series) -> None:
     """Refuse an export that would write one side over the other (docs/reference.md §7.7).
 
     The sides: the series the checkout was made from or last exported to
@@ -132,7 +134,7 @@ def _check_three_sides(project: Project, component: Component, co: Checkout, hea
     recorded = co.config.get(SERIES_KEY)
     if recorded is None or not plan.changed or plan.interrupted:
         return  # a checkout made before zmr recorded its series: two sides only
-    if recorded == series_fingerprint(project, component, component.commit):
+    if recorded == series_fingerprint(project, component, component.commit, series):
         return
     where = show_path(project, co.path)
     m, k = component.model, component.key

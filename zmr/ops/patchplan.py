@@ -54,8 +54,8 @@ from zmr.model.patchfile import (
     normalize_subject,
     patch_name,
 )
+from zmr.model.series import Patch, Series, SeriesEntry, read_series
 from zmr.ops.replay import TempIndex, _moved_by_patch, patch_file_sets
-from zmr.model.series import Patch, Series, SeriesEntry, parse_series_file, read_series
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.infra.transaction import Transaction
@@ -162,12 +162,12 @@ def plan_export(
     *replayed* names, for commits a replay made, the patch each was made from
     and whether it applied with an offset: the same answer a second replay
     would give, without it. *series*: the one in *folder*, when the caller has
-    read it (``Project.series``, whose errors name the manifest line).
+    read it (``Project.series``, whose errors name the manifest line); its
+    ``text`` and ``entries`` are the file's, read once.
     """
-    series = series or read_series(folder, display)
+    if series is None or series.text is None:  # none, or one not read from a folder: the one in *folder*
+        series = read_series(folder, display)
     old = list(series.patches)
-    series_file = folder / "series"
-    old_text = series_file.read_bytes() if series_file.is_file() else None
     plan = ExportPlan(folder, display)
     infos = commit_infos(repo, commits)
     metas = [CommitMeta.for_commit(i) for i in infos]
@@ -181,7 +181,7 @@ def plan_export(
     owned = read_journal(journal)
     plan.interrupted = owned is not None
     _plan_patches(plan, repo, commits, metas, matcher.assigned, old, owned or set())
-    _plan_series(plan, old_text, display)
+    _plan_series(plan, series)
     return plan
 
 
@@ -316,12 +316,12 @@ def _plan_patches(
     plan.pending = sorted(n for n in owned if n not in new_names and n not in old_names and (folder / n).is_file())
 
 
-def _plan_series(plan: ExportPlan, old_text: bytes | None, display: str) -> None:
-    """The new ``series`` text when the list of patches changed, keeping the old file's comments and layout."""
-    entries, _ = parse_series_file(old_text.decode("utf-8"), display) if old_text is not None else ([], [])
+def _plan_series(plan: ExportPlan, series: Series) -> None:
+    """The new ``series`` text when the list of patches changed, keeping the old file's comments and layout (as *series* read it)."""
+    entries = series.entries
     new_entries = [(p.name, p.strip, p.old_name if p.status != "added" else None) for p in plan.patches]
     if [(e.name, e.strip) for e in entries] != [(n, s) for n, s, _ in new_entries]:
-        plan.series_text = render_series(old_text.decode("utf-8") if old_text is not None else "", entries, new_entries).encode("utf-8")
+        plan.series_text = render_series(series.text or "", entries, new_entries).encode("utf-8")
 
 
 def _refuse_message_cut(display: str, commit: str, subject: str, message: str) -> None:
