@@ -44,7 +44,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: Iterable[st
     A cycle through a type-only import is still a cycle: the two modules
     know each other, and the import is one edit away from run time.
 
-    ``from zmr import git`` imports the module ``zmr.infra.git``; ``from zmr.infra.git import run`` imports ``zmr.infra.git`` too.
+    ``from zmr.infra import git`` imports the module ``zmr.infra.git``; ``from zmr.infra.git import run`` imports ``zmr.infra.git`` too.
     """
     known = set(modules)
     package = module if is_package else module.rpartition(".")[0]
@@ -455,7 +455,7 @@ def test_the_git_argv_check_finds_an_argument_list(tmp_path):
 def names_imported_from(path: Path, module: str) -> set[str]:
     """The names *path* takes from *module* (``from MODULE import NAME``, anywhere in it); ``*`` for the module itself.
 
-    ``import zmr.ops.rebase`` and ``from zmr import rebase`` give the whole module (``*``): any name can be used through it.
+    ``import zmr.ops.rebase`` and ``from zmr.ops import rebase`` give the whole module (``*``): any name can be used through it.
     """
     package, _, last = module.rpartition(".")
     found: set[str] = set()
@@ -509,9 +509,9 @@ def component_locks_taken(path: Path) -> list[int]:
 
 
 def test_the_component_lock_check_finds_a_hold(tmp_path):
-    (tmp_path / "a.py").write_text("from zmr import lock\ndef f(p, c):\n    with lock.hold(p, [c]):\n        pass\n")
+    (tmp_path / "a.py").write_text("from zmr.infra import lock\ndef f(p, c):\n    with lock.hold(p, [c]):\n        pass\n")
     (tmp_path / "b.py").write_text("from zmr.infra.lock import locked\n@locked\ndef g(p, c):\n    pass\n")
-    (tmp_path / "c.py").write_text("from zmr import lock\ndef h(path):\n    with lock.hold_file(path, 'x'):\n        pass\n")
+    (tmp_path / "c.py").write_text("from zmr.infra import lock\ndef h(path):\n    with lock.hold_file(path, 'x'):\n        pass\n")
     assert [component_locks_taken(tmp_path / n) for n in ("a.py", "b.py", "c.py")] == [[3], [2], []]
 
 
