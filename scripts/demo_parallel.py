@@ -541,7 +541,7 @@ def _wrapped(bi_mod, li_mod, tp: int, r: int, side: str):
     K chunks (the "partial"), and the replicated results. The trainer (one process) records the same cut of
     its full tensors: the same columns and heads, and for the partial the same function on the same share of K.
     """
-    from zmr import locate
+    from zmr.evidence import locate
 
     orig = {"rms_norm": bi_mod.rms_norm, "column_linear": li_mod.column_linear, "local_partial": li_mod.local_partial,
             "row_linear": li_mod.row_linear, "causal_attention": li_mod.causal_attention, "cp_attention": li_mod.cp_attention}

@@ -20,12 +20,21 @@ from types import ModuleType
 
 __version__ = "0.2.0"
 
+# The core's modules by layer folder (#49): each was `zmr.<name>` in 0.1.0.
+_LAYERS = {
+    "infra": "cache errors faults files git lock procgroup transaction wording",
+    "model": "cases file_schemas manifest patchfile project provenance resolutions selection series source upstream_status yamlnodes",
+    "ops": "bisect build checkout checks diff docs export init landed legacy new patchplan publish rebase replay status update upstream validate verify",
+}
+
 # Public modules that moved into a subpackage, importable under the old name (with a DeprecationWarning) for one release.
 MOVED = {
     "zmr.adapters": "zmr.evidence.adapters",
     "zmr.dumps": "zmr.evidence.dumps",
     "zmr.mismatch": "zmr.evidence.mismatch",
     "zmr.locate": "zmr.evidence.locate",
+    "zmr.schema": "zmr.model.yamlrecords",
+    **{f"zmr.{name}": f"zmr.{layer}.{name}" for layer, names in _LAYERS.items() for name in names.split()},
 }
 
 
