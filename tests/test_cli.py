@@ -229,6 +229,50 @@ def test_a_ctrl_c_while_the_cli_is_imported_ends_as_an_interrupted_command(tmp_p
     assert result.stderr == "zmr: interrupted\n"
 
 
+# A SIGHUP (or SIGTERM) while the interpreter shuts down, after the command returned: the process sends it to itself
+# from an atexit hook, the last Python code that runs.
+_SIGNAL_AT_SHUTDOWN = """
+import atexit, os, signal, sys, time
+def late():
+    os.kill(os.getpid(), signal.{name})
+    time.sleep(5)  # the signal lands here
+atexit.register(late)
+from zmr.__main__ import run
+sys.exit(run())
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGTERM"])
+def test_a_hang_up_while_python_shuts_down_ends_zmr_as_that_signal(tmp_path, name):
+    """zmr's handler raised an interrupt wherever the signal landed, also after the command: in an atexit hook Python printed
+    the traceback and exited 0 (a hang-up reported as success); outside any handler it ended by SIGINT. The handlers hold
+    for the command only, so a later signal ends the process as that signal, as a shell reports it."""
+    import signal
+
+    result = subprocess.run([sys.executable, "-c", _SIGNAL_AT_SHUTDOWN.format(name=name), "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == -getattr(signal, name), (result.returncode, result.stderr)
+    assert result.stdout.startswith("zmr ") and result.stderr == ""
+
+
+def test_main_leaves_the_signal_handlers_as_it_found_them(tmp_path, capsys):
+    """In-process (a library caller, the tests): SIGTERM and SIGHUP are zmr's during main, the caller's again after it."""
+    import signal
+
+    from zmr.cli import main
+
+    def mine(signum, frame):
+        raise AssertionError("not called")
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGHUP, mine)
+    try:
+        assert main(["--version"]) == 0
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == (before[signal.SIGTERM], mine)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def test_the_status_line_is_cut_to_the_terminal_not_wrapped(project, upstream):
     """A status line longer than the terminal wrapped, and each redraw moved the cursor up over the wrapped part."""
     two_models(project, upstream)

@@ -370,15 +370,27 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     import signal
 
-    from zmr.infra.errors import ZmrError
-
+    # The handlers hold for the command only: restored when it returns, so a SIGTERM or SIGHUP that comes later (the
+    # interpreter shutting down, a library caller's own code) ends the process as that signal, never as an interrupt
+    # raised where nothing catches it (Python ends then by SIGINT, or prints a traceback and exits 0 in an atexit hook).
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGTERM, _on_sigterm)
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # (under nohup it stays ignored)
+    if before[signal.SIGHUP] != signal.SIG_IGN:  # (under nohup it stays ignored)
         signal.signal(signal.SIGHUP, _on_sigterm)
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # Started with SIGINT ignored (a background job of a shell without job control, as CI runs tests): Python then leaves it
         # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _run_command(argv)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _run_command(argv: list[str] | None) -> int:
+    from zmr.infra.errors import ZmrError
+
     try:
         code = app(args=argv, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
