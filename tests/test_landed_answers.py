@@ -39,18 +39,19 @@ def cli(capsys, monkeypatch):
     return run
 
 
-def backport_model(project, upstream) -> tuple[str, list[str]]:
+def backport_model(project, upstream, more: dict[str, str] | None = None) -> tuple[str, list[str]]:
     """simple_model (0001: line 10) plus a backport (0002: line 20) of an upstream commit that upstream re-wraps, then rewrites.
 
-    Upstream, after the pin: the backported commit (3), a reformat that wraps and re-indents the lines around it (8),
-    a rewrite of the backported line (12, "two" becomes "2"), and a rework of line 10 that blocks 0001 (20).
+    Upstream, after the pin: the backported commit (3; with the files *more* too: the backport takes part of it, so no
+    patch-id matches), a reformat that wraps and re-indents the lines around it (8), a rewrite of the backported line
+    (12, "two" becomes "2"), and a rework of line 10 that blocks 0001 (20).
     """
     pin = simple_model(project, upstream)
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
     scaled = model_py.replace("line 20\n", "line 20 scaled by two\n")
     wrapped = scaled.replace("line 19\n", "    line 19\n").replace("line 20 scaled by two\n", "line 20 scaled\n        by two\n")
     special = {
-        3: ({"src/model.py": scaled}, "Scale line 20 by two"),
+        3: ({"src/model.py": scaled, **(more or {})}, "Scale line 20 by two"),
         8: ({"src/model.py": wrapped}, "Reformat the model (wrap long lines)"),
         12: ({"src/model.py": wrapped.replace("by two\n", "by 2\n")}, "Spell numbers as digits"),
         20: ({"src/model.py": wrapped.replace("by two\n", "by 2\n").replace("line 10\n", "line 10 upstream\n")}, "Rework line 10"),
@@ -338,3 +339,34 @@ def test_a_landed_patch_in_a_file_upstream_then_renamed_is_dropped_by_every_comm
     [entry] = json.loads(out)["components"]
     assert entry["patches"]["removed"] == ["0001-fixed-split.patch"]
     assert entry["patches"]["landed"] == {"0001-fixed-split.patch": f"landed (same patch, via {made[2][:12]})"}
+
+
+@pytest.mark.parametrize("part", [False, True], ids=["whole-commit", "part-of-the-commit"])
+@pytest.mark.parametrize("at", [5, 10], ids=["as-committed", "re-indented-since"])
+def test_a_backport_whose_change_is_in_the_target_is_reported_as_backport_by_update_and_rebase(project, upstream, cli, tmp_path, at, part):
+    """Reference §7.9.1: a declared backport whose commit is at or below the target, and whose change the target holds, is
+    `landed (backport of <commit>)`, whether the target has it as the commit made it (5) or re-wrapped and re-indented
+    since (10: all its tokens still there), and whether the backport is that commit whole (a patch-id matches) or a part
+    of it: one answer, never `landed (same patch)` or `landed (modified, via …)`, in update's and rebase's text and JSON alike."""
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin, made = backport_model(project, upstream, {"docs/scaling.md": "line 20 is scaled\n"} if part else None)
+    label = f"landed (backport of {made[3][:12]})"
+    code, out, err = cli("update", "toy", "--onto", made[at], "--json", cwd=project.root)
+    assert code == 0, err
+    [data] = json.loads(out)["components"]
+    assert (data["status"], data["target"]) == ("clean", made[at])
+    [dropped] = data["dropped"]
+    assert (dropped["name"], dropped["method"], dropped["upstream"], dropped["via"], dropped["landed"]) == (BACKPORT, "backport", made[3], [made[3]], label)
+    code, text, err = cli("update", "toy", "--onto", made[at], cwd=project.root)
+    assert code == 0, err
+    assert f"drops {BACKPORT} (Scale line 20 by two) <- {made[3][:12]} Scale line 20 by two [backport] {label}" in text
+    code, out, err = cli("rebase", "toy", "--onto", made[at], "--json", "--report", str(tmp_path / "rebase.md"), cwd=project.root)
+    assert code == 0, err
+    [dropped] = json.loads(out)["dropped"]
+    assert (dropped["name"], dropped["method"], dropped["upstream"], dropped["landed"]) == (BACKPORT, "backport", made[3], label)
+    assert f"; {label}" in (tmp_path / "rebase.md").read_text()
+    project.commit_all("move the pin")
+    code, out, err = cli("diff", "--json", "HEAD~1", "HEAD", cwd=project.root)
+    assert code in (0, 1), err
+    [entry] = json.loads(out)["components"]
+    assert entry["patches"]["landed"] == {BACKPORT: label}

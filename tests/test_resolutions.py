@@ -227,3 +227,42 @@ def test_a_resolution_is_never_read_or_written_through_a_symbolic_link(project, 
     assert data["patch"] == "0001-fixed-split.patch"
     [unused] = data["unused_resolutions"]
     assert "symbolic link" in unused["reason"]
+
+
+def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_its_new_name(project, upstream):
+    """A resolution is keyed by the patch, and names the file as it was when recorded; upstream then renames that file.
+    Update's trial picks and the rebase's cherry-picks (both follow the rename) replay it at the new name, and say so."""
+    project.write(".gitignore", "/work/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    reworked = model_py.replace("line 10\n", "line 10 upstream\n")
+    made = grow(upstream, 4, special={2: ({"src/model.py": reworked}, "Rework line 10")})
+    stopped = zmr("rebase", "toy", "--onto", made[2], cwd=project.root)
+    assert stopped.returncode == 1, stopped.stderr
+    co = project.root / "work/toy/rollout"
+    (co / "src/model.py").write_text(reworked.replace("line 10 upstream\n", "line 10 upstream, fixed split\n"))
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "toy", "--continue", "--json", cwd=project.root)
+    assert done.returncode == 0, done.stderr
+    [recorded] = json.loads(done.stdout)["recorded_resolutions"]
+    assert "+++ b/src/model.py" in (project.root / recorded).read_text()
+    # Only the resolution is kept; then upstream renames the file (and changes a line far from line 10).
+    git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
+    git("clean", "-qfd", "--", "patches", cwd=project.root)
+    git("add", recorded, cwd=project.root)
+    git("commit", "-q", "-m", "Record the resolution of 0001", cwd=project.root)
+    assert zmr("checkout", "toy", "--force", cwd=project.root).returncode == 0  # the checkout back at the pin
+    renamed = upstream.commit({"src/model.py": None, "src/net.py": reworked.replace("line 35\n", "line 35 upstream\n")}, "Rename model.py to net.py")
+    tip = upstream.commit({"docs/after.md": "after the rename\n"}, "A note")
+    result = zmr("update", "toy", "--json", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["components"][0]
+    assert (data["status"], data["target"], data["blocked_by"]) == ("clean", tip, None)
+    assert data["reused_resolutions"] == ["0001-fixed-split.patch"] and data["unused_resolutions"] == []
+    applied = zmr("update", "toy", "--json", "--apply", cwd=project.root)
+    assert applied.returncode == 0, applied.stderr
+    data = json.loads(applied.stdout)["components"][0]
+    assert (data["applied"], data["reused_resolutions"]) == (True, ["0001-fixed-split.patch"])
+    patch = (project.root / "patches/toy/rollout/0001-fixed-split.patch").read_text()  # the resolution, at the new name
+    assert "+++ b/src/net.py" in patch and "+line 10 upstream, fixed split" in patch
+    assert renamed != tip and tip in (project.root / "manifests/toy.yaml").read_text()

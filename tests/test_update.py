@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import git, simple_model, state_dir, zmr
+from conftest import git, make_project, simple_model, state_dir, zmr
 
 CONTIGUOUS = "def matmul(a, b):\n    return (a @ b).contiguous()\n"
 
@@ -59,6 +59,7 @@ def test_a_conflict_in_the_middle_names_its_commit_and_patch_in_about_log2_repla
         "author_name": "Patch Author",
         "author_email": "author@zmr.invalid",
         "partially_landed": None,
+        "renamed_from": {},
     }
     assert data["steps"] == line.index(made[20]) + 1
     assert 2 <= data["replays"] <= 1 + math.ceil(math.log2(len(line)))  # the tip, then bisection: not 41
@@ -280,4 +281,90 @@ def test_every_result_of_update_and_upstream_says_itself_as_json():
         "author_name": "Patch Author",
         "author_email": "author@zmr.invalid",
         "partially_landed": None,
+        "renamed_from": {},
     }
+
+
+# -- upstream renames a file the series patches (#47: update's trial picks follow renames as rebase's cherry-picks do) --------
+
+
+def _renamed(model_py: str, line_10: str = "line 10\n") -> dict[str, str | None]:
+    """src/model.py moved to src/net.py, a line far from 0001's changed on the way (a rename git finds, not a copy); *line_10* as given."""
+    return {"src/model.py": None, "src/net.py": model_py.replace("line 35\n", "line 35 upstream\n").replace("line 10\n", line_10)}
+
+
+def _series_files(root) -> dict[str, bytes]:
+    folder = root / "patches/toy/rollout"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_patch_in_a_file_upstream_renamed_moves_clean_and_apply_is_what_rebase_makes(project, upstream, tmp_path):
+    """verl's history: upstream renames a file 0001 patches and changes nothing 0001 touches. ``rebase --onto`` (cherry-pick,
+    rename-aware) finishes; update must say the move is clean (not partial at the rename), and --apply give the same bytes."""
+    other = make_project(tmp_path / "other")
+    for each in (project, other):
+        each.write(".gitignore", "/work/\n/.zmr/\n")
+        pin = simple_model(each, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    made = grow(upstream, 6, special={2: (_renamed(model_py), "Rename model.py to net.py")})
+    rc, data, err = update_json(project)
+    assert rc == 0, err
+    assert (data["status"], data["target"], data["blocked_by"]) == ("clean", made[-1], None)
+    assert data["dropped"] == [] and data["partially_landed"] == {}
+    rc, applied, err = update_json(project, "--apply")
+    assert rc == 0 and applied["applied"] is True, err
+    rebased = zmr("rebase", "toy", "--onto", made[-1], "--json", cwd=other.root)
+    assert rebased.returncode == 0, rebased.stderr
+    assert json.loads(rebased.stdout)["status"] == "done"
+    assert _series_files(project.root) == _series_files(other.root)
+    assert b"+++ b/src/net.py" in _series_files(project.root)["0001-fixed-split.patch"]
+    assert (project.root / "manifests/toy.yaml").read_text() == (other.root / "manifests/toy.yaml").read_text()
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    assert "line 10 fixed split" in git("show", "rollout/toy:src/net.py", cwd=project.root)
+
+
+def test_a_real_conflict_in_a_renamed_file_names_its_new_path_and_the_rename(project, upstream, tmp_path):
+    """Where the renamed file also conflicts, update names the file as rebase's cherry-pick leaves it (the new path) and
+    says which name the patch knows it by, in text, --json and the report."""
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    made = grow(upstream, 6, special={3: (_renamed(model_py, "line 10 upstream\n"), "Rename model.py to net.py, rework line 10")})
+    rc, data, err = update_json(project)
+    assert rc == 0, err
+    assert (data["status"], data["target"]) == ("partial", made[2])
+    blocked = data["blocked_by"]
+    assert (blocked["commit"], blocked["patch"], blocked["files"]) == (made[3], "0001-fixed-split.patch", ["src/net.py"])
+    assert blocked["renamed_from"] == {"src/net.py": "src/model.py"}
+    report = tmp_path / "report.md"
+    text = zmr("update", "toy", "--report", str(report), cwd=project.root)
+    assert text.returncode == 0, text.stderr
+    assert "0001-fixed-split.patch conflicts in src/net.py (renamed from src/model.py upstream)" in text.stdout
+    assert "conflicts in `src/net.py` (renamed from `src/model.py` upstream)" in report.read_text()
+    stopped = zmr("rebase", "toy", "--onto", made[3], "--json", cwd=project.root)  # what rebase's cherry-pick says of it
+    assert stopped.returncode == 1
+    assert json.loads(stopped.stdout)["files"] == ["src/net.py"]
+
+
+def test_a_git_older_than_2_38_is_told_to_upgrade_where_update_merges(project, upstream, tmp_path, monkeypatch):
+    """zmr needs git 2.38 (merge-tree --write-tree). No older git is installed here, so a stand-in on PATH answers as git
+    2.37 does to that command alone (its usage, exit 129) and hands every other command to the real git."""
+    import shutil
+
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    grow(upstream, 2, special={1: (_renamed(model_py), "Rename model.py to net.py")})
+    shim = tmp_path / "old-git"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" merge-tree --write-tree "*) echo "usage: git merge-tree <base-tree> <branch1> <branch2>" >&2; exit 129;; esac\n'
+        'case " $* " in *" --version "*) echo "git version 2.37.7"; exit 0;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{__import__('os').environ['PATH']}")
+    result = zmr("update", "toy", cwd=project.root)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "git version 2.37.7 cannot merge in memory (`git merge-tree --write-tree`)" in result.stderr
+    assert "install git 2.38 or newer" in result.stderr

@@ -160,7 +160,7 @@ def print_text(results: list["Update"], applied: bool) -> None:
             print(r.check.first_bad.output.rstrip("\n"))
         if r.blocked_by:
             b = r.blocked_by
-            print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.files)}")
+            print(f"{r.component.label}: blocked at {b.commit[:12]} {b.subject}: {b.patch} conflicts in {', '.join(b.file_names)}")
             if b.landing:
                 print(f"{r.component.label}: {b.patch} at {b.commit[:12]}: {b.landing.label}")
         for d in r.dropped:
@@ -207,7 +207,7 @@ def report_markdown(results: list["Update"], applied: bool) -> str:
             out.append("- applied: the pin and the series are updated" if r.applied else f"- not applied: {code(r.refused or '')}")
         if r.blocked_by:
             b = r.blocked_by
-            files = ", ".join(code(f) for f in b.files)
+            files = ", ".join(code(f) + (f" (renamed from {code(b.renamed[f])} upstream)" if f in b.renamed else "") for f in b.files)
             out.append(f"- blocked by upstream commit `{b.commit}` ({code(b.subject)}): patch {code(b.patch)} ({code(b.patch_subject)}) conflicts in {files}")
             if b.landing:
                 out.append(f"- there, {code(b.patch)} is {code(b.landing.label)}")

@@ -59,6 +59,9 @@ log = logging.getLogger("zmr.git")  # the logger library users know (docs/refere
 Progress = Callable[[str], None]
 
 
+# The oldest git zmr works with (docs/reference.md §6.6): ``merge-tree --write-tree`` (2.38, ``Repo.pick_tree``); before it,
+# ``fetch --refetch`` and ``apply --numstat -z`` (2.36). A git without what zmr asks of it is told apart where it is asked.
+MIN_GIT = "2.38"
 ZERO_OID = "0" * 40
 _Item = TypeVar("_Item")
 _Answer = TypeVar("_Answer")
@@ -480,6 +483,14 @@ def _patch_counts(text: bytes) -> list[tuple[int | None, int | None]]:
 
 
 @dataclass(frozen=True)
+class PickedTree:
+    """What ``Repo.pick_tree`` made: *tree*, and the paths left in conflict (*conflicts*, empty when it merged cleanly)."""
+
+    tree: str
+    conflicts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Identity:
     """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
 
@@ -494,6 +505,11 @@ class Identity:
             f"GIT_{role}_EMAIL": self.email,
             f"GIT_{role}_DATE": f"@{self.timestamp} {self.offset}",
         }
+
+
+def git_version() -> str:
+    """``git version X.Y.Z`` as the git on PATH prints it (for an error that names it)."""
+    return run(["--version"], check=False).stdout.decode("utf-8", "replace").strip() or "this git"
 
 
 def forget_caller_config() -> None:
@@ -521,7 +537,7 @@ def _user_transport_config() -> tuple[tuple[str, str], ...]:
             capture_output=True,
         )
     except FileNotFoundError as exc:  # pragma: no cover - git missing
-        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+        raise ZmrError(f"git is not installed; install git {MIN_GIT} or newer") from exc
     pairs = []
     for item in proc.stdout.decode("utf-8", "replace").split("\0"):
         if not item:
@@ -719,7 +735,7 @@ def _start(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise ZmrError("git is not installed; install git 2.30 or newer") from exc
+        raise ZmrError(f"git is not installed; install git {MIN_GIT} or newer") from exc
     except OSError as exc:
         if exc.errno == errno.E2BIG:  # not a disk or permission problem: zmr passed too much
             raise ArgumentsTooLong(args, argv) from None
@@ -1262,6 +1278,33 @@ class Repo:
             args += ["-p", parent]
         env = {**author.env("AUTHOR"), **committer.env("COMMITTER")}
         return self.out(args, input=message.encode("utf-8"), env=env)
+
+    def pick_tree(self, commit: str, parent: str, onto: str) -> PickedTree:
+        """The tree ``git cherry-pick`` *commit* (its first parent *parent*) makes on a HEAD whose tree is *onto*, in objects only.
+
+        ``git merge-tree --write-tree`` (git 2.38; ``MIN_GIT``): the merge
+        cherry-pick makes (merge-ort, renames followed, merge's defaults: no
+        user config), of *onto* and *commit* over *parent*. git before 2.40 takes
+        no ``--merge-base``, so *onto* goes in as a commit whose one parent is
+        *parent*: then *parent* is the merge base, as cherry-pick's is. That
+        commit (fixed identity and date) is a throwaway object; nothing else is
+        written but the merged trees and blobs. A conflict: the tree git wrote
+        (with markers) and the paths it left unmerged, at their new names where
+        a side renamed them.
+        """
+        who = Identity("zmr", "zmr@localhost", 0)
+        ours = self.commit_tree(onto, [parent], "zmr: a cherry-pick's HEAD\n", who, who)
+        args = ["merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", ours, commit]
+        proc = self.run(args, check=False)
+        if proc.returncode not in (0, 1) or not proc.stdout:
+            if proc.returncode == 129:  # usage: a git before 2.38 reads merge-tree's old form only
+                raise ZmrError(
+                    f"{git_version()} cannot merge in memory (`git merge-tree --write-tree`)",
+                    details=[f"install git {MIN_GIT} or newer: zmr update replays a series as rebase's cherry-picks do with it"],
+                )
+            raise GitError(["git", *args], proc.returncode, proc.stdout, proc.stderr)
+        tree, *paths = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+        return PickedTree(tree, tuple(dict.fromkeys(p for p in paths if p)) if proc.returncode else ())
 
     def fast_import(self, stream: bytes) -> dict[str, str]:
         """Feed *stream* to ``git fast-import``; its marks (``:N``) and the objects they name.

@@ -13,7 +13,10 @@ the cherry-picks in rebase's checkout); if it applies, it goes in (with the
 patch's message and author) and the report names it as reused; one that was
 tried and did not go in is reported with why (``NotReplayed``). Nothing else
 changes a resolution; delete the file to forget one; ``zmr rebase --abort``
-forgets those recorded during the rebase it undoes.
+forgets those recorded during the rebase it undoes. A resolution recorded
+before upstream renamed a file it changes is tried, in the passes that
+follow renames (update's trial picks, rebase's cherry-picks), also with
+that file's new name (``moved``).
 
 A resolution comes from a commit, so from anyone: it is read only as a
 regular file under a real ``resolutions/`` folder (no symbolic link on the
@@ -30,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,15 +134,31 @@ def unsafe(diff: bytes) -> str | None:
     return None
 
 
-def try_recorded(resolved: Recorded | None, patch: Patch, replay: Callable[[Patch], str | None], reused: list[str], unused: list[NotReplayed]) -> bool:
+def try_recorded(
+    resolved: Recorded | None,
+    patch: Patch,
+    replay: Callable[[Patch], str | None],
+    reused: list[str],
+    unused: list[NotReplayed],
+    renames: Callable[[], Mapping[str, str]] | None = None,
+) -> bool:
     """Replay *patch*'s recorded resolution where the patch conflicts: *replay* (a pass's own way of applying it) commits it
     and returns None, or says why it did not go in. Reused: *patch*'s name added to *reused*; tried and not reused: a
-    ``NotReplayed`` in *unused* (one per patch, the last). False: the patch still conflicts."""
+    ``NotReplayed`` in *unused* (one per patch, the last). False: the patch still conflicts.
+
+    *renames*: upstream's renames since the pin (old path → new), in a pass that follows them (a cherry-pick's merge): a
+    resolution recorded before upstream renamed a file it changes, which does not go in as recorded, is tried again at
+    the new names (``moved``), and the reason of one that still does not go in says which names it was tried at."""
     found = resolved(patch) if resolved else None
     if found is None:
         return False
     if isinstance(found, Patch):
         reason = replay(found)
+        moves = moved(found, renames()) if reason is not None and renames is not None else None
+        if moves is not None:
+            again = replay(moves[0])
+            shown = ", ".join(f"{old} -> {new}" for old, new in moves[1].items())
+            reason = None if again is None else f"{again}, as recorded and at the names upstream renamed its files to ({shown})"
         if reason is None:
             unused[:] = [u for u in unused if u.patch != patch.name]
             reused.append(patch.name)
@@ -147,6 +166,35 @@ def try_recorded(resolved: Recorded | None, patch: Patch, replay: Callable[[Patc
         found = NotReplayed(patch.name, file_of(patch), reason)
     unused[:] = [u for u in unused if u.patch != patch.name] + [found]
     return False
+
+
+_HEADER_PATH_RE = re.compile(rb"^(diff --git a/(\S+) b/(\S+)|(?:---|\+\+\+) [ab]/(\S+)|(?:rename|copy) (?:from|to) (\S+))$")
+
+
+def moved(resolution: Patch, renames: Mapping[str, str]) -> tuple[Patch, dict[str, str]] | None:
+    """*resolution* (``-p1``) with each file that upstream renamed (*renames*: old path → new) named by its new name, and the
+    names it moved; None when it names none of them. Only the header lines of each file (before its first hunk) change, and
+    only plain names (a quoted one, or one with a space or a tab, is left as it is: then it does not apply and is said so)."""
+    if not renames:
+        return None
+    keys = {old.encode("utf-8", "surrogateescape"): new.encode("utf-8", "surrogateescape") for old, new in renames.items()}
+    done: dict[str, str] = {}
+    out: list[bytes] = []
+    header = False
+    for line in resolution.data.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            header = True
+        elif line.startswith(b"@@ "):
+            header = False
+        for group in range(2, 6) if header else ():
+            match = _HEADER_PATH_RE.match(line)  # again after each name replaced: the spans after it moved
+            name = match.group(group) if match else None
+            if match and name is not None and name in keys:
+                start, end = match.span(group)
+                line = line[:start] + keys[name] + line[end:]
+                done[name.decode("utf-8", "surrogateescape")] = keys[name].decode("utf-8", "surrogateescape")
+        out.append(line)
+    return (dataclasses.replace(resolution, data=b"\n".join(out)), done) if done else None
 
 
 def record(project: Project, patch: Patch, diff: bytes) -> Path:

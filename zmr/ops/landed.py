@@ -18,8 +18,9 @@ target tree (the target plus the patches of the series kept before it)::
     some ──▶ partially landed: kept, with what is left (file and lines of the patch's result)
     none ──▶ not landed
     it declares ``Upstream-Status: backport <commit>`` (or ``accepted <commit>``), that commit is
-    at or below the target, its change is in that commit's tree and it does not apply ──▶ landed (``backport``):
-        upstream took the change there and has since changed those lines itself
+    at or below the target, its change is in that commit's tree and it does not change the target ──▶ landed (``backport``),
+        whatever the target shows of it now: upstream took the change there, and may have reformatted or rewritten
+        those lines since; the declared commit names it (not a patch-id match, not ``via``, not ``empty``)
 
 A change judged on the tree, not on whether its lines appear somewhere: a line
 that upstream added in another function or that a sibling patch brought is
@@ -206,7 +207,7 @@ def following_renames(repo: git.Repo, base: str, target: str, read: Reader) -> R
 
     def follow(path: str) -> bytes | None:
         data = read(path)
-        if data is None and (moved := _renames(repo, base, target).get(path)) is not None:
+        if data is None and (moved := renamed_since(repo, base, target).get(path)) is not None:
             return read(moved)
         return data
 
@@ -214,7 +215,8 @@ def following_renames(repo: git.Repo, base: str, target: str, read: Reader) -> R
 
 
 @functools.lru_cache(maxsize=64)
-def _renames(repo: git.Repo, base: str, target: str) -> dict[str, str]:
+def renamed_since(repo: git.Repo, base: str, target: str) -> dict[str, str]:
+    """Upstream's renames from *base* to *target* (old path → new, ``git.Repo.renames``): what a cherry-pick's merge follows; kept per pair."""
     try:
         return repo.renames(base, target)
     except git.GitError:  # a commit not in a partial mirror: no rename known, the path reads as absent
@@ -244,22 +246,32 @@ def judge(
     """The answer for a patch whose apply at the target gave *applied* (``applied`` / ``empty`` / ``failed``).
 
     *declared*: the tree of the upstream commit *commit* the patch says it
-    backports, when that commit is at or below the target.
+    backports, when that commit is at or below the target. A landed patch
+    (empty, or its change in the target) whose declared commit holds its
+    change is landed as ``backport``, naming that commit: one answer however
+    upstream has since reformatted the lines (§7.9.1).
     """
     if applied not in ("empty", "failed"):
         return Answer(NOT_LANDED)  # applying it still changes the tree: upstream lacks (part of) its change
-    if applied == "empty":
+    measure = change.against(target) if applied == "failed" else None
+    if declared is not None:  # the commit it says it backports, at or below the target: the one name for how it landed
+        there = change.against(declared)
+        if there.total and there.present == there.total:
+            return Answer(LANDED, "backport", measure, commit)
+    if measure is None:
         return Answer(LANDED, "empty")
-    measure = change.against(target)
     if measure.total and measure.present == measure.total:
         return Answer(LANDED, "reverse-apply" if reverse_applies() else "landed", measure)
     if not measure.total and reverse_applies():  # only whitespace changes: git's word for it
         return Answer(LANDED, "reverse-apply", measure)
-    if declared is not None:
-        there = change.against(declared)
-        if there.total and there.present == there.total:
-            return Answer(LANDED, "backport", measure, commit)
     return Answer(PARTIAL if measure.present else NOT_LANDED, "", measure)
+
+
+def picked_empty(repo: git.Repo, patch: Patch, change: Change, target: str) -> Answer:
+    """The answer for *patch* (its *change*) whose 3-way pick at upstream *target* changed nothing: landed, ``empty``, or
+    ``backport`` when it declares a commit at or below *target* that holds its change (as ``judge`` says of every landed patch)."""
+    declared, commit = declared_commit(repo, patch, target)
+    return judge("empty", lambda: False, change, lambda path: None, declared, commit)
 
 
 def declared_commit(repo: git.Repo, patch: Patch, target: str) -> tuple[Reader, str] | tuple[None, None]:
@@ -278,7 +290,7 @@ def at_replay(replay: Replayer, step: Step, change: Change, target: str | None =
 
     *base*: the upstream commit the series was made on; a file upstream renamed since is read at its new name.
     """
-    declared, commit = declared_commit(replay.repo, step.patch, target) if target and step.status == "failed" else (None, None)
+    declared, commit = declared_commit(replay.repo, step.patch, target) if target and step.status in ("empty", "failed") else (None, None)
     read = following_renames(replay.repo, base, target, replay.read_file) if base and target else replay.read_file
     return judge(step.status, lambda: replay.reverse_applies(step.patch), change, read, declared, commit)
 
@@ -361,7 +373,8 @@ class Dropped:
 
 @dataclass
 class Landing:
-    """How much of a kept (or removed) patch's change a target holds: *state* ``same-patch``, ``modified`` or ``partial``; *via*: the upstream commits.
+    """How much of a kept (or removed) patch's change a target holds: *state* ``same-patch``, ``modified``, ``backport`` or
+    ``partial``; *via*: the upstream commits (for ``backport``, the one it declares).
 
     *landed* of *total* changes; *left*: where the rest is (file and lines of the patch's result).
     """
@@ -379,6 +392,8 @@ class Landing:
             return f"landed (same patch, via {via})"
         if self.state == "modified":
             return f"landed (modified, via {via})"
+        if self.state == "backport":
+            return f"landed (backport of {via})"
         left = f"; left: {', '.join(self.left)}" if self.left else ""
         return f"partially landed ({self.landed} of {self.total} changes, via {via}{left})"
 

@@ -65,7 +65,7 @@ from zmr.model.resolutions import NotReplayed
 from zmr.model.series import Patch, Series
 from zmr.ops import checkout
 from zmr.ops.checkout import Checkout, PickResult, SavedCheckout
-from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge
+from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_since
 from zmr.ops.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.ops.upstream import (
@@ -590,7 +590,7 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 _save(project, component, state)
                 continue
             picked = co.cherry_pick(commit)  # not there: the conflict again, for the engineer (or its recorded resolution)
-        if picked.status == "conflict" and _replay_recorded(project, component, state, co, index):
+        if picked.status == "conflict" and _replay_recorded(project, component, state, cache, co, index):
             picked = PickResult("picked")
         if picked.status == "picked":
             state.remaining.pop(0)
@@ -626,7 +626,7 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
     return _finalize(project, component, state, cache, progress)
 
 
-def _replay_recorded(project: Project, component: Component, state: RebaseState, co: Checkout, index: int) -> bool:
+def _replay_recorded(project: Project, component: Component, state: RebaseState, cache: Cache, co: Checkout, index: int) -> bool:
     """The cherry-pick of patch *index* conflicts: replay its recorded resolution (``zmr.model.resolutions``) in the checkout in its
     place, as the in-memory pass does. True: committed (message and author of the patch); False: the conflict is back as git
     left it (the resolution, when there is one, is in ``state.unused`` with why)."""
@@ -649,7 +649,9 @@ def _replay_recorded(project: Project, component: Component, state: RebaseState,
         co.cherry_pick(commit)  # the conflict back, for the engineer
         return reason
 
-    return resolutions.try_recorded(functools.partial(resolutions.recorded, project.root), patch, replay, state.reused, state.unused)
+    # A resolution recorded before upstream renamed its files: tried at their new names too.
+    renames = functools.partial(renamed_since, cache.mirror_for(state.url).repo, state.old, state.new)
+    return resolutions.try_recorded(functools.partial(resolutions.recorded, project.root), patch, replay, state.reused, state.unused, renames)
 
 
 def _landed_here(project: Project, component: Component, state: RebaseState, cache: Cache, co: Checkout) -> Dropped | None:
@@ -678,7 +680,11 @@ def _drop_current(project: Project, component: Component, state: RebaseState, ca
     if method in ("empty", "resolved-empty"):
         commit = state.old_chain[index]
         chain_files = file_sets(repo, [commit])
-        name_landing(repo, state.old, state.new, drop, step_change(repo, state.old, state.old_chain, chain_files, index), sorted(chain_files[commit]))
+        change = step_change(repo, state.old, state.old_chain, chain_files, index)
+        patch = _old_patch(project, component, state, index) if method == "empty" else None
+        if patch is not None:  # upstream's: ``empty``, or ``backport`` naming the commit it declares (``zmr.ops.landed``)
+            drop = dropped_for(repo, patch, picked_empty(repo, patch, change, state.new), None)
+        name_landing(repo, state.old, state.new, drop, change, sorted(chain_files[commit]))
     state.dropped.append(drop)
     state.stopped = None
     _save(project, component, state)

@@ -26,8 +26,9 @@ a patch that is already upstream (``zmr.ops.landed``, the one answer)
 and stops at the first conflict, ``zmr upstreamed`` reports both. ``apply_series`` (build, verify) needs only
 the final tree: one ``git apply`` of the whole series, then one by one to
 name the patch that fails. ``trial_pick`` (``zmr update``) goes on where a
-replay stopped the way rebase's cherry-picks would: a 3-way apply of each
-remaining commit in a throwaway index.
+replay stopped the way rebase's cherry-picks would: each remaining commit
+merged over its parent as cherry-pick merges it (``git.Repo.pick_tree``,
+renames followed), in objects only.
 
 The git-object helpers that compare a series with upstream (``patch_ids``,
 ``file_sets``, ``files_unchanged``) live here too. How patches are applied:
@@ -769,47 +770,47 @@ def trial_pick(
     start: int,
     resolved: Recorded | None = None,
     holds: Callable[[int, str], bool] | None = None,
+    renames: Callable[[], dict[str, str]] | None = None,
 ) -> TrialPicks:
-    """Apply, 3-way, the commits of *old_chain* (one per patch, on the old pin) from *start* on, on *tip*, in a throwaway index.
+    """Pick, 3-way, the commits of *old_chain* (one per patch, on the old pin) from *start* on, onto *tip*, in objects only.
 
     What ``zmr rebase``'s cherry-picks do in its checkout, without one: each
-    commit's diff goes in with ``git apply --3way``; a pick that changes
-    nothing is upstream's (dropped as ``empty``); one that does not go in
-    but whose change the tree already holds (*holds*: patch index, tree) is
-    upstream's too; the first other that does not go in is the conflict,
-    unless its recorded resolution (*resolved*, ``zmr.model.resolutions``) applies
-    there in its place, as rebase's checkout pass replays it. Commits are
-    made with each patch's author, date and message, as the replay makes
-    them; nothing but objects is written.
+    commit is merged as cherry-pick merges it (``git.Repo.pick_tree``: merge-ort
+    over the commit's parent, so a file upstream renamed is followed to its new
+    name); a pick that changes nothing is upstream's (dropped as ``empty``); one
+    that conflicts but whose change the tree already holds (*holds*: patch
+    index, tree) is upstream's too; the first other that conflicts is the
+    conflict (its files at their new names), unless its recorded resolution
+    (*resolved*, ``zmr.model.resolutions``) applies there in its place, as rebase's
+    checkout pass replays it (*renames*: upstream's since the pin, old path →
+    new, for a resolution recorded before a rename). Commits are made with each
+    patch's author, date and message, as the replay makes them; nothing but
+    objects is written.
     """
     picks = TrialPicks(tip)
-    with TempIndex(repo) as index:
-        tree = repo.tree_of(tip)
-        index.read_tree(tree)
-        for j in range(start, len(patches)):
-            old = old_chain[j]
-            diff = diff_tree(repo, f"{old}^", old).stdout
-            proc = repo.apply([*apply_options(1), "--3way"], input=diff, env=index.env)
-            if proc.returncode != 0 and holds is not None and holds(j, tree):
-                index.read_tree(tree)  # the conflicted entries go: the tree stays as it was
-                picks.upstream.append(j)
-                continue
-            if proc.returncode != 0:
-                unmerged = repo.ls_files(["-u", "-z"], env=index.env).stdout.decode("utf-8", "surrogateescape")
-                files = sorted({entry.split("\t", 1)[1] for entry in unmerged.split("\0") if "\t" in entry})
-                index.read_tree(tree)  # the conflict's stages gone: the index as the patches before left it
+    tree = repo.tree_of(tip)
+    for j in range(start, len(patches)):
+        old = old_chain[j]
+        merged = repo.pick_tree(old, old_chain[j - 1] if j else repo.parent(old), tree)
+        new_tree = merged.tree
+        if merged.conflicts and holds is not None and holds(j, tree):
+            picks.upstream.append(j)  # the tree stays as it was
+            continue
+        if merged.conflicts:
+            with TempIndex(repo) as index:
+                index.read_tree(tree)  # the index as the patches before left it
                 replay = functools.partial(_pick_resolution, repo, index, tree)
-                if not try_recorded(resolved, patches[j], replay, picks.reused, picks.unused):
-                    picks.conflict, picks.files = j, files
+                if not try_recorded(resolved, patches[j], replay, picks.reused, picks.unused, renames):
+                    picks.conflict, picks.files = j, list(merged.conflicts)
                     return picks
-            new_tree = index.write_tree()
-            if new_tree == tree:
-                picks.empty.append(j)
-                continue
-            meta = CommitMeta.for_patch(patches[j])
-            picks.tip = repo.commit_tree(new_tree, [picks.tip], meta.message, meta.identity, meta.identity)
-            picks.made.append((picks.tip, j))
-            tree = new_tree
+                new_tree = index.write_tree()
+        if new_tree == tree:
+            picks.empty.append(j)
+            continue
+        meta = CommitMeta.for_patch(patches[j])
+        picks.tip = repo.commit_tree(new_tree, [picks.tip], meta.message, meta.identity, meta.identity)
+        picks.made.append((picks.tip, j))
+        tree = new_tree
     return picks
 
 

@@ -6,8 +6,8 @@ Pipeline, per component with a ``track`` (or ``--onto REV``)::
     pin..tip, first parent, descendants of the pin only (upstream.first_parent_line) ──▶ c1 .. cN (cN = tip; c0 = the pin)
     good(c): the series replays onto c as ``zmr rebase`` would finish it without stopping:
         upstream.replay_onto (in memory: patches upstream holds dropped, ``zmr.ops.landed``'s answer);
-        from the first patch that does not apply, ``replay.trial_pick``: a 3-way apply of each
-        remaining commit of the series (what the rebase's cherry-picks do) in a throwaway index;
+        from the first patch that does not apply, ``replay.trial_pick``: each remaining commit of the
+        series merged as the rebase's cherry-picks merge it (``git.Repo.pick_tree``: renames followed), in objects only;
         a pick that conflicts but whose change is there (``zmr.ops.landed``) is dropped; any other conflict is the blocking patch
         (a patch that conflicts is first replayed by its recorded resolution, ``zmr.model.resolutions``, when there is one)
     good(tip) ──▶ clean;  else binary search on c0..cN
@@ -58,7 +58,21 @@ from zmr.model.series import Patch
 from zmr.model.upstream_status import UpstreamStatus, status_of
 from zmr.ops import checkout
 from zmr.ops.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
-from zmr.ops.landed import NOT_LANDED, Answer, Change, Dropped, Landing, blob_reader, declared_commit, following_renames, judge, naming, partial_landing
+from zmr.ops.landed import (
+    NOT_LANDED,
+    Answer,
+    Change,
+    Dropped,
+    Landing,
+    blob_reader,
+    declared_commit,
+    following_renames,
+    judge,
+    naming,
+    partial_landing,
+    picked_empty,
+    renamed_since,
+)
 from zmr.ops.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.ops.upstream import (
@@ -76,7 +90,7 @@ from zmr.ops.upstream import (
 )
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
-REPLAY_RULE = "landed-3"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" replays again
+REPLAY_RULE = "landed-4"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" (or for the picks) replays again
 
 
 class UpdateError(ZmrError):
@@ -95,6 +109,12 @@ class BlockedBy:
     author_name: str = ""  # the blocking patch's author (the scheduled job mentions them)
     author_email: str = ""
     landing: Landing | None = None  # the part of the blocking patch's change already at *commit* (``zmr.ops.landed``), if any
+    renamed: dict[str, str] = field(default_factory=dict)  # a file of *files* upstream renamed since the pin → its name at the pin
+
+    @property
+    def file_names(self) -> list[str]:
+        """*files* as the report names them: a renamed one with the name the patch knows it by."""
+        return [f"{f} (renamed from {self.renamed[f]} upstream)" if f in self.renamed else f for f in self.files]
 
     def to_json(self) -> dict[str, Any]:
         # the keys of `zmr update --json` (docs/reference.md §7.19)
@@ -105,6 +125,7 @@ class BlockedBy:
             "author_name": self.author_name,
             "author_email": self.author_email,
             "partially_landed": self.landing.to_json() if self.landing else None,
+            "renamed_from": self.renamed,
         }
 
 
@@ -305,11 +326,14 @@ class SeriesAtPin:
                 answers[j] = self.answer(j, tree, commit)
                 return answers[j].landed
 
-            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at, self.resolved, holds)
+            renames = partial(renamed_since, self.repo, self.pin, commit)
+            picks = trial_pick(self.repo, memory.tip, self.patches, self.old_chain, memory.conflict_at, self.resolved, holds, renames)
             trial.reused += picks.reused
             went_in = {self.patches[j].name for j in [*(j for _, j in picks.made), *picks.empty, *picks.upstream]} | {u.patch for u in picks.unused}
             trial.unused = [u for u in trial.unused if u.patch not in went_in] + picks.unused  # (a 3-way pick that went in needs none)
-            trial.dropped += [Dropped(self.patches[j].name, self.patches[j].subject, "empty") for j in picks.empty]  # upstream's: the pick changed nothing
+            # upstream's: the pick changed nothing (``empty``, or ``backport`` naming the commit it declares)
+            empty = [picked_empty(self.repo, self.patches[j], self.change(j), commit) for j in picks.empty]
+            trial.dropped += [dropped_for(self.repo, self.patches[j], answer, None) for j, answer in zip(picks.empty, empty)]
             trial.dropped += [dropped_for(self.repo, self.patches[j], answers[j], hits[j]) for j in picks.upstream]
             trial.tip = picks.tip
             trial.made += picks.made
@@ -545,6 +569,7 @@ def examine(
         result.unused = bad_trial.unused  # where the move stops: a resolution recorded for the blocking patch, and why it did not go in
         name, email = series_author(project, patch)
         result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, name, email)
+        result.blocked_by.renamed = {new: old for old, new in renamed_since(repo, pin, bad_trial.commit).items() if new in files}
         # Where it blocks, not at the target: the part of its change already there is said with the block, never as "kept".
         result.blocked_by.landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
     if check is not None:
@@ -656,7 +681,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
     if outcome is None:
         return
     if isinstance(outcome, Stopped):
-        # The 3-way apply said the cherry-picks go through; git cherry-pick did not agree: put everything back.
+        # The trial picks said the cherry-picks go through; git cherry-pick did not agree: put everything back.
         abort(project, component)
         found.refused = f"zmr rebase stopped on {outcome.name} (conflicts in {', '.join(outcome.files)}); nothing changed"
         return

@@ -174,6 +174,8 @@ def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, ol
         return None
     if answer.state not in (LANDED, PARTIAL):
         return None
+    if answer.how == "backport" and answer.backport:
+        return Landing("backport", [answer.backport])  # the commit it declares names it, as update and rebase say
     try:
         via = naming(repo, change, upstream_commits(repo, old, new, paths))
         pid = chain_patch_ids(repo, [old_commit]).get(old_commit)
