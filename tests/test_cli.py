@@ -249,7 +249,8 @@ def test_a_hang_up_while_python_shuts_down_ends_zmr_as_that_signal(tmp_path, nam
     for the command only, so a later signal ends the process as that signal, as a shell reports it."""
     import signal
 
-    result = subprocess.run([sys.executable, "-c", _SIGNAL_AT_SHUTDOWN.format(name=name), "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    command = [sys.executable, "-c", _SIGNAL_AT_SHUTDOWN.format(name=name), "--version"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == -getattr(signal, name), (result.returncode, result.stderr)
     assert result.stdout.startswith("zmr ") and result.stderr == ""
 

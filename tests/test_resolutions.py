@@ -18,22 +18,7 @@ def test_a_resolution_recorded_by_continue_is_reused_by_update_on_a_fresh_clone(
     # Without a resolution, update is blocked at the rework.
     before = json.loads(zmr("update", "toy", "--json", cwd=project.root).stdout)["components"][0]
     assert before["status"] == "partial" and before["blocked_by"]["commit"] == made[3] and before["reused_resolutions"] == []
-    # The engineer resolves it once, in a rebase.
-    stopped = zmr("rebase", "toy", "--onto", made[3], cwd=project.root)
-    assert stopped.returncode == 1, stopped.stderr
-    co = project.root / "work/toy/rollout"
-    (co / "src/model.py").write_text(reworked.replace("line 10 upstream\n", "line 10 upstream, fixed split\n"))
-    git("add", "src/model.py", cwd=co)
-    done = zmr("rebase", "toy", "--continue", "--json", cwd=project.root)
-    assert done.returncode == 0, done.stderr
-    [recorded] = json.loads(done.stdout)["recorded_resolutions"]
-    assert recorded.startswith("resolutions/") and recorded.endswith(".diff")
-    assert "+line 10 upstream, fixed split" in (project.root / recorded).read_text()
-    # Only the resolution is committed (say the move itself went nowhere): the series on main still conflicts at made[3].
-    git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
-    git("clean", "-qfd", "--", "patches", cwd=project.root)
-    git("add", recorded, cwd=project.root)
-    git("commit", "-q", "-m", "Record the resolution of 0001 at the line 10 rework", cwd=project.root)
+    _resolve_line_10_once(project, made[3], reworked)  # the engineer resolves it once, in a rebase
     # A CI job on a fresh clone: no checkout, no zmr state, no rr-cache; the resolution comes with the repository.
     fresh = tmp_path / "fresh"
     git("clone", "-q", str(project.root), str(fresh))
@@ -48,6 +33,26 @@ def test_a_resolution_recorded_by_continue_is_reused_by_update_on_a_fresh_clone(
     assert "line 10 upstream, fixed split" in git("show", "rollout/toy:src/model.py", cwd=fresh)
     text = zmr("update", "toy", "--onto", made[5], cwd=project.root)
     assert "toy/rollout: 0001-fixed-split.patch replays by its recorded resolution" in text.stdout
+
+
+def _resolve_line_10_once(project, onto: str, reworked: str) -> str:
+    """The engineer resolves 0001's conflict at *onto* (upstream's *reworked* line 10) once, in a rebase; only the recorded
+    resolution is committed (say the move itself went nowhere): the series on main still conflicts there. Its path."""
+    stopped = zmr("rebase", "toy", "--onto", onto, cwd=project.root)
+    assert stopped.returncode == 1, stopped.stderr
+    co = project.root / "work/toy/rollout"
+    (co / "src/model.py").write_text(reworked.replace("line 10 upstream\n", "line 10 upstream, fixed split\n"))
+    git("add", "src/model.py", cwd=co)
+    done = zmr("rebase", "toy", "--continue", "--json", cwd=project.root)
+    assert done.returncode == 0, done.stderr
+    [recorded] = json.loads(done.stdout)["recorded_resolutions"]
+    assert recorded.startswith("resolutions/") and recorded.endswith(".diff")
+    assert "+line 10 upstream, fixed split" in (project.root / recorded).read_text()
+    git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
+    git("clean", "-qfd", "--", "patches", cwd=project.root)
+    git("add", recorded, cwd=project.root)
+    git("commit", "-q", "-m", "Record the resolution of 0001 at the line 10 rework", cwd=project.root)
+    return recorded
 
 
 # -- every pass that meets the conflict replays it (#47) -------------------------------------------------
@@ -237,20 +242,9 @@ def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_i
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
     reworked = model_py.replace("line 10\n", "line 10 upstream\n")
     made = grow(upstream, 4, special={2: ({"src/model.py": reworked}, "Rework line 10")})
-    stopped = zmr("rebase", "toy", "--onto", made[2], cwd=project.root)
-    assert stopped.returncode == 1, stopped.stderr
-    co = project.root / "work/toy/rollout"
-    (co / "src/model.py").write_text(reworked.replace("line 10 upstream\n", "line 10 upstream, fixed split\n"))
-    git("add", "src/model.py", cwd=co)
-    done = zmr("rebase", "toy", "--continue", "--json", cwd=project.root)
-    assert done.returncode == 0, done.stderr
-    [recorded] = json.loads(done.stdout)["recorded_resolutions"]
+    recorded = _resolve_line_10_once(project, made[2], reworked)
     assert "+++ b/src/model.py" in (project.root / recorded).read_text()
-    # Only the resolution is kept; then upstream renames the file (and changes a line far from line 10).
-    git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)
-    git("clean", "-qfd", "--", "patches", cwd=project.root)
-    git("add", recorded, cwd=project.root)
-    git("commit", "-q", "-m", "Record the resolution of 0001", cwd=project.root)
+    # Then upstream renames the file (and changes a line far from line 10).
     assert zmr("checkout", "toy", "--force", cwd=project.root).returncode == 0  # the checkout back at the pin
     renamed = upstream.commit({"src/model.py": None, "src/net.py": reworked.replace("line 35\n", "line 35 upstream\n")}, "Rename model.py to net.py")
     tip = upstream.commit({"docs/after.md": "after the rename\n"}, "A note")
@@ -266,3 +260,24 @@ def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_i
     patch = (project.root / "patches/toy/rollout/0001-fixed-split.patch").read_text()  # the resolution, at the new name
     assert "+++ b/src/net.py" in patch and "+line 10 upstream, fixed split" in patch
     assert renamed != tip and tip in (project.root / "manifests/toy.yaml").read_text()
+
+
+def test_moved_renames_only_the_header_lines_of_a_resolution(tmp_path):
+    """``moved`` names a renamed file by its new name in the lines that name files, never in a hunk's text (a removed line
+    that reads like a header), and leaves a file upstream did not rename, or a resolution naming none of them, alone."""
+    from zmr.resolutions import moved
+    from zmr.series import Patch
+
+    diff = (
+        b"diff --git a/src/model.py b/src/model.py\nindex 1111111..2222222 100644\n--- a/src/model.py\n+++ b/src/model.py\n"
+        b"@@ -1,2 +1,2 @@\n--- a/src/model.py\n+line 10 fixed\n"
+        b"diff --git a/docs/x.md b/docs/x.md\n--- a/docs/x.md\n+++ b/docs/x.md\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    patch = Patch("0001.patch", tmp_path / "0001.patch", 1, diff, "A resolution", "", None, None, None)
+    new, names = moved(patch, {"src/model.py": "src/net.py", "gone.py": "here.py"})
+    assert names == {"src/model.py": "src/net.py"}
+    assert new.data == diff.replace(b"a/src/model.py b/src/model.py", b"a/src/net.py b/src/net.py").replace(
+        b"--- a/src/model.py\n+++ b/src/model.py\n@@", b"--- a/src/net.py\n+++ b/src/net.py\n@@"
+    )
+    assert b"\n--- a/src/model.py\n+line 10 fixed" in new.data  # the hunk's own line, as it was
+    assert moved(patch, {"elsewhere.py": "moved.py"}) is None and moved(patch, {}) is None

@@ -194,7 +194,10 @@ def moved(resolution: Patch, renames: Mapping[str, str]) -> tuple[Patch, dict[st
                 line = line[:start] + keys[name] + line[end:]
                 done[name.decode("utf-8", "surrogateescape")] = keys[name].decode("utf-8", "surrogateescape")
         out.append(line)
-    return (dataclasses.replace(resolution, data=b"\n".join(out)), done) if done else None
+    data = b"\n".join(out)
+    if not done or unsafe(data):  # (the new names are upstream's paths; checked again all the same)
+        return None
+    return dataclasses.replace(resolution, data=data), done
 
 
 def record(project: Project, patch: Patch, diff: bytes) -> Path:
