@@ -253,6 +253,20 @@ def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_i
     data = json.loads(result.stdout)["components"][0]
     assert (data["status"], data["target"], data["blocked_by"]) == ("clean", tip, None)
     assert data["reused_resolutions"] == ["0001-fixed-split.patch"] and data["unused_resolutions"] == []
+    # Upstream then changes the lines around line 10 again: the resolution goes in neither as recorded nor at the new name,
+    # and the report says both were tried.
+    net_py = reworked.replace("line 35\n", "line 35 upstream\n")
+    again = upstream.commit({"src/net.py": net_py.replace("line 11\n", "line 11 upstream\n")}, "Rework line 11")
+    result = zmr("update", "toy", "--json", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["components"][0]
+    assert (data["status"], data["target"], data["blocked_by"]["commit"], data["blocked_by"]["files"]) == ("partial", tip, again, ["src/net.py"])
+    [unused] = data["unused_resolutions"]
+    assert unused["patch"] == "0001-fixed-split.patch" and unused["file"] == recorded
+    assert unused["reason"] == (
+        "does not apply where the patch conflicts (the new upstream with the patches before it),"
+        " as recorded and at the names upstream renamed its files to (src/model.py -> src/net.py)"
+    )
     applied = zmr("update", "toy", "--json", "--apply", cwd=project.root)
     assert applied.returncode == 0, applied.stderr
     data = json.loads(applied.stdout)["components"][0]
