@@ -343,7 +343,11 @@ def test_a_real_conflict_in_a_renamed_file_names_its_new_path_and_the_rename(pro
     assert "conflicts in `src/net.py` (renamed from `src/model.py` upstream)" in report.read_text()
     stopped = zmr("rebase", "toy", "--onto", made[3], "--json", cwd=project.root)  # what rebase's cherry-pick says of it
     assert stopped.returncode == 1
-    assert json.loads(stopped.stdout)["files"] == ["src/net.py"]
+    data = json.loads(stopped.stdout)
+    assert (data["files"], data["renamed_from"]) == (["src/net.py"], {"src/net.py": "src/model.py"})
+    assert zmr("rebase", "toy", "--abort", cwd=project.root).returncode == 0
+    stopped = zmr("rebase", "toy", "--onto", made[3], cwd=project.root)
+    assert stopped.returncode == 1 and "conflicting files: src/net.py (renamed from src/model.py upstream)" in stopped.stderr
 
 
 def test_a_git_older_than_2_38_is_told_to_upgrade_where_update_merges(project, upstream, tmp_path, monkeypatch):

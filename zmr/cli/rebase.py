@@ -169,7 +169,7 @@ def stopped_headline(s: "Stopped") -> str:
 def stopped_next_steps(s: "Stopped") -> list[str]:
     c = s.component
     return [
-        f"conflicting files: {', '.join(s.files)}",
+        f"conflicting files: {', '.join(s.file_names)}",
         f"in {s.checkout}: edit those files to resolve the conflict markers, `git add` them",
         f"then run `zmr rebase {c.model} -c {c.key} --continue` ({s.remaining} patch{'es' if s.remaining != 1 else ''} after this one)",
         f"or drop this patch from the series: `zmr rebase {c.model} -c {c.key} --skip`",

@@ -223,6 +223,12 @@ def renamed_since(repo: git.Repo, base: str, target: str) -> dict[str, str]:
         return {}
 
 
+def renamed_files(files: Sequence[str], renamed: dict[str, str]) -> list[str]:
+    """*files* in conflict (as a cherry-pick leaves them: at upstream's new names) as a report names them: a file upstream
+    renamed since the pin (*renamed*: new path → old) with the name the patch knows it by."""
+    return [f"{f} (renamed from {renamed[f]} upstream)" if f in renamed else f for f in files]
+
+
 # -- the answer ---------------------------------------------------------------------------------------
 
 

@@ -65,7 +65,7 @@ from zmr.model.resolutions import NotReplayed
 from zmr.model.series import Patch, Series
 from zmr.ops import checkout
 from zmr.ops.checkout import Checkout, PickResult, SavedCheckout
-from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_since
+from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_files, renamed_since
 from zmr.ops.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.ops.upstream import (
@@ -398,6 +398,12 @@ class Stopped:
     reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution before it stopped
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried (the one of the patch it stopped on too), not replayed
     recovered: list[str] = field(default_factory=list)  # as Outcome's
+    renamed: dict[str, str] = field(default_factory=dict)  # a file of *files* upstream renamed since the old pin → its name there
+
+    @property
+    def file_names(self) -> list[str]:
+        """*files* as the report names them: a renamed one with the name the patch knows it by (``zmr.landed.renamed_files``)."""
+        return renamed_files(self.files, self.renamed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -415,6 +421,7 @@ class Stopped:
             "reused_resolutions": self.reused,
             "unused_resolutions": [u.to_json() for u in self.unused],
             "recovered": self.recovered,
+            "renamed_from": self.renamed,
         }
 
 
@@ -602,7 +609,7 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
             files = picked.files
             state.stopped.conflict, state.stopped.files = True, files
             _save(project, component, state)
-            return Stopped(
+            stopped = Stopped(
                 component,
                 state.names[index],
                 state.subjects[index],
@@ -615,6 +622,9 @@ def _run(project: Project, component: Component, state: RebaseState, cache: Cach
                 list(state.reused),
                 list(state.unused),
             )
+            renames = renamed_since(cache.mirror_for(state.url).repo, state.old, state.new)
+            stopped.renamed = {new: old for old, new in renames.items() if new in files}
+            return stopped
         if picked.status == "empty":
             co.skip_pick()
             _drop_current(project, component, state, cache, "empty")

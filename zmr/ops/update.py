@@ -71,6 +71,7 @@ from zmr.ops.landed import (
     naming,
     partial_landing,
     picked_empty,
+    renamed_files,
     renamed_since,
 )
 from zmr.ops.rebase import Outcome, Stopped, abort, finishing_onto, resume, start
@@ -114,7 +115,7 @@ class BlockedBy:
     @property
     def file_names(self) -> list[str]:
         """*files* as the report names them: a renamed one with the name the patch knows it by."""
-        return [f"{f} (renamed from {self.renamed[f]} upstream)" if f in self.renamed else f for f in self.files]
+        return renamed_files(self.files, self.renamed)
 
     def to_json(self) -> dict[str, Any]:
         # the keys of `zmr update --json` (docs/reference.md §7.19)
@@ -569,7 +570,7 @@ def examine(
         result.unused = bad_trial.unused  # where the move stops: a resolution recorded for the blocking patch, and why it did not go in
         name, email = series_author(project, patch)
         result.blocked_by = BlockedBy(bad_trial.commit, commit_subject(repo, bad_trial.commit), patch.name, patch.subject, files, name, email)
-        result.blocked_by.renamed = {new: old for old, new in renamed_since(repo, pin, bad_trial.commit).items() if new in files}
+        result.blocked_by.renamed = {new: old for old, new in renamed_since(repo, pin, bad_trial.commit).items() if new in files}  # (as rebase's stop)
         # Where it blocks, not at the target: the part of its change already there is said with the block, never as "kept".
         result.blocked_by.landing = prepared.partial(bad_trial.conflict, bad_trial.commit)
     if check is not None:
@@ -683,7 +684,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
     if isinstance(outcome, Stopped):
         # The trial picks said the cherry-picks go through; git cherry-pick did not agree: put everything back.
         abort(project, component)
-        found.refused = f"zmr rebase stopped on {outcome.name} (conflicts in {', '.join(outcome.files)}); nothing changed"
+        found.refused = f"zmr rebase stopped on {outcome.name} (conflicts in {', '.join(outcome.file_names)}); nothing changed"
         return
     found.applied, found.outcome = True, outcome
     found.dropped = outcome.dropped
