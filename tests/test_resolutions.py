@@ -279,8 +279,8 @@ def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_i
 def test_moved_renames_only_the_header_lines_of_a_resolution(tmp_path):
     """``moved`` names a renamed file by its new name in the lines that name files, never in a hunk's text (a removed line
     that reads like a header), and leaves a file upstream did not rename, or a resolution naming none of them, alone."""
-    from zmr.resolutions import moved
-    from zmr.series import Patch
+    from zmr.model.resolutions import moved
+    from zmr.model.series import Patch
 
     diff = (
         b"diff --git a/src/model.py b/src/model.py\nindex 1111111..2222222 100644\n--- a/src/model.py\n+++ b/src/model.py\n"

@@ -402,7 +402,7 @@ class Stopped:
 
     @property
     def file_names(self) -> list[str]:
-        """*files* as the report names them: a renamed one with the name the patch knows it by (``zmr.landed.renamed_files``)."""
+        """*files* as the report names them: a renamed one with the name the patch knows it by (``zmr.ops.landed.renamed_files``)."""
         return renamed_files(self.files, self.renamed)
 
     def to_json(self) -> dict[str, Any]:
