@@ -80,3 +80,12 @@ def _passes_its_pull_request_ci(project: Path, runner: Path) -> None:
         if name == "diff":
             assert "--untrusted" in log, log
     assert sorted(ran) == ["diff", "smoke", "verify"], ran
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """.ci/run's full-suite step is the README's second set-up line, byte for byte (with its --durations, so every CI log
+    lists the slowest tests)."""
+    command = _front_blocks()[0].splitlines()[1]
+    assert "pytest" in command and "--durations=" in command
+    ci = (REPO_ROOT / ".ci/run").read_text().splitlines()
+    assert command in ci, f".ci/run does not run the README's test command verbatim: {command}"
