@@ -1,21 +1,34 @@
 #!/usr/bin/env python3
-"""The test suite with the CLI in-process (tests/conftest.py's ``zmr``) against every call a subprocess, interleaved.
+"""The test suite's time and branch coverage: with the CLI in-process, with every call a subprocess, and at an older commit.
 
-The baseline is the suite as it ran before the CLI ran in-process: each
-``zmr(...)`` of a test a ``python -m zmr`` subprocess (``ZMR_TEST_SUBPROCESS=1``
-asks conftest for exactly that). The two arms run the same test files, one
-after the other, ``--repeat`` times, alternating which goes first; each run
-is a fresh ``pytest -q -p no:cacheprovider`` process. With ``--coverage``,
-each run is measured by coverage.py with branch coverage, subprocesses
-included (coverage's ``patch = subprocess``), so the subprocess arm's zmr
-processes count as the in-process arm's calls do; the script prints each
-arm's branch coverage of zmr/ next to its time.
+Arms (``--arms``, default all three):
 
-Prints, per repetition, both wall times and their ratio (in-process over
-subprocess), then the median ratio; writes ``--out``/results-tests.{json,md}.
+- ``in-process``: the suite as it runs now (tests/conftest.py's ``zmr`` calls
+  ``zmr.cli.main`` in the test's process);
+- ``subprocess``: the same tests with every ``zmr(...)`` a ``python -m zmr``
+  subprocess (``ZMR_TEST_SUBPROCESS=1`` asks conftest for exactly that);
+- ``baseline``: the suite of ``--baseline`` (default c0d7227, before #49 moved
+  the CLI in-process), in a ``git clone --shared`` of this repository at that
+  commit, its own ``zmr`` first on ``PYTHONPATH``; test files it lacks are left out.
 
-    python scripts/bench_tests.py tests/test_export.py tests/test_rebase.py
-    python scripts/bench_tests.py --coverage --repeat 1        # the whole suite: long
+Each run is a fresh ``pytest -q -p no:cacheprovider`` process; the arms run
+one after the other, ``--repeat`` times, the order rotating each repetition.
+Per run: wall time, CPU time (user + system of pytest and every process it
+waited for: git, zmr subprocesses), the load average before and after (others'
+work on the machine shows there, and in wall time far more than in CPU
+time), tests passed/failed. Ratios (in-process over subprocess, in-process
+over baseline) are taken within one repetition, then their median.
+``--coverage`` adds one more run per arm, under coverage.py, for its branch
+coverage of the arm's ``zmr/`` (subprocesses included: ``patch =
+subprocess``); those runs are not timed against each other (coverage slows
+a process's start, so it would weigh on the subprocess arms). ``--timeout`` ends a run (its
+whole process group) after that many seconds: the run is reported as timed
+out and its figures are not compared.
+
+Writes ``--out``/results-tests.{json,md}.
+
+    python scripts/bench_tests.py --coverage --repeat 1                       # the whole suite, three arms: long
+    python scripts/bench_tests.py --coverage --timeout 1800 tests/test_export.py tests/test_rebase.py
 """
 
 from __future__ import annotations
@@ -25,95 +38,225 @@ import json
 import os
 import platform
 import re
+import resource
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = {"in-process": {}, "subprocess": {"ZMR_TEST_SUBPROCESS": "1"}}
-_PASSED = re.compile(r"(\d+) passed")
-_TOTAL = re.compile(r"^TOTAL\s.*?(\d+(?:\.\d+)?)%\s*$", re.M)
+ARMS = ("in-process", "subprocess", "baseline")
+DEFAULT_BASELINE = "c0d7227"  # the last commit before the CLI ran in-process in the tests (#49)
+_COUNT = re.compile(r"(\d+) (passed|failed|error|errors|skipped)\b")
 
 
-def _coverage_rc(folder: Path) -> Path:
+def _coverage_rc(folder: Path, source: Path) -> Path:
     rc = folder / "coveragerc"
-    rc.write_text(f"[run]\nbranch = true\nparallel = true\npatch = subprocess\nsource = {ROOT / 'zmr'}\ndata_file = {folder / '.coverage'}\n")
+    rc.write_text(f"[run]\nbranch = true\nparallel = true\npatch = subprocess\nsource = {source}\ndata_file = {folder / '.coverage'}\n")
     return rc
 
 
-def run_arm(arm: str, files: list[str], coverage: bool) -> dict[str, object]:
-    env = {**os.environ, **ARMS[arm]}
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _coverage_totals(rc: Path, cwd: Path, env: dict[str, str], folder: Path) -> dict[str, object]:
+    subprocess.run([sys.executable, "-m", "coverage", "combine", f"--rcfile={rc}"], cwd=cwd, env=env, capture_output=True)
+    out = folder / "coverage.json"
+    subprocess.run([sys.executable, "-m", "coverage", "json", f"--rcfile={rc}", "-o", str(out)], cwd=cwd, env=env, capture_output=True)
+    try:
+        totals = json.loads(out.read_text())["totals"]
+    except (OSError, ValueError, KeyError):
+        return {"branch_coverage_pct": None, "line_coverage_pct": None}
+    branches = totals.get("num_branches") or 0
+    return {
+        "branch_coverage_pct": round(100 * totals["covered_branches"] / branches, 2) if branches else None,
+        "line_coverage_pct": round(100 * totals["covered_lines"] / totals["num_statements"], 2) if totals.get("num_statements") else None,
+        "branches": branches,
+        "covered_branches": totals.get("covered_branches"),
+    }
+
+
+def _baseline_checkout(rev: str, parent: Path) -> Path:
+    clone = parent / "baseline"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--detach", rev], check=True)
+    return clone
+
+
+def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, baseline: Path | None) -> dict[str, object]:
+    root = baseline if arm == "baseline" else ROOT
+    assert root is not None
+    env = {k: v for k, v in os.environ.items() if k not in ("ZMR_TEST_SUBPROCESS", "COVERAGE_RCFILE")}
+    if arm == "subprocess":
+        env["ZMR_TEST_SUBPROCESS"] = "1"
+    if arm == "baseline":
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])  # its zmr, not the installed one
+    present = [f for f in files if (root / f).exists()]
+    result: dict[str, object] = {"arm": arm, "files": present, "missing": [f for f in files if f not in present]}
     with tempfile.TemporaryDirectory(prefix=f"bench-tests-{arm}-") as tmp:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+        pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *present]
+        command = [sys.executable, *pytest]
         if coverage:
-            rc = _coverage_rc(Path(tmp))
-            command = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+            rc = _coverage_rc(Path(tmp), root / "zmr")
+            command = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", *pytest]
             env["COVERAGE_RCFILE"] = str(rc)
+        load_before = os.getloadavg()
+        cpu_before = _children_cpu()
         started = time.monotonic()
-        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            timed_out = True
         wall = time.monotonic() - started
-        tail = proc.stdout.strip().splitlines()[-1:] or [""]
-        passed = _PASSED.search(tail[0])
-        result: dict[str, object] = {
-            "arm": arm,
+        cpu = _children_cpu() - cpu_before
+        load_after = os.getloadavg()
+        tail = [line for line in output.strip().splitlines() if line.strip()][-1:] or [""]
+        counts = {kind.rstrip("s") if kind != "passed" else kind: int(n) for n, kind in _COUNT.findall(tail[0])}
+        result |= {
             "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in load_after],
             "exit": proc.returncode,
+            "timed_out": timed_out,
             "summary": tail[0],
-            "passed": int(passed.group(1)) if passed else 0,
+            "passed": counts.get("passed", 0),
+            "failed": counts.get("failed", 0) + counts.get("error", 0),
         }
-        if coverage:
-            subprocess.run([sys.executable, "-m", "coverage", "combine", f"--rcfile={rc}"], cwd=ROOT, env=env, capture_output=True)
-            report = subprocess.run([sys.executable, "-m", "coverage", "report", f"--rcfile={rc}"], cwd=ROOT, env=env, capture_output=True, text=True)
-            total = _TOTAL.search(report.stdout)
-            result["branch_coverage_pct"] = float(total.group(1)) if total else None
-        return result
+        if coverage and not timed_out:
+            result |= _coverage_totals(rc, root, env, Path(tmp))
+    return result
+
+
+def _show(what: str, r: dict[str, object]) -> None:
+    cov = f"  branch cov. {r['branch_coverage_pct']} %" if "branch_coverage_pct" in r else ""
+    load = f"load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}"  # type: ignore[index]
+    print(f"{what} {r['arm']:10s} {r['wall_s']:8.1f} s wall {r['cpu_s']:8.1f} s CPU  {load}{cov}  {r['summary']}", flush=True)
+
+
+def _ratio(runs: dict[str, dict[str, object]], arm: str, base: str, key: str) -> float | None:
+    a, b = runs.get(arm), runs.get(base)
+    if not a or not b or a["timed_out"] or b["timed_out"]:
+        return None
+    return round(float(a[key]) / float(b[key]), 3)  # type: ignore[arg-type]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="*", help="test files or folders (default: the whole suite, tests/)")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--coverage", action="store_true", help="measure branch coverage of zmr/ in both arms (pip install coverage)")
+    parser.add_argument("files", nargs="*", help="test files or folders, relative to the repository root (default: the whole suite, tests/)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)} (default: all)")
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"the commit whose suite the baseline arm runs (default {DEFAULT_BASELINE})")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--coverage", action="store_true", help="measure branch coverage of zmr/ in every arm (pip install coverage)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds a run may take; then it is ended and reported as timed out")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
     args = parser.parse_args()
     files = args.files or ["tests"]
-    runs = []
-    for rep in range(args.repeat):
-        order = ["in-process", "subprocess"] if rep % 2 == 0 else ["subprocess", "in-process"]
-        pair = {arm: run_arm(arm, files, args.coverage) for arm in order}
-        for arm in order:
-            print(f"rep {rep + 1} {arm:10s} {pair[arm]['wall_s']:8.1f} s  {pair[arm]['summary']}", flush=True)
-        if any(pair[arm]["exit"] != 0 for arm in order):
-            print("a run failed: its figures are not comparable", file=sys.stderr)
-            return 1
-        ratio = float(pair["in-process"]["wall_s"]) / float(pair["subprocess"]["wall_s"])  # type: ignore[arg-type]
-        print(f"rep {rep + 1} ratio in-process / subprocess: {ratio:.3f}", flush=True)
-        runs.append({"rep": rep + 1, "ratio": round(ratio, 3), **{arm: pair[arm] for arm in order}})
-    median = statistics.median(r["ratio"] for r in runs)
-    print(f"median ratio in-process / subprocess over {len(runs)} repetitions: {median:.3f}")
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if unknown := sorted(set(arms) - set(ARMS)):
+        parser.error(f"unknown arm {unknown[0]!r}; the arms are {', '.join(ARMS)}")
+    reps: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-tests-") as tmp:
+        baseline = _baseline_checkout(args.baseline, Path(tmp)) if "baseline" in arms else None
+        for rep in range(args.repeat):
+            order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
+            runs: dict[str, dict[str, object]] = {}
+            for arm in order:
+                runs[arm] = r = run_arm(arm, files, False, args.timeout, baseline)
+                _show(f"rep {rep + 1}", r)
+            ratios = {
+                f"{arm}/{base} {key}": _ratio(runs, arm, base, key)
+                for arm, base in (("in-process", "subprocess"), ("in-process", "baseline"), ("subprocess", "baseline"))
+                for key in ("wall_s", "cpu_s")
+                if arm in runs and base in runs
+            }
+            for name, value in ratios.items():
+                print(f"rep {rep + 1} ratio {name}: {value}", flush=True)
+            reps.append({"rep": rep + 1, "order": order, "ratios": ratios, "runs": runs})
+        covered: dict[str, dict[str, object]] = {}
+        if args.coverage:
+            for arm in arms:
+                covered[arm] = r = run_arm(arm, files, True, args.timeout, baseline)
+                _show("coverage", r)
+    medians = {}
+    for name in reps[0]["ratios"] if reps else []:
+        values = [r["ratios"][name] for r in reps if r["ratios"][name] is not None]
+        medians[name] = round(statistics.median(values), 3) if values else None
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    data = {"files": files, "repeat": args.repeat, "coverage": args.coverage, "machine": machine, "median_ratio": median, "runs": runs}
+    data = {
+        "files": files,
+        "arms": arms,
+        "baseline": args.baseline if "baseline" in arms else None,
+        "repeat": args.repeat,
+        "coverage": args.coverage,
+        "timeout_s": args.timeout,
+        "machine": machine,
+        "median_ratios": medians,
+        "reps": reps,
+        "coverage_runs": covered,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results-tests.json").write_text(json.dumps(data, indent=2) + "\n")
+    (args.out / "results-tests.md").write_text(_markdown(data))
+    failed = any(r["exit"] != 0 or r["timed_out"] for r in [*(r for rep in reps for r in rep["runs"].values()), *covered.values()])
+    if failed:
+        print("a run failed or timed out: see its summary; its ratios are not comparable", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _markdown(data: dict[str, Any]) -> str:
     lines = [
-        "# The suite with the CLI in-process against a subprocess per call (scripts/bench_tests.py)",
+        "# The test suite: CLI in-process, CLI in a subprocess per call, and the suite before (scripts/bench_tests.py)",
         "",
-        f"{machine}; files: {' '.join(files)}; interleaved, {args.repeat} repetitions.",
+        f"{data['machine']}; files: {' '.join(data['files'])}; arms: {', '.join(data['arms'])}"
+        + (f" (baseline: the suite at {data['baseline']})" if data["baseline"] else "")
+        + f"; {data['repeat']} repetition(s), the order rotating"
+        + (f"; timeout {data['timeout_s']:g} s per run" if data["timeout_s"] else "")
+        + ".",
+        "CPU time is user + system of pytest and every process it waited for; the load average (1 min) before and after each"
+        " run says how busy the machine was (others' work slows wall time far more than CPU time).",
         "",
-        "| rep | in-process | subprocess | ratio |" + (" branch cov. in-process | branch cov. subprocess |" if args.coverage else ""),
-        "| ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if args.coverage else ""),
+        "| rep | arm | wall | CPU | load before → after | tests |",
+        "| ---: | --- | ---: | ---: | --- | --- |",
     ]
-    for r in runs:
-        row = f"| {r['rep']} | {r['in-process']['wall_s']} s | {r['subprocess']['wall_s']} s | {r['ratio']} |"
-        if args.coverage:
-            row += f" {r['in-process'].get('branch_coverage_pct')} % | {r['subprocess'].get('branch_coverage_pct')} % |"
-        lines.append(row)
-    lines += ["", f"Median ratio: {median:.3f}."]
-    (args.out / "results-tests.md").write_text("\n".join(lines) + "\n")
-    return 0
+
+    def tests(r: dict[str, Any]) -> str:
+        return f"{r['passed']} passed" + (f", {r['failed']} failed" if r["failed"] else "") + (" (timed out)" if r["timed_out"] else "")
+
+    for rep in data["reps"]:
+        for arm, r in rep["runs"].items():
+            lines.append(f"| {rep['rep']} | {arm} | {r['wall_s']} s | {r['cpu_s']} s | {r['load_before'][0]} → {r['load_after'][0]} | {tests(r)} |")
+    if data["coverage_runs"]:
+        lines += [
+            "",
+            "Coverage of each arm's zmr/ (coverage.py, branch = true, subprocesses measured), one run each under coverage:",
+            "",
+            "| arm | branch coverage | branches covered | line coverage | tests | wall under coverage | load before → after |",
+            "| --- | ---: | ---: | ---: | --- | ---: | --- |",
+        ]
+        for arm, r in data["coverage_runs"].items():
+            bc = f"{r['branch_coverage_pct']} %" if r.get("branch_coverage_pct") is not None else "–"
+            lc = f"{r['line_coverage_pct']} %" if r.get("line_coverage_pct") is not None else "–"
+            counted = f"{r.get('covered_branches')} of {r.get('branches')}"
+            lines.append(f"| {arm} | {bc} | {counted} | {lc} | {tests(r)} | {r['wall_s']} s | {r['load_before'][0]} → {r['load_after'][0]} |")
+    lines += ["", "| ratio | " + " | ".join(f"rep {rep['rep']}" for rep in data["reps"]) + " | median |", "| --- |" + " ---: |" * (len(data["reps"]) + 1)]
+    for name, median in data["median_ratios"].items():
+        lines.append(f"| {name} | " + " | ".join(str(rep["ratios"][name]) for rep in data["reps"]) + f" | {median} |")
+    missing = {arm: r["missing"] for rep in data["reps"] for arm, r in rep["runs"].items() if r["missing"]}
+    missing |= {arm: r["missing"] for arm, r in data["coverage_runs"].items() if r["missing"]}
+    for arm, names in missing.items():
+        lines.append(f"\n{arm}: not in its suite, left out: {' '.join(names)}.")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

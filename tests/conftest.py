@@ -6,9 +6,13 @@ test's temporary folder, ``HOME`` to an empty one.
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,12 +77,40 @@ class Upstream:
 
 
 def make_upstream(path: Path, history: list[dict[str, str | None]] | None = None) -> Upstream:
-    path.mkdir(parents=True)
-    git("init", "-q", "-b", "main", cwd=path)
-    up = Upstream(path)
-    for index, files in enumerate(history or default_history()):
-        up.commit(files, f"upstream commit {index + 1}")
-    return up
+    """An upstream at *path* with *history* (default: default_history()), one commit per entry.
+
+    Its commits are the same in every test (a fixed identity and clock), so each history is built once per test
+    process, in a template folder, and copied to *path*: every test owns its copy, as if built there.
+    """
+    history = history or default_history()
+    key = repr(history)
+    template = _UPSTREAM_TEMPLATES.get(key)
+    if template is None:
+        folder = _template_root() / f"upstream-{len(_UPSTREAM_TEMPLATES)}"
+        folder.mkdir()
+        git("init", "-q", "-b", "main", cwd=folder)
+        built = Upstream(folder)
+        for index, files in enumerate(history):
+            built.commit(files, f"upstream commit {index + 1}")
+        template = _UPSTREAM_TEMPLATES[key] = (folder, tuple(built.commits), built._clock)
+    folder, commits, clock = template
+    if path.exists():
+        raise FileExistsError(path)
+    shutil.copytree(folder, path, symlinks=True)
+    return Upstream(path, list(commits), clock)
+
+
+_UPSTREAM_TEMPLATES: dict[str, tuple[Path, tuple[str, ...], int]] = {}
+_PATCHES: dict[tuple[object, ...], bytes] = {}  # make_patch's mails by (base commit id, changes, subject, body, date)
+_TEMPLATES: list[Path] = []
+
+
+def _template_root() -> Path:
+    """A folder for this test process's templates, removed when it exits."""
+    if not _TEMPLATES:
+        _TEMPLATES.append(Path(tempfile.mkdtemp(prefix="zmr-test-templates-")))
+        atexit.register(shutil.rmtree, _TEMPLATES[0], True)
+    return _TEMPLATES[0]
 
 
 def default_history() -> list[dict[str, str | None]]:
@@ -91,7 +123,14 @@ def default_history() -> list[dict[str, str | None]]:
 
 
 def make_patch(upstream: Upstream, base: str, changes: dict[str, str | None], subject: str, body: str = "", date: int = 1_710_000_000) -> bytes:
-    """A format-patch mail of *changes* on top of *base*, made in a scratch clone."""
+    """A format-patch mail of *changes* on top of *base*, made in a scratch clone.
+
+    A mail depends on nothing but the base's tree (a full commit id names it), the changes, subject, body and date: made
+    once per test process for each.
+    """
+    key = (base, tuple(changes.items()), subject, body, date)
+    if re.fullmatch(r"[0-9a-f]{40}", base) and key in _PATCHES:
+        return _PATCHES[key]
     scratch = upstream.path.parent / f"scratch-{abs(hash((subject, base))) % 10**8}"
     if not scratch.exists():
         git("clone", "-q", str(upstream.path), str(scratch))
@@ -109,7 +148,10 @@ def make_patch(upstream: Upstream, base: str, changes: dict[str, str | None], su
         "commit", "-q", "-m", subject + ("\n\n" + body if body else ""), cwd=scratch,
         env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp, "GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@zmr.invalid"},
     )
-    return git("format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature", "-k", "HEAD", cwd=scratch).encode() + b"\n"
+    mail = git("format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature", "-k", "HEAD", cwd=scratch).encode() + b"\n"
+    if re.fullmatch(r"[0-9a-f]{40}", base):
+        _PATCHES[key] = mail
+    return mail
 
 
 @dataclass
