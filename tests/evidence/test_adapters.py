@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch")  # the demo extra; every test here builds o
 from zmr.evidence.adapters import env_switches, smoke_trees  # noqa: E402
 from zmr.evidence.adapters import common, hf, megatron, verl  # noqa: E402
 from zmr.evidence.adapters import vllm as zv  # noqa: E402
+from conftest import zmr  # noqa: E402
 from zmr.infra.errors import ZmrError  # noqa: E402
 from zmr.evidence.mismatch import compare, read_dump, write_dump  # noqa: E402
 
@@ -513,7 +514,7 @@ def test_verl_write_step_dumps(tmp_path):
     r, t = verl.write_step_dumps(b, tmp_path, step=7, provenance={"model": "tiny"})
     assert (r.name, t.name) == ("rollout-step000007.jsonl", "train-step000007.jsonl")
     assert read_dump(r).provenance["side"] == "rollout" and read_dump(t).provenance["model"] == "tiny"
-    proc = subprocess.run([sys.executable, "-m", "zmr", "mismatch", str(r), str(t), "--json"], capture_output=True, text=True, cwd=REPO)
+    proc = zmr("mismatch", str(r), str(t), "--json", cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["overall"]["bitwise_equal"] == 16
     for step in (1, 2, 1):  # append mode: one pair of files, a step written again replaces itself

@@ -1,7 +1,7 @@
 """`zmr mismatch` and `zmr.evidence.mismatch`: dumps, bits, figures, errors, CLI.
 
 Figures are checked against numbers worked out here with `math`; CLI
-behaviour runs the real command in a subprocess; bad inputs are files under
+behaviour runs the real command (in-process: conftest's zmr); bad inputs are files under
 tests/data/mismatch/ with their exact expected stderr.
 """
 
@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import zmr as run_zmr
 from zmr.infra.errors import ZmrError
 from zmr.evidence.mismatch import (
     ALIASES,
@@ -38,10 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def zmr(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "zmr", "mismatch", *map(str, args)],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )
+    """`zmr mismatch ARGS` from the repository root, in-process (conftest's zmr)."""
+    return run_zmr("mismatch", *map(str, args), cwd=REPO, timeout=120)
 
 
 def f32(bits: int) -> np.ndarray:
