@@ -160,6 +160,7 @@ def main() -> int:
     parser.add_argument("--coverage", action="store_true", help="measure branch coverage of zmr/ in every arm (pip install coverage)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds a run may take; then it is ended and reported as timed out")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--note", default="", help="a sentence for the results file: why this subset, what else ran on the machine")
     args = parser.parse_args()
     files = args.files or ["tests"]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -200,6 +201,7 @@ def main() -> int:
         "repeat": args.repeat,
         "coverage": args.coverage,
         "timeout_s": args.timeout,
+        "note": args.note,
         "machine": machine,
         "median_ratios": medians,
         "reps": reps,
@@ -225,6 +227,7 @@ def _markdown(data: dict[str, Any]) -> str:
         + ".",
         "CPU time is user + system of pytest and every process it waited for; the load average (1 min) before and after each"
         " run says how busy the machine was (others' work slows wall time far more than CPU time).",
+        *([data["note"]] if data.get("note") else []),
         "",
         "| rep | arm | wall | CPU | load before → after | tests |",
         "| ---: | --- | ---: | ---: | --- | --- |",
