@@ -74,23 +74,20 @@ FOUND: list[Project] = []  # the projects this run acts on: `zmr.cli.main` print
 
 
 def find_project(untrusted: bool = False) -> Project:
-    """The zmr repository the command acts on (``Project.find``: also from inside a checkout)."""
+    """The zmr repository the command acts on, opened (``zmr.ops.recovery.open_project``: found, also from inside a checkout;
+    what a killed zmr left finished or undone, said as warnings; an older zmr's ``.zmr/`` migrated, said at the end)."""
+    from zmr.cli.render import warn
     from zmr.infra import lock
     from zmr.model.manifest import Policy
-    from zmr.model.project import Project
-    from zmr.ops import legacy
+    from zmr.ops.recovery import open_project
 
     lock.timeout()  # $ZMR_LOCK_TIMEOUT checked before any work: a bad value is exit 2 at once, not at the first lock
-    project = Project.find(policy=Policy(untrusted=untrusted))
-    FOUND.append(project)
-    project.notices.extend(legacy.migrate(project))  # an older zmr's .zmr/: never read, migrated once when it passes the checks
-    if not untrusted:  # a multi-file write cut short by SIGKILL is finished (or undone) before any command reads the files
-        from zmr.cli.render import warn
-        from zmr.infra.transaction import finish_all
-
-        for line in finish_all(project):
-            warn(line)
-    return project
+    opened = open_project(policy=Policy(untrusted=untrusted))
+    FOUND.append(opened.project)
+    opened.project.notices.extend(opened.report.migrated)
+    for line in opened.report.lines():
+        warn(line)
+    return opened.project
 
 
 def dir_for(base: Path | None, key: str, count: int) -> Path | None:

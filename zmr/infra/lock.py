@@ -53,13 +53,14 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import pause_point
+from zmr.infra.state import LOCK, lock_holder
 
 TIMEOUT_ENV = "ZMR_LOCK_TIMEOUT"
 DEFAULT_TIMEOUT = 5.0
 # A mirror's lock is held for as long as a fetch takes (minutes for a large upstream on a slow link): waited for longer.
 MIRROR_TIMEOUT = 600.0
 _POLL = 0.05
-_MAX_HOLDER_BYTES = 4096
+_MAX_HOLDER_BYTES = LOCK.max_bytes
 
 
 class _Held(threading.local):
@@ -303,10 +304,9 @@ def _alive(pid: int) -> bool:
 def _holder(fd: int) -> dict[str, Any]:
     try:
         data = os.pread(fd, _MAX_HOLDER_BYTES, 0)
-        value = json.loads(data)
-    except (OSError, ValueError):
-        return {}  # the holder has not written it yet, or it is not ours
-    return value if isinstance(value, dict) else {}
+    except OSError:
+        return {}
+    return lock_holder(data)  # {}: the holder has not written it yet, or it is not ours
 
 
 def _record(fd: int, command: str) -> None:

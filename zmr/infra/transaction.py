@@ -4,7 +4,7 @@ A command that writes more than one file (``update --apply`` and rebase's
 finish: series and manifest; ``import``; ``init``; ``new``)
 collects them in a `Transaction` and commits it once:
 
-1. the journal (``Project.journal_path(name)``) is written in phase
+1. the journal (``Project.journal_path(name)``, ``zmr.infra.state.JOURNAL``) is written in phase
    ``staging``: every target, the name of its staged copy, the folders to
    create, the files to remove (one transaction of a name at a time: a lock
    next to the journal);
@@ -35,7 +35,6 @@ it is linked into place, never over a file that appeared meanwhile.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
@@ -49,8 +48,9 @@ from typing import Any, Protocol
 
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import fault_point, pause_point
-from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, current_umask, parse_json, prune_empty_dirs, read_repo_file
+from zmr.infra.files import FileRefused, current_umask, prune_empty_dirs
 from zmr.infra.lock import LockBusy, hold_file
+from zmr.infra.state import JOURNAL, StateMalformed, StateVersion, json_string
 
 
 class JournalOwner(Protocol):
@@ -128,8 +128,7 @@ class Transaction:
             "files": [[_rel(self.root, t), s.name, *(["new"] if t in self.new else [])] for t, s in staged.items()],
             "remove": [_rel(self.root, p) for p in removals],
         }
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.journal, json.dumps(record).encode())
+        JOURNAL.save(self.journal, record)
         fault_point("journal")
         try:
             for folder in dirs:
@@ -147,7 +146,7 @@ class Transaction:
             raise
         with signals_deferred():
             record["phase"] = COMMIT
-            atomic_write(self.journal, json.dumps(record).encode())
+            JOURNAL.save(self.journal, record)
             fault_point("commit-point")
             _roll_forward(self.root, record)
             self.journal.unlink()
@@ -171,8 +170,21 @@ def finish_interrupted(project: JournalOwner, name: str) -> str | None:
         return recover(project.root, journal)
 
 
-def finish_all(project: JournalOwner) -> list[str]:
-    """Every interrupted transaction of *project* finished or undone (one whose lock a running zmr holds is left to it): what was done, as lines."""
+@dataclass(frozen=True)
+class Recovered:
+    """What `finish_all` did with the journal of the interrupted transaction *name*.
+
+    *action*: ``finished`` (its renames done), ``undone`` (what it staged removed) or ``left`` (a journal zmr would not
+    follow, or one this user may not finish: nothing changed); *line*: that, said for the user.
+    """
+
+    name: str
+    action: str
+    line: str
+
+
+def finish_all(project: JournalOwner) -> list[Recovered]:
+    """Every interrupted transaction of *project* finished or undone (one whose lock a running zmr holds is left to it): what was done."""
     try:
         folder = project.journal_path("x").parent
     except ZmrError:
@@ -188,16 +200,20 @@ def finish_all(project: JournalOwner) -> list[str]:
         except LockBusy:
             continue  # a running zmr is writing it
         except ZmrError as err:
-            done.append(f"{err.message}; left alone")
+            done.append(Recovered(name, "left", f"{err.message}; left alone"))
             continue
         except OSError as err:  # a repository this user may read but not write: a reading command goes on, and says what it saw
             done.append(
-                f"an interrupted zmr left a half-written change ({name}) that this user may not finish"
-                f" ({err.filename}: {err.strerror}); files it names may be half-written until a zmr of the repository's owner runs there"
+                Recovered(
+                    name,
+                    "left",
+                    f"an interrupted zmr left a half-written change ({name}) that this user may not finish"
+                    f" ({err.filename}: {err.strerror}); files it names may be half-written until a zmr of the repository's owner runs there",
+                )
             )
             continue
         if what:
-            done.append(f"an interrupted zmr left a half-written change ({name}): {what} now")
+            done.append(Recovered(name, what, f"an interrupted zmr left a half-written change ({name}): {what} now"))
     return done
 
 
@@ -208,13 +224,17 @@ def recover(root: Path, journal: Path) -> str | None:
     display = str(journal)
     if journal.is_symlink():
         raise JournalRefused(f"{display}: is a symbolic link; zmr does not follow it", details=[f"remove {display} and run again"])
-    data = read_repo_file(None, journal, limit=MAX_JSON_BYTES, what="zmr journal", display=display)
     try:
-        parsed = parse_json(data)
-    except ValueError:
-        _undo_truncated(root, data, display)  # cut short in the staging phase: nothing was renamed yet
-        journal.unlink()
-        return "undone"
+        parsed = JOURNAL.load(journal)  # too big, or not a regular file: refused (zmr.infra.state), nothing changed
+    except StateMalformed as err:
+        if not err.not_json:
+            parsed = None  # JSON, but no journal: refused below
+        else:
+            _undo_truncated(root, err.data, display)  # cut short in the staging phase: nothing was renamed yet
+            journal.unlink()
+            return "undone"
+    except StateVersion:
+        parsed = None
     try:
         record = _checked(root, parsed)
     except ValueError as err:
@@ -260,7 +280,7 @@ def _undo_truncated(root: Path, data: bytes, display: str) -> None:
         )
     for match in _STAGED_ENTRY_RE.finditer(text):
         try:
-            rel, name = (json.loads(b'"' + group + b'"') for group in match.groups())
+            rel, name = (json_string(b'"' + group + b'"') for group in match.groups())
             _checked(root, {"version": JOURNAL_VERSION, "phase": STAGING, "dirs": [], "files": [[rel, name]], "remove": []})
         except ValueError:
             continue  # not a complete entry of ours: left alone

@@ -10,15 +10,17 @@
 The release identity is an input of every release commit id: change it and
 every branch changes.
 
-``Project`` is the one place that knows where zmr keeps its own files:
-``zmr/`` in the repository's git directory (rebase state, checkout
-pointers, the export journal, smoke artifacts; no commit can put a file
+``Project`` knows where zmr keeps its own files: ``zmr/`` in the
+repository's git directory (``state_dir``; what lives there, and where, is
+``zmr.infra.state``'s list, asked through ``state_path``; no commit can put a file
 there, as none can put one in git's own ``rebase-merge/``) and the default
 checkout folder ``work/<model>/<component>`` in the work tree
-(docs/reference.md §8.3, "What zmr trusts"). A ``.zmr/`` folder in the work
-tree, where zmr kept its state before, is never read: what it holds is
-migrated once when it passes the checks fresh state gets (``zmr.ops.legacy``,
-run by the CLI when it finds the project).
+(docs/reference.md §8.3, "What zmr trusts").
+
+``Project.find`` only locates the project. ``zmr.ops.recovery.open_project``
+(what every command calls) also finishes or undoes the work a killed zmr
+left and migrates an older zmr's ``.zmr/`` (``zmr.ops.legacy``): a library
+caller that reads or writes the project's files opens it that way.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from zmr.infra.wording import counted
 from zmr.model.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
 from zmr.model.yamlnodes import Problem, Problems
 from zmr.model.yamlrecords import At, Check, Field, Record, Text, read_file
+from zmr.infra.state import JOURNAL, LOCK, POINTER, REBASE, REBASE_DIR, SMOKE, STATE, StateFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.series import Series
@@ -128,33 +131,34 @@ class Project:
         except ZmrError:
             return [self.root]
 
+    def state_path(self, entry: StateFile, **names: str) -> Path:
+        """Where the state file *entry* (``zmr.infra.state.STATE_FILES``, the one list of them) lives in this project's state folder."""
+        assert entry.base == STATE
+        return entry.path(self.state_dir, **names)
+
     def rebase_dir(self, component: Component) -> Path:
         """``zmr/rebase/<model>/<component>/``: the state of a rebase under way (``state.json`` and the saved copies)."""
-        return self.state_dir / "rebase" / component.model / component.key
+        return self.state_path(REBASE_DIR, model=component.model, component=component.key)
 
     def rebase_state(self, component: Component) -> Path:
         """``state.json`` of ``rebase_dir``: present exactly while a rebase of *component* is under way."""
-        return self.rebase_dir(component) / "state.json"
+        return self.state_path(REBASE, model=component.model, component=component.key)
 
     def checkout_pointer(self, component: Component) -> Path:
         """``zmr/checkouts/<model>/<component>``: the checkout made with ``--dir``: JSON ``{"path", "token"}`` (zmr.ops.checkout)."""
-        return self.state_dir / "checkouts" / component.model / component.key
-
-    def pending_removals(self, component: Component) -> Path:
-        """``zmr/pending-removals/<model>/<component>.json``: files an interrupted export still has to remove."""
-        return self.state_dir / "pending-removals" / component.model / f"{component.key}.json"
+        return self.state_path(POINTER, model=component.model, component=component.key)
 
     def lock_path(self, model: str, key: str) -> Path:
         """``zmr/locks/<model>/<component>.lock``: the lock of one component (zmr.infra.lock), held while a command changes it."""
-        return self.state_dir / "locks" / model / f"{key}.lock"
+        return self.state_path(LOCK, model=model, component=key)
 
     def journal_path(self, name: str) -> Path:
         """``zmr/transactions/<name>.json``: the journal of a multi-file write (zmr.infra.transaction) under way or interrupted."""
-        return self.state_dir / "transactions" / f"{name}.json"
+        return self.state_path(JOURNAL, name=name)
 
     def smoke_artifacts(self, model: str) -> Path:
         """``zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
-        return self.state_dir / "smoke" / model
+        return self.state_path(SMOKE, model=model)
 
     def default_checkout(self, component: Component) -> Path:
         """``work/<model>/<component>``: where a checkout goes without ``--dir``."""

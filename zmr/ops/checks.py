@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
-from zmr.infra.files import atomic_write
 from zmr.infra.procgroup import PASSED, run_command
+from zmr.infra.state import CHECKS, StateVersion
 from zmr.model.manifest import Component, SmokeTest
 from zmr.model.project import Project
 
@@ -60,7 +60,6 @@ GOOD, BAD, SKIP = "good", "bad", "skip"
 SKIP_EXIT = 125  # as git bisect run
 DEFAULT_TIMEOUT = 3600.0
 OUTPUT_LIMIT = 4000  # characters of a check's output kept in a result (its end)
-RESULTS_VERSION = 1
 
 
 class CheckError(ZmrError):
@@ -195,15 +194,17 @@ class Results:
     """The results of one check for one component, in zmr's state (see the module docstring)."""
 
     def __init__(self, project: Project, component: Component, check: Check):
-        self.path = project.state_dir / "checks" / component.model / component.key / f"{check.key}.json"
+        self.path = project.state_path(CHECKS, model=component.model, component=component.key, key=check.key)
         self.check = check
         self._data: dict[str, dict[str, Any]] = {}
         try:
-            loaded = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(loaded, dict) and loaded.get("version") == RESULTS_VERSION and isinstance(loaded.get("results"), dict):
-                self._data = loaded["results"]
-        except (OSError, ValueError):
-            pass  # none yet, or unreadable: tested again
+            loaded = CHECKS.load(self.path)
+        except StateVersion:
+            loaded = None  # another zmr's results: tested again (and written in this zmr's format)
+        if loaded is not None:
+            if not isinstance(loaded.get("results"), dict):
+                raise CHECKS.refused(self.path, "no results object, as zmr writes")
+            self._data = loaded["results"]
 
     @staticmethod
     def _key(commit: str, tree: str) -> str:
@@ -236,9 +237,7 @@ class Results:
         self._write()
 
     def _write(self) -> None:
-        body = {"version": RESULTS_VERSION, "check": self.check.to_json(), "results": self._data}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        CHECKS.save(self.path, {"check": self.check.to_json(), "results": self._data})
 
 
 # -- running a check -------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ from zmr.ops.checkout import (
     show_path,
     upstream_commits_problem,
 )
-from zmr.ops.patchplan import ExportPlan, forget_legacy_journal, list_commits, plan_export, stage_plan
+from zmr.ops import legacy
+from zmr.ops.patchplan import ExportPlan, list_commits, plan_export, stage_plan
 
 
 @dataclass
@@ -100,16 +101,16 @@ def export(project: Project, component: Component, path: Path | None = None, dry
     commits = list_commits(co.repo, base, head, component.label)
     name = transaction_name(component)
     recovered = None if dry_run else transaction.finish_interrupted(project, name)  # before planning: the plan reads the series folder
-    journal = project.pending_removals(component)  # an older zmr's export journal, still honoured (zmr.ops.patchplan)
+    owned = legacy.export_journal_names(project, component)  # an older zmr's interrupted export, still honoured (zmr.ops.legacy)
     series = project.series(component, no_links=True)
-    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, journal, series=series)
+    plan = plan_export(co.repo, base, commits, project.series_folder(component), component.patches, owned, series=series)
     _check_three_sides(project, component, co, head, plan, series)
     if not dry_run:
         if plan.needs_writing:
             with transaction.begin(project, name) as txn:
                 stage_plan(plan, txn)
         if plan.interrupted:
-            forget_legacy_journal(journal)
+            legacy.forget_export_journal(project, component)
         written = None if plan.needs_writing else series  # the series as export left it: read again only where it wrote
         mark_exported(co, head, "zmr export", series_fingerprint(project, component, component.commit, written))
     return ExportResult(component, co.path, plan, recovered)

@@ -11,10 +11,19 @@ component that zmr would have chosen (``work/<model>/<component>`` for a
 rebase; for a remembered ``--dir``, one whose ``zmr.project`` is this
 repository). A checkout named so gets its ``zmr.token`` then. Everything
 else stays where it is, unread, and one warning says so.
+
+This module is the one that knows an older zmr's state. Besides ``.zmr/``
+that is the export journal an older zmr's interrupted export left in the
+state folder (``zmr.infra.state.LEGACY_EXPORT_JOURNAL``, a JSON list of the names
+it owned, with a ``.staging/`` folder): export and rebase ask
+`export_journal_names` for it, and `forget_export_journal` /
+`abort_export_journal` remove it; no other module reads or names it. This
+zmr never writes one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -25,13 +34,14 @@ from typing import TYPE_CHECKING
 
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
-from zmr.infra.files import MAX_JSON_BYTES, parse_json, read_repo_file
+from zmr.infra.files import read_repo_file
+from zmr.infra.state import LEGACY_EXPORT_JOURNAL, LEGACY_MARKER, relative_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.manifest import Component
     from zmr.model.project import Project
 
-MIGRATED_MARKER = "legacy-migrated"
+MIGRATED_MARKER = LEGACY_MARKER.where
 MAX_LEGACY_POINTER = 1 << 16
 
 
@@ -46,18 +56,19 @@ def migrate(project: Project) -> list[str]:
     if not os.path.lexists(legacy):
         return []
     try:
-        state = project.state_dir
+        marker = project.state_path(LEGACY_MARKER)
     except ZmrError:
         return []  # no git repository: no command that needs state can run here anyway
-    if (state / MIGRATED_MARKER).exists():
+    if marker.exists():
         return []
+    state = marker.parent
     shown = f"{legacy.name}/"
     head = f"{shown} in the work tree is not read: zmr keeps its working state in {state} now"
     if project.policy.untrusted:
         return [f"{head} (--untrusted: nothing migrated)"]
     try:
         state.mkdir(parents=True, exist_ok=True)
-        (state / MIGRATED_MARKER).write_bytes(b"")
+        marker.write_bytes(b"")
     except OSError:
         return [f"{head} (the git directory is not writable: nothing migrated)"]
     if legacy.is_symlink() or not legacy.is_dir():
@@ -71,12 +82,12 @@ def migrate(project: Project) -> list[str]:
         return [f"{head} (the manifests do not validate: nothing migrated); fix them and finish older work with the zmr that started it"]
     moved = []
     for component in components:
-        moved += _migrate_component(project, component, legacy, state)
+        moved += _migrate_component(project, component, legacy)
     done = f"; migrated: {', '.join(moved)}" if moved else ""
     return [f"{head}{done}; delete {shown} (what is left there is not used)"]
 
 
-def _migrate_component(project: Project, component: Component, legacy: Path, state: Path) -> list[str]:
+def _migrate_component(project: Project, component: Component, legacy: Path) -> list[str]:
     """What of *component*'s old state moved; an entry of a shape zmr does not know stays (``_tried``), whatever it holds."""
     moved = []
     name = f"{component.model}-{component.key}"
@@ -99,12 +110,11 @@ def _tried(step: Callable[[], bool]) -> bool:
 
 def _migrate_journal(project: Project, component: Component, journal: Path) -> bool:
     """An export journal: migrated when it is what an older zmr wrote, a JSON list of names."""
-    target = project.pending_removals(component)
+    target = _export_journal(project, component)
     if not _regular(journal) or target.exists():
         return False
-    data = read_repo_file(None, journal, limit=MAX_LEGACY_POINTER, what="export journal")
-    names = parse_json(data)
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    names = LEGACY_EXPORT_JOURNAL.load(journal)
+    if not all(isinstance(n, str) for n in names):
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(journal, target)
@@ -135,12 +145,11 @@ def _only_regular_files(folder: Path) -> bool:
 def _migrate_rebase(project: Project, component: Component, folder: Path) -> bool:
     """A rebase under way: migrated when its checkout is ``work/<model>/<component>`` (the one zmr chooses) and it is that component's."""
     from zmr.ops import checkout
-    from zmr.ops.rebase import RebaseState
+    from zmr.ops.rebase_state import RebaseState
 
     target = project.rebase_dir(component)
     if not _only_regular_files(folder) or not _regular(folder / "state.json") or target.exists():
         return False
-    parse_json(read_repo_file(None, folder / "state.json", limit=MAX_JSON_BYTES, what="rebase state"))  # no nesting past what zmr writes
     try:
         state = RebaseState.load(folder / "state.json")
         default = checkout.default_path(project, component)
@@ -164,7 +173,7 @@ def _migrate_rebase(project: Project, component: Component, folder: Path) -> boo
 
 def _migrate_pointer(project: Project, component: Component, file: Path) -> bool:
     """A remembered ``--dir`` (one line): migrated when it names a zmr checkout of this component whose ``zmr.project`` is this repository."""
-    from zmr.infra.files import FileRefused, read_repo_file
+    from zmr.infra.files import FileRefused
     from zmr.ops import checkout
 
     if not _regular(file) or project.checkout_pointer(component).exists():
@@ -180,3 +189,57 @@ def _migrate_pointer(project: Project, component: Component, file: Path) -> bool
     checkout.write_pointer(project, component, co)
     file.unlink()
     return True
+
+
+# -- the export journal of an older zmr ------------------------------------------------------------
+
+
+def _export_journal(project: Project, component: Component) -> Path:
+    return project.state_path(LEGACY_EXPORT_JOURNAL, model=component.model, component=component.key)
+
+
+def _staging_dir(journal: Path) -> Path:
+    """Where an older zmr's export staged files before renaming them into the series folder: next to its journal."""
+    return journal.with_name(journal.stem + ".staging")
+
+
+def export_journal_exists(project: Project, component: Component) -> bool:
+    """An older zmr's interrupted export of *component* left its journal (a rebase records this when it starts)."""
+    return _export_journal(project, component).is_file()
+
+
+def export_journal_names(project: Project, component: Component) -> set[str] | None:
+    """The names an older zmr's interrupted export of *component* owned (wrote or meant to remove); None without its journal.
+
+    Only plain names inside the series folder count (``zmr.infra.state.relative_name``); a journal that is not the
+    JSON list zmr wrote, or too big, is refused (``zmr.infra.state.StateRefused``: the file and what to do).
+    """
+    names = LEGACY_EXPORT_JOURNAL.load(_export_journal(project, component))
+    if names is None:
+        return None
+    return {n for n in names if relative_name(n) is not None}
+
+
+def forget_export_journal(project: Project, component: Component) -> None:
+    """An older zmr's export journal of *component* and its staging folder gone, once the series it described is written."""
+    journal = _export_journal(project, component)
+    shutil.rmtree(_staging_dir(journal), ignore_errors=True)
+    for tmp in journal.parent.glob(f".{journal.name}.*.zmr-tmp"):
+        tmp.unlink(missing_ok=True)
+    if _regular(journal):
+        _remove_journal(journal)
+
+
+def abort_export_journal(project: Project, component: Component, existed: bool) -> None:
+    """``rebase --abort``: what an interrupted write of the series staged goes; the journal too unless it *existed* when the rebase started."""
+    journal = _export_journal(project, component)
+    shutil.rmtree(_staging_dir(journal), ignore_errors=True)
+    if journal.exists() and not existed:
+        _remove_journal(journal)
+
+
+def _remove_journal(journal: Path) -> None:
+    """The journal removed, and its model's folder with it when no other export of the model left one."""
+    journal.unlink()
+    with contextlib.suppress(OSError):
+        journal.parent.rmdir()

@@ -26,19 +26,16 @@ Invariants (byte-stable; docs/reference.md §3.4):
   ``zmr.infra.transaction`` (``zmr export`` and ``zmr rebase`` commit it), so a
   series is never half-written: a kill before the transaction's commit point
   leaves the old series, after it the next zmr command finishes the renames.
-- an export journal of an older zmr (``Project.pending_removals``, a JSON
-  list of names an interrupted export owned, with its staging folder) is
-  still read: a file it names is never "taken" by someone else (so no
-  ``…-2.patch``) and is removed when the new series does not list it; the
-  export that finishes it removes the journal (``forget_legacy_journal``).
+- the names an older zmr's interrupted export owned (its export journal,
+  read by ``zmr.ops.legacy`` alone and passed in as *owned*) are honoured: a
+  file it names is never "taken" by someone else (so no ``…-2.patch``) and
+  is removed when the new series does not list it; the export that
+  finishes it removes the journal (``zmr.ops.legacy.forget_export_journal``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +149,7 @@ def plan_export(
     commits: Sequence[str],
     folder: Path,
     display: str,
-    journal: Path | None = None,
+    owned: set[str] | None = None,
     replayed: dict[str, tuple[str, bool]] | None = None,
     *,
     series: Series | None = None,
@@ -161,7 +158,9 @@ def plan_export(
 
     *replayed* names, for commits a replay made, the patch each was made from
     and whether it applied with an offset: the same answer a second replay
-    would give, without it. *series*: the one in *folder*, when the caller has
+    would give, without it. *owned*: the names an older zmr's interrupted
+    export owned (``zmr.ops.legacy.export_journal_names``; None: no such
+    journal). *series*: the one in *folder*, when the caller has
     read it (``Project.series``, whose errors name the manifest line); its
     ``text`` and ``entries`` are the file's, read once.
     """
@@ -178,7 +177,6 @@ def plan_export(
         matcher.match_same(commits, replayed or {}, in_bulk)
         matcher.match_subject()
         matcher.match_change()
-    owned = read_journal(journal)
     plan.interrupted = owned is not None
     _plan_patches(plan, repo, commits, metas, matcher.assigned, old, owned or set())
     _plan_series(plan, series)
@@ -434,22 +432,6 @@ def _next_number(index: int, before: Sequence[PlannedPatch]) -> int:
     return max(index + 1, int(match.group(1)) + 1 if match else 0)
 
 
-def read_journal(journal: Path | None) -> set[str] | None:
-    """The names an interrupted export owned (wrote or meant to remove); None without a journal."""
-    if journal is None or not journal.is_file():
-        return None
-    try:
-        names = json.loads(journal.read_bytes())
-    except ValueError:
-        return set()  # a journal is renamed into place whole; anything else is not ours to trust
-    return {n for n in names if _safe_name(n)} if isinstance(names, list) else set()
-
-
-def _safe_name(name: object) -> bool:
-    """A relative path inside the series folder (the journal lives outside the repository's history, but stay careful)."""
-    return isinstance(name, str) and bool(name) and not name.startswith("/") and ".." not in name.split("/") and "\0" not in name
-
-
 def _free_name(position: int, subject: str, folder: Path, taken: set[str], ours: set[str]) -> str:
     """``NNNN-<slug>.patch``, or ``…-N.patch`` when another patch or a file that is not *ours* has that name."""
     base = patch_name(position, subject)
@@ -542,22 +524,6 @@ def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple
     return "\n".join(out) + "\n" if out else ""
 
 
-def forget_journal(journal: Path) -> None:
-    """The journal removed, and its model's folder with it when no other export of the model left one."""
-    journal.unlink()
-    with contextlib.suppress(OSError):
-        journal.parent.rmdir()
-
-
-def forget_legacy_journal(journal: Path) -> None:
-    """An older zmr's export journal and its staging folder gone, once an export has written the series it described (module docstring)."""
-    shutil.rmtree(staging_dir(journal), ignore_errors=True)
-    for tmp in journal.parent.glob(f".{journal.name}.*.zmr-tmp"):
-        tmp.unlink(missing_ok=True)
-    if journal.is_file() and not journal.is_symlink():
-        forget_journal(journal)
-
-
 def _refuse_links(folder: Path, name: str, display: str) -> None:
     """A name of the series must not reach through a symbolic link inside *folder*: writing or removing it would act elsewhere."""
     path = folder
@@ -581,8 +547,3 @@ def stage_plan(plan: ExportPlan, txn: Transaction) -> None:
         txn.write(plan.folder / "series", plan.series_text)
     for name in sorted(set(plan.removed + plan.pending)):
         txn.remove(plan.folder / name)
-
-
-def staging_dir(journal: Path) -> Path:
-    """Where an older zmr's export staged files before renaming them into the series folder: next to its journal."""
-    return journal.with_name(journal.stem + ".staging")

@@ -39,15 +39,13 @@ names the commit).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import json
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +61,11 @@ from zmr.model.manifest import Component, parse_manifest
 from zmr.model.project import Project
 from zmr.model.resolutions import NotReplayed
 from zmr.model.series import Patch, Series
-from zmr.ops import checkout
-from zmr.ops.checkout import Checkout, PickResult, SavedCheckout
+from zmr.ops import checkout, legacy
+from zmr.ops.checkout import Checkout, PickResult
 from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_files, renamed_since
-from zmr.ops.patchplan import ExportPlan, forget_journal, list_commits, plan_export, stage_plan, staging_dir
+from zmr.ops.patchplan import ExportPlan, list_commits, plan_export, stage_plan
+from zmr.ops.rebase_state import RebaseState, Saved, StoppedAt
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.ops.upstream import (
     ChangedPatch,
@@ -81,7 +80,6 @@ from zmr.ops.upstream import (
     upstream_patch_ids,
 )
 
-STATE_VERSION = 1
 RESOLUTIONS_SAVED = "resolutions.orig"  # in the state folder: the resolution files --continue replaced, as they were
 
 
@@ -89,147 +87,7 @@ class RebaseError(ZmrError):
     """A rebase cannot start or go on."""
 
 
-# -- rebase: state ------------------------------------------------------------------------------
-
-
-@dataclass
-class StoppedAt:
-    """The checkout phase is on the patch at *index*: its cherry-pick is about to run or ran on *head_before*.
-
-    *conflict*: it stopped with *files* in conflict, for the engineer to resolve.
-    """
-
-    index: int
-    head_before: str | None
-    conflict: bool = False
-    files: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Saved:
-    """What the state folder holds copies of, besides ``manifest.orig`` (the manifest as it was).
-
-    Invariant: ``series/<name>`` in the state folder is a byte copy of each
-    of *series_files* (every file of the series folder); the journal
-    (``Project.pending_removals``) existed when the rebase started exactly
-    when *journal_existed*.
-    """
-
-    series_files: list[str]
-    journal_existed: bool
-    checkout: SavedCheckout
-
-
-@dataclass
-class RebaseState:
-    """``state.json`` of a rebase under way: enough to resume it (``--continue``) or undo it (``--abort``).
-
-    Invariants: *old_chain*, *names* and *subjects* have one entry per patch
-    of the series as it was (the old chain: its commits on the old pin);
-    a patch index is in at most one of *dropped* (by name), *remaining* and
-    the replayed or picked part. *phase* is ``picking`` (the checkout path:
-    cherry-picking *remaining* onto *partial*, which holds the patches the
-    fast path applied) or ``finalize`` (writing the result; *new_tip* is the
-    fast path's tip). The file is replaced atomically after every change.
-
-    Format version 1, the same as zmr wrote before this class: a rebase
-    started by an earlier zmr goes on with this one, and the other way round.
-    """
-
-    VERSION = 1
-
-    model: str
-    component: str
-    old: str  # the pin before
-    new: str  # the commit rebased onto
-    rev: str  # what the engineer named it
-    url: str  # the upstream's resolved URL (the mirror)
-    old_chain: list[str]
-    names: list[str]
-    subjects: list[str]
-    upstream_count: int
-    phase: str  # picking | finalize
-    path: str  # fast | checkout
-    dropped: list[Dropped] = field(default_factory=list)
-    new_tip: str | None = None  # fast: the replay's tip
-    replayed: list[tuple[str, str, bool | None]] = field(default_factory=list)  # fast: (commit, patch name, applied at an offset)
-    partial: str | None = None  # checkout: the tip of the patches replayed before the conflict
-    prepared: bool = False  # checkout: the checkout was set up at partial
-    remaining: list[int] = field(default_factory=list)  # checkout: patch indexes still to cherry-pick, in order
-    stopped: StoppedAt | None = None
-    saved: Saved | None = None  # set by _snapshot, before the file is first written
-    report: str | None = None  # --report FILE given at the start: written when the rebase finishes (absent in older files)
-    reused: list[str] = field(default_factory=list)  # patches replayed by their recorded resolution (absent in older files)
-    recorded: list[str] = field(default_factory=list)  # files of the resolutions --continue recorded (absent in older files)
-    unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, not replayed
-
-    @classmethod
-    def load(cls, path: Path) -> RebaseState:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise RebaseError(
-                f"{path}: cannot be read ({err})",
-                details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"],
-            ) from None
-        if not isinstance(data, dict) or data.get("version") != cls.VERSION:
-            raise RebaseError(f"{path}: written by another zmr version", details=["finish the rebase with that version, or delete the folder"])
-        try:
-            stopped, saved = data.get("stopped"), data.get("saved")
-            return cls(
-                model=data["model"],
-                component=data["component"],
-                old=data["old"],
-                new=data["new"],
-                rev=data["rev"],
-                url=data["url"],
-                old_chain=list(data["old_chain"]),
-                names=list(data["names"]),
-                subjects=list(data["subjects"]),
-                upstream_count=int(data.get("upstream_count", 0)),
-                phase=data["phase"],
-                path=data["path"],
-                dropped=[Dropped.from_state(d) for d in data.get("dropped", [])],
-                new_tip=data.get("new_tip"),
-                replayed=[(c, n, m) for c, n, m in data.get("replayed", [])],
-                partial=data.get("partial"),
-                prepared=bool(data.get("prepared")),
-                remaining=[int(i) for i in data.get("remaining", [])],
-                stopped=StoppedAt(**stopped) if stopped else None,
-                saved=Saved(saved["series_files"], saved["journal_existed"], SavedCheckout.from_json(saved["checkout"])) if saved else None,
-                report=data.get("report"),
-                reused=[str(n) for n in data.get("reused", [])],
-                recorded=[str(n) for n in data.get("recorded", [])],
-                unused=[NotReplayed(str(u["patch"]), str(u["file"]), str(u["reason"])) for u in data.get("unused", [])],
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise RebaseError(
-                f"{path}: damaged ({err!r} is missing or wrong)",
-                details=[f"the copies in {path.parent} hold the manifest and series as they were; delete the folder to forget the rebase"],
-            ) from None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {"version": self.VERSION, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-        data["dropped"] = [d.state() for d in self.dropped]
-        data["replayed"] = [list(r) for r in self.replayed]
-        data["stopped"] = asdict(self.stopped) if self.stopped else None
-        data["unused"] = [u.to_json() for u in self.unused]
-        if self.saved is not None:
-            data["saved"] = {"series_files": self.saved.series_files, "journal_existed": self.saved.journal_existed, "checkout": self.saved.checkout.to_json()}
-        return data
-
-    def save(self, path: Path) -> None:
-        atomic_write(path, json.dumps(self.to_json(), indent=1).encode())
-
-    @property
-    def checkout_path(self) -> Path:
-        assert self.saved is not None
-        return self.saved.checkout.path
-
-    def open_checkout(self) -> Checkout | None:
-        """The rebase's checkout, when it is there and carries the token saved for it (``SavedCheckout.open``)."""
-        assert self.saved is not None
-        return self.saved.checkout.open()
+# -- rebase: state (zmr.ops.rebase_state) ------------------------------------------------------------
 
 
 def _load(project: Project, component: Component) -> RebaseState:
@@ -279,8 +137,7 @@ def _snapshot(project: Project, component: Component, state: RebaseState, co: Ch
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, target)
                     files.append(rel)
-        journal = project.pending_removals(component)
-        state.saved = Saved(files, journal.exists(), checkout.snapshot(co, co_path, tmp))
+        state.saved = Saved(files, legacy.export_journal_exists(project, component), checkout.snapshot(co, co_path, tmp))
         state.save(tmp / project.rebase_state(component).name)
         if final.exists():
             shutil.rmtree(final)
@@ -949,11 +806,8 @@ def abort(project: Project, component: Component) -> Aborted:
         if manifest.read_bytes() != original:
             txn.write(manifest, original)
         _forget_recorded(project, state, folder, txn)
-    # zmr's own state (outside the repository, so outside the journal): what an interrupted export of the series left.
-    journal = project.pending_removals(component)
-    shutil.rmtree(staging_dir(journal), ignore_errors=True)  # what an interrupted write of the series staged
-    if journal.exists() and not saved.journal_existed:
-        forget_journal(journal)
+    # zmr's own state (outside the repository, so outside the journal): what an older zmr's interrupted export left.
+    legacy.abort_export_journal(project, component, saved.journal_existed)
     if not checkout.restore(saved.checkout, folder):
         raise RebaseError(
             f"{saved.checkout.path}: the checkout is gone, or is not the one this rebase saved (its zmr.token differs); nothing restored there",
@@ -991,7 +845,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
     old, new = state.old, state.new
     mirror = cache.mirror_for(state.url)
     folder = project.series_folder(component)
-    journal = project.pending_removals(component)
+    owned = legacy.export_journal_names(project, component)  # an older zmr's interrupted export, still honoured (zmr.ops.legacy)
     transaction.finish_interrupted(project, _transaction_name(component))  # before planning: the plan reads the series folder
     if progress:
         progress(f"{component.label}: writing the series")
@@ -1004,7 +858,7 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
         commits = made if made and made[-1] == tip else repo.commits_between(new, tip)
         # A moved flag of None: git's report could not say; export replays that patch itself.
         replayed = {commit: (name, moved) for commit, name, moved in state.replayed if moved is not None}
-        plan = plan_export(repo, new, commits, folder, component.patches, journal, replayed)
+        plan = plan_export(repo, new, commits, folder, component.patches, owned, replayed)
     else:
         co = state.open_checkout()
         if co is None:
@@ -1023,12 +877,13 @@ def _finalize(project: Project, component: Component, state: RebaseState, cache:
         if not co.repo.is_ancestor(new, tip):
             raise RebaseError(f"{co.path}: HEAD is not on top of the new pin {new[:12]}", details=["reset the branch onto it, or --abort"])
         commits = list_commits(repo, new, tip, component.label)
-        plan = plan_export(repo, new, commits, folder, component.patches, journal)
+        plan = plan_export(repo, new, commits, folder, component.patches, owned)
     header = _header_with_pin(plan.series_text if plan.series_text is not None else _series_bytes(folder), old, new)
     if header is not None:
         plan.series_text = header
     _write_result(project, component, old, new, plan if plan.needs_writing else None, None)
-    journal.unlink(missing_ok=True)  # the leftovers of an interrupted export it listed are gone with this write
+    if owned is not None:
+        legacy.forget_export_journal(project, component)  # the leftovers of an interrupted export it listed are gone with this write
     outcome = _outcome(component, state, repo, tip, plan)
     outcome.report = state.report
     co = state.open_checkout()

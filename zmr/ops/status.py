@@ -137,12 +137,13 @@ def component_status(project: Project, component: Component) -> ComponentStatus:
 def _rebase_status(project: Project, component: Component) -> RebaseStatus | None:
     from zmr.infra.errors import ZmrError
     from zmr.ops import rebase
+    from zmr.ops.rebase_state import RebaseState
 
     path = project.rebase_state(component)
     if not path.is_file():
         return None
     try:
-        state = rebase.RebaseState.load(path)
+        state = RebaseState.load(path)
     except ZmrError:  # damaged: `zmr rebase --continue` or `--abort` says what to do (onto "": not read)
         return RebaseStatus("", "", None, [], False)
     stopped = state.stopped if state.stopped is not None and state.stopped.conflict else None

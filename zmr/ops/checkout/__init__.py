@@ -84,7 +84,6 @@ from zmr.ops.checkout.merge import (
     refuse_during_merge,
 )
 from zmr.ops.checkout.state import (
-    MAX_POINTER_BYTES,
     Pointer,
     checkout_of,
     checkout_path,
@@ -139,7 +138,6 @@ __all__ = [
     "CheckoutReport",
     "CheckoutResult",
     "EXPORTED_REF",
-    "MAX_POINTER_BYTES",
     "MERGE_DIR",
     "MergeResult",
     "PickResult",

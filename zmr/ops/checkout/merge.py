@@ -2,23 +2,23 @@
 
 State: ``zmr-merge/`` in the checkout's git directory (``merge_state``):
 ``saved.json`` and a copy of the config (what ``--abort`` restores, made by
-``zmr.ops.checkout.handoff.snapshot``) and ``todo.json`` (the commits left).
+``zmr.ops.checkout.handoff.snapshot``) and ``todo.json`` (the commits left);
+read and written through ``zmr.infra.state`` (``MERGE_SAVED``, ``MERGE_TODO``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from zmr.infra.cache import Cache
-from zmr.infra.files import atomic_write
-from zmr.infra.git import Progress
+from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.lock import locked
+from zmr.infra.state import MERGE_DIR as MERGE_FOLDER, MERGE_SAVED, MERGE_TODO
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
@@ -29,7 +29,7 @@ from zmr.ops.checkout.worktree import Checkout, CheckoutError, branch_name, chec
 from zmr.ops.patchplan import list_commits
 from zmr.ops.replay import build_chain
 
-MERGE_DIR = "zmr-merge"  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
+MERGE_DIR = MERGE_FOLDER.where  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
 
 
 @dataclass
@@ -65,7 +65,29 @@ class MergeResult:
 
 def merge_state(co: Checkout) -> Path:
     """The folder of a merge under way: what ``restore`` needs (``saved.json`` + a copy of the config) and ``todo.json``."""
-    return co.git_dir / MERGE_DIR
+    return MERGE_FOLDER.path(co.git_dir)
+
+
+def _todo_path(state: Path) -> Path:
+    return state / Path(MERGE_TODO.where).name
+
+
+def _load_todo(state: Path) -> dict[str, Any]:
+    """``todo.json`` of the merge folder *state*, checked: the commits left (full ids), the HEAD before a pick, the count replayed."""
+    path = _todo_path(state)
+    todo = MERGE_TODO.load(path)
+    if todo is None:
+        raise MERGE_TODO.refused(path, "no such file")
+    left, head, replayed = todo.get("todo"), todo.get("head"), todo.get("replayed")
+    if not (isinstance(left, list) and all(isinstance(c, str) and FULL_OID_RE.match(c) for c in left)) or not (head is None or isinstance(head, str)):
+        raise MERGE_TODO.refused(path, "not the commits left and the HEAD before a pick, as zmr writes them")
+    if not isinstance(replayed, int) or isinstance(replayed, bool):
+        raise MERGE_TODO.refused(path, "not the count of commits replayed, as zmr writes it")
+    return cast(dict[str, Any], todo)
+
+
+def _save_todo(state: Path, todo: dict[str, Any]) -> None:
+    MERGE_TODO.save(_todo_path(state), todo)
 
 
 def refuse_during_merge(co: Checkout, component: Component) -> None:
@@ -108,8 +130,8 @@ def merge(project: Project, component: Component, cache: Cache | None = None, pa
     tmp = Path(tempfile.mkdtemp(prefix=f".{MERGE_DIR}.tmp-", dir=co.git_dir))
     try:
         saved = snapshot(co, co.path, tmp)
-        atomic_write(tmp / "saved.json", json.dumps(saved.to_json()).encode())
-        atomic_write(tmp / "todo.json", json.dumps({"todo": mine, "head": None, "replayed": 0}).encode())
+        MERGE_SAVED.save(tmp / Path(MERGE_SAVED.where).name, saved.to_json())
+        _save_todo(tmp, {"todo": mine, "head": None, "replayed": 0})
         os.rename(tmp, state)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,11 +162,11 @@ def _refresh_to_series(project: Project, component: Component, co: Checkout, tar
 def _replay_mine(component: Component, co: Checkout) -> MergeResult:
     """Cherry-pick the commits left in ``todo.json``, one at a time; stop on a conflict; done: the merge folder goes."""
     state = merge_state(co)
-    todo = json.loads((state / "todo.json").read_bytes())
+    todo = _load_todo(state)
     while todo["todo"]:
         commit = todo["todo"][0]
         todo["head"] = co.head()
-        atomic_write(state / "todo.json", json.dumps(todo).encode())
+        _save_todo(state, todo)
         picked = co.cherry_pick(commit)
         if picked.status == "conflict":
             subject = CommitMeta.for_commit(co.repo.commit_info(commit)).subject
@@ -160,7 +182,7 @@ def _replay_mine(component: Component, co: Checkout) -> MergeResult:
             todo["replayed"] += 1
         todo["todo"].pop(0)
         todo["head"] = None
-        atomic_write(state / "todo.json", json.dumps(todo).encode())
+        _save_todo(state, todo)
     shutil.rmtree(state)
     return MergeResult(component, co.path, "merged", todo["replayed"])
 
@@ -184,7 +206,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     co = _merge_checkout(project, component, path)
     where = show_path(project, co.path)
     state = merge_state(co)
-    todo = json.loads((state / "todo.json").read_bytes())
+    todo = _load_todo(state)
     if co.half_refreshed:
         if todo["head"] is None and todo["replayed"] == 0 and not co.pick_in_progress():
             # A --merge killed while it refreshed the checkout, before it replayed anything: finish the refresh, then replay.
@@ -216,7 +238,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
         todo["todo"].pop(0)  # the engineer committed the resolution (git cherry-pick --continue)
         todo["replayed"] += 1
     todo["head"] = None
-    atomic_write(state / "todo.json", json.dumps(todo).encode())
+    _save_todo(state, todo)
     return _replay_mine(component, co)
 
 
@@ -225,7 +247,21 @@ def merge_abort(project: Project, component: Component, path: Path | None = None
     """``--abort``: the checkout back as the merge found it (branch, refs, config, tree)."""
     co = _merge_checkout(project, component, path, aborting=True)
     state = merge_state(co)
-    saved = SavedCheckout.from_json(json.loads((state / "saved.json").read_bytes()))
-    restore(saved, state)
+    restore(_load_saved(state, co), state)
     shutil.rmtree(state)
     return MergeResult(component, co.path, "aborted")
+
+
+def _load_saved(state: Path, co: Checkout) -> SavedCheckout:
+    """``saved.json`` of the merge folder *state*, checked: it names *co*, the checkout whose ``.git`` holds it."""
+    path = state / Path(MERGE_SAVED.where).name
+    data = MERGE_SAVED.load(path)
+    if data is None:
+        raise MERGE_SAVED.refused(path, "no such file")
+    try:
+        saved = SavedCheckout.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise MERGE_SAVED.refused(path, f"damaged ({err!r} is missing or wrong)") from None
+    if os.path.realpath(saved.path) != os.path.realpath(co.path):
+        raise MERGE_SAVED.refused(path, f"it names {saved.path}, not the checkout it lies in ({co.path})")
+    return saved

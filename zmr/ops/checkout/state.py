@@ -12,7 +12,6 @@ equal the series, and which work exporting would save.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 from zmr.infra import git
 from zmr.infra.cache import UPSTREAM_REFS, Cache
 from zmr.infra.errors import ZmrError
-from zmr.infra.files import FileRefused, atomic_write, read_repo_file
+from zmr.infra.state import POINTER
 from zmr.infra.wording import counted, verb
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
@@ -28,8 +27,6 @@ from zmr.model.project import Project
 from zmr.model.series import Series
 from zmr.ops.checkout.worktree import SERIES_KEY, Checkout, CheckoutError, check_identity, check_not_half_refreshed, open_checkout, try_open
 from zmr.ops.patchplan import list_commits, plan_export
-
-MAX_POINTER_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -41,22 +38,19 @@ class Pointer:
 
 
 def read_pointer(project: Project, component: Component) -> Pointer | None:
-    """The remembered ``--dir``; None when there is none or it is not one zmr wrote (an older zmr's one-line file, damage)."""
+    """The remembered ``--dir``; None when there is none. One that is not what zmr writes (damaged, too big, no absolute
+    path or no token) is refused (``zmr.infra.state.POINTER``: the file and what to do)."""
     file = project.checkout_pointer(component)
-    if not file.is_file():
+    data = POINTER.load(file)
+    if data is None:
         return None
-    try:
-        data = json.loads(read_repo_file(None, file, limit=MAX_POINTER_BYTES, what="checkout pointer"))
-    except (FileRefused, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not isinstance(data.get("token"), str) or not data["token"]:
-        return None
-    path = Path(data["path"])
-    return Pointer(path, data["token"]) if path.is_absolute() else None
+    if not isinstance(data.get("path"), str) or not isinstance(data.get("token"), str) or not data["token"] or not Path(data["path"]).is_absolute():
+        raise POINTER.refused(file, "not an absolute path and a token, as zmr writes")
+    return Pointer(Path(data["path"]), data["token"])
 
 
 def write_pointer(project: Project, component: Component, co: Checkout) -> None:
-    atomic_write(project.checkout_pointer(component), json.dumps({"path": str(co.path), "token": co.ensure_token()}).encode() + b"\n")
+    POINTER.save(project.checkout_pointer(component), {"path": str(co.path), "token": co.ensure_token()})
 
 
 def forget_pointer(project: Project, component: Component) -> None:
