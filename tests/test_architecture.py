@@ -612,3 +612,77 @@ def test_the_plumbing_check_finds_plumbing_in_the_checkout_package(tmp_path):
     )
     (package / "project.py").write_text('def g(repo):\n    repo.run(["update-ref", "refs/x", "y"])\n')  # git_argv_outside_git's to find
     assert plumbing_in_checkout(package) == ["pkg/ops/checkout/a.py:2 git symbolic-ref"]
+
+
+# Working state: one owner (#49.1). zmr/infra/state.py says where each state file lives and is the only reader and writer of
+# their JSON; the old export journal is zmr/ops/legacy.py's alone. The products (evidence, smoke, importing) and the CLI keep
+# no state of their own format, and are not scanned: what they parse is their own files (dumps, records, reports).
+_STATE_OWNER = "infra/state.py"
+_NOT_CORE = ("cli/", "evidence/", "smoke/", "importing/")
+_PARSES_OTHER_JSON = {
+    "infra/files.py": "defines parse_json, the bounded json.loads that state.py uses",
+    "model/source.py": "zmr's own package metadata (direct_url.json, PEP 610)",
+    "ops/docs.py": "smoke records committed under cases/ (repository files, read with read_repo_file)",
+}
+_LEGACY_NAMES = {"LEGACY_EXPORT_JOURNAL", "pending_removals", "export_journal", "staging_dir", "forget_legacy_journal"}
+_LEGACY_OWNER = "ops/legacy.py"
+
+
+def _core_files(root: Path) -> list[tuple[str, Path]]:
+    return [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*.py")) if not p.relative_to(root).as_posix().startswith(_NOT_CORE)]
+
+
+def state_owner_problems(root: Path) -> list[str]:
+    """``path:line what`` of each place outside the state module that parses JSON, writes JSON with ``atomic_write``,
+    reaches into the state folder itself (``.state_dir``), or names the old export journal outside zmr/ops/legacy.py."""
+    found = []
+    for rel, path in _core_files(root):
+        shown = path.relative_to(root.parent).as_posix()
+        for node in ast.walk(parse(path)):
+            if rel not in (_STATE_OWNER, *_PARSES_OTHER_JSON):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("loads", "load"):
+                    if isinstance(node.func.value, ast.Name) and node.func.value.id == "json":
+                        found.append(f"{shown}:{node.lineno} json.{node.func.attr}")
+                if (isinstance(node, ast.Name) and node.id == "parse_json") or (isinstance(node, ast.alias) and node.name == "parse_json"):
+                    found.append(f"{shown}:{node.lineno} parse_json")
+                if isinstance(node, ast.ImportFrom) and node.module == "json" and any(a.name in ("loads", "load") for a in node.names):
+                    found.append(f"{shown}:{node.lineno} from json import")
+            if rel != _STATE_OWNER and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "atomic_write":
+                if any(isinstance(n, ast.Attribute) and n.attr == "dumps" for arg in node.args for n in ast.walk(arg)):
+                    found.append(f"{shown}:{node.lineno} atomic_write of json.dumps")
+            if rel not in (_STATE_OWNER, "model/project.py") and isinstance(node, ast.Attribute) and node.attr == "state_dir":
+                found.append(f"{shown}:{node.lineno} .state_dir")
+            if rel not in (_STATE_OWNER, _LEGACY_OWNER):
+                named = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+                named = named or (node.name if isinstance(node, (ast.FunctionDef, ast.alias)) else None)
+                spelled = isinstance(node, ast.Constant) and isinstance(node.value, str) and "pending-removals" in node.value
+                if named in _LEGACY_NAMES or spelled:
+                    found.append(f"{shown}:{node.lineno} the old export journal")
+    return sorted(found)
+
+
+def test_working_state_has_one_owner():
+    """Only zmr/infra/state.py parses or writes a state file's JSON and says where one lives; only zmr/ops/legacy.py knows the old export journal (#49.1)."""
+    assert state_owner_problems(ZMR) == []
+
+
+def test_the_state_owner_check_finds_state_read_elsewhere(tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("cli", "infra", "ops"):
+        (package / folder).mkdir(parents=True)
+    (package / "infra" / "state.py").write_text("import json\ndef f(p):\n    return json.loads(p.read_text())\n")
+    (package / "ops" / "legacy.py").write_text("def g(project, c):\n    return project.pending_removals(c)\n")
+    (package / "ops" / "rebase.py").write_text(
+        "import json\nfrom zmr.infra.files import atomic_write, parse_json\n"
+        "def h(project, p, data):\n    atomic_write(p, json.dumps(data).encode())\n    return project.state_dir / 'x', json.load(p)\n"
+        "def i(project, c):\n    return project.pending_removals(c), 'pending-removals/x.json'\n"
+    )
+    (package / "cli" / "render.py").write_text("import json\ndef j(s):\n    return json.loads(s)\n")  # not the core: not scanned
+    assert state_owner_problems(package) == [
+        "pkg/ops/rebase.py:2 parse_json",
+        "pkg/ops/rebase.py:4 atomic_write of json.dumps",
+        "pkg/ops/rebase.py:5 .state_dir",
+        "pkg/ops/rebase.py:5 json.load",
+        "pkg/ops/rebase.py:7 the old export journal",
+        "pkg/ops/rebase.py:7 the old export journal",
+    ]

@@ -349,3 +349,193 @@ def test_state_lives_in_the_git_directory_of_every_layout(tmp_path, upstream, la
     assert status == ["patches/toy/rollout/0003-add-notes.patch", "patches/toy/rollout/series"], status
     assert zmr("build", "toy", cwd=root, env=env).returncode == 0
     assert zmr("verify", "toy", cwd=root, env=env).returncode == 0
+
+
+# -- one owner of the state (#49.1): zmr.infra.state's StateFile, zmr.ops.recovery.open_project, zmr.ops.legacy --------------
+
+
+def _json_entries():
+    from zmr.infra.state import STATE_FILES
+
+    return [entry for entry in STATE_FILES if entry.kind == "json"]
+
+
+def _sample(entry) -> object:
+    return ["0001-a.patch", "sub/0002-b.patch"] if entry.shape is list else {"path": "/somewhere", "token": "t0k", "todo": [], "results": {}}
+
+
+@pytest.mark.parametrize("entry", _json_entries(), ids=lambda e: e.name)
+def test_every_state_format_round_trips_and_refuses_what_zmr_did_not_write_naming_the_file(tmp_path, entry):
+    """Each JSON state file of zmr.infra.state.STATE_FILES: written and read back whole; another version, too big, not JSON, of
+    another shape or a symbolic link is refused with one message naming the file and what to do."""
+    from zmr.infra.state import StateMalformed, StateRefused, StateVersion
+
+    path = tmp_path / "zmr" / "state.json"
+    entry.save(path, _sample(entry))
+    loaded = entry.load(path)
+    assert loaded == (_sample(entry) if entry.shape is list else {"version": entry.version, **_sample(entry)})
+    assert entry.load(tmp_path / "absent.json") is None
+
+    def refused(data: bytes | None, kind: type[StateRefused], reason: str) -> None:
+        if data is not None:
+            path.write_bytes(data)
+        with pytest.raises(kind) as err:
+            entry.load(path)
+        assert err.value.message.startswith(f"{path}: cannot be read as {entry.what}: "), err.value.message
+        assert reason in err.value.message and err.value.details, err.value.message
+
+    if entry.version is not None:
+        refused(json.dumps({**_sample(entry), "version": entry.version + 1}).encode(), StateVersion, f"this zmr reads version {entry.version}")
+    refused(b'{"version": 1, "todo": [', StateMalformed, "not JSON")
+    refused(b"[" * 100 + b"]" * 100, StateMalformed, "not JSON (nested more than 64 levels deep)")
+    refused(b'"a string"', StateMalformed, f"not the {'list' if entry.shape is list else 'object'} zmr writes")
+    with open(path, "wb") as handle:
+        handle.truncate(entry.max_bytes + 1)  # sparse: never read
+    refused(None, StateRefused, f"{entry.max_bytes + 1} bytes, more than the {entry.max_bytes} zmr writes")
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text(json.dumps(_sample(entry)))
+    path.symlink_to(tmp_path / "elsewhere.json")
+    refused(None, StateRefused, "a symbolic link")
+    with pytest.raises(StateRefused):
+        entry.save(path, _sample(entry))  # never written through a link
+    assert json.loads((tmp_path / "elsewhere.json").read_text()) == _sample(entry)
+
+
+def test_damaged_state_is_refused_by_every_command_with_the_same_message_and_its_advice_works(tmp_path, upstream):
+    """A remembered --dir, an older zmr's export journal, a rebase's state, a merge's todo: too big or not JSON is exit 2
+    naming the file (before: the pointer and the export journal were read without a limit, a bad pointer silently
+    ignored, a bad todo.json an internal error); deleting the file as told lets the command run."""
+    project, _ = _toy(tmp_path / "project", upstream)
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+    state = state_dir(project.root)
+
+    def refused(args: tuple[str, ...], path: Path, what: str, reason: str) -> str:
+        result = zmr(*args, cwd=project.root)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert f"{path}: cannot be read as {what}: {reason}" in result.stderr, result.stderr
+        return result.stderr
+
+    pointer = state / "checkouts/toy/rollout"
+    pointer.parent.mkdir(parents=True)
+    pointer.write_text('{"path": "/p", "tok')
+    told = refused(("checkout", "toy"), pointer, "a remembered --dir", "not JSON")
+    assert f"delete {pointer}: zmr then uses work/<model>/<component>" in told
+    pointer.unlink()
+    assert zmr("checkout", "toy", cwd=project.root).returncode == 0
+
+    journal = state / "pending-removals/toy/rollout.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps(["0001-fixed-split.patch"] * 5000))
+    told = refused(("export", "toy"), journal, "an older zmr's export journal", "130000 bytes, more than the 65536 zmr writes")
+    assert f"delete {journal}: the files it names become untracked files of the series folder" in told
+    journal.unlink()
+    assert zmr("export", "toy", cwd=project.root).returncode == 0
+
+    rebase = state / "rebase/toy/rollout/state.json"
+    rebase.parent.mkdir(parents=True)
+    with open(rebase, "wb") as handle:
+        handle.truncate((16 << 20) + 1)
+    told = refused(("rebase", "toy", "--abort"), rebase, "rebase state", f"{(16 << 20) + 1} bytes, more than the {16 << 20} zmr writes")
+    assert f"or delete {rebase.parent} to forget it" in told
+    import shutil
+
+    shutil.rmtree(rebase.parent)
+
+    merge = project.root / "work/toy/rollout/.git/zmr-merge"
+    merge.mkdir()
+    (merge / "todo.json").write_text("{")
+    refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not JSON")
+    (merge / "todo.json").write_text(json.dumps({"todo": ["../../x"], "head": None, "replayed": 0}))
+    refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not the commits left")
+
+
+def test_check_results_of_another_version_are_tested_again_and_damaged_ones_refused(tmp_path, upstream):
+    """zmr.ops.checks' cache goes through zmr.infra.state too: another version is a cache miss (as before), a damaged file is refused."""
+    from zmr.ops.checks import Check, Results
+    from zmr.infra.errors import ZmrError
+    from zmr.model.project import Project as ZmrProject
+    from zmr.infra.state import CHECKS
+
+    project, _ = _toy(tmp_path / "project", upstream)
+    zp = ZmrProject.find(project.root)
+    component = zp.manifests()[0].components["rollout"]
+    check = Check("test", ())
+    path = zp.state_path(CHECKS, model="toy", component="rollout", key=check.key)
+    results = Results(zp, component, check)
+    results.keep_replay("1" * 40, "s", "2" * 40)
+    assert Results(zp, component, check).replayed("1" * 40, "s") == ("2" * 40, "")
+    assert json.loads(path.read_text())["version"] == CHECKS.version
+    path.write_text(json.dumps({"version": 99, "results": {"x": 1}}))
+    assert Results(zp, component, check).replayed("1" * 40, "s") is None
+    path.write_text("{")
+    with pytest.raises(ZmrError, match=f"{path}: cannot be read as check results: not JSON"):
+        Results(zp, component, check)
+
+
+def _interrupted(project, name: str, phase: str, data: bytes) -> tuple[Path, Path]:
+    """What a SIGKILL leaves of a transaction *name* that was writing manifests/toy.yaml: its staged copy and its journal in *phase*."""
+    target = project.root / "manifests/toy.yaml"
+    staged = target.with_name(".toy.yaml.0123456789ab.zmr-stage")
+    staged.write_bytes(data)
+    journal = state_dir(project.root) / "transactions" / f"{name}.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    record = {"version": 1, "phase": phase, "dirs": [], "files": [["manifests/toy.yaml", staged.name]], "remove": []}
+    journal.write_text(json.dumps(record))
+    return target, staged
+
+
+def test_a_library_caller_that_opens_the_project_gets_interrupted_work_finished_or_undone_and_told_which(tmp_path, upstream, capsys):
+    """zmr.ops.recovery.open_project does what every command does first (before: only the CLI did it, and printed it):
+    a committed transaction is finished, an uncommitted one undone, and the report says which; nothing is printed.
+    Project.find only locates the project (docs/reference.md §6.3): the journals stay for open_project."""
+    from zmr.model.manifest import Policy
+    from zmr.model.project import Project as ZmrProject
+    from zmr.ops.recovery import open_project
+
+    project, _ = _toy(tmp_path / "project", upstream)
+    target = project.root / "manifests/toy.yaml"
+    before = target.read_bytes()
+    new = before.replace(b"model: toy", b"model: toy  # moved")
+    _interrupted(project, "update/toy/rollout", "commit", new)
+    assert ZmrProject.find(project.root).root == project.root.resolve()
+    assert target.read_bytes() == before and (state_dir(project.root) / "transactions/update/toy/rollout.json").exists()
+
+    assert open_project(project.root, Policy(untrusted=True)).report.recovered == []  # a pull request's CI writes nothing
+    opened = open_project(project.root)
+    assert opened.project.root == project.root.resolve()
+    assert [(r.name, r.action) for r in opened.report.recovered] == [("update/toy/rollout", "finished")]
+    assert opened.report.lines() == ["an interrupted zmr left a half-written change (update/toy/rollout): finished now"]
+    assert target.read_bytes() == new and not opened.report.failed()
+
+    _, staged = _interrupted(project, "import", "staging", b"half of a manifest")
+    report = open_project(project.root).report
+    assert [(r.name, r.action) for r in report.recovered] == [("import", "undone")]
+    assert target.read_bytes() == new and not staged.exists()
+    assert report.to_json()["recovered"] == [{"name": "import", "action": "undone", "message": report.lines()[0]}]
+    assert open_project(project.root).report.recovered == []  # nothing left
+    assert capsys.readouterr() == ("", "")
+
+
+def test_an_older_zmr_s_export_journal_is_migrated_once_by_opening_and_honoured_through_zmr_legacy(tmp_path, upstream):
+    """`.zmr/pending-removals/<model>-<component>.json`: moved into the state folder by the first open (a library caller's
+    too), never again; export and rebase then read it through zmr.ops.legacy alone (tests/test_architecture.py)."""
+    from zmr.ops import legacy
+    from zmr.ops.recovery import open_project
+    from zmr.infra.state import LEGACY_EXPORT_JOURNAL
+
+    project, _ = _toy(tmp_path / "project", upstream)
+    project.write(".zmr/pending-removals/toy-rollout.json", json.dumps(["0002-contiguous.patch", "../outside.patch"]))
+    opened = open_project(project.root)
+    assert opened.report.migrated == [
+        f".zmr/ in the work tree is not read: zmr keeps its working state in {state_dir(project.root)} now;"
+        " migrated: the export journal of toy/rollout; delete .zmr/ (what is left there is not used)"
+    ]
+    component = opened.project.manifests()[0].components["rollout"]
+    assert opened.project.state_path(LEGACY_EXPORT_JOURNAL, model="toy", component="rollout").is_file()
+    assert legacy.export_journal_names(opened.project, component) == {"0002-contiguous.patch"}  # a name leaving the series folder is not one
+    project.write(".zmr/pending-removals/toy-rollout.json", json.dumps(["0001-fixed-split.patch"]))
+    assert open_project(project.root).report.migrated == []  # once
+    assert legacy.export_journal_names(opened.project, component) == {"0002-contiguous.patch"}
+    legacy.forget_export_journal(opened.project, component)
+    assert legacy.export_journal_names(opened.project, component) is None
+    assert not (state_dir(project.root) / "pending-removals").exists()

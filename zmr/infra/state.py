@@ -135,8 +135,8 @@ class StateFile:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise StateRefused(path, self.what, "not a regular file", self._fix(path))
-            data = handle.read(self.max_bytes + 1)
-        if info.st_size > self.max_bytes or len(data) > self.max_bytes:
+            data = handle.read(self.max_bytes + 1) if info.st_size <= self.max_bytes else b""
+        if info.st_size > self.max_bytes or len(data) > self.max_bytes:  # the second: it grew since fstat
             raise StateRefused(path, self.what, f"{max(info.st_size, len(data))} bytes, more than the {self.max_bytes} zmr writes", self._fix(path))
         return data
 
