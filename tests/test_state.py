@@ -538,4 +538,4 @@ def test_an_older_zmr_s_export_journal_is_migrated_once_by_opening_and_honoured_
     assert legacy.export_journal_names(opened.project, component) == {"0002-contiguous.patch"}
     legacy.forget_export_journal(opened.project, component)
     assert legacy.export_journal_names(opened.project, component) is None
-    assert not (state_dir(project.root) / "pending-removals").exists()
+    assert not (state_dir(project.root) / "pending-removals/toy").exists()  # its model's folder with it
