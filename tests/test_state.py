@@ -447,6 +447,28 @@ def test_damaged_state_is_refused_by_every_command_with_the_same_message_and_its
     refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not JSON")
     (merge / "todo.json").write_text(json.dumps({"todo": ["../../x"], "head": None, "replayed": 0}))
     refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not the commits left")
+    # A path read from state is checked: a saved checkout that is not the one the merge folder lies in is not restored.
+    victim, seen = _victim_checkout(tmp_path, upstream)
+    (merge / "saved.json").write_text(json.dumps({"path": str(victim), "existed": True, "token": "", "head": "HEAD", "refs": {}}))
+    refused(("checkout", "toy", "--abort"), merge / "saved.json", "the saved checkout of a merge", f"it names {victim}, not the checkout it lies in")
+    assert _seen(victim) == seen
+
+
+def test_a_rebase_state_naming_a_file_outside_the_series_folder_is_refused(tmp_path):
+    """saved.series_files are names inside the series folder (--abort writes each back there): `..` or an absolute name refuses the state."""
+    from zmr.rebase_state import RebaseState
+    from zmr.state import StateMalformed
+
+    path = tmp_path / "state.json"
+    for name in ("../../manifests/other.yaml", "/etc/passwd", "a/../../b"):
+        data = _rebase_state(tmp_path / "work", {"existed": False})
+        data["saved"]["series_files"] = ["series", name]
+        path.write_text(json.dumps(data))
+        with pytest.raises(StateMalformed, match=f"{path}: cannot be read as rebase state: damaged"):
+            RebaseState.load(path)
+    data["saved"]["series_files"] = ["series", "sub/0001-a.patch"]
+    path.write_text(json.dumps(data))
+    assert RebaseState.load(path).saved.series_files == ["series", "sub/0001-a.patch"]
 
 
 def test_check_results_of_another_version_are_tested_again_and_damaged_ones_refused(tmp_path, upstream):

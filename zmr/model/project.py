@@ -79,6 +79,11 @@ class Project:
         ``$ZMR_REPO`` when set; else, inside a ``zmr checkout`` (also one made
         with ``--dir`` outside the repository), the repository it belongs to;
         else the nearest folder upward holding ``manifests/`` or ``zmr.yaml``.
+
+        Only locates: what a killed zmr left is not finished and an older
+        zmr's ``.zmr/`` not migrated. A caller that reads or writes the
+        project's files opens it with ``zmr.recovery.open_project``, as
+        every command does (docs/reference.md §6.3).
         """
         explicit = os.environ.get("ZMR_REPO")
         here = Path(explicit or start or os.getcwd()).resolve()
