@@ -441,12 +441,20 @@ def test_damaged_state_is_refused_by_every_command_with_the_same_message_and_its
 
     shutil.rmtree(rebase.parent)
 
-    merge = project.root / "work/toy/rollout/.git/zmr-merge"
+    from zmr.checkout import open_checkout, snapshot
+    from zmr.state import MERGE_SAVED
+
+    co = open_checkout(project.root / "work/toy/rollout")
+    merge = co.git_dir / "zmr-merge"
     merge.mkdir()
+    MERGE_SAVED.save(merge / "saved.json", snapshot(co, co.path, merge).to_json())  # what `checkout --merge` saves first
     (merge / "todo.json").write_text("{")
     refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not JSON")
     (merge / "todo.json").write_text(json.dumps({"todo": ["../../x"], "head": None, "replayed": 0}))
-    refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not the commits left")
+    told = refused(("checkout", "toy", "--continue"), merge / "todo.json", "the commits a merge has left", "not the commits left")
+    assert "undo the merge with `zmr checkout toy -c rollout --abort`" in told
+    assert zmr("checkout", "toy", "-c", "rollout", "--abort", cwd=project.root).returncode == 0 and not merge.exists()
+    merge.mkdir()
     # A path read from state is checked: a saved checkout that is not the one the merge folder lies in is not restored.
     victim, seen = _victim_checkout(tmp_path, upstream)
     (merge / "saved.json").write_text(json.dumps({"path": str(victim), "existed": True, "token": "", "head": "HEAD", "refs": {}}))

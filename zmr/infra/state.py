@@ -219,7 +219,7 @@ MERGE_TODO = StateFile(
     "the commits a merge has left",
     unversioned=True,
     base=CHECKOUT,
-    fix="undo the merge with `zmr checkout MODEL -c COMPONENT --abort`",
+    fix="undo the merge with `zmr checkout --abort` for its component (zmr.checkout.merge names it)",
 )
 
 STATE_FILES = (

@@ -18,7 +18,7 @@ from typing import Any, cast
 from zmr.infra.cache import Cache
 from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.lock import locked
-from zmr.infra.state import MERGE_DIR as MERGE_FOLDER, MERGE_SAVED, MERGE_TODO
+from zmr.infra.state import MERGE_DIR as MERGE_FOLDER, MERGE_SAVED, MERGE_TODO, StateRefused
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
@@ -72,17 +72,21 @@ def _todo_path(state: Path) -> Path:
     return state / Path(MERGE_TODO.where).name
 
 
-def _load_todo(state: Path) -> dict[str, Any]:
-    """``todo.json`` of the merge folder *state*, checked: the commits left (full ids), the HEAD before a pick, the count replayed."""
+def _load_todo(state: Path, component: Component) -> dict[str, Any]:
+    """``todo.json`` of the merge folder *state*, checked: the commits left (full ids), the HEAD before a pick, the count
+    replayed. One that is not is refused with the way out that needs only ``saved.json``: ``--abort``."""
     path = _todo_path(state)
-    todo = MERGE_TODO.load(path)
-    if todo is None:
-        raise MERGE_TODO.refused(path, "no such file")
-    left, head, replayed = todo.get("todo"), todo.get("head"), todo.get("replayed")
-    if not (isinstance(left, list) and all(isinstance(c, str) and FULL_OID_RE.match(c) for c in left)) or not (head is None or isinstance(head, str)):
-        raise MERGE_TODO.refused(path, "not the commits left and the HEAD before a pick, as zmr writes them")
-    if not isinstance(replayed, int) or isinstance(replayed, bool):
-        raise MERGE_TODO.refused(path, "not the count of commits replayed, as zmr writes it")
+    try:
+        todo = MERGE_TODO.load(path)
+        if todo is None:
+            raise MERGE_TODO.refused(path, "no such file")
+        left, head, replayed = todo.get("todo"), todo.get("head"), todo.get("replayed")
+        if not (isinstance(left, list) and all(isinstance(c, str) and FULL_OID_RE.match(c) for c in left)) or not (head is None or isinstance(head, str)):
+            raise MERGE_TODO.refused(path, "not the commits left and the HEAD before a pick, as zmr writes them")
+        if not isinstance(replayed, int) or isinstance(replayed, bool):
+            raise MERGE_TODO.refused(path, "not the count of commits replayed, as zmr writes it")
+    except StateRefused as err:
+        raise CheckoutError(err.message, details=[f"undo the merge with `zmr checkout {component.model} -c {component.key} --abort`"]) from None
     return cast(dict[str, Any], todo)
 
 
@@ -162,7 +166,7 @@ def _refresh_to_series(project: Project, component: Component, co: Checkout, tar
 def _replay_mine(component: Component, co: Checkout) -> MergeResult:
     """Cherry-pick the commits left in ``todo.json``, one at a time; stop on a conflict; done: the merge folder goes."""
     state = merge_state(co)
-    todo = _load_todo(state)
+    todo = _load_todo(state, component)
     while todo["todo"]:
         commit = todo["todo"][0]
         todo["head"] = co.head()
@@ -206,7 +210,7 @@ def merge_continue(project: Project, component: Component, path: Path | None = N
     co = _merge_checkout(project, component, path)
     where = show_path(project, co.path)
     state = merge_state(co)
-    todo = _load_todo(state)
+    todo = _load_todo(state, component)
     if co.half_refreshed:
         if todo["head"] is None and todo["replayed"] == 0 and not co.pick_in_progress():
             # A --merge killed while it refreshed the checkout, before it replayed anything: finish the refresh, then replay.
