@@ -9,6 +9,10 @@ index, `zmr.ops.build` and `zmr.ops.verify` build and verify release branches,
 and the other commands' work). The products beside it are subpackages:
 `zmr.evidence` (mismatch, locate, dumps, engine adapters), `zmr.smoke` and
 `zmr.importing`; `zmr.cli` sits above them all. Only `zmr.infra.git` starts git.
+
+A library caller opens a project as every command does, with
+`zmr.ops.recovery.open_project`: it finishes or undoes what a killed zmr left
+and migrates an older zmr's state (`Project.find` only locates it).
 """
 
 import importlib

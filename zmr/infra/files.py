@@ -263,13 +263,12 @@ def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         value = json.loads(data)
     except RecursionError:
         raise ValueError(f"nested more than {max_depth} levels deep") from None
-    stack = [(value, 1)]
-    while stack:  # iterative: a value nested 900 deep must not crash what walks it later
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:  # iterative: a value nested 900 deep must not crash what walks it later; only containers are walked
         item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > max_depth:
-                raise ValueError(f"nested more than {max_depth} levels deep")
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if depth > max_depth:
+            raise ValueError(f"nested more than {max_depth} levels deep")
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item) if isinstance(child, (dict, list)))
     return value
 
 

@@ -243,7 +243,8 @@ def relative_name(name: object) -> str | None:
     """*name* when it is a plain relative path (no ``..``, not absolute, no NUL): a file inside a folder zmr owns; else None."""
     if not isinstance(name, str) or not name or name.startswith("/") or "\0" in name:
         return None
-    return name if all(part not in ("", ".", "..") for part in name.split("/")) else None
+    parts = name.split("/")
+    return None if "" in parts or "." in parts or ".." in parts else name
 
 
 def json_string(quoted: bytes) -> str:
