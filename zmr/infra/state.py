@@ -29,6 +29,7 @@ module but this one parses a state file, and the old export journal is
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -130,6 +131,9 @@ class StateFile:
         except OSError as err:
             if os.path.islink(path):
                 raise StateRefused(path, self.what, "a symbolic link; zmr does not follow one in its state", self._fix(path)) from None
+            if err.errno in (errno.EACCES, errno.EPERM):
+                owner = "this user may not read it: run zmr as the user who owns the repository"
+                raise StateRefused(path, self.what, err.strerror or str(err), owner) from None
             raise StateRefused(path, self.what, err.strerror or str(err), self._fix(path)) from None
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -147,7 +151,8 @@ class StateFile:
             value = {"version": self.version, **{k: v for k, v in value.items() if k != "version"}}
         data = (json.dumps(value, indent=self.indent) + "\n").encode()
         if len(data) > self.max_bytes:
-            raise ZmrError(f"{path}: {self.what} of {len(data)} bytes, more than the {self.max_bytes} zmr reads back; nothing written")
+            too_big = f"{path}: {self.what} of {len(data)} bytes, more than the {self.max_bytes} zmr reads back; nothing written"
+            raise ZmrError(too_big, details=[self._fix(path)])
         if os.path.islink(path):
             raise StateRefused(path, self.what, "a symbolic link; zmr does not write through one in its state", f"remove {path}, then run again")
         path.parent.mkdir(parents=True, exist_ok=True)
