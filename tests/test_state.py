@@ -569,3 +569,19 @@ def test_an_older_zmr_s_export_journal_is_migrated_once_by_opening_and_honoured_
     legacy.forget_export_journal(opened.project, component)
     assert legacy.export_journal_names(opened.project, component) is None
     assert not (state_dir(project.root) / "pending-removals/toy").exists()  # its model's folder with it
+
+
+def test_the_reference_names_where_every_state_file_lives():
+    """docs/reference.md §8 (the state folder's table, §8.1/§8.2 for a merge's and a rebase's files) names each entry of zmr.state.STATE_FILES."""
+    from zmr.state import STATE_FILES
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    section = text[text.index("## 8. Working state") : text.index("## 9. ")]
+    missing = []
+    for entry in STATE_FILES:
+        shown = entry.where.format(name="<name>", model="<model>", component="<component>", key="<key>")
+        shown = f".git/{shown}" if entry.base == "checkout" else shown
+        folder, _, file = shown.rpartition("/")
+        if f"`{shown}" not in section and not (folder and f"`{folder}/" in section and f"`{file}`" in section):
+            missing.append(shown)
+    assert missing == []
