@@ -441,8 +441,8 @@ def test_damaged_state_is_refused_by_every_command_with_the_same_message_and_its
 
     shutil.rmtree(rebase.parent)
 
-    from zmr.checkout import open_checkout, snapshot
-    from zmr.state import MERGE_SAVED
+    from zmr.ops.checkout import open_checkout, snapshot
+    from zmr.infra.state import MERGE_SAVED
 
     co = open_checkout(project.root / "work/toy/rollout")
     merge = co.git_dir / "zmr-merge"
@@ -464,8 +464,8 @@ def test_damaged_state_is_refused_by_every_command_with_the_same_message_and_its
 
 def test_a_rebase_state_naming_a_file_outside_the_series_folder_is_refused(tmp_path):
     """saved.series_files are names inside the series folder (--abort writes each back there): `..` or an absolute name refuses the state."""
-    from zmr.rebase_state import RebaseState
-    from zmr.state import StateMalformed
+    from zmr.ops.rebase_state import RebaseState
+    from zmr.infra.state import StateMalformed
 
     path = tmp_path / "state.json"
     for name in ("../../manifests/other.yaml", "/etc/passwd", "a/../../b"):
@@ -572,8 +572,8 @@ def test_an_older_zmr_s_export_journal_is_migrated_once_by_opening_and_honoured_
 
 
 def test_the_reference_names_where_every_state_file_lives():
-    """docs/reference.md §8 (the state folder's table, §8.1/§8.2 for a merge's and a rebase's files) names each entry of zmr.state.STATE_FILES."""
-    from zmr.state import STATE_FILES
+    """docs/reference.md §8 (the state folder's table, §8.1/§8.2 for a merge's and a rebase's files) names each entry of zmr.infra.state.STATE_FILES."""
+    from zmr.infra.state import STATE_FILES
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
     section = text[text.index("## 8. Working state") : text.index("## 9. ")]

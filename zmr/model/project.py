@@ -82,7 +82,7 @@ class Project:
 
         Only locates: what a killed zmr left is not finished and an older
         zmr's ``.zmr/`` not migrated. A caller that reads or writes the
-        project's files opens it with ``zmr.recovery.open_project``, as
+        project's files opens it with ``zmr.ops.recovery.open_project``, as
         every command does (docs/reference.md §6.3).
         """
         explicit = os.environ.get("ZMR_REPO")
