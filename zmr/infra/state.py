@@ -224,7 +224,7 @@ MERGE_TODO = StateFile(
     "the commits a merge has left",
     unversioned=True,
     base=CHECKOUT,
-    fix="undo the merge with `zmr checkout --abort` for its component (zmr.checkout.merge names it)",
+    fix="undo the merge with `zmr checkout --abort` for its component (zmr.ops.checkout.merge names it)",
 )
 
 STATE_FILES = (
