@@ -210,7 +210,9 @@ def test_the_action_installs_a_lock_that_pins_every_dependency_with_the_hashes_o
         for wanted in map(Requirement, lock_action.requirements(data)):
             if wanted.marker is None or wanted.marker.evaluate(environment):
                 name = wanted.name.lower().replace("_", "-")
-                assert name in locked and wanted.specifier.contains(locked[name], prereleases=True), (python, str(wanted), locked.get(name))
+                assert name in locked and wanted.specifier.contains(locked[name], prereleases=True), (
+                    f"Python {python}: {wanted} is {locked.get(name, 'missing')} in action/requirements.txt: run scripts/lock-action"
+                )
     action = yaml.safe_load((REPO_ROOT / "action.yml").read_text())
     install = next(step for step in action["runs"]["steps"] if step.get("name") == "Install zmr")["run"]
     assert '--require-hashes --no-deps --only-binary :all: -r "$GITHUB_ACTION_PATH/action/requirements.txt"' in install
