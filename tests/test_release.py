@@ -243,3 +243,27 @@ def test_the_version_of_this_checkout_names_its_commit_unless_it_is_the_release(
     head = git("rev-parse", "HEAD", cwd=REPO_ROOT)
     tagged = git("rev-parse", "-q", "--verify", f"refs/tags/v{__version__}^{{commit}}", cwd=REPO_ROOT, check=False)
     assert version() == (__version__ if tagged == head else f"{__version__}+g{head[:12]}")
+
+
+def test_an_installed_development_build_names_the_commit_pip_recorded(tmp_path):
+    """Installed by `pip install git+URL@REF`: no checkout, the commit from pip's record (PEP 610) beside the package;
+    a release installed so says its version alone."""
+    import json
+
+    site = tmp_path / "site"
+    shutil.copytree(REPO_ROOT / "zmr", site / "zmr", ignore=shutil.ignore_patterns("__pycache__"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    record = {"url": "https://github.com/Inferact/zero-mismatch-rl", "vcs_info": {"vcs": "git", "commit_id": commit, "requested_revision": "main"}}
+    init = site / "zmr" / "__init__.py"
+    said = {}
+    for version in ("0.2.1.dev0", "0.2.0"):
+        init.write_text(re.sub(r'^__version__ = ".*"$', f'__version__ = "{version}"', init.read_text(), count=1, flags=re.M))
+        info = site / f"zmr-{version}.dist-info"
+        info.mkdir()
+        (info / "direct_url.json").write_text(json.dumps(record))
+        ran = subprocess.run([sys.executable, "-c", "from zmr.source import version, zmr_source; print(version(), *zmr_source())"], cwd=tmp_path,
+                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)}, capture_output=True, text=True)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        said[version] = ran.stdout.split()
+    assert said["0.2.1.dev0"] == [f"0.2.1.dev0+g{commit[:12]}", "https://github.com/Inferact/zero-mismatch-rl", commit]
+    assert said["0.2.0"] == ["0.2.0", "https://github.com/Inferact/zero-mismatch-rl", commit]

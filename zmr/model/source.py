@@ -54,13 +54,16 @@ def zmr_source() -> tuple[str, str]:
 
 
 def _recorded() -> dict[str, object]:
-    """What pip recorded of where this zmr came from (PEP 610 direct_url.json), or {}."""
+    """What pip recorded of where this zmr came from (PEP 610: direct_url.json of the dist-info folder it installs
+    beside the package), or {}. Read as a file: importlib.metadata costs tens of milliseconds, on every --json output."""
     import json
-    from importlib import metadata
+    from pathlib import Path
+
+    from zmr import __version__
 
     try:
-        recorded = json.loads(metadata.distribution("zmr").read_text("direct_url.json") or "null")
-    except (metadata.PackageNotFoundError, ValueError):
+        recorded = json.loads((Path(__file__).resolve().parent.parent / f"zmr-{__version__}.dist-info" / "direct_url.json").read_text())
+    except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}
 
@@ -108,8 +111,8 @@ def version() -> str:
     if checkout is not None:
         head, is_tag = checkout
         return __version__ if is_tag else f"{__version__}+g{head[:12]}"
+    if release:
+        return __version__
     vcs = _recorded().get("vcs_info")
     commit = vcs.get("commit_id") if isinstance(vcs, dict) else None
-    if release or not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
-        return __version__
-    return f"{__version__}+g{commit[:12]}"
+    return f"{__version__}+g{commit[:12]}" if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) else __version__
