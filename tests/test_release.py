@@ -147,6 +147,22 @@ def test_the_release_script_refuses_naming_every_problem_and_writes_nothing(tmp_
     assert git("tag", cwd=repo) == "v0.2.0"
 
 
+def test_a_release_stopped_half_way_says_how_to_start_again_and_that_works(tmp_path):
+    """A commit hook refuses the release commit after the files are written: the script says how to go back, and
+    following it literally leaves the repository as it was."""
+    repo = _zmr_repository(tmp_path / "zmr")
+    head = git("rev-parse", "HEAD", cwd=repo)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'hook: no' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    stopped = _release(repo, "0.2.0", "--date", "2026-12-07", "--lock", str(REPO_ROOT / "action" / "requirements.txt"))
+    assert stopped.returncode != 0 and "hook: no" in stopped.stderr
+    advice = re.search(r"to start again from where it began: (.*)$", stopped.stderr, re.M)
+    assert advice and git("status", "--porcelain", cwd=repo) != ""
+    subprocess.run(advice.group(1), shell=True, cwd=repo, check=True)
+    assert git("rev-parse", "HEAD", cwd=repo) == head and git("status", "--porcelain", cwd=repo) == "" and git("tag", cwd=repo) == ""
+
+
 def test_what_zmr_builds_does_not_depend_on_its_version(project, upstream, monkeypatch):
     """What zmr builds is the same whichever version builds it: its version is in no commit id or patch byte."""
     import zmr as zmr_package
