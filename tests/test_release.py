@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -51,7 +52,7 @@ def _zmr_repository(path: Path) -> Path:
 
 
 def _release(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GIT_")} | {
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | {
         "GIT_AUTHOR_NAME": "Maintainer",
         "GIT_AUTHOR_EMAIL": "maintainer@zmr.invalid",
         "GIT_COMMITTER_NAME": "Maintainer",
