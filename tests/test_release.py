@@ -278,7 +278,7 @@ def test_an_installed_development_build_names_the_commit_pip_recorded(tmp_path):
         info = site / f"zmr-{version}.dist-info"
         info.mkdir()
         (info / "direct_url.json").write_text(json.dumps(record))
-        ran = subprocess.run([sys.executable, "-c", "from zmr.source import version, zmr_source; print(version(), *zmr_source())"], cwd=tmp_path,
+        ran = subprocess.run([sys.executable, "-c", "from zmr.model.source import version, zmr_source; print(version(), *zmr_source())"], cwd=tmp_path,
                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)}, capture_output=True, text=True)  # fmt: skip
         assert ran.returncode == 0, ran.stderr
         said[version] = ran.stdout.split()

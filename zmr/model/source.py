@@ -57,12 +57,11 @@ def _recorded() -> dict[str, object]:
     """What pip recorded of where this zmr came from (PEP 610: direct_url.json of the dist-info folder it installs
     beside the package), or {}. Read as a file: importlib.metadata costs tens of milliseconds, on every --json output."""
     import json
-    from pathlib import Path
 
     from zmr import __version__
 
     try:
-        recorded = json.loads((Path(__file__).resolve().parent.parent / f"zmr-{__version__}.dist-info" / "direct_url.json").read_text())
+        recorded = json.loads((_package_parent() / f"zmr-{__version__}.dist-info" / "direct_url.json").read_text())
     except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}
