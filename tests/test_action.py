@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
@@ -21,7 +22,7 @@ from conftest import REPO_ROOT, actionlint, git, simple_model, zizmor, zmr
 ACTION = REPO_ROOT / "action.yml"
 TEMPLATES = REPO_ROOT / "zmr" / "templates"
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
-COMMANDS = ["verify", "smoke", "diff", "update", "publish", "upstreamed", "diff-comment"]
+COMMANDS = ["verify", "smoke", "diff", "update", "update-pull-requests", "publish", "upstreamed", "diff-comment"]
 
 
 def _action() -> dict:
@@ -180,6 +181,23 @@ def _inputs(command: str, **more: str) -> dict[str, str]:
     return defaults | {"command": command} | more
 
 
+def _pull_requests(root: Path, runner: Path, inputs: dict[str, str], bin_dir: Path, calls: Path, artifact: Callable[[Path], None] | None = None) -> subprocess.CompletedProcess[str]:
+    """After `update` with pull-requests: true ran: its job's step that prepares a commit per moved pin (no token: gh is
+    never called), the artifact handed over as download-artifact puts it, and the update-pull-requests job's step, in
+    its own checkout of the tested commit, with a runner of its own. Returns that step's run."""
+    prepared = _run_step("Prepare a pull request per moved pin", root, runner, inputs, bin_dir=bin_dir)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    assert not calls.exists() or calls.read_text() == "", calls.read_text()  # the job that ran upstream code holds no token
+    writer = runner.parent / "runner-pull-requests"
+    shutil.rmtree(writer, ignore_errors=True)
+    writer.mkdir()
+    shutil.copytree(runner / "zmr" / "pulls", writer / "zmr-update")
+    if artifact is not None:  # what the job that ran upstream code may have made of it
+        artifact(writer / "zmr-update")
+    git("checkout", "-q", "--detach", os.environ["GITHUB_SHA"], cwd=root)
+    return _run_step("Open a pull request per moved pin", root, writer, _inputs("update-pull-requests"), {"event.repository.default_branch": "main"}, bin_dir)
+
+
 @pytest.mark.parametrize("command,status", [("verify", "0"), ("update", "0"), ("diff", "0"), ("publish", "2"), ("upstreamed", "0"), ("nonsense", None)])
 def test_the_actions_shell_steps_on_a_fixture_project(command, status, project, upstream, tmp_path):
     simple_model(project, upstream)
@@ -191,7 +209,7 @@ def test_the_actions_shell_steps_on_a_fixture_project(command, status, project, 
     assert re.fullmatch(r"pins=[0-9a-f]{16}\n", (runner / "output").read_text())
     result = _run_step("Run zmr", project.root, runner, inputs)
     if status is None:
-        assert result.returncode == 2 and "command must be verify, smoke, diff, update, publish, upstreamed or diff-comment" in result.stdout
+        assert result.returncode == 2 and "command must be verify, smoke, diff, update, publish, upstreamed, update-pull-requests or diff-comment" in result.stdout
         return
     assert str(result.returncode) == status, result.stdout + result.stderr
     assert f"status={status}\n" in (runner / "output").read_text()
@@ -296,7 +314,8 @@ def test_the_comment_script_refuses_a_report_without_zmrs_marker(tmp_path):
 
 
 def test_the_weekly_pull_request_step_pushes_one_branch_per_moved_pin_and_names_the_blocking_author(project, upstream, tmp_path, monkeypatch):
-    """update with pull-requests: the action's own loop, with gh a recorder and origin a bare repository: the pin moves
+    """update with pull-requests, then update-pull-requests: the action's own loops (the commits prepared where upstream
+    code ran, pushed from the job with the token), with gh a recorder and origin a bare repository: the pin moves
     as far as the blocking patch lets it, on branch zmr/update/<model>/<component>, and the pull request's body is the
     report with the blocking patch's author named (the login GitHub's user search gives for the author's email)."""
     from test_update import grow
@@ -326,12 +345,12 @@ def test_the_weekly_pull_request_step_pushes_one_branch_per_moved_pin_and_names_
     inputs = _inputs("update", **{"update-check": "", "pull-requests": "true"})
     ran = _run_step("Run zmr", project.root, runner, inputs)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    opened = _run_step("Open a pull request per moved pin", project.root, runner, inputs, {"event.repository.default_branch": "main"}, bin_dir)
+    opened = _pull_requests(project.root, runner, inputs, bin_dir, calls)
     assert opened.returncode == 0, opened.stdout + opened.stderr
     assert "::warning::toy/rollout: blocked by 0001-fixed-split.patch; cc @octocat" in opened.stdout
     recorded = calls.read_text().splitlines()
     assert "auth setup-git" in recorded
-    assert "pr create --head zmr/update/toy/rollout --base main --title zmr update: move toy/rollout along its track --body-file " + str(runner / "zmr/body.md") in recorded
+    assert "pr create --head zmr/update/toy/rollout --base main --title zmr update: move toy/rollout along its track --body-file " + str(tmp_path / "runner-pull-requests/zmr/body.md") in recorded
     # The branch on origin: one commit on the tested one, the pin moved to the commit before the blocking one.
     moved = git("--git-dir", str(origin), "show", "zmr/update/toy/rollout:manifests/toy.yaml", cwd=tmp_path)
     assert f"commit: {upstream.commits[-4]}" in moved, moved

@@ -162,10 +162,12 @@ def test_workflow_structure():
         "publish": "publish",
         "upstreamed": "upstreamed",
         "update": "update",
+        "update-pull-requests": "update-pull-requests",
     }
-    # Write access only where publishing happens, and only for pushes to main; and for the scheduled update's pull requests.
+    # Write access only where publishing happens, and only for pushes to main; and for the scheduled update's pull
+    # requests, in a job of their own that runs none of upstream's code (the update job runs its smoke tests).
     writers = [name for name, job in jobs.items() if job.get("permissions", {}).get("contents") == "write"]
-    assert writers == ["publish", "update"]
+    assert writers == ["publish", "update-pull-requests"]
     assert jobs["publish"]["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
     assert set(jobs["publish"]["needs"]) == {"verify", "smoke"}
     # Pull requests and pushes: verify and smoke, untrusted on pull requests; diff on pull requests, always untrusted.
@@ -174,18 +176,21 @@ def test_workflow_structure():
         assert _action_use(jobs[name])["untrusted"] == "${{ github.event_name == 'pull_request' }}"
     assert jobs["diff"]["if"] == "github.event_name == 'pull_request'" and _action_use(jobs["diff"])["untrusted"] is True
     # The schedule: upstreamed and update only.
-    for name in ("upstreamed", "update"):
+    for name in ("upstreamed", "update", "update-pull-requests"):
         assert jobs[name]["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
     assert wf["on"]["schedule"][0]["cron"]
 
 
 def test_workflow_update_job_opens_pull_requests():
     jobs = _workflow()["jobs"]
-    job = jobs["update"]
-    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
-    assert [name for name, j in jobs.items() if "pull-requests" in j.get("permissions", {})] == ["update"]
+    job, writer = jobs["update"], jobs["update-pull-requests"]
+    assert "permissions" not in job and _workflow()["permissions"] == {"contents": "read"}  # it runs upstream's smoke tests
+    assert writer["permissions"] == {"contents": "write", "pull-requests": "write"} and writer["needs"] == ["update"]
+    assert [name for name, j in jobs.items() if "pull-requests" in j.get("permissions", {})] == ["update-pull-requests"]
     assert _action_use(job) == {"command": "update", "update-check": "--smoke", "pull-requests": True}
+    assert _action_use(writer) == {"command": "update-pull-requests"}
     assert job["concurrency"] == {"group": "zmr-update", "cancel-in-progress": False}
+    assert writer["concurrency"] == {"group": "zmr-update-pull-requests", "cancel-in-progress": False}
 
 
 def test_workflow_hygiene():

@@ -299,7 +299,7 @@ def test_usage_errors_read_as_zmrs_other_errors(tmp_path):
 
 
 def test_dash_capital_v_is_version(tmp_path):
-    assert zmr("-V", cwd=tmp_path).stdout == zmr("--version", cwd=tmp_path).stdout == f"zmr {__import__('zmr').__version__}\n"
+    assert zmr("-V", cwd=tmp_path).stdout == zmr("--version", cwd=tmp_path).stdout == f"zmr {__import__('zmr.model.source', fromlist=['version']).version()}\n"
 
 
 def test_main_called_again_in_one_process_starts_from_its_defaults(tmp_path, capsys):

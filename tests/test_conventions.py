@@ -74,7 +74,7 @@ def test_short_help_and_version(tmp_path):
         assert short.stdout == long.stdout and "Usage:" in short.stdout
     assert "-h, --help" in zmr("list", "-h", cwd=tmp_path).stdout
     version = zmr("--version", cwd=tmp_path)
-    assert version.returncode == 0 and version.stdout == f"zmr {__import__('zmr').__version__}\n"
+    assert version.returncode == 0 and version.stdout == f"zmr {__import__('zmr.model.source', fromlist=['version']).version()}\n"
 
 
 def test_a_mistyped_command_is_suggested_once(tmp_path):

@@ -28,8 +28,9 @@ def test_init_a_new_repository(tmp_path):
     assert settings == {"release": {"name": "zmr release", "email": "release@zmr.invalid", "url": "https://github.com/Inferact/zero-mismatch-rl"}}
     assert (repo / ".gitignore").read_text().splitlines()[1:] == ["/work/", "/.zmr/"]
     workflow = yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())
-    assert set(workflow["jobs"]) == {"verify", "smoke", "diff", "publish", "upstreamed", "update"}
-    assert workflow["jobs"]["update"]["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert set(workflow["jobs"]) == {"verify", "smoke", "diff", "publish", "upstreamed", "update", "update-pull-requests"}
+    assert "permissions" not in workflow["jobs"]["update"]  # it runs upstream's smoke tests: the workflow's read-only token
+    assert workflow["jobs"]["update-pull-requests"]["permissions"] == {"contents": "write", "pull-requests": "write"}
     assert "pip install" not in (repo / ".github/workflows/zmr.yml").read_text()  # the action installs zmr
     # The README's sections are filled: CI's docs check passes at once; validate has nothing to complain about.
     assert zmr("docs", "--check", cwd=repo).returncode == 0

@@ -110,7 +110,7 @@ def check(command: str, result, codes=(0, 1)) -> dict[str, Any]:
     assert result.returncode in codes, f"zmr {command}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     data = json.loads(result.stdout)
     assert list(data)[:3] == ENVELOPE, list(data)
-    assert (data["tool"], data["zmr"]) == ("zmr", zmr_package.__version__)
+    assert (data["tool"], data["zmr"]) == ("zmr", __import__("zmr.model.source", fromlist=["version"]).version())
     assert isinstance(data["schema_version"], int)
     name = "error" if "error" in data and data.get("ok") is False else command
     if WRITE:

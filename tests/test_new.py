@@ -91,7 +91,7 @@ def test_new_json_output(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
         "tool": "zmr",
-        "zmr": __import__("zmr").__version__,
+        "zmr": __import__("zmr.model.source", fromlist=["version"]).version(),
         "schema_version": 1,
         "model": "m1",
         "files": ["manifests/m1.yaml", "patches/m1/engine/series", "cases/m1/README.md", "cases/m1/recipe.md", "cases/m1/case.yaml", "cases/m1/evidence/README.md"],

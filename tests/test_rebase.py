@@ -207,7 +207,7 @@ def test_rebase_json_for_stop_abort_and_a_report_named_at_continue(proj, upstrea
     assert (data["status"], data["patch"], data["files"], data["new"], data["remaining"]) == ("stopped", "0001-fixed-split.patch", ["src/model.py"], new, 1)
     aborted = zmr("rebase", "toy", "--abort", "--json", cwd=proj.root)
     assert aborted.returncode == 0, aborted.stderr
-    assert json.loads(aborted.stdout) == {"tool": "zmr", "zmr": __import__("zmr").__version__, "schema_version": 1, "status": "aborted", "model": "toy", "component": "rollout"}
+    assert json.loads(aborted.stdout) == {"tool": "zmr", "zmr": __import__("zmr.model.source", fromlist=["version"]).version(), "schema_version": 1, "status": "aborted", "model": "toy", "component": "rollout"}
     at_start, at_continue = tmp_path / "start.md", tmp_path / "continue.md"
     assert zmr("rebase", "toy", "--onto", new, "--report", str(at_start), cwd=proj.root).returncode == 1
     co = proj.root / "work/toy/rollout"

@@ -14,27 +14,36 @@ from conftest import REPO_ROOT, git, simple_model, zmr
 from test_update import grow
 
 
-def update_job(tmp_path) -> dict:
+def update_jobs(tmp_path) -> dict:
     repo = tmp_path / "fresh"
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
     assert zmr("init", cwd=repo).returncode == 0
-    return yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())["jobs"]["update"]
+    return yaml.safe_load((repo / ".github/workflows/zmr.yml").read_text())["jobs"]
 
 
 def test_the_weekly_job_checks_each_move_and_opens_one_pull_request_per_pin(tmp_path, project, upstream):
-    job = update_job(tmp_path)
-    # The job is a use of zmr's action: update with the smoke check, one pull request per pin that moves.
+    jobs = update_jobs(tmp_path)
+    job, writer = jobs["update"], jobs["update-pull-requests"]
+    # Two uses of zmr's action: update with the smoke check, which prepares one commit per pin that moves with no write
+    # access (it runs upstream code: smoke tests), and update-pull-requests, after it, which pushes them with the token.
     (use,) = [step for step in job["steps"] if "zero-mismatch-rl@" in step.get("uses", "")]
     assert use["with"] == {"command": "update", "update-check": "--smoke", "pull-requests": True}
-    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert "permissions" not in job  # the workflow's: contents: read
+    (use,) = [step for step in writer["steps"] if "zero-mismatch-rl@" in step.get("uses", "")]
+    assert use["with"] == {"command": "update-pull-requests"} and writer["needs"] == ["update"]
+    assert writer["permissions"] == {"contents": "write", "pull-requests": "write"}
     action = yaml.safe_load((REPO_ROOT / "action.yml").read_text())
-    steps = {step.get("name"): step.get("run", "") for step in action["runs"]["steps"]}
-    run = steps["Run zmr ${{ inputs.command }}"]
+    steps = {step.get("name"): step for step in action["runs"]["steps"]}
+    run = steps["Run zmr ${{ inputs.command }}"]["run"]
     assert 'update "${targets[@]}" "${check[@]}" --report "$out/update.md" --json' in run
+    prepare = steps["Prepare a pull request per moved pin"]
+    assert '--apply ${words[@]+"${words[@]}"}' in prepare["run"] and "gh " not in prepare["run"] and "GH_TOKEN" not in prepare["env"]
+    assert steps["Upload the pull requests"]["with"]["name"] == steps["Download the pull requests"]["with"]["name"] == "zmr-update"
     loop = steps["Open a pull request per moved pin"]
-    assert 'branch="zmr/update/$model/$component"' in loop and "gh pr create" in loop and '--apply ${words[@]+"${words[@]}"}' in loop
-    assert "cc %s: %s blocks moving further." in loop and "action/jobs.py\" moves" in loop
+    assert loop["if"] == "inputs.command == 'update-pull-requests'" and "zmr " not in loop["run"].replace("zmr update: move", "")
+    assert 'branch="zmr/update/$model/$component"' in loop["run"] and "gh pr create" in loop["run"] and 'git am -q "$commit"' in loop["run"]
+    assert "cc %s: %s blocks moving further." in loop["run"] and "action/jobs.py\" moves" in loop["run"]
     # The loop's reader of `zmr update --json` (action/jobs.py moves), run on a real report: one line per component,
     # the blocking patch's author.
     pin = simple_model(project, upstream)
@@ -65,9 +74,10 @@ def _gh(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def _weekly(project, tmp_path: Path, monkeypatch, check: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The update job's two steps of the action, with origin a bare repository and gh a recorder: (the pull-request step's run)."""
-    from test_action import _inputs, _run_step
+def _weekly(project, tmp_path: Path, monkeypatch, check: str | None = None, artifact=None) -> subprocess.CompletedProcess[str]:
+    """The update job's steps of the action, then the update-pull-requests job's, with origin a bare repository and gh a
+    recorder: (the pull-request step's run)."""
+    from test_action import _inputs, _pull_requests, _run_step
 
     runner = tmp_path / "runner"
     shutil.rmtree(runner, ignore_errors=True)
@@ -77,7 +87,13 @@ def _weekly(project, tmp_path: Path, monkeypatch, check: str | None = None) -> s
     inputs = _inputs("update", **more)
     ran = _run_step("Run zmr", project.root, runner, inputs)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    return _run_step("Open a pull request per moved pin", project.root, runner, inputs, {"event.repository.default_branch": "main"}, _gh(tmp_path))
+    calls = tmp_path / "gh-calls"
+    before = calls.read_text() if calls.exists() else ""
+    calls.write_text("")
+    try:
+        return _pull_requests(project.root, runner, inputs, _gh(tmp_path), calls, artifact)
+    finally:
+        calls.write_text(before + calls.read_text())
 
 
 def _origin(project, tmp_path: Path) -> Path:
@@ -143,6 +159,40 @@ def test_the_weekly_step_works_with_the_default_check_for_components_with_and_wi
     ran = _weekly(project, tmp_path, monkeypatch)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert f"commit: {made[1]}" in git("--git-dir", str(origin), "show", f"{BRANCH}:manifests/toy.yaml", cwd=tmp_path)
+
+
+EVIL = """diff --git a/.github/workflows/evil.yml b/.github/workflows/evil.yml
+new file mode 100644
+index 0000000..e69de29
+--- /dev/null
++++ b/.github/workflows/evil.yml
+@@ -0,0 +1 @@
++on: push
+"""
+
+
+def test_the_job_with_the_token_pushes_only_commits_that_change_manifests_patches_and_resolutions(project, upstream, tmp_path, monkeypatch):
+    """The zmr-update artifact comes from the job that ran upstream code (its smoke tests): a commit in it that changes
+    anything else, here a workflow, is refused by the job that holds the write token; nothing is pushed or opened."""
+    simple_model(project, upstream)
+    origin = _origin(project, tmp_path)
+    grow(upstream, 3)
+
+    def poison(artifact: Path) -> None:
+        (patch,) = artifact.glob("*.patch")
+        text = patch.read_text()
+        end = text.rindex("\n-- \n") + 1
+        patch.write_text(text[:end] + EVIL + text[end:])
+
+    ran = _weekly(project, tmp_path, monkeypatch, check="", artifact=poison)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "::error::zmr-update: the commit for toy/rollout changes more than manifests/, patches/ and resolutions/: not applied" in ran.stdout
+    assert git("--git-dir", str(origin), "for-each-ref", "refs/heads/zmr/", cwd=tmp_path) == ""
+    assert "pr create" not in (tmp_path / "gh-calls").read_text()
+    # The same artifact untouched: pushed, one pull request.
+    git("checkout", "-q", "--", ".", cwd=project.root)
+    assert _weekly(project, tmp_path, monkeypatch, check="").returncode == 0
+    assert git("--git-dir", str(origin), "for-each-ref", "--format=%(refname)", "refs/heads/zmr/", cwd=tmp_path) == f"refs/heads/{BRANCH}"
 
 
 HOSTILE = "@everyone see #12 and https://evil.example/x <img src=x onerror=alert(1)> [click](https://evil.example) ``` breakout"

@@ -501,7 +501,7 @@ def test_json_output_schema(tmp_path):
     assert result.returncode == 0, result.stderr
     out = strict_json(result.stdout)
     assert out["schema_version"] == SCHEMA_VERSION == 3
-    assert (out["tool"], out["zmr"]) == ("zmr", __import__("zmr").__version__)
+    assert (out["tool"], out["zmr"]) == ("zmr", __import__("zmr.model.source", fromlist=["version"]).version())
     assert (out["verdict"], out["bitwise_equal"]) == ("mismatch", False)
     assert out["rollout"]["trees"] == {"toy-rollout": "3f2a" * 10}
     assert out["trainer"]["provenance"] == {"trees": {"toy-trainer": "c0de" * 10}}

@@ -252,9 +252,9 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from zmr import __version__
+        from zmr.model.source import version
 
-        print(f"zmr {__version__}")
+        print(f"zmr {version()}")
         raise typer.Exit()
 
 

@@ -80,9 +80,9 @@ SCHEMA_VERSION = 1
 
 def envelope(data: dict[str, Any]) -> dict[str, Any]:
     """*data* as every `--json` output is: `tool` ("zmr"), `zmr` (its version) and `schema_version` first."""
-    from zmr import __version__
+    from zmr.model.source import version
 
-    return {"tool": "zmr", "zmr": __version__, "schema_version": data.get("schema_version", SCHEMA_VERSION), **data}
+    return {"tool": "zmr", "zmr": version(), "schema_version": data.get("schema_version", SCHEMA_VERSION), **data}
 
 
 JSON_PRINTED: list[bool] = []  # one entry per report printed: an error after the report is not printed as JSON a second time

@@ -454,7 +454,7 @@ class LocateReport:
         return [op for op in self.ops if op.order >= self.first.order]
 
     def to_json(self) -> dict[str, Any]:
-        from zmr import __version__
+        from zmr.model.source import version
 
         def op(o: OpResult) -> dict[str, Any]:
             return {
@@ -516,7 +516,7 @@ class LocateReport:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": "zmr",
-            "zmr": __version__,
+            "zmr": version(),
             "verdict": "diverged" if self.diverged else "bitwise_equal",
             "rollout": side(self.rollout),
             "trainer": side(self.trainer),

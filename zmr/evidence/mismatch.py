@@ -237,7 +237,7 @@ class MismatchReport:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (`json.dumps(report.to_json())`); see "Report JSON" in the module doc."""
-        from zmr import __version__
+        from zmr.model.source import version
 
         def stats(s: Stats) -> dict[str, Any]:
             out = {k: json_number(v) for k, v in s.__dict__.items()}
@@ -267,7 +267,7 @@ class MismatchReport:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": "zmr",
-            "zmr": __version__,
+            "zmr": version(),
             "verdict": "bitwise_equal" if self.bitwise_equal else "mismatch",
             "bitwise_equal": self.bitwise_equal,
             "rollout": info(self.rollout),

@@ -898,6 +898,6 @@ def write_junit(report: Report, path: Path) -> None:
 
 
 def _zmr_version() -> str:
-    from zmr import __version__
+    from zmr.model.source import version
 
-    return __version__
+    return version()
