@@ -32,10 +32,17 @@ def test_reports_that_are_checks_say_failed_and_why():
 
     from zmr.ops.diff import DiffReport
     from zmr.ops.update import UpdateReport
+    from zmr.evidence.mismatch import MismatchReport
+    from zmr.ops.publish import PublishResult
+    from zmr.ops.rebase import Stopped
+    from zmr.infra.reports import Report as Protocol
+    from zmr.ops.validate import ValidateReport
 
-    for report_class in (VerifyReport, LocateReport, Report, Outcome, DiffReport, UpdateReport):
-        assert callable(getattr(report_class, "failed", None)) and callable(getattr(report_class, "reason", None)), report_class
+    checks = (VerifyReport, LocateReport, Report, Outcome, DiffReport, UpdateReport, MismatchReport, ValidateReport, PublishResult, Stopped)
+    for report_class in checks:  # each its own failed() and reason(), of the one protocol (zmr.infra.reports)
+        assert issubclass(report_class, Protocol) and "failed" in vars(report_class) and "reason" in vars(report_class), report_class
     assert VerifyReport([], None).failed() is False and VerifyReport([], None).reason() == ""
+    assert Report([], "local", "", 0.0).reason() == "" and Report([], "local", "", 0.0).details() == []  # a str, as every reason()
 
 
 def test_update_and_diff_reports_say_what_their_check_fails_on():

@@ -1,17 +1,17 @@
-"""The JSON contract (docs/reference.md §6.2): every command's `--json` output starts with `tool`, `zmr` and
-`schema_version`, and validates against its committed JSON Schema, docs/json-schema/<command>.json; under `--json` an
-error is a JSON object on stdout too (docs/json-schema/error.json).
+"""The JSON contract (docs/reference.md §6.2): every command's `--json` output is one of its report types
+(`zmr.cli.reports.command_reports`) in the one envelope (`tool`, `zmr`, `schema_version` first, `zmr.infra.reports.envelope`),
+and validates against its committed JSON Schema, docs/json-schema/<command>.json; under `--json` an error is a JSON
+object on stdout too (docs/json-schema/error.json).
 
-The schemas were first written from these outputs (`ZMR_WRITE_JSON_SCHEMAS=1 pytest tests/test_json_contract.py`
-merges each output into its command's schema); after that a change of a key or of a type fails here until the schema,
-the reference and, for a key that changes meaning or goes away, the command's `schema_version` say so.
+The schemas are generated from the report types (`scripts/json-schemas`); the committed files must be what it writes,
+so a changed report type fails here until they are regenerated (and the reference and, for a key that changes meaning
+or goes away, the report's `schema_version` say so). tests/test_json_modes.py runs every command in its other modes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -21,7 +21,6 @@ import zmr as zmr_package
 from conftest import REPO_ROOT, git, make_project, simple_model, two_models, zmr
 
 SCHEMAS = REPO_ROOT / "docs" / "json-schema"
-WRITE = os.environ.get("ZMR_WRITE_JSON_SCHEMAS") == "1"
 ENVELOPE = ["tool", "zmr", "schema_version"]
 # Every command with --json but `ci-matrix` (a GitHub Actions matrix: no envelope, §6.2);
 # test_every_command_with_a_json_option_is_here asks the CLI which those are.
@@ -33,89 +32,22 @@ NO_ENVELOPE = {"ci-matrix"}
 SEEN: set[str] = set()
 
 
-def _infer(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {"type": "object", "required": list(value), "properties": {k: _infer(v) for k, v in value.items()}}
-    if isinstance(value, list):
-        schema: dict[str, Any] = {"type": "array"}
-        for item in value:
-            schema["items"] = _merge(schema["items"], _infer(item)) if "items" in schema else _infer(item)
-        return schema
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}[type(value)]
-    return {"type": kind}
-
-
-def _types(schema: dict[str, Any]) -> list[str]:
-    kind = schema.get("type", [])
-    return [kind] if isinstance(kind, str) else list(kind)
-
-
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """One schema that both samples' schemas accept: the union of types, properties merged, the common keys required."""
-    if not a or not b:  # either may be anything: so may both
-        return {}
-    kinds = sorted(set(_types(a)) | set(_types(b)))
-    if "number" in kinds and "integer" in kinds:
-        kinds.remove("integer")
-    merged: dict[str, Any] = {"type": kinds[0] if len(kinds) == 1 else kinds} if kinds else {}
-    for key in ("const", "description"):
-        if key in a and a.get(key) == b.get(key, a[key]):
-            merged[key] = a[key]
-    if "properties" in a or "properties" in b:
-        pa, pb = a.get("properties", {}), b.get("properties", {})
-        merged["properties"] = {k: _merge(pa[k], pb[k]) if k in pa and k in pb else pa.get(k) or pb[k] for k in [*pa, *(k for k in pb if k not in pa)]}
-        ra, rb = a.get("required"), b.get("required")
-        merged["required"] = [k for k in ra if k in rb] if ra is not None and rb is not None else (ra if rb is None else rb)
-    if "items" in a or "items" in b:
-        merged["items"] = _merge(a["items"], b["items"]) if "items" in a and "items" in b else a.get("items") or b["items"]
-    return merged
-
-
-def _loosen(schema: dict[str, Any]) -> dict[str, Any]:
-    """A value that was null in every sample may be anything: its schema says nothing rather than "null"."""
-    if schema.get("type") == "null":
-        return {}
-    loose = dict(schema)
-    if "properties" in loose:
-        loose["properties"] = {k: _loosen(v) for k, v in loose["properties"].items()}
-    if "items" in loose:
-        loose["items"] = _loosen(loose["items"])
-    return loose
-
-
-def _schema_path(name: str) -> Path:
-    return SCHEMAS / f"{name}.json"
-
-
-def _write(name: str, data: dict[str, Any]) -> None:
-    path = _schema_path(name)
-    inferred = _infer(data)
-    inferred["properties"]["tool"] = {"const": "zmr", "description": "Always zmr."}
-    inferred["properties"]["zmr"] = {"type": "string", "description": "The version of zmr that wrote this output."}
-    inferred["properties"]["schema_version"] = {"const": data["schema_version"], "description": "Raised when a key changes meaning or goes away."}
-    if path.is_file():
-        old = json.loads(path.read_text())
-        body = _merge({k: v for k, v in old.items() if k in ("type", "required", "properties")}, inferred)
-    else:
-        body = inferred
-    body = _loosen(body)
-    title = "an error under --json" if name == "error" else f"zmr {name} --json"
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"https://zmr.invalid/json-schema/{name}.json", "title": title, **body}
-    SCHEMAS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(schema, indent=2) + "\n")
-
-
 def check(command: str, result, codes=(0, 1)) -> dict[str, Any]:
-    """*result*'s stdout: one JSON object in the envelope that validates against the command's schema (or error.json)."""
+    """*result*'s stdout: one JSON object in the envelope that validates against the command's schema (or error.json),
+    printed (when the CLI ran in this process) from one of the command's report types."""
+    from zmr.cli import render
+    from zmr.cli.reports import command_reports
+
     assert result.returncode in codes, f"zmr {command}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     data = json.loads(result.stdout)
     assert list(data)[:3] == ENVELOPE, list(data)
     assert (data["tool"], data["zmr"]) == ("zmr", __import__("zmr.model.source", fromlist=["version"]).version())
     assert isinstance(data["schema_version"], int)
     name = "error" if "error" in data and data.get("ok") is False else command
-    if WRITE:
-        _write(name, data)
-    schema = json.loads(_schema_path(name).read_text())
+    if os.environ.get("ZMR_TEST_SUBPROCESS") != "1":
+        assert render.JSON_PRINTED and render.JSON_PRINTED[-1] in command_reports()[name], (name, render.JSON_PRINTED)
+        assert data["schema_version"] == render.JSON_PRINTED[-1].schema_version
+    schema = json.loads((SCHEMAS / f"{name}.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(data, schema, cls=jsonschema.Draft202012Validator)
     SEEN.add(name)
@@ -166,15 +98,9 @@ def test_smoke_with_json(project, upstream):
 
 def test_every_command_with_a_json_option_is_here():
     """A new command with --json, or --json added to one, must join COMMANDS (and get its schema) to pass."""
-    import typer.main
-
-    from zmr.cli import app
-
-    group = typer.main.get_command(app)
-    commands = getattr(group, "commands", {})
-    with_json = {name for name, command in commands.items() if any("--json" in getattr(param, "opts", ()) for param in command.params)}
+    with_json = _json_commands()
     assert with_json - NO_ENVELOPE == COMMANDS, f"not in COMMANDS: {sorted(with_json - NO_ENVELOPE - COMMANDS)}; without --json: {sorted(COMMANDS - with_json)}"
-    assert NO_ENVELOPE <= with_json and "help" in commands and len(commands) > len(COMMANDS)  # the CLI was read
+    assert NO_ENVELOPE <= with_json
 
 
 def test_bisect_and_schema_with_json(project, upstream, tmp_path):
@@ -236,10 +162,92 @@ def test_a_failed_check_after_the_report_prints_one_object(project, upstream):
     assert data["ok"] is False
 
 
+def _json_commands() -> set[str]:
+    import typer.main
+
+    from zmr.cli import app
+
+    commands = getattr(typer.main.get_command(app), "commands", {})
+    assert "help" in commands and len(commands) > len(COMMANDS)  # the CLI was read
+    return {name for name, command in commands.items() if any("--json" in getattr(param, "opts", ()) for param in command.params)}
+
+
+def test_every_command_prints_reports_that_keep_the_protocol():
+    """Each command with --json (the CLI asked) names its report types, and each is a `zmr.infra.reports.Report` whose
+    failed/reason/details/to_json have the protocol's types, with a TypedDict (the schema's source) from to_json."""
+    import typing
+
+    from zmr.cli.reports import command_reports
+    from zmr.infra.reports import Report, report_type
+
+    reports = command_reports()
+    assert _json_commands() - NO_ENVELOPE == set(reports) - {"error"}
+    for name, types in reports.items():
+        for report in types:
+            assert issubclass(report, Report) and report.to_json is not Report.to_json, (name, report)
+            assert typing.is_typeddict(report_type(report)), (name, report)
+            assert isinstance(report.schema_version, int) and report.schema_version >= 1
+            for method, returns in (("failed", bool), ("reason", str), ("details", list[str])):
+                assert typing.get_type_hints(getattr(report, method))["return"] == returns, (report, method)
+    # A check's reason is '' while it has not failed, and a line once it has: the ones each CLI module raises with.
+    from zmr.infra.reports import ErrorReport
+
+    error = ErrorReport("no such model 'x'", 2, "ZmrError", ["zmr list"])
+    assert error.failed() and error.reason() == "no such model 'x'" and error.details() == ["zmr list"]
+    assert Report().failed() is False and Report().reason() == "" and Report().details() == []
+
+
+def test_the_committed_schemas_are_generated_from_the_report_types(monkeypatch):
+    """docs/json-schema/ is what scripts/json-schemas writes; a report type changed without it fails here (and
+    `scripts/json-schemas --check` exits 1)."""
+    import subprocess
+    import sys
+    from typing import TypedDict
+
+    import importlib
+
+    from zmr.cli.reports import schemas, stale
+
+    build = importlib.import_module("zmr.ops.build")  # (`zmr` here is conftest's runner)
+
+    assert stale(REPO_ROOT) == [], "run scripts/json-schemas and commit docs/json-schema/"
+    for name, schema in schemas().items():
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["$id"].endswith(f"/{name}.json")
+    script = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "json-schemas"), "--check"], capture_output=True, text=True)
+    assert script.returncode == 0, script.stderr
+
+    class BuildJson(TypedDict):  # a key added to `zmr build --json`'s type
+        branches: list[str]
+        pushed: bool
+
+    monkeypatch.setattr(build, "BuildJson", BuildJson)
+    assert stale(REPO_ROOT) == ["build.json"]
+    assert "pushed" in schemas()["build"]["required"]
+
+
+def test_the_schemas_say_what_the_types_say():
+    """Optional is null allowed, dict[str, X] any keys, Literal an enum, a nested TypedDict a $defs entry, no other key."""
+    from zmr.cli.reports import schemas
+
+    made = schemas()
+    patch = made["export"]["$defs"]["PlannedPatchJson"]
+    assert patch["properties"]["old_name"] == {"type": ["string", "null"]} and patch["additionalProperties"] is False
+    assert made["bisect"]["$defs"]["TriedJson"]["properties"]["tree"] == {"type": ["string", "null"]}
+    dump = made["mismatch"]["$defs"]["DumpInfoJson"]["properties"]
+    assert dump["trees"] == {"type": "object", "additionalProperties": {"type": "string"}} and dump["provenance"]["anyOf"][1] == {"type": "null"}
+    assert made["smoke"]["properties"]["artifacts"] == {"type": "object", "additionalProperties": {"type": "string"}}
+    assert made["mismatch"]["properties"]["verdict"] == {"enum": ["bitwise_equal", "mismatch"]}
+    assert made["mismatch"]["properties"]["schema_version"]["const"] == 3 and made["build"]["properties"]["schema_version"]["const"] == 1
+    assert [shape["properties"]["status"] for shape in made["rebase"]["oneOf"]] == [{"const": "done"}, {"const": "stopped"}, {"const": "aborted"}]
+    assert made["error"]["properties"]["error"]["$ref"] == "#/$defs/ErrorDetailJson"
+    assert made["error"]["$defs"]["ErrorDetailJson"]["required"] == ["message", "code", "type", "details"]  # file, line, problems: with problems
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _every_command_checked():
     yield
-    if not WRITE and len(SEEN) > 1:  # only when the whole file ran
+    if len(SEEN) > 1:  # only when the whole file ran
         missing = COMMANDS - SEEN
         assert not missing or len(SEEN) < 5, f"commands whose --json output no test validated: {sorted(missing)}"
-    assert sorted(p.stem for p in SCHEMAS.glob("*.json")) == sorted(COMMANDS | {"error"}) or WRITE
+    assert sorted(p.stem for p in SCHEMAS.glob("*.json")) == sorted(COMMANDS | {"error"})

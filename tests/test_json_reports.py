@@ -1,4 +1,4 @@
-"""`--json` reports: the CLI prints what a library result's `to_json()` returns, and each report keeps its keys."""
+"""`--json` reports: the CLI prints a library report (`print_report`, through the one envelope), and each report keeps its keys."""
 
 from __future__ import annotations
 
@@ -13,44 +13,59 @@ CLI = Path(__file__).resolve().parent.parent / "zmr" / "cli"
 NOT_YET: set[str] = set()  # CLI modules not yet held to the rule (none)
 
 
+# The one module that writes JSON without the envelope: a GitHub Actions matrix (§6.2).
+NO_ENVELOPE = {"ci_matrix.py"}
+
+
 def _json_calls(tree: ast.AST) -> list[ast.Call]:
-    """Calls that print JSON: `print_json(...)` and `json.dumps(...)`."""
+    """Calls that print JSON: `print_report(...)`, `print_json(...)` (its old name) and `json.dumps(...)`."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
-            if (isinstance(func, ast.Name) and func.id == "print_json") or (isinstance(func, ast.Attribute) and func.attr == "dumps"):
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in ("print_report", "print_json", "dumps"):
                 found.append(node)
     return found
 
 
-def _is_to_json(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_json"
+def _is_report(call: ast.Call) -> bool:
+    """`print_report(<a report>)`: one argument that is neither a dict, nor a `to_json()` (that skips the envelope's
+    schema_version and the type check), nor a json.dumps."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if name != "print_report" or not call.args:
+        return False
+    arg = call.args[0]
+    built = isinstance(arg, (ast.Dict, ast.DictComp)) or (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "to_json")
+    return not built
 
 
-def test_cli_prints_only_what_to_json_returns():
-    """No dict is built in zmr/cli from library objects: every JSON printed is one `<result>.to_json()` call."""
+def test_cli_prints_only_reports_through_the_envelope():
+    """No dict is built in zmr/cli from library objects and no JSON written by hand: every JSON printed is one report
+    given to `render.print_report`, which puts it in the one envelope (`zmr.infra.reports.envelope`)."""
     checked = 0
     for path in sorted(CLI.glob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         assert "asdict" not in names | imported, f"{path.name}: asdict() copies library internals; give the result a to_json()"
-        if path.name in NOT_YET or path.name == "render.py":  # render.py defines print_json
+        if path.name in NOT_YET | NO_ENVELOPE | {"render.py", "reports.py"}:  # render.py writes the envelope, reports.py schemas
             continue
         for call in _json_calls(tree):
             checked += 1
-            printed = ast.unparse(call.args[0])
-            assert len(call.args) == 1 and _is_to_json(call.args[0]), f"{path.name}:{call.lineno}: print the library result's to_json(), not {printed}"
+            printed = ast.unparse(call)
+            assert _is_report(call), f"{path.name}:{call.lineno}: give print_report() the library's report, not {printed}"
     assert checked >= 15  # the checker found the calls it is meant to check
 
 
 def test_checker_rejects_a_hand_built_dict():
-    """The check above would catch the old build.py (a dict made of BranchUpdate fields)."""
-    old = 'print_json({"branches": [{"branch": u.branch, "old": u.old} for u in updates]})'
-    calls = _json_calls(ast.parse(old))
-    assert len(calls) == 1 and not _is_to_json(calls[0].args[0])
-    assert _is_to_json(_json_calls(ast.parse("print_json(release.BuildReport(updates).to_json())"))[0].args[0])
+    """The check above would catch the old build.py (a dict made of BranchUpdate fields) and a to_json() printed raw."""
+    for old in ('print_json({"branches": [{"branch": u.branch, "old": u.old} for u in updates]})', "print_report(BuildReport(updates).to_json())",
+                'sys.stdout.write(json.dumps(report.to_json()))'):  # fmt: skip
+        calls = _json_calls(ast.parse(old))
+        assert len(calls) == 1 and not _is_report(calls[0]), old
+    assert _is_report(_json_calls(ast.parse("print_report(zmr.ops.build.BuildReport(updates))"))[0])
 
 
 def _keys(result) -> dict:

@@ -444,11 +444,10 @@ def _json_error(err: Exception, code: int, message: str) -> None:
     """Under --json, an error is also a JSON object on stdout (unless the command's report is there already)."""
     if not _json_requested() or render.JSON_PRINTED:
         return
-    error: dict[str, Any] = {"message": message, "code": code, "type": type(err).__name__, "details": list(getattr(err, "details", []))}
+    from zmr.infra.reports import ErrorReport
+
     problems = [p.to_json() for p in getattr(err, "problems", [])]
-    if problems:
-        error.update(file=problems[0].get("file"), line=problems[0].get("line"), problems=problems)
-    render.print_json({"ok": False, "error": error})
+    render.print_report(ErrorReport(message, code, type(err).__name__, list(getattr(err, "details", [])), problems))
 
 
 def _usage_or_bug(err: Exception) -> int:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Json, OptionalModel, find_project
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_report
 from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +48,7 @@ def bisect(
     with Progress() as progress:
         report = zmr.ops.bisect.bisect(project, component, good, bad, check, progress=progress)
     if json_out:
-        print_json(report.to_json())
+        print_report(report)
     else:
         print(report_text(report), end="")
 

@@ -4,7 +4,7 @@ The work is `zmr.ops.build`.
 """
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_report, warn
 
 
 def build(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
@@ -21,7 +21,7 @@ def build(models: Models = None, all_models: All = False, components: Components
     for note in cache.notes:
         warn(note)
     if json_out:
-        print_json(zmr.ops.build.BuildReport(updates).to_json())
+        print_report(zmr.ops.build.BuildReport(updates))
         return
     width = max((len(u.branch) for u in updates), default=0)
     for u in updates:

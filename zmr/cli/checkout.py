@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, dir_for, find_project
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_report
 from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +48,7 @@ def checkout(
             path = dir_for(directory, comp.key, len(targets))
             results.append(zmr.ops.checkout.checkout(project, comp, cache=cache, path=path, force=force, progress=progress, history=history))
     if json_out:
-        print_json(zmr.ops.checkout.CheckoutReport(results).to_json())
+        print_report(zmr.ops.checkout.CheckoutReport(results))
         return
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
@@ -79,7 +79,7 @@ def _merge(project: "Project", targets: "list[Component]", directory: Path | Non
     else:
         result = zmr.ops.checkout.merge_abort(project, comp, directory)
     if json_out:
-        print_json(result.to_json())
+        print_report(result)
     elif result.action == "merged":
         print(f"merged    {result.path}: {counted(result.replayed, 'commit')} replayed on the repository's series")
         print(f"now run `zmr export {comp.model} -c {comp.key}`")

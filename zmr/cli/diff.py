@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
-from zmr.cli.render import Progress, interactive, no_color, paging, print_json, warn
+from zmr.cli.render import Progress, interactive, no_color, paging, warn, print_report
 from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,7 +81,7 @@ def diff(
     if markdown is not None:
         atomic_write(markdown, diffmarkdown.render(report).encode("utf-8"))
     if json_out:
-        print_json(report.to_json())
+        print_report(report)
     else:
         mode = "stat" if stat else "name-only" if name_only else "patch"
         colored = color == Color.always or (color == Color.auto and sys.stdout.isatty() and not no_color())

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json, find_project
-from zmr.cli.render import print_json, warn
+from zmr.cli.render import print_report, warn
 
 
 def docs(
@@ -24,20 +24,20 @@ def docs(
     import zmr.ops.docs
 
     project = find_project()
-    outcome = zmr.ops.docs.generate(project, readme)
+    outcome = zmr.ops.docs.generate(project, readme, check=check)
     for text in outcome.warnings:
         warn(text)
     if not check:
         zmr.ops.docs.write(outcome)
     if json_out:
-        print_json(outcome.to_json(check))
+        print_report(outcome)
     elif check and outcome.stale:
         sys.stdout.write(outcome.diff())
     elif not outcome.stale:
         print(f"{outcome.display} is up to date")
     else:
         print(f"{outcome.display}: updated {', '.join(outcome.changed) or 'layout'}")
-    if check and outcome.failed():
+    if outcome.failed():
         from zmr.infra.errors import CheckFailed
 
         raise CheckFailed(outcome.reason(), details=["run `zmr docs` and commit the result"])

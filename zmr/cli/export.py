@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Components, Dir, Json, Model, dir_for, find_project
-from zmr.cli.render import print_json
+from zmr.cli.render import print_report
 from zmr.infra.wording import counted
 
 
@@ -33,7 +33,7 @@ def export(
             raise ZmrError(f"model {model!r} has no checkout", details=[f"run `zmr checkout {model}` first"])
     results = [zmr.ops.export.export(project, c, dir_for(directory, c.key, len(targets)), dry_run=dry_run) for c in targets]
     if json_out:
-        print_json(zmr.ops.export.ExportReport(results, dry_run).to_json())
+        print_report(zmr.ops.export.ExportReport(results, dry_run))
         return
     for r in results:
         verb = "would change" if dry_run else "exported"

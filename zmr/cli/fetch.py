@@ -4,7 +4,7 @@ The work is `zmr.infra.cache`.
 """
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_report, warn
 
 
 def fetch(models: Models = None, all_models: All = False, components: Components = None, json_out: Json = False) -> None:
@@ -24,7 +24,7 @@ def fetch(models: Models = None, all_models: All = False, components: Components
     for note in cache.notes:
         warn(note)
     if json_out:
-        print_json(FetchReport(results).to_json())
+        print_report(FetchReport(results))
     else:
         for item in results:
             print(f"fetched {item.model}/{item.component} {item.commit[:12]}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_report, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.importing.importer import ImportResult
@@ -49,7 +49,7 @@ def import_(
     for text in result.warnings:
         warn(text)
     if json_out:
-        print_json(result.to_json())
+        print_report(result)
         return
     print(import_text(result), end="")
 

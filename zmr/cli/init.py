@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json
-from zmr.cli.render import print_json
+from zmr.cli.render import print_report
 
 
 def init(
@@ -41,7 +41,7 @@ def init(
 
     result = zmr.ops.init.init(Path(os.getcwd()), name=name, email=email, url=url, readme_sections=readme_sections, skill=skill)
     if json_out:
-        print_json(result.to_json())
+        print_report(result)
         return
     for rel in result.created:
         print(f"created   {rel}")

@@ -4,7 +4,7 @@ The work is `zmr.model.project.list_models`.
 """
 
 from zmr.cli.options import Json, find_project
-from zmr.cli.render import print_json, table
+from zmr.cli.render import print_report, table
 
 
 def list_models(json_out: Json = False) -> None:
@@ -13,7 +13,7 @@ def list_models(json_out: Json = False) -> None:
 
     listing = zmr.model.project.list_models(find_project())
     if json_out:
-        print_json(listing.to_json())
+        print_report(listing)
         return
     rows = [
         [m.manifest.model, c.key, c.commit[:12], m.patch_counts[c.key], c.branch, c.upstream, _statuses(m.statuses[c.key])]

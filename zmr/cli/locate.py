@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json
-from zmr.cli.render import print_json, table
+from zmr.cli.render import table, print_report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.locate import LocateReport
@@ -38,7 +38,7 @@ def locate(
 
     report = zmr.evidence.locate.locate(rollout, trainer, name_map)
     if json_out:
-        print_json(report.to_json(), allow_nan=False)
+        print_report(report, allow_nan=False)
     else:
         _render(report, limit)
     if report.failed():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json
-from zmr.cli.render import print_json
+from zmr.cli.render import print_report
 from zmr.infra.wording import counted, verb
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,16 +49,13 @@ def mismatch(
     if plot is not None:
         zmr.evidence.mismatch.plot_report(report, plot)
     if json_out:
-        print_json(report.to_json(), allow_nan=False)
+        print_report(report, allow_nan=False)
     elif sys.stdout.isatty():
         _render_rich(report)
     else:
         _render_plain(report)
-    if (check or require_zero) and not report.bitwise_equal:
-        o = report.overall
-        raise CheckFailed(
-            f"--check: {o.tokens - o.bitwise_equal} of {o.tokens} tokens are not bitwise equal ({o.sequences_diverged} of {o.sequences} sequences diverge)"
-        )
+    if (check or require_zero) and report.failed():
+        raise CheckFailed(f"--check: {report.reason()}")
 
 
 # --------------------------------------------------------------------------

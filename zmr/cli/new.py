@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json, find_project
-from zmr.cli.render import print_json, warn
+from zmr.cli.render import print_report, warn
 
 
 def new(
@@ -43,7 +43,7 @@ def new(
     for line in created.warnings:
         warn(line)
     if json_out:
-        print_json(created.to_json())
+        print_report(created)
         return
     for path in created.files:
         print(f"{'changed' if path in created.changed else 'created'}  {path}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import All, Json, Models, find_project
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.ops.publish import BranchPush
@@ -36,7 +36,7 @@ def publish(
             project, chosen, remote, dry_run=dry_run, replace_foreign=replace_foreign, cache=Cache(progress=progress), progress=progress
         )
     if json_out:
-        print_json(result.to_json())
+        print_report(result)
         if result.refusal:
             raise result.refusal
         return

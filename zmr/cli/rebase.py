@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Dir, Json, OptionalModel, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_report, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.resolutions import NotReplayed
@@ -55,7 +55,7 @@ def rebase(
         if abort:
             aborted = zmr.ops.rebase.abort(project, comp)
             if json_out:
-                print_json(aborted.to_json())
+                print_report(aborted)
             else:
                 print(f"aborted the rebase of {comp.label}: pin, series and checkout are as before")
             return
@@ -77,15 +77,15 @@ def _finish_rebase(outcome: "Outcome | Stopped", json_out: bool) -> None:
         warn(f"{outcome.component.label}: {line}")
     if isinstance(outcome, zmr.ops.rebase.Stopped):
         if json_out:
-            print_json(outcome.to_json())
+            print_report(outcome)
         else:
             print(stopped_text(outcome), end="")
-        raise CheckFailed(stopped_headline(outcome), details=stopped_next_steps(outcome))
+        raise CheckFailed(outcome.reason(), details=stopped_next_steps(outcome))
     text = outcome_markdown(outcome)
     if outcome.report is not None:
         atomic_write(Path(outcome.report), text.encode("utf-8"))
     if json_out:
-        print_json(outcome.to_json())
+        print_report(outcome)
     else:
         print(text, end="")
 
@@ -160,10 +160,6 @@ def outcome_markdown(o: "Outcome") -> str:
 def unused_line(u: "NotReplayed") -> str:
     """A markdown list item: a recorded resolution that was not replayed where its patch conflicted, and why."""
     return f"- `{u.patch}` (`{u.file}`): {u.reason}"
-
-
-def stopped_headline(s: "Stopped") -> str:
-    return f"{s.component.label}: patch {s.name} ({s.subject}) conflicts with upstream {s.new[:12]}"
 
 
 def stopped_next_steps(s: "Stopped") -> list[str]:

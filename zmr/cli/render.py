@@ -11,7 +11,10 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.infra.reports import Report
 
 # -1 with `zmr -q` (no progress), 1 with `zmr -v` (progress also outside a terminal), else 0.
 _verbosity = 0
@@ -73,25 +76,18 @@ def console(stderr: bool = False, width: int | None = None) -> Any:
     return Console(stderr=stderr, width=width, color_system=None if no_color() else "auto")
 
 
-# `schema_version` of the `--json` reports that do not carry their own (mismatch, locate and smoke do):
-# bump it for a command when one of its keys changes meaning or goes away.
-SCHEMA_VERSION = 1
+# The type of each report printed: an error after the report is not printed as JSON a second time (and a test reads
+# which report type a command printed).
+JSON_PRINTED: list[type[Report]] = []
 
 
-def envelope(data: dict[str, Any]) -> dict[str, Any]:
-    """*data* as every `--json` output is: `tool` ("zmr"), `zmr` (its version) and `schema_version` first."""
+def print_report(report: Report, *, allow_nan: bool = True) -> None:
+    """A `--json` report on stdout, in the one envelope (`zmr.infra.reports.envelope`; the JSON contract, docs/reference.md §6.2)."""
+    from zmr.infra.reports import envelope
     from zmr.model.source import version
 
-    return {"tool": "zmr", "zmr": version(), "schema_version": data.get("schema_version", SCHEMA_VERSION), **data}
-
-
-JSON_PRINTED: list[bool] = []  # one entry per report printed: an error after the report is not printed as JSON a second time
-
-
-def print_json(data: dict[str, Any], *, allow_nan: bool = True) -> None:
-    """A `--json` report on stdout, in the envelope (the JSON contract, docs/reference.md §JSON output)."""
-    JSON_PRINTED.append(True)
-    sys.stdout.write(json.dumps(envelope(data), indent=2, sort_keys=False, allow_nan=allow_nan) + "\n")
+    JSON_PRINTED.append(type(report))
+    sys.stdout.write(json.dumps(envelope(report, version()), indent=2, sort_keys=False, allow_nan=allow_nan) + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:

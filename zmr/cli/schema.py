@@ -22,8 +22,8 @@ def schema(
     if name not in zmr.model.file_schemas.NAMES:
         raise typer.BadParameter(f"{name!r}: give one of {', '.join(zmr.model.file_schemas.NAMES)}", param_hint="'NAME'")
     if json_out:
-        from zmr.cli.render import print_json
+        from zmr.cli.render import print_report
 
-        print_json(zmr.model.file_schemas.published(name).to_json())
+        print_report(zmr.model.file_schemas.published(name))
         return
     sys.stdout.write(zmr.model.file_schemas.schema_text(name))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import console, live_stderr, print_json, quiet, table
+from zmr.cli.render import console, live_stderr, quiet, table, print_report
 from zmr.infra.errors import CheckFailed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,7 +118,7 @@ def smoke(
     if junit is not None:
         zmr.smoke.runner.write_junit(report, junit)
     if json_out:
-        print_json(report.to_json())
+        print_report(report)
     else:
         _summary(report, project.root)
     if junit is not None and not json_out:
@@ -126,7 +126,7 @@ def smoke(
     if not report.results:
         print("zmr: no smoke tests in the selection", file=sys.stderr)
     if report.failed():
-        raise CheckFailed(report.reason()[0], details=report.reason()[1])
+        raise CheckFailed(report.reason(), details=report.details())
 
 
 def _summary(report: "Report", root: Path) -> None:

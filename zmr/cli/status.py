@@ -6,7 +6,7 @@ The work is `zmr.ops.status`.
 from typing import TYPE_CHECKING
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import print_json, table
+from zmr.cli.render import print_report, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.ops.status import ComponentStatus
@@ -20,7 +20,7 @@ def status(models: Models = None, all_models: All = False, components: Component
     project = find_project()
     report = zmr.ops.status.status(project, selection.components(project, models, components, all_models, writes=False))
     if json_out:
-        print_json(report.to_json())
+        print_report(report)
         return
     rows = []
     for c in report.components:

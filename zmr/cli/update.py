@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import Progress, print_json, table, warn
+from zmr.cli.render import Progress, print_report, table, warn
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -67,8 +67,11 @@ def update(
     chosen = selection.components(project, models, components, all_models, writes=selection.UPDATE_WRITES)
     targets = [c for c in chosen if to is not None or c.track is not None]
     if not targets:
-        if not models and not components:
-            print("no component has a `track`: nothing to update")  # the scheduled job of a repository that follows nothing
+        if not models and not components:  # the scheduled job of a repository that follows nothing
+            if json_out:
+                print_report(zmr.ops.update.UpdateReport([], applied=apply, checked=check, target=to))
+            else:
+                print("no component has a `track`: nothing to update")
             return
         raise ZmrError("no component to update: none of those selected has a `track`", details=["add `track: <branch>` to a component, or pass --onto REV"])
     with Progress() as progress:
@@ -83,7 +86,7 @@ def update(
         atomic_write(Path(report).absolute(), report_markdown(results, apply).encode("utf-8"))
     outcome = zmr.ops.update.UpdateReport(results, applied=apply, checked=check, target=to)
     if json_out:
-        print_json(outcome.to_json())
+        print_report(outcome)
     else:
         print_text(results, apply)
     for r in outcome.refused:

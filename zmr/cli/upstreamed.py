@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Json, OptionalModel, find_project
-from zmr.cli.render import Progress, print_json
+from zmr.cli.render import Progress, print_report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.ops.upstream import UpstreamedReport
@@ -43,7 +43,7 @@ def upstreamed(
     with Progress(steps=[c.label for c in compared]) as progress:
         reports = [upstream.upstreamed(project, comp, rev, progress=progress) for comp in compared]
     if json_out:
-        print_json(upstream.UpstreamedReports(reports, skipped).to_json())
+        print_report(upstream.UpstreamedReports(reports, skipped))
         return
     for r in reports:
         print(upstreamed_text(r), end="")

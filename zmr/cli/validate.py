@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json, Models, Untrusted, find_project
-from zmr.cli.render import print_json, warn
+from zmr.cli.render import warn, print_report
 from zmr.infra.wording import counted
 
 
@@ -29,7 +29,7 @@ def validate(
         warn(text)
     if json_out:
         # The problems are the report (stdout); the exit status still says there are some.
-        print_json(report.to_json())
+        print_report(report)
         if report.failed():
             count = len(report.problems)
             raise ZmrError(f"{count} problem{'s' if count != 1 else ''}, listed in the JSON report")

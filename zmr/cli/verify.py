@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import Progress, print_json, warn
+from zmr.cli.render import Progress, print_report, warn
 
 
 def verify(
@@ -33,7 +33,7 @@ def verify(
         warn(note)
     report = zmr.ops.verify.VerifyReport(results, remote)
     if json_out:
-        print_json(report.to_json())
+        print_report(report)
     else:
         width = max((len(r.branch) for r in results), default=0)
         for r in results:

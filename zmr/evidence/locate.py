@@ -168,14 +168,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, TypedDict
 
 # What runs inside the engines, handed on: adapters, templates and scripts import these from zmr.evidence.locate.
-from zmr.evidence.dumps.bits import json_number, numpy, show_value, tensor_values
+from zmr.evidence.dumps.bits import Figure, json_number, numpy, show_value, tensor_values
 from zmr.evidence.dumps.recording import Recorder, Rows, active, dump, hook_modules, padded_rows, trace_functions
 from zmr.evidence.dumps.tensors import FORMAT_VERSION, STEP_GLOB, Record, SideDump, StepFile, TensorInfo, read_side
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import parse_json, read_repo_file
+from zmr.infra.reports import Report
 
 __all__ = [
     "FORMAT_VERSION",
@@ -415,8 +416,104 @@ class SideInfo:
     ops: int
 
 
+class SideJson(TypedDict):
+    """A side's dump: its folder, which side, its files, records and rows, the operations recorded."""
+
+    path: str
+    side: str
+    files: int
+    records: int
+    rows: int
+    ops: int
+
+
+class RowsJson(TypedDict):
+    rows: int
+    differ: int
+
+
+class OpJson(TypedDict):
+    """One operation recorded on both sides: rows and elements compared and differing, the largest |Δ|, non-finite
+    values that differ, rows where it introduced a difference, rows whose inputs already differ, its slots, rows per
+    label, notes."""
+
+    name: str
+    order: int
+    rows: int
+    rows_differ: int
+    elements: int
+    elements_differ: int
+    max_abs_diff: Figure
+    nonfinite_differ: int
+    introduced: int
+    inputs_differ_rows: int
+    slots: list[str]
+    rows_by_label: dict[str, RowsJson]
+    notes: list[str]
+
+
+class RowJson(TypedDict):
+    seq_id: str
+    position: int
+    token: int | None
+
+
+class ValueJson(TypedDict):
+    """One side's value at the divergence: in dump notation and bits, the tensor's name, step, file, label and site."""
+
+    value: str
+    bits: str
+    name: str
+    step: int
+    file: str
+    label: str | None
+    site: str | None
+
+
+class InputJson(TypedDict):
+    """An input of the diverging operation: equal, differs or not compared, how (row, whole, or why not), its largest |Δ|."""
+
+    slot: str
+    status: str
+    how: str
+    max_abs_diff: Figure
+
+
+class DivergenceJson(TypedDict):
+    """The first divergence: the operation, slot, row and element, both values, |Δ|, its *kind*, the inputs and their
+    verdict (equal: this operation is at fault; differ: an earlier one that was not recorded; unknown), in words."""
+
+    op: str
+    order: int
+    slot: str
+    row: RowJson
+    element: list[int]
+    row_shape: list[int]
+    rollout: ValueJson
+    trainer: ValueJson
+    abs_diff: Figure
+    kind: str
+    inputs: list[InputJson]
+    inputs_verdict: str
+    at_fault: str
+
+
+class LocateJson(TypedDict):
+    """The verdict (bitwise_equal or diverged), both sides, the first divergence (null: none), every operation compared,
+    those recorded on one side only, notes."""
+
+    verdict: Literal["diverged", "bitwise_equal"]
+    rollout: SideJson
+    trainer: SideJson
+    first: DivergenceJson | None
+    ops: list[OpJson]
+    only_rollout: list[str]
+    only_trainer: list[str]
+    notes: list[str]
+
+
 @dataclass
-class LocateReport:
+class LocateReport(Report):
     """What `locate` found; `first` is None when every compared bit is equal."""
 
     rollout: SideInfo
@@ -453,10 +550,12 @@ class LocateReport:
             return []
         return [op for op in self.ops if op.order >= self.first.order]
 
-    def to_json(self) -> dict[str, Any]:
-        from zmr.model.source import version
+    schema_version = SCHEMA_VERSION
 
-        def op(o: OpResult) -> dict[str, Any]:
+    def to_json(self) -> LocateJson:
+        """The report's keys; `zmr.infra.reports.envelope(report)` adds ``tool``, ``zmr`` and ``schema_version`` before them."""
+
+        def op(o: OpResult) -> OpJson:
             return {
                 "name": o.name,
                 "order": o.order,
@@ -473,7 +572,7 @@ class LocateReport:
                 "notes": list(o.notes),
             }
 
-        first = None
+        first: DivergenceJson | None = None
         if self.first is not None:
             f = self.first
             first = {
@@ -510,13 +609,10 @@ class LocateReport:
                 ],
             }
 
-        def side(s: SideInfo) -> dict[str, Any]:
+        def side(s: SideInfo) -> SideJson:
             return {"path": s.path, "side": s.side, "files": s.files, "records": s.records, "rows": s.rows, "ops": s.ops}
 
         return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": "zmr",
-            "zmr": version(),
             "verdict": "diverged" if self.diverged else "bitwise_equal",
             "rollout": side(self.rollout),
             "trainer": side(self.trainer),

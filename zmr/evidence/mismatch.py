@@ -76,13 +76,14 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
+from zmr.infra.wording import counted, verb
 
 # The dump side, handed on: engines, templates and scripts import these from zmr.evidence.mismatch.
-from zmr.evidence.dumps.bits import DTYPES, format_value, json_number, narrow_bits, native_hex, numpy, widen_bits
+from zmr.evidence.dumps.bits import DTYPES, Figure, format_value, json_number, narrow_bits, native_hex, numpy, widen_bits
 from zmr.evidence.dumps.logprobs import FORMAT_VERSION, MAX_LISTED_ERRORS, Dump, DumpRecord, make_record, read_dump, write_dump, write_rendered
 from zmr.infra.errors import ZmrError
-from zmr.infra.wording import counted, verb
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -210,8 +211,162 @@ class DumpInfo:
     trees: dict[str, str]
 
 
+class StatsJson(TypedDict):
+    """Figures over a set of token pairs (see "Figures" in the module doc), with the names RL frameworks log (*aliases*)."""
+
+    tokens: int
+    bitwise_equal: int
+    fraction_bitwise_equal: Figure
+    sequences: int
+    sequences_diverged: int
+    signed_zero: int
+    nan_mismatch: int
+    nonfinite: int
+    finite_pairs: int
+    max_abs_diff: Figure
+    mean_abs_diff: Figure
+    k1: Figure
+    k3: Figure
+    ratio_max: Figure
+    ratio_median: Figure
+    ratio_max_over_median: Figure
+    probs_diff_max: Figure
+    probs_diff_mean: Figure
+    probs_diff_std: Figure
+    sample_mean_abs_diff: Figure
+    all_bitwise_equal: bool
+    aliases: dict[str, Figure]
+
+
+class _StepKeyJson(TypedDict):
+    step: int
+
+
+class StepStatsJson(_StepKeyJson, StatsJson):
+    """The figures of the sequences of one step."""
+
+
+class SequenceJson(TypedDict):
+    """One sequence: its step and id, its tokens and how many are bitwise equal, the first position that differs (null:
+    none), and the largest and mean |Δ|."""
+
+    step: int
+    id: str
+    tokens: int
+    bitwise_equal: int
+    first_diverging: int | None
+    max_abs_diff: Figure
+    mean_abs_diff: Figure
+
+
+class SpecialTokenJson(TypedDict):
+    """A listed token (a signed zero, a NaN): the values in dump notation and their bits (hex, in each dump's dtype)."""
+
+    kind: str
+    step: int
+    id: str
+    position: int
+    rollout: str
+    trainer: str
+    rollout_bits: str
+    trainer_bits: str
+
+
+class DumpInfoJson(TypedDict):
+    """A dump: its file and format (null: given in memory), records, tokens and dtypes, the commit of each component its
+    provenance names (*trees*: {} when it has none) and the provenance itself, verbatim (null: none)."""
+
+    path: str | None
+    format: str | None
+    records: int
+    tokens: int
+    dtypes: list[str]
+    trees: dict[str, str]
+    provenance: dict[str, Any] | None
+
+
+class SignedZerosJson(TypedDict):
+    count: int
+    listed: list[SpecialTokenJson]
+
+
+class NanTokensJson(TypedDict):
+    count: int
+    not_bitwise_equal: int
+    listed: list[SpecialTokenJson]
+
+
+class MismatchJson(TypedDict):
+    """The verdict (bitwise_equal or mismatch), both dumps, the figures overall, per step and per sequence, the signed
+    zeros and NaNs (at most 100 listed of each), and notes for a human."""
+
+    verdict: Literal["bitwise_equal", "mismatch"]
+    bitwise_equal: bool
+    rollout: DumpInfoJson
+    trainer: DumpInfoJson
+    overall: StatsJson
+    steps: list[StepStatsJson]
+    sequences: list[SequenceJson]
+    signed_zero_tokens: SignedZerosJson
+    nan_tokens: NanTokensJson
+    notes: list[str]
+
+
+def _stats_json(s: Stats) -> StatsJson:
+    n = json_number
+    return {
+        "tokens": s.tokens,
+        "bitwise_equal": s.bitwise_equal,
+        "fraction_bitwise_equal": n(s.fraction_bitwise_equal),
+        "sequences": s.sequences,
+        "sequences_diverged": s.sequences_diverged,
+        "signed_zero": s.signed_zero,
+        "nan_mismatch": s.nan_mismatch,
+        "nonfinite": s.nonfinite,
+        "finite_pairs": s.finite_pairs,
+        "max_abs_diff": n(s.max_abs_diff),
+        "mean_abs_diff": n(s.mean_abs_diff),
+        "k1": n(s.k1),
+        "k3": n(s.k3),
+        "ratio_max": n(s.ratio_max),
+        "ratio_median": n(s.ratio_median),
+        "ratio_max_over_median": n(s.ratio_max_over_median),
+        "probs_diff_max": n(s.probs_diff_max),
+        "probs_diff_mean": n(s.probs_diff_mean),
+        "probs_diff_std": n(s.probs_diff_std),
+        "sample_mean_abs_diff": n(s.sample_mean_abs_diff),
+        "all_bitwise_equal": s.all_bitwise_equal,
+        "aliases": {k: n(v) for k, v in s.aliases().items()},
+    }
+
+
+def _special_json(t: SpecialToken) -> SpecialTokenJson:
+    return {
+        "kind": t.kind,
+        "step": t.step,
+        "id": t.id,
+        "position": t.position,
+        "rollout": t.rollout,
+        "trainer": t.trainer,
+        "rollout_bits": t.rollout_bits,
+        "trainer_bits": t.trainer_bits,
+    }
+
+
+def _dump_json(d: DumpInfo) -> DumpInfoJson:
+    return {
+        "path": d.path,
+        "format": d.format,
+        "records": d.records,
+        "tokens": d.tokens,
+        "dtypes": list(d.dtypes),
+        "trees": dict(d.trees),
+        "provenance": d.provenance,
+    }
+
+
 @dataclass(frozen=True)
-class MismatchReport:
+class MismatchReport(Report):
     """The result of `compare`: overall and per-step figures, per-sequence results.
 
     Invariant: `steps` ascend; `sequences` are in step order, then rollout
@@ -235,55 +390,42 @@ class MismatchReport:
         """The verdict: every token's log-prob bits are equal."""
         return self.overall.all_bitwise_equal
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (`json.dumps(report.to_json())`); see "Report JSON" in the module doc."""
-        from zmr.model.source import version
+    schema_version = SCHEMA_VERSION
 
-        def stats(s: Stats) -> dict[str, Any]:
-            out = {k: json_number(v) for k, v in s.__dict__.items()}
-            out["all_bitwise_equal"] = s.all_bitwise_equal
-            out["aliases"] = {k: json_number(v) for k, v in s.aliases().items()}
-            return out
+    def failed(self) -> bool:
+        """Not every token is bitwise equal (what ``zmr mismatch --check`` exits 1 on; without it, a mismatch is a report)."""
+        return not self.bitwise_equal
 
-        def info(d: DumpInfo) -> dict[str, Any]:
-            return {
-                "path": d.path,
-                "format": d.format,
-                "records": d.records,
-                "tokens": d.tokens,
-                "dtypes": list(d.dtypes),
-                "trees": dict(d.trees),
-                "provenance": d.provenance,
-            }
+    def reason(self) -> str:
+        o = self.overall
+        if not self.failed():
+            return ""
+        return f"{o.tokens - o.bitwise_equal} of {o.tokens} tokens are not bitwise equal ({o.sequences_diverged} of {o.sequences} sequences diverge)"
 
-        def special(t: SpecialToken) -> dict[str, Any]:
-            return dict(t.__dict__)
-
-        steps = []
-        for s in self.steps:
-            entry = stats(s)
-            del entry["step"]
-            steps.append({"step": s.step, **entry})
+    def to_json(self) -> MismatchJson:
+        """The report's keys (see "Report JSON" in the module doc); `zmr.infra.reports.envelope(report)` adds ``tool``, ``zmr``
+        and ``schema_version`` before them, as ``zmr mismatch --json`` prints it."""
         return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": "zmr",
-            "zmr": version(),
             "verdict": "bitwise_equal" if self.bitwise_equal else "mismatch",
             "bitwise_equal": self.bitwise_equal,
-            "rollout": info(self.rollout),
-            "trainer": info(self.trainer),
-            "overall": stats(self.overall),
-            "steps": steps,
-            "sequences": [{k: json_number(v) for k, v in q.__dict__.items()} for q in self.sequences],
-            "signed_zero_tokens": {
-                "count": self.overall.signed_zero,
-                "listed": [special(t) for t in self.signed_zeros],
-            },
-            "nan_tokens": {
-                "count": self.nan_tokens,
-                "not_bitwise_equal": self.overall.nan_mismatch,
-                "listed": [special(t) for t in self.nans],
-            },
+            "rollout": _dump_json(self.rollout),
+            "trainer": _dump_json(self.trainer),
+            "overall": _stats_json(self.overall),
+            "steps": [{"step": s.step, **_stats_json(s)} for s in self.steps],
+            "sequences": [
+                {
+                    "step": q.step,
+                    "id": q.id,
+                    "tokens": q.tokens,
+                    "bitwise_equal": q.bitwise_equal,
+                    "first_diverging": q.first_diverging,
+                    "max_abs_diff": json_number(q.max_abs_diff),
+                    "mean_abs_diff": json_number(q.mean_abs_diff),
+                }
+                for q in self.sequences
+            ],
+            "signed_zero_tokens": {"count": self.overall.signed_zero, "listed": [_special_json(t) for t in self.signed_zeros]},
+            "nan_tokens": {"count": self.nan_tokens, "not_bitwise_equal": self.overall.nan_mismatch, "listed": [_special_json(t) for t in self.nans]},
             "notes": list(self.notes),
         }
 

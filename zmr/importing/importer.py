@@ -41,22 +41,23 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Sequence, TypedDict, cast
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from zmr.importing.upstream_words import Named, named_commits, named_urls
-from zmr.infra import git, transaction
+from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.cache import Cache, CacheError, Mirror, Upstream
 from zmr.infra.errors import ZmrError
-from zmr.infra.git import FULL_OID_RE, Progress
 from zmr.infra.lock import hold
-from zmr.infra.wording import counted
 from zmr.model.manifest import COMPONENT_RE, MODEL_RE, Component, manifest_file, parse_manifest
 from zmr.model.patchfile import CommitMeta, commit_diff, format_mail, patch_name
 from zmr.model.project import Project
+from zmr.infra.reports import Report
 from zmr.model.series import read_series
+from zmr.importing.upstream_words import Named, named_commits, named_urls
+from zmr.infra import git, transaction
+from zmr.infra.wording import counted
 
 MAX_COMMITS = 1000
 # A single snapshot's patch touching more files than this (or 3x what the component's
@@ -98,13 +99,45 @@ class Imported:
         return sum(data.count(b"\ndiff --git ") + data.startswith(b"diff --git ") for _, data in self.patches)
 
 
+class ImportedComponentJson(TypedDict):
+    """A component imported from a release *branch* at *tip*: its upstream and the commit found (and how, *found_by*),
+    the release layout written and the one read (*layout*: two-commit, per-commit, snapshot), the series folder and
+    its patches, and notes (e.g. the candidates --find-base compared)."""
+
+    component: str
+    branch: str
+    tip: str
+    upstream: str
+    commit: str
+    found_by: str
+    release: str
+    layout: str
+    series: str
+    patches: list[str]
+    notes: list[str]
+
+
+class ImportedManifestJson(TypedDict):
+    """A manifest written (*added*: it existed, and components were added to it)."""
+
+    model: str
+    path: str
+    added: bool
+    components: list[ImportedComponentJson]
+
+
+class ImportJson(TypedDict):
+    manifests: list[ImportedManifestJson]
+    warnings: list[str]
+
+
 @dataclass
-class ImportResult:
+class ImportResult(Report):
     manifests: dict[str, list[Imported]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     added: set[str] = field(default_factory=set)  # models whose manifest existed: components were added
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ImportJson:
         return {
             "manifests": [
                 {

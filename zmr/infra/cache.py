@@ -57,10 +57,11 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from zmr.infra import git, lock
 from zmr.infra.errors import ZmrError
+from zmr.infra.reports import Report
 
 
 class Pinned(Protocol):
@@ -225,6 +226,17 @@ class Mirror:
         return self.path.with_suffix(".writers")
 
 
+class FetchedJson(TypedDict):
+    model: str
+    component: str
+    commit: str
+    mirror: str
+
+
+class FetchJson(TypedDict):
+    fetched: list[FetchedJson]
+
+
 @dataclass(frozen=True)
 class Fetched:
     """One pinned commit ``zmr fetch`` made sure of, and the mirror that holds it."""
@@ -234,17 +246,17 @@ class Fetched:
     commit: str
     mirror: Path
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FetchedJson:
         return {"model": self.model, "component": self.component, "commit": self.commit, "mirror": str(self.mirror)}
 
 
 @dataclass(frozen=True)
-class FetchReport:
+class FetchReport(Report):
     """What ``zmr fetch`` did: one entry per component."""
 
     fetched: list[Fetched]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FetchJson:
         return {"fetched": [f.to_json() for f in self.fetched]}
 
 

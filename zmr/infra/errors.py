@@ -20,7 +20,7 @@ next to the code that raises them, each directly under `ZmrError`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 
 class ZmrError(Exception):
@@ -43,13 +43,22 @@ class CheckFailed(ZmrError):
     exit_code = 1
 
 
+class ProblemJson(TypedDict):
+    """A problem located in a file: the file (relative to the repository), its line (null: the whole file), what is wrong, what to do."""
+
+    file: str
+    line: int | None
+    message: str
+    hint: str
+
+
 class Located(Protocol):
     """A problem at ``path:line`` (`zmr.model.yamlnodes.Problem`)."""
 
     path: str
     line: int
 
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> ProblemJson: ...
 
 
 class FileProblems(ZmrError):

@@ -14,7 +14,9 @@ published by a release: tests/test_file_schemas.py requires the files at RELEASE
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from zmr.infra.reports import Report
 
 # The raw files of a GitHub repository at a commit.
 RAW_BASE = "https://raw.githubusercontent.com"
@@ -88,15 +90,23 @@ def schema_url(name: str) -> str:
     return f"{RAW_BASE}/{url.removeprefix('https://github.com/')}/{commit}/schemas/{name}.schema.json"
 
 
+class SchemaJson(TypedDict):
+    """The schema's *name*, where it is published (*url*), and the JSON Schema itself."""
+
+    name: str
+    url: str
+    schema: dict[str, Any]
+
+
 @dataclass(frozen=True)
-class PublishedSchema:
+class PublishedSchema(Report):
     """What `zmr schema NAME --json` reports: the schema, and where it is published (`schema_url`)."""
 
     name: str
     url: str
     schema: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SchemaJson:
         return {"name": self.name, "url": self.url, "schema": self.schema}
 
 

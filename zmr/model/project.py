@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 from zmr.infra import git
 from zmr.infra.errors import Located, ManifestError, SeriesError, SettingsError, ZmrError
@@ -40,6 +40,7 @@ from zmr.model.manifest import Component, Manifest, Policy, load_manifests, mani
 from zmr.model.yamlnodes import Problem, Problems
 from zmr.model.yamlrecords import At, Check, Field, Record, Text, read_file
 from zmr.infra.state import JOURNAL, LOCK, POINTER, REBASE, REBASE_DIR, SMOKE, STATE, StateFile
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.series import Series
@@ -389,6 +390,32 @@ def load_settings(root: Path) -> Settings:
     return settings
 
 
+class ListedComponentJson(TypedDict):
+    """A component as its manifest declares it (*track*: null when it follows no upstream ref), its series folder and
+    patch count, and the patches per upstream status kind (``none``: no header)."""
+
+    component: str
+    upstream: str
+    commit: str
+    track: str | None
+    branch: str
+    release: str
+    patches: int
+    series: str
+    upstream_status: dict[str, int]
+
+
+class ListedModelJson(TypedDict):
+    model: str
+    title: str
+    components: list[ListedComponentJson]
+    smoke: list[str]
+
+
+class ListJson(TypedDict):
+    models: list[ListedModelJson]
+
+
 @dataclass(frozen=True)
 class ModelListing:
     """One model in ``zmr list``: its manifest and the number of patches in each component's series."""
@@ -397,8 +424,8 @@ class ModelListing:
     patch_counts: dict[str, int]
     statuses: dict[str, dict[str, int]] = field(default_factory=dict)  # component → upstream status kind (or "none") → patches
 
-    def to_json(self) -> dict[str, Any]:
-        components = [
+    def to_json(self) -> ListedModelJson:
+        components: list[ListedComponentJson] = [
             {
                 "component": c.key,
                 "upstream": c.upstream,
@@ -416,12 +443,12 @@ class ModelListing:
 
 
 @dataclass(frozen=True)
-class Listing:
+class Listing(Report):
     """What ``zmr list`` shows: every model of the project."""
 
     models: list[ModelListing]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ListJson:
         return {"models": [m.to_json() for m in self.models]}
 
 

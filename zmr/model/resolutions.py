@@ -35,7 +35,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from zmr.infra.files import atomic_write
 from zmr.model.series import Patch
@@ -67,6 +67,14 @@ def path_for(root: Path, patch: Patch) -> Path:
     return root / file_of(patch)
 
 
+class NotReplayedJson(TypedDict):
+    """A recorded resolution (*file*, resolutions/<key>.diff) of *patch* that was not replayed where it conflicted, and why."""
+
+    patch: str
+    file: str
+    reason: str
+
+
 @dataclasses.dataclass(frozen=True)
 class NotReplayed:
     """A recorded resolution of *patch* that was not replayed where the patch conflicted, and why (*reason*)."""
@@ -75,7 +83,7 @@ class NotReplayed:
     file: str  # resolutions/<key>.diff
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> NotReplayedJson:
         return {"patch": self.patch, "file": self.file, "reason": self.reason}
 
 

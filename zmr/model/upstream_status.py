@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from zmr.model.series import Patch
 
@@ -29,6 +29,17 @@ NEEDS_DETAIL = {"submitted": "the URL of the submission", "backport": "the upstr
 _LINE = re.compile(r"^(Upstream-Status|Forwarded|Origin)\s*:\s*(.*)$", re.I)  # the value stripped by str.strip: `(.*?)\s*$` is quadratic
 _COMMIT = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])")
 FIX = "write `Upstream-Status: submitted <url>`, `backport <commit>`, `inappropriate <why>`, `pending`, `accepted` or `denied` in the patch's message"
+
+
+class UpstreamStatusJson(TypedDict):
+    """A patch's declared upstream status: *kind*, *detail* (URL, commit, reason), the commit a backport or accepted
+    status names (null: none), the header it was read from and its line in the patch file."""
+
+    kind: str
+    detail: str
+    commit: str | None
+    header: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class UpstreamStatus:
     def label(self) -> str:
         return f"{self.kind} {self.detail}".strip()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UpstreamStatusJson:
         return {"kind": self.kind, "detail": self.detail, "commit": self.commit, "header": self.header, "line": self.line}
 
 

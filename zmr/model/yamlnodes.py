@@ -18,6 +18,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from zmr.infra.files import FileRefused, read_repo_file
+from zmr.infra.errors import ProblemJson
 
 MAX_FILE_BYTES = 1 << 20
 
@@ -35,7 +36,7 @@ class Problem:
         where = f"{self.path}:{self.line}" if self.line else self.path
         return f"{where}: {self.text}" + (f"; {self.fix}" if self.fix else "")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProblemJson:
         """One problem in ``zmr validate --json``: the file (relative to the repository), its line (null: the whole file), what is wrong, what to do."""
         return {"file": self.path, "line": self.line or None, "message": self.text, "hint": self.fix}
 

@@ -19,24 +19,47 @@ results and the mirror.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from zmr.infra.cache import Cache
 from zmr.infra.errors import ZmrError
 from zmr.infra.git import Progress
 from zmr.model.manifest import Component
 from zmr.model.project import Project
-from zmr.ops.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks
+from zmr.ops.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks, CheckJson, TriedJson
 from zmr.ops.update import CheckedLine, SeriesAtPin
 from zmr.ops.upstream import commit_subject, first_parent_line, resolve_rev
+from zmr.infra.reports import Report
 
 
 class BisectError(ZmrError):
     """The range cannot be bisected: bad does not descend from good, or there is nothing between them."""
 
 
+class BisectJson(TypedDict):
+    """What ``zmr bisect`` found for one component: the first bad commit (``found``: exactly, no skipped commit before
+    it; the given ``--bad`` one, untested, when every commit before it passes), the last good one, every answer."""
+
+    model: str
+    component: str
+    check: CheckJson
+    good: str
+    bad: str
+    candidates: int
+    last_good: str
+    first_bad: TriedJson
+    first_bad_subject: str
+    found: bool
+    skipped: list[str]
+    tried: list[TriedJson]
+    tests: int
+    cached: int
+    not_replayed: int
+    expected: int
+
+
 @dataclass
-class BisectReport:
+class BisectReport(Report):
     """What ``zmr bisect`` found for one component.
 
         *first_bad*: the first commit where the check fails (the given bad one
@@ -76,7 +99,7 @@ class BisectReport:
         """The first bad commit is known exactly (no skipped commit in between)."""
         return not self.skipped
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BisectJson:
         return {
             "model": self.component.model,
             "component": self.component.key,

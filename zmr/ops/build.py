@@ -26,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
+
+from zmr.infra.reports import Report
 
 from zmr.infra import git
 from zmr.infra.cache import Cache, Mirror
@@ -63,6 +65,20 @@ class Release:
         return f"refs/heads/{self.component.branch}"
 
 
+class BranchUpdateJson(TypedDict):
+    """A release branch: its tip before (null: it was created) and after, and the ref that keeps an old tip zmr did not build."""
+
+    branch: str
+    old: str | None
+    new: str
+    status: Literal["created", "unchanged", "updated"]
+    old_tip_kept_as: str | None
+
+
+class BuildJson(TypedDict):
+    branches: list[BranchUpdateJson]
+
+
 @dataclass(frozen=True)
 class BranchUpdate:
     branch: str
@@ -71,22 +87,22 @@ class BranchUpdate:
     kept: str | None = None  # the ref keeping an old tip zmr did not build
 
     @property
-    def status(self) -> str:
+    def status(self) -> Literal["created", "unchanged", "updated"]:
         if self.old is None:
             return "created"
         return "unchanged" if self.old == self.new else "updated"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BranchUpdateJson:
         return {"branch": self.branch, "old": self.old, "new": self.new, "status": self.status, "old_tip_kept_as": self.kept}
 
 
 @dataclass(frozen=True)
-class BuildReport:
+class BuildReport(Report):
     """What ``zmr build`` moved: one update per release branch."""
 
     updates: list[BranchUpdate]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BuildJson:
         return {"branches": [u.to_json() for u in self.updates]}
 
 

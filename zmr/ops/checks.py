@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
@@ -69,6 +69,32 @@ class CheckError(ZmrError):
 # -- what a check runs ----------------------------------------------------------------------------
 
 
+class CommandJson(TypedDict):
+    name: str
+    run: str
+    timeout: float
+
+
+class CheckJson(TypedDict):
+    """The check: its kind (test, smoke, bitwise), the key its results are kept under, its commands."""
+
+    kind: str
+    key: str
+    commands: list[CommandJson]
+
+
+class TriedJson(TypedDict):
+    """The check at one upstream commit: good, bad or skip, why, the release tree it ran in (null: none, the series does
+    not replay there or the commit was not tested), the end of its output, whether an earlier run's answer was taken."""
+
+    commit: str
+    verdict: str
+    reason: str
+    tree: str | None
+    output: str
+    cached: bool
+
+
 @dataclass(frozen=True)
 class Command:
     """One command of a check: ``/bin/sh -c RUN`` with cwd = the tree (or *in_root*: the repository root)."""
@@ -80,7 +106,7 @@ class Command:
     trees: tuple[tuple[str, str], ...] = ()  # other components' release commits a model test needs: (component, commit)
     in_root: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CommandJson:
         return {"name": self.name, "run": self.run, "timeout": self.timeout}
 
 
@@ -103,7 +129,7 @@ class Check:
             return f"--test {self.commands[0].run}"
         return f"--{self.kind} ({', '.join(c.name for c in self.commands)})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckJson:
         return {"kind": self.kind, "key": self.key, "commands": [c.to_json() for c in self.commands]}
 
 
@@ -186,7 +212,7 @@ class Tried:
     output: str = ""
     cached: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TriedJson:
         return {"commit": self.commit, "verdict": self.verdict, "reason": self.reason, "tree": self.tree, "output": self.output, "cached": self.cached}
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from zmr.infra import git
 from zmr.infra.cache import Cache, CacheError, Upstream
@@ -44,7 +44,8 @@ from zmr.model.manifest import Component
 from zmr.model.project import Project, load_settings
 from zmr.model.series import MAX_PATCH_BYTES, Series
 from zmr.model.yamlnodes import MAX_FILE_BYTES
-from zmr.ops.upstream import Pair
+from zmr.ops.upstream import Pair, PairJson
+from zmr.infra.reports import Report
 
 REVISION_FORMAT = "v1"  # bump when what a revision's folder holds changes
 _LINK_LIMIT = 4096
@@ -59,6 +60,109 @@ _DEFAULT_BRANCHES = ("refs/remotes/origin/HEAD", "refs/heads/main", "refs/remote
 # -- the report ------------------------------------------------------------------------------------
 
 
+class PinMoveJson(TypedDict):
+    """How the pin moved: *commits* first-parent commits (null: not known) in *direction* same, forward, backward or
+    unrelated (null when a side is missing)."""
+
+    old: str | None
+    new: str | None
+    commits: int | None
+    direction: str | None
+
+
+class ChangedPairJson(TypedDict):
+    old: str | None
+    new: str | None
+    kind: str | None
+    paired_by: str | None
+    interdiff: str
+
+
+class PatchChangesJson(TypedDict):
+    """The series compared like ``git range-diff``: every line, the patches added, removed and changed, how removed ones
+    landed at HEAD's pin, whether the order changed, how many are unchanged, and how the pairs were matched (range-diff,
+    patch-id)."""
+
+    range_diff: list[PairJson]
+    added: list[str]
+    removed: list[str]
+    changed: list[ChangedPairJson]
+    landed: dict[str, str]
+    reordered: bool
+    unchanged: int
+    matched_by: str
+
+
+class FileChangeJson(TypedDict):
+    """A file changed: lines inserted and deleted (null: a binary file)."""
+
+    path: str
+    insertions: int | None
+    deletions: int | None
+
+
+class SeriesFilesJson(TypedDict):
+    old: list[str]
+    new: list[str]
+
+
+class ObjectsJson(TypedDict):
+    """Where the two release commits are kept, and the ``git diff`` that shows *patch* from them (null: not kept)."""
+
+    git_dir: str | None
+    alternates: list[str]
+    old: str | None
+    new: str | None
+    command: str | None
+
+
+class TreeDiffJson(TypedDict):
+    """The release trees of both sides (null: a side has none) and what changed between them; *same_as*: an earlier
+    component with the same two trees, whose *patch* this one's is (null here then)."""
+
+    old: str | None
+    new: str | None
+    files_changed: int
+    insertions: int
+    deletions: int
+    files: list[FileChangeJson]
+    patch: str | None
+    same_as: str | None
+    series_files: SeriesFilesJson
+    objects: ObjectsJson
+
+
+class BranchTipsJson(TypedDict):
+    name: str
+    old: str | None
+    new: str | None
+
+
+class _ComponentDiffJson(TypedDict):
+    model: str
+    component: str
+    status: str
+    pin: PinMoveJson
+    patches: PatchChangesJson | None
+    tree: TreeDiffJson | None
+    branch: BranchTipsJson
+
+
+class ComponentDiffJson(_ComponentDiffJson, total=False):
+    """One component: *status* unchanged, changed, added, removed or broken (and then why, *reason*), the pin's move,
+    the series' change and the release trees' (null: not compared), the release branch's tips at both sides."""
+
+    reason: str
+
+
+class DiffJson(TypedDict):
+    """The base commit, the head commit (null: the working tree), every component."""
+
+    base: str
+    head: str | None
+    components: list[ComponentDiffJson]
+
+
 @dataclass(frozen=True)
 class PinMove:
     """How a pin moved: *commits* first-parent commits from old to new (backward: from new to old)."""
@@ -68,7 +172,7 @@ class PinMove:
     commits: int | None  # None: not known (a side is missing, or the histories could not be fetched)
     direction: str | None  # same | forward | backward | unrelated; None when a side is missing
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PinMoveJson:
         return {"old": self.old, "new": self.new, "commits": self.commits, "direction": self.direction}
 
 
@@ -97,7 +201,7 @@ class PatchChanges:
     def unchanged(self) -> int:
         return sum(1 for p in self.pairs if p.sign == "=")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PatchChangesJson:
         return {
             "range_diff": [p.to_json() for p in self.pairs],
             "added": self.added,
@@ -205,7 +309,7 @@ class TreeDiff:
         env = "".join(f"GIT_ALTERNATE_OBJECT_DIRECTORIES={shlex.quote(d)} " for d in self.alternates)
         return f"{env}git --git-dir={shlex.quote(self.git_dir)} diff --no-renames --full-index {old} {new}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TreeDiffJson:
         return {
             "old": self.old,
             "new": self.new,
@@ -236,18 +340,34 @@ class ComponentDiff:
     def label(self) -> str:
         return f"{self.model}/{self.component}"
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"model": self.model, "component": self.component, "status": self.status, "pin": self.pin.to_json()}
-        if self.reason is not None:
-            data["reason"] = self.reason
-        data["patches"] = self.patches.to_json() if self.patches else None
-        data["tree"] = self.tree.to_json() if self.tree else None
-        data["branch"] = {"name": self.branch_name, "old": self.branch[0], "new": self.branch[1]}
-        return data
+    def to_json(self) -> ComponentDiffJson:
+        patches = self.patches.to_json() if self.patches else None
+        tree = self.tree.to_json() if self.tree else None
+        branch: BranchTipsJson = {"name": self.branch_name, "old": self.branch[0], "new": self.branch[1]}
+        if self.reason is not None:  # after status, where a reader looks first
+            return {
+                "model": self.model,
+                "component": self.component,
+                "status": self.status,
+                "pin": self.pin.to_json(),
+                "reason": self.reason,
+                "patches": patches,
+                "tree": tree,
+                "branch": branch,
+            }
+        return {
+            "model": self.model,
+            "component": self.component,
+            "status": self.status,
+            "pin": self.pin.to_json(),
+            "patches": patches,
+            "tree": tree,
+            "branch": branch,
+        }
 
 
 @dataclass
-class DiffReport:
+class DiffReport(Report):
     base: str  # commit id
     base_rev: str  # as given (or the default's name)
     head: str | None  # commit id; None: the working tree
@@ -269,7 +389,7 @@ class DiffReport:
     def reason(self) -> str:
         return f"{len(self.changed)} of {len(self.components)} components change" if self.changed else ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DiffJson:
         return {"base": self.base, "head": self.head, "components": [c.to_json() for c in self.components]}
 
 

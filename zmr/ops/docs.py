@@ -40,13 +40,14 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote
 
 from zmr.infra.errors import DocsError, ZmrError
 from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
 from zmr.model.cases import Case, check_project, model_order, model_titles, short_titles
 from zmr.model.yamlnodes import Problems
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.manifest import Component, Manifest
@@ -86,9 +87,22 @@ class Inputs:
         return [cases[m] for m in self.models if m in cases]
 
 
+class DocsJson(TypedDict):
+    """The README, whether this was ``--check`` (nothing written), whether it is up to date, the sections that change,
+    whether it was written, and the warnings."""
+
+    readme: str
+    check: bool
+    up_to_date: bool
+    changed: list[str]
+    written: bool
+    warnings: list[str]
+
+
 @dataclass
-class Outcome:
-    """What ``zmr docs`` found: the README before and after, and the sections that changed."""
+class Outcome(Report):
+    """What ``zmr docs`` found: the README before and after, and the sections that changed; *check*: ``--check`` was
+    given (nothing is written, and a stale README fails the check)."""
 
     path: Path
     display: str
@@ -96,6 +110,7 @@ class Outcome:
     new: str
     changed: list[str]
     warnings: list[str]
+    check: bool = False
 
     @property
     def stale(self) -> bool:
@@ -103,22 +118,22 @@ class Outcome:
 
     def failed(self) -> bool:
         """The check failed: the README is out of date (`zmr docs --check` exits 1)."""
-        return self.stale
+        return self.check and self.stale
 
     def reason(self) -> str:
         """Why it failed, in one line ('' when it did not)."""
-        if not self.stale:
+        if not self.failed():
             return ""
         return f"{self.display} is out of date: section{'s' if len(self.changed) != 1 else ''} {', '.join(self.changed) or '(layout)'} would change"
 
-    def to_json(self, check: bool) -> dict[str, Any]:
-        """The report of ``zmr docs --json``; *check*: ``--check`` was given (nothing written)."""
+    def to_json(self) -> DocsJson:
+        """The report of ``zmr docs --json``."""
         return {
             "readme": self.display,
-            "check": check,
+            "check": self.check,
             "up_to_date": not self.stale,
             "changed": self.changed,
-            "written": self.stale and not check,
+            "written": self.stale and not self.check,
             "warnings": self.warnings,
         }
 
@@ -619,7 +634,7 @@ def readme_path(project: Project, readme: Path | None) -> tuple[Path, str]:
     return path, display
 
 
-def generate(project: Project, readme: Path | None = None) -> Outcome:
+def generate(project: Project, readme: Path | None = None, check: bool = False) -> Outcome:
     """Render every section and splice it into the README (nothing written)."""
     path, display = readme_path(project, readme)
     _refuse_unless_regular(path, display)
@@ -632,7 +647,7 @@ def generate(project: Project, readme: Path | None = None) -> Outcome:
     find_sections(old.splitlines(keepends=True), display)  # marker errors before any other work
     inputs = gather(project)
     new, changed = update(old, render(inputs), display)
-    return Outcome(path, display, old, new, changed, inputs.warnings)
+    return Outcome(path, display, old, new, changed, inputs.warnings, check)
 
 
 def _refuse_unless_regular(path: Path, display: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from zmr.infra import transaction
 from zmr.infra.cache import Cache
@@ -35,7 +35,31 @@ from zmr.ops.checkout import (
     upstream_commits_problem,
 )
 from zmr.ops import legacy
-from zmr.ops.patchplan import ExportPlan, list_commits, plan_export, stage_plan
+from zmr.ops.patchplan import ExportPlan, list_commits, plan_export, stage_plan, PlannedPatchJson
+from zmr.infra.reports import Report
+
+
+class ExportResultJson(TypedDict):
+    """One component: its series folder and checkout, whether the series changes, each patch (*old_name*: the file it
+    was, null: the same name or a new patch), the files removed, whether the series file is rewritten, and what this
+    export did first to one a kill cut short (finished, undone; null: nothing)."""
+
+    model: str
+    component: str
+    series: str
+    checkout: str
+    changed: bool
+    patches: list[PlannedPatchJson]
+    removed: list[str]
+    series_rewritten: bool
+    recovered: str | None
+
+
+class ExportJson(TypedDict):
+    """*dry_run*: nothing was written (what an export would write)."""
+
+    dry_run: bool
+    exports: list[ExportResultJson]
 
 
 @dataclass
@@ -45,7 +69,7 @@ class ExportResult:
     plan: ExportPlan
     recovered: str | None = None  # "finished" or "undone": what this export did first to one a kill cut short
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExportResultJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -60,13 +84,13 @@ class ExportResult:
 
 
 @dataclass(frozen=True)
-class ExportReport:
+class ExportReport(Report):
     """What ``zmr export`` wrote (or, *dry_run*, would write): one result per component."""
 
     exports: list[ExportResult]
     dry_run: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExportJson:
         return {"dry_run": self.dry_run, "exports": [r.to_json() for r in self.exports]}
 
 

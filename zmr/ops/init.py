@@ -34,13 +34,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import os_error
 from zmr.model.source import RELEASED_COMMIT, ZMR_SOURCE, github_page, zmr_source
 from zmr.ops.new import template_text
+from zmr.infra.reports import Report
 
 __all__ = ["RELEASED_COMMIT", "ZMR_SOURCE", "github_page", "zmr_source"]  # kept here too: zmr.model.source is their home
 
@@ -56,8 +57,19 @@ INIT_TRANSACTION = "init"
 SKILL = "skill"
 
 
+class InitJson(TypedDict):
+    """The repository's root, whether anything changed, the files created (repository-relative), the lines added to
+    .gitignore, and notes for the engineer."""
+
+    root: str
+    changed: bool
+    created: list[str]
+    gitignore_added: list[str]
+    notes: list[str]
+
+
 @dataclass
-class InitResult:
+class InitResult(Report):
     root: Path
     created: list[str] = field(default_factory=list)  # repository-relative paths
     appended: list[str] = field(default_factory=list)  # lines added to .gitignore
@@ -67,7 +79,7 @@ class InitResult:
     def changed(self) -> bool:
         return bool(self.created or self.appended)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InitJson:
         return {"root": str(self.root), "changed": self.changed, "created": self.created, "gitignore_added": self.appended, "notes": self.notes}
 
 

@@ -39,7 +39,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from zmr.infra import git
 
@@ -328,6 +328,32 @@ _HOW = {
 }
 
 
+class DroppedJson(TypedDict):
+    """A patch left out: upstream has it (*method*: how that was found, patch-id, reverse-apply, empty, landed, backport,
+    resolved-empty) or ``--skip`` (skipped); the upstream commit and subject, when found; *via*: the commits where it
+    landed; *landed*: in words ('' when skipped)."""
+
+    name: str
+    subject: str
+    method: str
+    upstream: str | None
+    upstream_subject: str
+    via: list[str]
+    landed: str
+
+
+class LandingJson(TypedDict):
+    """How much of a patch's change a target holds: *state* same-patch, modified or partial, in words (*label*), the
+    upstream commits (*via*), *landed* of *total* changes, and where the rest is (*left*)."""
+
+    state: str
+    label: str
+    via: list[str]
+    landed: int
+    total: int
+    left: list[str]
+
+
 @dataclass
 class Dropped:
     """A patch left out because upstream has it (``judge``), or by ``--skip``; *upstream* names the commit, when found.
@@ -361,8 +387,16 @@ class Dropped:
         """How that was found, in words."""
         return _HOW.get(self.method, self.method)
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "landed": self.landed}
+    def to_json(self) -> DroppedJson:
+        return {
+            "name": self.name,
+            "subject": self.subject,
+            "method": self.method,
+            "upstream": self.upstream,
+            "upstream_subject": self.upstream_subject,
+            "via": self.via,
+            "landed": self.landed,
+        }
 
     def state(self) -> dict[str, Any]:
         """As kept in a rebase's ``state.json``: the keys of earlier zmr versions, *via* only when known (an older zmr reads the rest)."""
@@ -403,7 +437,7 @@ class Landing:
         left = f"; left: {', '.join(self.left)}" if self.left else ""
         return f"partially landed ({self.landed} of {self.total} changes, via {via}{left})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LandingJson:
         return {"state": self.state, "label": self.label, "via": self.via, "landed": self.landed, "total": self.total, "left": self.left}
 
 

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypedDict
 
 from zmr.infra.errors import ZmrError
 from zmr.infra.wording import counted
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.project import Project
@@ -219,8 +220,18 @@ def validate(project: "Project", model: str, files: dict[str, str], components: 
         return untrusted_warnings(project, staged / f"manifests/{model}.yaml", components)
 
 
+class NewJson(TypedDict):
+    """The model, the files written (repository-relative; of them, *changed* existed and were edited), and what the
+    pull-request CI that ``zmr init`` writes would refuse."""
+
+    model: str
+    files: list[str]
+    changed: list[str]
+    warnings: list[str]
+
+
 @dataclass(frozen=True)
-class Scaffolded:
+class Scaffolded(Report):
     """What ``zmr new`` wrote: *files*, repository-relative, in order; of them, *changed* existed and were edited
     (the manifest a component was added to), the others were created. *warnings*: what the pull-request CI that
     ``zmr init`` writes would refuse (``untrusted_warnings``)."""
@@ -230,7 +241,7 @@ class Scaffolded:
     changed: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> NewJson:
         return {"model": self.model, "files": self.files, "changed": self.changed, "warnings": self.warnings}
 
 

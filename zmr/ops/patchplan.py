@@ -39,7 +39,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from zmr.infra import git
 from zmr.infra.errors import ZmrError
@@ -62,6 +62,17 @@ class ExportError(ZmrError):
     """Commits that cannot be written as a series (a merge, an empty commit, no subject)."""
 
 
+class PlannedPatchJson(TypedDict):
+    """A patch of the exported series: its file, what export does with it (unchanged, refreshed, modified, reworded,
+    added), whether the file is written, the name it had (null: the same, or a new patch), its subject."""
+
+    name: str
+    status: str
+    written: bool
+    old_name: str | None
+    subject: str
+
+
 @dataclass
 class PlannedPatch:
     """One patch of the exported series and what export does with its file.
@@ -79,7 +90,7 @@ class PlannedPatch:
     old_name: str | None = None
     data: bytes | None = None  # bytes to write; None keeps the file as it is
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PlannedPatchJson:
         return {"name": self.name, "status": self.status, "written": self.data is not None, "old_name": self.old_name, "subject": self.subject}
 
 

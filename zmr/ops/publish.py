@@ -37,11 +37,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from zmr.infra import git
 from zmr.infra.errors import CheckFailed, ZmrError
 from zmr.infra.git import Progress
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.infra.cache import Cache
@@ -51,6 +52,33 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CREATED, UPDATED, REPLACED, UP_TO_DATE = "created", "updated", "replaced", "up to date"
 _PORCELAIN_RE = re.compile(r"^([ +\-*!=])\t([^\t]*):([^\t]+)\t(.*)$")
+
+
+class BranchPushJson(TypedDict):
+    """A release branch: on the remote before (*old*, null: absent) and what publish sends (*new*); its status
+    (created, updated, replaced, up to date); why the remote tip is not a release zmr built, the ref that keeps it
+    (--replace-foreign), and why this branch stops the push (each null: none)."""
+
+    model: str
+    component: str
+    branch: str
+    old: str | None
+    new: str
+    status: str
+    not_built_by_zmr: str | None
+    old_tip_kept_as: str | None
+    refused: str | None
+
+
+class PublishJson(TypedDict):
+    """The remote, whether this was a dry run and whether anything was pushed, why the publish refuses (null: it does
+    not; one atomic push, so no branch moves while one refuses), every branch."""
+
+    remote: str
+    dry_run: bool
+    pushed: bool
+    refused: str | None
+    branches: list[BranchPushJson]
 
 
 @dataclass
@@ -80,7 +108,7 @@ class BranchPush:
             return UP_TO_DATE
         return REPLACED if self.foreign else UPDATED
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BranchPushJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -95,7 +123,7 @@ class BranchPush:
 
 
 @dataclass
-class PublishResult:
+class PublishResult(Report):
     remote: str
     dry_run: bool
     branches: list[BranchPush] = field(default_factory=list)
@@ -106,7 +134,14 @@ class PublishResult:
     def moving(self) -> list[BranchPush]:
         return [b for b in self.branches if b.status != UP_TO_DATE]
 
-    def to_json(self) -> dict[str, Any]:
+    def failed(self) -> bool:
+        """The publish refused (a dry run: would refuse); the CLI raises *refusal*, with its details."""
+        return self.refusal is not None
+
+    def reason(self) -> str:
+        return self.refusal.message if self.refusal else ""
+
+    def to_json(self) -> PublishJson:
         return {
             "remote": self.remote,
             "dry_run": self.dry_run,

@@ -47,7 +47,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 from zmr.infra import git, transaction
 from zmr.infra.cache import Cache
@@ -55,20 +55,22 @@ from zmr.infra.errors import ZmrError
 from zmr.infra.files import atomic_write
 from zmr.infra.git import Progress
 from zmr.infra.lock import locked
+from zmr.infra.reports import Report
 from zmr.infra.wording import counted
 from zmr.model import resolutions
 from zmr.model.manifest import Component, parse_manifest
 from zmr.model.project import Project
-from zmr.model.resolutions import NotReplayed
+from zmr.model.resolutions import NotReplayed, NotReplayedJson
 from zmr.model.series import Patch, Series
 from zmr.ops import checkout, legacy
 from zmr.ops.checkout import Checkout, PickResult
-from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_files, renamed_since
+from zmr.ops.landed import Dropped, blob_reader, declared_commit, following_renames, judge, picked_empty, renamed_files, renamed_since, DroppedJson
 from zmr.ops.patchplan import ExportPlan, list_commits, plan_export, stage_plan
 from zmr.ops.rebase_state import RebaseState, Saved, StoppedAt
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, patch_file_sets, patch_ids, series_applies
 from zmr.ops.upstream import (
     ChangedPatch,
+    ChangedPatchJson,
     changed_patches,
     component_inputs,
     dropped_for,
@@ -198,7 +200,7 @@ def _write_result(project: Project, component: Component, old: str, new: str, pl
 
 
 @dataclass
-class Outcome:
+class Outcome(Report):
     """A finished rebase: what happened to each patch."""
 
     component: Component
@@ -219,7 +221,7 @@ class Outcome:
     unused: list[NotReplayed] = field(default_factory=list)  # recorded resolutions tried where their patch conflicted, and why not replayed
     recovered: list[str] = field(default_factory=list)  # what this run finished or undid of a zmr killed mid-operation (§7.8.4)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RebaseDoneJson:
         return {
             "status": "done",
             "model": self.component.model,
@@ -239,9 +241,71 @@ class Outcome:
         }
 
 
+class KeptPatchJson(TypedDict):
+    name: str
+    subject: str
+    note: str
+
+
+class AddedPatchJson(TypedDict):
+    name: str
+    subject: str
+
+
+class RebaseDoneJson(TypedDict):
+    """A rebase done: the pin moved from *old* to *new* (*rev* as named), how the series was replayed (*path*: pin-only,
+    fast, checkout), the patches kept, changed, added and dropped, the recorded resolutions replayed, recorded and not
+    replayed, and what this run finished or undid of a zmr killed mid-operation."""
+
+    status: Literal["done"]
+    model: str
+    component: str
+    old: str
+    new: str
+    rev: str
+    path: str
+    kept: list[KeptPatchJson]
+    changed: list[ChangedPatchJson]
+    added: list[AddedPatchJson]
+    dropped: list[DroppedJson]
+    reused_resolutions: list[str]
+    recorded_resolutions: list[str]
+    unused_resolutions: list[NotReplayedJson]
+    recovered: list[str]
+
+
+class RebaseStoppedJson(TypedDict):
+    """A rebase halted on a conflict: the patch and its files in conflict, the checkout where to resolve them, the
+    commit rebased onto, the patches left to replay after it, and as a done rebase's."""
+
+    status: Literal["stopped"]
+    model: str
+    component: str
+    patch: str
+    subject: str
+    files: list[str]
+    checkout: str
+    new: str
+    rev: str
+    remaining: int
+    dropped: list[DroppedJson]
+    reused_resolutions: list[str]
+    unused_resolutions: list[NotReplayedJson]
+    recovered: list[str]
+    renamed_from: dict[str, str]
+
+
+class RebaseAbortedJson(TypedDict):
+    """A rebase undone by ``--abort``: pin, series and checkout are as they were before it started."""
+
+    status: Literal["aborted"]
+    model: str
+    component: str
+
+
 @dataclass
-class Stopped:
-    """A rebase halted on a conflict, in the checkout."""
+class Stopped(Report):
+    """A rebase halted on a conflict, in the checkout: a failed report (exit 1) until it is continued or aborted."""
 
     component: Component
     name: str
@@ -262,7 +326,13 @@ class Stopped:
         """*files* as the report names them: a renamed one with the name the patch knows it by (``zmr.ops.landed.renamed_files``)."""
         return renamed_files(self.files, self.renamed)
 
-    def to_json(self) -> dict[str, Any]:
+    def failed(self) -> bool:
+        return True
+
+    def reason(self) -> str:
+        return f"{self.component.label}: patch {self.name} ({self.subject}) conflicts with upstream {self.new[:12]}"
+
+    def to_json(self) -> RebaseStoppedJson:
         return {
             "status": "stopped",
             "model": self.component.model,
@@ -768,12 +838,12 @@ def _under_link(folder: Path, path: Path) -> bool:
 
 
 @dataclass
-class Aborted:
+class Aborted(Report):
     """A rebase undone by ``--abort``: pin, series and checkout are as they were before it started."""
 
     component: Component
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RebaseAbortedJson:
         return {"status": "aborted", "model": self.component.model, "component": self.component.key}
 
 

@@ -14,11 +14,45 @@ short (``interrupted``: the next ``zmr update --apply`` finishes it, ``zmr rebas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.model.manifest import Component
     from zmr.model.project import Project
+
+
+# "from" is a keyword: the functional form.
+RebaseStatusJson = TypedDict("RebaseStatusJson", {"onto": str, "from": str, "stopped_at": str | None, "files": list[str], "interrupted": bool})
+RebaseStatusJson.__doc__ = """A rebase under way: *from* the pin onto *onto*, the patch handed over to the engineer (null: none yet) and its
+files in conflict, *interrupted*: killed with nothing handed over (the next ``update --apply`` finishes it)."""
+
+
+class ComponentStatusJson(TypedDict):
+    """One component: its pin and release branch (current, stale, missing; its tip, null: none), its checkout (null:
+    none) and state, what exporting would save, the holder of its lock (null: free), the series' patches per upstream
+    status kind, the patches the repository's series changed, files in git's conflict state, a rebase under way."""
+
+    model: str
+    component: str
+    pin: str
+    branch: str
+    release: str
+    release_tip: str | None
+    checkout: str | None
+    not_exported: list[str]
+    rebase_in_progress: bool
+    lock_holder: dict[str, Any] | None
+    upstream_status: dict[str, int]
+    checkout_state: str
+    series_changed: list[str]
+    unmerged: list[str]
+    rebase: RebaseStatusJson | None
+
+
+class StatusJson(TypedDict):
+    components: list[ComponentStatusJson]
 
 
 @dataclass
@@ -31,7 +65,7 @@ class RebaseStatus:
     files: list[str]  # its files in conflict
     interrupted: bool  # killed with nothing left to the engineer: the next `update --apply` finishes it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RebaseStatusJson:
         return {"onto": self.onto, "from": self.old, "stopped_at": self.stopped_at, "files": self.files, "interrupted": self.interrupted}
 
 
@@ -55,7 +89,7 @@ class ComponentStatus:
     unmerged: list[str] = field(default_factory=list)  # files of the series folder and the manifest in git's conflict state
     rebase: RebaseStatus | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ComponentStatusJson:
         return {
             "model": self.model,
             "component": self.component,
@@ -76,10 +110,10 @@ class ComponentStatus:
 
 
 @dataclass
-class StatusReport:
+class StatusReport(Report):
     components: list[ComponentStatus]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StatusJson:
         return {"components": [c.to_json() for c in self.components]}
 
 

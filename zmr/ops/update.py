@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from functools import cache as memoize
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from zmr.infra import git, transaction
 from zmr.infra.cache import Cache
@@ -52,18 +52,21 @@ from zmr.infra.git import Progress
 from zmr.infra.lock import hold
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component
+from zmr.infra.reports import Report
 from zmr.model.project import Project
-from zmr.model.resolutions import NotReplayed, Recorded, recorded
+from zmr.model.resolutions import NotReplayed, Recorded, recorded, NotReplayedJson
 from zmr.model.series import Patch
-from zmr.model.upstream_status import UpstreamStatus, status_of
+from zmr.model.upstream_status import UpstreamStatus, status_of, UpstreamStatusJson
 from zmr.ops import checkout
-from zmr.ops.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check
+from zmr.ops.checks import BAD, GOOD, SKIP, Check, LineSearch, Results, Tried, bisect_line, run_check, CheckJson, TriedJson
 from zmr.ops.landed import (
     NOT_LANDED,
     Answer,
     Change,
     Dropped,
+    DroppedJson,
     Landing,
+    LandingJson,
     blob_reader,
     declared_commit,
     following_renames,
@@ -78,6 +81,7 @@ from zmr.ops.rebase import Outcome, Stopped, abort, finishing_onto, resume, star
 from zmr.ops.replay import build_chain, chain_patch_ids, file_sets, files_unchanged, patch_file_sets, patch_ids, trial_pick
 from zmr.ops.upstream import (
     ChangedPatch,
+    ChangedPatchJson,
     changed_patches,
     commit_subject,
     dropped_for,
@@ -96,6 +100,66 @@ REPLAY_RULE = "landed-4"  # in the key of a kept replay (``CheckedLine``): a new
 
 class UpdateError(ZmrError):
     """``zmr update`` cannot look at a component."""
+
+
+class BlockedByJson(TypedDict):
+    """The first commit onto which the series no longer replays, the series' patch that conflicts there and its author,
+    and the part of that patch's change already at the commit (null: none)."""
+
+    commit: str
+    patch: str
+    files: list[str]
+    author_name: str
+    author_email: str
+    partially_landed: LandingJson | None
+    renamed_from: dict[str, str]
+
+
+class CheckSearchJson(TypedDict):
+    """What ``--test``/``--smoke``/``--bitwise`` found: the newest commit where the check passes, the first where it fails
+    after it (null: none), the commits skipped between them, every answer, the checks run now and the answers kept from
+    earlier runs, and the check's answer at the pin when it fails there (null otherwise)."""
+
+    check: CheckJson
+    newest_good: str
+    first_bad: TriedJson | None
+    skipped: list[str]
+    tried: list[TriedJson]
+    tests: int
+    cached: int
+    fails_at_pin: TriedJson | None
+
+
+class UpdateComponentJson(TypedDict):
+    """One component: its status, pin, the commit the pin can move to (*target*), the tracked *tip* and *rev*, the commits
+    behind, what a move drops, what blocks it (null: nothing), the patches it changes, whether ``--apply`` moved it and,
+    when not, why (*refused*)."""
+
+    model: str
+    component: str
+    status: str
+    pin: str
+    target: str
+    tip: str
+    behind: int
+    dropped: list[DroppedJson]
+    blocked_by: BlockedByJson | None
+    changed: list[ChangedPatchJson]
+    rev: str
+    steps: int
+    replays: int
+    applied: bool
+    refused: str | None
+    check: CheckSearchJson | None
+    partially_landed: dict[str, LandingJson]
+    upstream_status: dict[str, UpstreamStatusJson]
+    droppable: dict[str, str]
+    reused_resolutions: list[str]
+    unused_resolutions: list[NotReplayedJson]
+
+
+class UpdateJson(TypedDict):
+    components: list[UpdateComponentJson]
 
 
 @dataclass
@@ -117,7 +181,7 @@ class BlockedBy:
         """*files* as the report names them: a renamed one with the name the patch knows it by."""
         return renamed_files(self.files, self.renamed)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BlockedByJson:
         # the keys of `zmr update --json` (docs/reference.md §7.19)
         return {
             "commit": self.commit,
@@ -207,7 +271,7 @@ class Update:
         """The pin is not at the tip once the command is done (``--check``)."""
         return self.status != UP_TO_DATE and not (self.applied and self.target == self.tip)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UpdateComponentJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -258,7 +322,7 @@ class CheckSearch:
     def cached(self) -> int:
         return sum(1 for t in self.tried if t.cached)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckSearchJson:
         return {
             "check": self.check.to_json(),
             "newest_good": self.newest_good,
@@ -694,7 +758,7 @@ def _record(project: Project, found: Update, outcome: Outcome | Stopped | None) 
 
 
 @dataclass(frozen=True)
-class UpdateReport:
+class UpdateReport(Report):
     """What ``zmr update --json`` prints: one ``Update`` per component, in the order examined.
 
     ``failed()`` is the exit rule (§6.1): with ``--apply``, a component left
@@ -739,7 +803,7 @@ class UpdateReport:
             ]
         return []
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UpdateJson:
         return {"components": [u.to_json() for u in self.components]}
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from zmr.infra import git
 from zmr.infra.cache import COMPLETE_REFS, Cache, Upstream
@@ -30,7 +30,7 @@ from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
 from zmr.model.resolutions import NotReplayed, Recorded, try_recorded
 from zmr.model.series import Patch, Series
-from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing
+from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing, LandingJson
 from zmr.ops.replay import (
     Replayer,
     build_chain,
@@ -41,6 +41,7 @@ from zmr.ops.replay import (
     patch_ids,
     series_applies,
 )
+from zmr.infra.reports import Report
 
 
 class UpstreamError(ZmrError):
@@ -294,6 +295,45 @@ def files_stand(repo: git.Repo, series: Series, old: str, new: str, files: list[
 # -- upstreamed ----------------------------------------------------------------------------
 
 
+class UpstreamedPatchJson(TypedDict):
+    """A patch upstream holds: how that was found (*method*), the upstream commit and subject (null and '' when not
+    identified), the commits where it landed (*via*) and, in words, how (*landed*)."""
+
+    name: str
+    subject: str
+    upstream_commit: str | None
+    upstream_subject: str
+    method: str
+    via: list[str]
+    landed: str
+
+
+class UpstreamedJson(TypedDict):
+    """One component: its pin, the revision compared with (as named, and its commit), the series' patch count, the
+    patches upstream holds there, those that would conflict there, and of those the ones upstream holds in part."""
+
+    model: str
+    component: str
+    pin: str
+    rev: str
+    rev_commit: str
+    patches: int
+    upstreamed: list[UpstreamedPatchJson]
+    conflicts: list[str]
+    partially_landed: dict[str, LandingJson]
+
+
+class NotComparedJson(TypedDict):
+    model: str
+    component: str
+    reason: str
+
+
+class UpstreamedReportsJson(TypedDict):
+    components: list[UpstreamedJson]
+    skipped: list[NotComparedJson]
+
+
 @dataclass
 class UpstreamedReport:
     """What ``zmr upstreamed`` found for one component: the patches upstream holds at *rev_commit* (*upstreamed*),
@@ -307,7 +347,7 @@ class UpstreamedReport:
     conflicts: list[str] = field(default_factory=list)
     partial: dict[str, Landing] = field(default_factory=dict)  # of *conflicts*: those whose change upstream holds in part
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UpstreamedJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -339,18 +379,18 @@ class NotCompared:
     component: Component
     reason: str = "no track"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> NotComparedJson:
         return {"model": self.component.model, "component": self.component.key, "reason": self.reason}
 
 
 @dataclass(frozen=True)
-class UpstreamedReports:
+class UpstreamedReports(Report):
     """What ``zmr upstreamed --json`` prints: a report per component compared, and those skipped (no ``track``)."""
 
     components: list[UpstreamedReport]
     skipped: list[NotCompared]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UpstreamedReportsJson:
         return {"components": [r.to_json() for r in self.components], "skipped": [s.to_json() for s in self.skipped]}
 
 
@@ -409,6 +449,35 @@ _RANGE_LINE_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+
 _FORCE_PAIR = 100_000
 
 
+class _PairJson(TypedDict):
+    old: str | None
+    new: str | None
+    sign: str
+    subject: str
+
+
+class PairJson(_PairJson, total=False):
+    """One line of a series' range-diff: the old and new patch names (null: none), *sign* (``=`` the same, ``!``
+    changed, ``<`` removed, ``>`` added) and subject; a changed pair's *kind*, how it was paired and its interdiff; an
+    added or removed patch's *diff*."""
+
+    kind: str | None
+    paired_by: str | None
+    interdiff: str
+    diff: str
+
+
+class ChangedPatchJson(TypedDict):
+    """A patch a rebase or update changed: its range-diff block, what changed (*kind*: code, message, context) and how
+    the two sides were paired (content, name, position)."""
+
+    name: str
+    subject: str
+    range_diff: str
+    kind: str | None
+    paired_by: str | None
+
+
 @dataclass(frozen=True)
 class Pair:
     """One line of a series' range-diff: a patch of the old series, of the new one, or both.
@@ -440,10 +509,10 @@ class Pair:
         new = f"{self.new + 1:>{width}}" if self.new is not None else "-".rjust(width)
         return f"{old}: {self.old_name or '-'} {self.sign} {new}: {self.new_name or '-'} {self.subject}".rstrip()
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
+    def to_json(self) -> PairJson:
+        data: PairJson = {"old": self.old_name, "new": self.new_name, "sign": self.sign, "subject": self.subject}
         if self.sign == "!":
-            data |= {"kind": self.kind, "paired_by": self.by, "interdiff": self.interdiff}
+            data["kind"], data["paired_by"], data["interdiff"] = self.kind, self.by, self.interdiff
         if self.sign in "<>":
             data["diff"] = self.diff
         return data
@@ -459,8 +528,8 @@ class ChangedPatch:
     kind: str | None = None  # code | message | context (see Pair)
     paired_by: str | None = None  # content | name | position
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> ChangedPatchJson:
+        return {"name": self.name, "subject": self.subject, "range_diff": self.range_diff, "kind": self.kind, "paired_by": self.paired_by}
 
 
 def changed_patches(

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
-from zmr.infra.errors import CaseError, Located, ZmrError
+from zmr.infra.errors import CaseError, Located, ZmrError, ProblemJson
 from zmr.model.cases import check_project
 from zmr.model.manifest import Manifest
 from zmr.model.project import Project
 from zmr.model.series import Patch, message_split_problem
 from zmr.model.yamlnodes import Problem
+from zmr.infra.reports import Report
+from zmr.infra.wording import counted
+
+
+class ValidateJson(TypedDict):
+    """``ok``: no problem; the models and cases checked, the patches read, every problem found, the warnings."""
+
+    ok: bool
+    models: list[str]
+    cases: list[str]
+    patches: int
+    problems: list[ProblemJson]
+    warnings: list[str]
 
 
 @dataclass
-class ValidateReport:
+class ValidateReport(Report):
     """``zmr validate --json``: the models and cases checked, the patches read, every problem found and the warnings."""
 
     models: list[str]
@@ -36,7 +49,11 @@ class ValidateReport:
     def failed(self) -> bool:
         return bool(self.problems)
 
-    def to_json(self) -> dict[str, Any]:
+    def reason(self) -> str:
+        files = len({p.path for p in self.problems})
+        return f"{counted(len(self.problems), 'problem')} in {counted(files, 'file')}" if self.problems else ""
+
+    def to_json(self) -> ValidateJson:
         problems = [p.to_json() for p in self.problems]
         return {"ok": not problems, "models": self.models, "cases": self.cases, "patches": self.patches, "problems": problems, "warnings": self.warnings}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from zmr.infra import git
 from zmr.infra.cache import Cache
@@ -18,10 +18,31 @@ from zmr.infra.git import Progress
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
+from zmr.ops.build import Release, compute
+from zmr.infra.reports import Report
 
 # The trailer names live beside the check that reads them (zmr.model.provenance); zmr.ops.build.TRAILER_* stay importable.
 from zmr.model.provenance import TRAILER_SERIES, TRAILER_UPSTREAM_COMMIT
-from zmr.ops.build import Release, compute
+
+
+class VerifyResultJson(TypedDict):
+    """A release branch: ok, missing or differs; the commit zmr builds (*expected*) and where the branch is (null: absent)."""
+
+    model: str
+    component: str
+    branch: str
+    status: str
+    expected: str
+    actual: str | None
+    reasons: list[str]
+
+
+class VerifyJson(TypedDict):
+    """``ok``: no branch drifted; *remote*: the remote compared with (null: the local branches)."""
+
+    ok: bool
+    remote: str | None
+    branches: list[VerifyResultJson]
 
 
 @dataclass
@@ -33,7 +54,7 @@ class VerifyResult:
     actual: str | None
     reasons: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifyResultJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -46,7 +67,7 @@ class VerifyResult:
 
 
 @dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(Report):
     """What ``zmr verify`` found: one result per release branch, compared with local branches or *remote*'s."""
 
     results: list[VerifyResult]
@@ -65,7 +86,7 @@ class VerifyReport:
         bad, count = self.drifted, len(self.results)
         return f"{len(bad)} of {count} branch{'es' if count != 1 else ''} drifted: " + ", ".join(r.branch for r in bad) if bad else ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifyJson:
         return {"ok": not self.drifted, "remote": self.remote, "branches": [r.to_json() for r in self.results]}
 
 

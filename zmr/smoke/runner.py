@@ -66,11 +66,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypedDict
 from xml.etree import ElementTree as ET
 
 from zmr.infra.errors import ZmrError
 from zmr.infra.files import MAX_JSON_BYTES, FileRefused, atomic_write, parse_json, read_repo_file
+from zmr.infra import reports
 from zmr.infra.git import Progress
 from zmr.infra.procgroup import ERROR, FAILED, PASSED, STATUSES, TIMEOUT, kill_grace, run_command
 
@@ -114,6 +115,69 @@ class Interrupted(ZmrError):
 # -- data model ------------------------------------------------------------------------
 
 
+class TreeJson(TypedDict):
+    """A tree a test ran in: the component's release branch and its tip when the run started, the upstream as the
+    manifest writes it and the pinned upstream commit."""
+
+    component: str
+    branch: str
+    commit: str
+    upstream: str
+    upstream_commit: str
+
+
+class SmokeRecordJson(TypedDict):
+    """One smoke test's result, host-independent (what ``--record`` writes, after its ``schema_version`` and ``kind``):
+    the test, the component it belongs to (null: a model test) and those whose trees it got, their branches and
+    commits, what ran and with what, the status (passed, failed, timeout, error) and exit code (null: none), when and
+    how long, the mismatch reports it wrote, the zmr version."""
+
+    model: str
+    test: str
+    id: str
+    component: str | None
+    components: list[str]
+    branches: dict[str, str]
+    commits: dict[str, str]
+    key: str
+    trees: list[TreeJson]
+    run: str
+    timeout: float
+    resources: dict[str, float]
+    env: dict[str, str]
+    status: str
+    exit_code: int | None
+    message: str
+    start: str
+    duration: float
+    executor: str
+    mismatch: list[dict[str, Any]]
+    zmr_version: str
+
+
+class SmokeTestJson(SmokeRecordJson):
+    """A test's result in ``zmr smoke --json``: the record, its JUnit class name, its log (null: none) and notes."""
+
+    classname: str
+    log: str | None
+    notes: list[str]
+
+
+class SmokeJson(TypedDict):
+    """``ok``: every test passed; the executor, when the run started and how long it took, the count per status (and
+    ``total``), the branches this run built, the artifacts folder per model, the evidence files written, every test."""
+
+    ok: bool
+    executor: str
+    start: str
+    duration: float
+    counts: dict[str, int]
+    built: list[str]
+    artifacts: dict[str, str]
+    evidence: list[str]
+    tests: list[SmokeTestJson]
+
+
 @dataclass(frozen=True)
 class Tree:
     """The release commit a job's tree is made from (one per needed component)."""
@@ -124,7 +188,7 @@ class Tree:
     upstream: str  # as written in the manifest
     pin: str  # the pinned upstream commit
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TreeJson:
         return {"component": self.component, "branch": self.branch, "commit": self.commit, "upstream": self.upstream, "upstream_commit": self.pin}
 
 
@@ -184,11 +248,13 @@ class Result:
         return self.status == PASSED
 
     def record(self) -> dict[str, Any]:
-        """The host-independent record: what ``--record`` writes and ``--json`` lists."""
+        """The host-independent record ``--record`` writes: ``schema_version``, ``kind``, then `fields`."""
+        return {"schema_version": SCHEMA_VERSION, "kind": "zmr-smoke", **self.fields()}
+
+    def fields(self) -> SmokeRecordJson:
+        """The record's keys, which ``--json`` lists too."""
         job = self.job
         return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "zmr-smoke",
             "model": job.model,
             "test": job.test.name,
             "id": job.id,
@@ -214,7 +280,7 @@ class Result:
 
 
 @dataclass
-class Report:
+class Report(reports.Report):
     """Every result of one ``zmr smoke`` run, in job order."""
 
     results: list[Result]
@@ -236,17 +302,13 @@ class Report:
         counts["total"] = len(self.results)
         return counts
 
-    def to_json(self) -> dict[str, Any]:
-        tests = []
-        for r in self.results:
-            item = r.record()
-            del item["schema_version"], item["kind"]
-            item["classname"] = r.job.classname
-            item["log"] = str(r.log) if r.log else None
-            item["notes"] = r.notes
-            tests.append(item)
+    schema_version = SCHEMA_VERSION
+
+    def to_json(self) -> SmokeJson:
+        tests: list[SmokeTestJson] = [
+            {**r.fields(), "classname": r.job.classname, "log": str(r.log) if r.log else None, "notes": r.notes} for r in self.results
+        ]
         return {
-            "schema_version": SCHEMA_VERSION,
             "ok": self.ok,
             "executor": self.executor,
             "start": self.start,
@@ -262,17 +324,17 @@ class Report:
         """The check failed: a test did not pass (`zmr smoke` exits 1)."""
         return any(not r.ok for r in self.results)
 
-    def reason(self) -> tuple[str, list[str]]:
-        """Why it failed: a headline and one line per test that did not pass (('', []) when all passed)."""
+    def reason(self) -> str:
+        """Why it failed, in one line ('' when all passed); `details` has a line per test that did not pass."""
         bad = [r for r in self.results if not r.ok]
         if not bad:
-            return "", []
+            return ""
         counts = self.counts()
         what = ", ".join(f"{counts[s]} {s}" for s in (FAILED, TIMEOUT, ERROR) if counts[s])
-        return (
-            f"{len(bad)} of {len(self.results)} smoke test{'s' if len(self.results) != 1 else ''} did not pass ({what})",
-            [f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in bad],
-        )
+        return f"{len(bad)} of {len(self.results)} smoke test{'s' if len(self.results) != 1 else ''} did not pass ({what})"
+
+    def details(self) -> list[str]:
+        return [f"{r.status:7} {r.job.label}: {r.message}" + (f" (log: {r.log})" if r.log else "") for r in self.results if not r.ok]
 
 
 # -- selecting jobs ----------------------------------------------------------------------

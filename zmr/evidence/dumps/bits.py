@@ -14,13 +14,17 @@ from __future__ import annotations
 import math
 import struct
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from zmr.infra.errors import ZmrError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     from numpy import ndarray  # for annotations inside functions that bind a local `np`
+
+
+Figure = float | Literal["nan", "inf", "-inf"] | None
+"""A figure in JSON (`json_number`): a number, a non-finite one spelled as a string, or null (none: e.g. over no tokens)."""
 
 
 def json_number(value: Any) -> Any:

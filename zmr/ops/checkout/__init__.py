@@ -59,11 +59,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from zmr.infra.cache import HEADS, TAGS, Cache, Mirror
 from zmr.infra.git import Progress
 from zmr.infra.lock import locked
+from zmr.infra.reports import Report
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component
 from zmr.model.project import Project
@@ -193,6 +194,26 @@ __all__ = [
 ]
 
 
+class CheckoutResultJson(TypedDict):
+    """A checkout: where, its branch, the base (the pin) and tip commits, its patches, what was done (created, refreshed,
+    unchanged), the backup refs of commits it replaced, and whether upstream's history was added (--history)."""
+
+    model: str
+    component: str
+    path: str
+    branch: str
+    base: str
+    tip: str
+    patches: int
+    action: str
+    backups: list[str]
+    history: bool
+
+
+class CheckoutJson(TypedDict):
+    checkouts: list[CheckoutResultJson]
+
+
 @dataclass
 class CheckoutResult:
     component: Component
@@ -205,7 +226,7 @@ class CheckoutResult:
     backups: list[str] = field(default_factory=list)
     history: bool = False  # upstream's history was added (--history)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckoutResultJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
@@ -221,12 +242,12 @@ class CheckoutResult:
 
 
 @dataclass(frozen=True)
-class CheckoutReport:
+class CheckoutReport(Report):
     """What ``zmr checkout`` did: one result per component."""
 
     checkouts: list[CheckoutResult]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckoutJson:
         return {"checkouts": [r.to_json() for r in self.checkouts]}
 
 

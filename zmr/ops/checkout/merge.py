@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from zmr.infra.cache import Cache
 from zmr.infra.git import FULL_OID_RE, Progress
@@ -28,12 +28,28 @@ from zmr.ops.checkout.state import checkout_path, config_values, refuse_during_r
 from zmr.ops.checkout.worktree import Checkout, CheckoutError, branch_name, check_identity, dirty, open_checkout, refresh
 from zmr.ops.patchplan import list_commits
 from zmr.ops.replay import build_chain
+from zmr.infra.reports import Report
 
 MERGE_DIR = MERGE_FOLDER.where  # in the checkout's .git while `zmr checkout --merge` is under way (merge_state)
 
 
+class MergeJson(TypedDict):
+    """Where ``zmr checkout --merge`` got: its action (merged, stopped, aborted), the commits replayed and left, the commit
+    that stopped and its files in conflict ('' and [] when none)."""
+
+    model: str
+    component: str
+    path: str
+    action: str
+    replayed: int
+    left: int
+    commit: str
+    subject: str
+    files: list[str]
+
+
 @dataclass
-class MergeResult:
+class MergeResult(Report):
     """Where ``zmr checkout --merge`` (or its ``--continue``) got: *action* ``merged``, ``stopped`` (a conflict) or ``aborted``.
 
     *replayed*: the checkout's commits replayed so far; *commit*, *subject*
@@ -49,7 +65,7 @@ class MergeResult:
     subject: str = ""
     files: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MergeJson:
         return {
             "model": self.component.model,
             "component": self.component.key,
