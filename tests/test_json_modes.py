@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import git, make_project, simple_model, two_models, zmr
-from test_json_contract import _evidence_test_module, check
+from test_json_contract import COMMANDS, _evidence_test_module, check
 
 
 def test_export_of_added_and_unchanged_patches_has_old_name_null(project, upstream):
@@ -68,7 +68,37 @@ def test_empty_project(tmp_path):
     assert check("update", zmr("update", "--json", cwd=empty.root))["components"] == []
 
 
-@pytest.mark.parametrize("command", ["list", "build", "bisect", "export", "mismatch", "smoke", "rebase", "checkout", "schema", "docs"])
+def test_failed_checks_and_refusals_print_their_report(project, upstream, tmp_path):
+    """Exit 1 with the report on stdout: a rebase stopped (then aborted), update --check behind, diff --check changed,
+    a publish refused, docs --check stale."""
+    project.commit_all("start")
+    start = git("rev-parse", "HEAD", cwd=project.root).strip()
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    upstream.commit({"src/model.py": model_py.replace("line 10\n", "line 10 upstream\n")}, "Rework line 10")
+    new = upstream.commit({"docs/guide.md": "guide v2\n"}, "Update the guide")
+    behind = check("update", zmr("update", "toy", "--check", "--json", cwd=project.root), codes=(1,))
+    assert behind["components"][0]["status"] == "partial" and behind["components"][0]["blocked_by"]["patch"] == "0001-fixed-split.patch"
+    changed = check("diff", zmr("diff", start, "--check", "--json", cwd=project.root), codes=(1,))
+    assert changed["components"][0]["status"] == "added" and changed["components"][0]["pin"]["old"] is None
+    stopped = check("rebase", zmr("rebase", "toy", "--onto", new, "--json", cwd=project.root), codes=(1,))
+    assert stopped["status"] == "stopped" and stopped["files"] == ["src/model.py"]
+    assert check("rebase", zmr("rebase", "toy", "--abort", "--json", cwd=project.root))["status"] == "aborted"
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("push", "-q", str(remote), f"{start}:refs/heads/rollout/toy", cwd=project.root)  # a branch zmr did not build
+    unbuilt = check("publish", zmr("publish", "toy", "--remote", str(remote), "--dry-run", "--json", cwd=project.root), codes=(1,))
+    assert unbuilt["error"]["code"] == 1 and unbuilt["error"]["type"] == "CheckFailed"  # a check failed before any report
+    assert zmr("build", "toy", cwd=project.root).returncode == 0
+    refused = check("publish", zmr("publish", "toy", "--remote", str(remote), "--dry-run", "--json", cwd=project.root), codes=(1,))
+    assert refused["refused"] and refused["branches"][0]["not_built_by_zmr"] and refused["pushed"] is False
+    sections = ["support-matrix", "key-features", "hardware", "code-branches", "evidence", "notes"]
+    project.write("README.md", "".join(f"<!-- zmr:begin {s} -->\n<!-- zmr:end {s} -->\n" for s in sections))
+    stale = check("docs", zmr("docs", "--check", "--json", cwd=project.root), codes=(1,))
+    assert stale["up_to_date"] is False and stale["written"] is False
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_usage_errors_are_error_objects(project, command):
     result = zmr(command, "--json", "--no-such-option", cwd=project.root)
     data = check(command, result, codes=(2,))

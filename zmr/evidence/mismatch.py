@@ -51,9 +51,10 @@ names RL frameworks log, to hold zmr's numbers against a dashboard:
 verl and slime compute in the tensors' dtype, zmr in float64, so the last
 digits can differ.
 
-Report JSON (`MismatchReport.to_json`, `zmr mismatch --json`), schema_version 3
-------------------------------------------------------------------------------
-- `schema_version` (3; 2 had `tool` {`name`, `version`}; 1 named the trainer side `train`), `tool` ("zmr"), `zmr` (its version), `verdict`
+Report JSON (`zmr mismatch --json`: `zmr.reports.envelope(report)`), schema_version 3
+------------------------------------------------------------------------------------
+- the envelope: `tool` ("zmr"), `zmr` (its version), `schema_version` (3; 2 had `tool` {`name`, `version`}; 1 named
+  the trainer side `train`); then `MismatchReport.to_json`'s keys: `verdict`
   ("bitwise_equal" or "mismatch"), `bitwise_equal` (bool).
 - `rollout`, `trainer`: {`path`, `format`, `records`, `tokens`, `dtypes`,
   `trees` (component -> commit id, from the provenance; {} when the dump has
