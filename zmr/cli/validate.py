@@ -31,8 +31,7 @@ def validate(
         # The problems are the report (stdout); the exit status still says there are some.
         print_report(report)
         if report.failed():
-            count = len(report.problems)
-            raise ZmrError(f"{count} problem{'s' if count != 1 else ''}, listed in the JSON report")
+            raise ZmrError(f"{report.reason()}, listed in the JSON report")
         return
     if report.errors:
         if isinstance(report.errors[0], CaseError):  # the manifests and cases could not be read: the series were not

@@ -50,8 +50,8 @@ class ValidateReport(Report):
         return bool(self.problems)
 
     def reason(self) -> str:
-        files = len({p.path for p in self.problems})
-        return f"{counted(len(self.problems), 'problem')} in {counted(files, 'file')}" if self.problems else ""
+        """How many problems (exit 2: they are bad input, not a failed check)."""
+        return counted(len(self.problems), "problem") if self.problems else ""
 
     def to_json(self) -> ValidateJson:
         problems = [p.to_json() for p in self.problems]
