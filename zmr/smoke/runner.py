@@ -126,6 +126,17 @@ class TreeJson(TypedDict):
     upstream_commit: str
 
 
+class MismatchMetricsJson(TypedDict):
+    """A ``zmr mismatch --json`` report a test wrote (*file*, under its artifacts): its keys as the file has them (the
+    file is the test's: zmr passes them on unjudged)."""
+
+    file: str
+    schema_version: Any
+    verdict: Any
+    bitwise_equal: Any
+    overall: dict[str, Any]
+
+
 class SmokeRecordJson(TypedDict):
     """One smoke test's result, host-independent (what ``--record`` writes, after its ``schema_version`` and ``kind``):
     the test, the component it belongs to (null: a model test) and those whose trees it got, their branches and
@@ -151,7 +162,7 @@ class SmokeRecordJson(TypedDict):
     start: str
     duration: float
     executor: str
-    mismatch: list[dict[str, Any]]
+    mismatch: list[MismatchMetricsJson]
     zmr_version: str
 
 
@@ -240,7 +251,7 @@ class Result:
     message: str
     executor: str
     log: Path | None = None
-    mismatch: list[dict[str, Any]] = field(default_factory=list)
+    mismatch: list[MismatchMetricsJson] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -572,7 +583,7 @@ def scan_mismatch(folder: Path) -> dict[str, tuple[int, int, int]]:
     return result
 
 
-def read_mismatch(path: Path, rel: str, root: Path | None = None) -> tuple[dict[str, Any] | None, str]:
+def read_mismatch(path: Path, rel: str, root: Path | None = None) -> tuple[MismatchMetricsJson | None, str]:
     """The metrics of a ``zmr mismatch --json`` report (a regular file inside *root*, if given), or (None, why not)."""
     try:
         data = parse_json(read_repo_file(root, path, limit=MAX_JSON_BYTES, what="mismatch report", display=rel).decode("utf-8"))
@@ -600,8 +611,9 @@ def claimant(rel: str, ids: Iterable[str]) -> str | None:
     return best
 
 
-def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    found, notes = [], []
+def collect_mismatch(folder: Path, rels: Iterable[str]) -> tuple[list[MismatchMetricsJson], list[str]]:
+    found: list[MismatchMetricsJson] = []
+    notes: list[str] = []
     for rel in sorted(rels):
         metrics, why = read_mismatch(folder / rel, rel, folder)
         if metrics is None:
