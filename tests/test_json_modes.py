@@ -50,10 +50,13 @@ def test_mismatch_with_other_names_and_no_provenance(tmp_path):
 def test_smoke_of_another_model_passing_and_failing(project, upstream):
     two_models(project, upstream)
     manifest = project.root / "manifests" / "other.yaml"
-    manifest.write_text(manifest.read_text() + "    smoke:\n      - name: passes\n        run: 'true'\n      - name: fails\n        run: exit 3\n")
+    report = '{"schema_version": 3, "verdict": "mismatch", "bitwise_equal": false, "overall": {"tokens": 4}}'
+    tests = [("passes", "true"), ("fails", "exit 3"), ("measures", f"echo '{report}' > \"$ZMR_ARTIFACTS/$ZMR_TEST.mismatch.json\"")]
+    manifest.write_text(manifest.read_text() + "    smoke:\n" + "".join(f"      - name: {name}\n        run: {json.dumps(run)}\n" for name, run in tests))
     project.commit_all("smoke tests")
     data = check("smoke", zmr("smoke", "other", "--json", cwd=project.root))
     assert data["ok"] is False and data["counts"]["failed"] == 1 and set(data["artifacts"]) == {"other"}
+    assert [t["mismatch"] for t in data["tests"]][2] == [{"file": "trainer.measures.mismatch.json", **json.loads(report)}]
 
 
 def test_empty_project(tmp_path):
