@@ -111,3 +111,15 @@ def test_json_reports_keep_their_keys(project, upstream):
     assert list(matrix) == ["include"] and set(matrix["include"][0]) >= {"name", "model", "component", "branch", "smoke", "gpu"}
     created = _keys(zmr("new", "fresh", "-c", f"rollout={upstream.path}@{upstream.commits[1]}", "--json", cwd=root))
     assert list(created) == ["model", "files", "changed", "warnings"] and created["model"] == "fresh"
+
+
+def test_the_envelope_has_one_builder():
+    """`tool` and `zmr` are written as keys only by `zmr.reports.envelope` (mismatch, locate and smoke wrote their own,
+    the CLI another): every other module hands its report to it."""
+    zmr_folder = CLI.parent
+    writers = []
+    for path in sorted(zmr_folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Dict) and {"tool", "zmr"} & {k.value for k in node.keys if isinstance(k, ast.Constant)}:
+                writers.append(f"{path.relative_to(zmr_folder)}:{node.lineno}")
+    assert {w.partition(":")[0] for w in writers} == {"reports.py"}, writers  # the envelope, and its schema
