@@ -127,6 +127,8 @@ class ImportedManifestJson(TypedDict):
 
 
 class ImportJson(TypedDict):
+    """The manifests ``zmr import`` wrote, and its warnings."""
+
     manifests: list[ImportedManifestJson]
     warnings: list[str]
 

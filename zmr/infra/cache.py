@@ -234,6 +234,8 @@ class FetchedJson(TypedDict):
 
 
 class FetchJson(TypedDict):
+    """What ``zmr fetch`` made sure of: each component's pinned commit and the cache mirror that holds it."""
+
     fetched: list[FetchedJson]
 
 

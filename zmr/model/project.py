@@ -413,6 +413,8 @@ class ListedModelJson(TypedDict):
 
 
 class ListJson(TypedDict):
+    """Every model of the repository, as its manifest declares it."""
+
     models: list[ListedModelJson]
 
 

@@ -76,6 +76,8 @@ class BranchUpdateJson(TypedDict):
 
 
 class BuildJson(TypedDict):
+    """What ``zmr build`` moved: one entry per release branch."""
+
     branches: list[BranchUpdateJson]
 
 

@@ -52,6 +52,8 @@ class ComponentStatusJson(TypedDict):
 
 
 class StatusJson(TypedDict):
+    """What ``zmr status`` found: one entry per component."""
+
     components: list[ComponentStatusJson]
 
 

@@ -159,6 +159,8 @@ class UpdateComponentJson(TypedDict):
 
 
 class UpdateJson(TypedDict):
+    """What ``zmr update`` found (and, with ``--apply``, did): one entry per component, in the order examined."""
+
     components: list[UpdateComponentJson]
 
 

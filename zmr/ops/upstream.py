@@ -330,6 +330,8 @@ class NotComparedJson(TypedDict):
 
 
 class UpstreamedReportsJson(TypedDict):
+    """A report per component compared, and those left out (*reason*: no track)."""
+
     components: list[UpstreamedJson]
     skipped: list[NotComparedJson]
 

@@ -211,6 +211,8 @@ class CheckoutResultJson(TypedDict):
 
 
 class CheckoutJson(TypedDict):
+    """What ``zmr checkout`` did: one entry per component."""
+
     checkouts: list[CheckoutResultJson]
 
 
