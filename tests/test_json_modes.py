@@ -1,6 +1,8 @@
 """Every command's `--json` output in every mode (success, failure, skips, empty, errors) validates against its schema in
-docs/json-schema/, which is generated from the report types (`zmr.infra.reports`): the outputs the schemas inferred from a
-few samples rejected are here (export's `old_name` null, bisect's `tree` null, mismatch and smoke with other names)."""
+docs/json-schema/, which is generated from the report types (`zmr.infra.reports`). The outputs the schemas inferred from a few
+samples rejected are here: export's `old_name` null, bisect's `tree` null, mismatch and smoke with other names and no
+provenance, diff's pin of an added component, rebase stopped and aborted; and `update --json` with nothing to update,
+which printed text."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from conftest import git, make_project, simple_model, two_models, zmr
 from test_json_contract import COMMANDS, _evidence_test_module, check
 
 
-def test_export_of_added_and_unchanged_patches_has_old_name_null(project, upstream):
+def test_export_of_an_added_patch_has_old_name_null(project, upstream):
     simple_model(project, upstream)
     assert zmr("checkout", "toy", cwd=project.root).returncode == 0
     co = project.root / "work/toy/rollout"
