@@ -207,7 +207,7 @@ __all__ = [
 MAX_NAME_MAP_BYTES = 1 << 20
 
 SCHEMA_VERSION = 3
-"""``schema_version`` of ``zmr locate --json`` (`LocateReport` in `zmr.reports.envelope`); 3: ``tool`` is "zmr" and
+"""``schema_version`` of ``zmr locate --json`` (`LocateReport` in `zmr.infra.reports.envelope`); 3: ``tool`` is "zmr" and
 ``zmr`` the version (2: ``tool`` {``name``, ``version``});
 2: the trainer side's keys are ``trainer`` and ``only_trainer`` (1: ``train``, ``only_train``)."""
 _MAX_LISTED = 10

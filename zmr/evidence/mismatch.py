@@ -51,7 +51,7 @@ names RL frameworks log, to hold zmr's numbers against a dashboard:
 verl and slime compute in the tensors' dtype, zmr in float64, so the last
 digits can differ.
 
-Report JSON (`zmr mismatch --json`: `zmr.reports.envelope(report)`), schema_version 3
+Report JSON (`zmr mismatch --json`: `zmr.infra.reports.envelope(report)`), schema_version 3
 ------------------------------------------------------------------------------------
 - the envelope: `tool` ("zmr"), `zmr` (its version), `schema_version` (3; 2 had `tool` {`name`, `version`}; 1 named
   the trainer side `train`); then `MismatchReport.to_json`'s keys: `verdict`
