@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Components, Json, Untrusted, find_project
-from zmr.cli.render import Progress, interactive, no_color, paging, warn, print_report
+from zmr.cli.render import Progress, interactive, no_color, paging, print_report, warn
 from zmr.infra.wording import counted
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from zmr.cli.options import Json
-from zmr.cli.render import table, print_report
+from zmr.cli.render import print_report, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from zmr.evidence.locate import LocateReport

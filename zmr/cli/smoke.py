@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from zmr.cli.options import All, Components, Json, Models, find_project
-from zmr.cli.render import console, live_stderr, quiet, table, print_report
+from zmr.cli.render import console, live_stderr, print_report, quiet, table
 from zmr.infra.errors import CheckFailed
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from zmr.cli.options import Json, Models, Untrusted, find_project
-from zmr.cli.render import warn, print_report
+from zmr.cli.render import print_report, warn
 from zmr.infra.wording import counted
 
 
