@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -67,9 +68,12 @@ def _version(repo: Path) -> tuple[str, str]:
     """What `zmr --version` and the `zmr` key of a `--json` output say when zmr runs from *repo*'s files."""
     version = subprocess.run([sys.executable, "-m", "zmr", "--version"], cwd=repo, capture_output=True, text=True, timeout=60)
     assert version.returncode == 0, version.stderr
-    key = subprocess.run([sys.executable, "-c", "from zmr.cli.render import envelope; print(envelope({})['zmr'])"], cwd=repo, capture_output=True, text=True)
-    assert key.returncode == 0, key.stderr
-    return version.stdout.strip(), key.stdout.strip()
+    # a --json error (no project in an empty folder) prints the envelope, as every --json output does
+    empty = repo.parent / "no-project"
+    empty.mkdir(exist_ok=True)
+    key = subprocess.run([sys.executable, "-m", "zmr", "-C", str(empty), "list", "--json"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert key.returncode == 2, key.stderr
+    return version.stdout.strip(), json.loads(key.stdout)["zmr"]
 
 
 def _field(repo: Path, rev: str, path: str, pattern: str) -> str:
