@@ -175,8 +175,12 @@ def _with_verbosity(function: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+# What zmr takes from typer beyond its decorators, in this one place: typer.core's TyperGroup and TyperCommand, subclassed
+# with the methods of click's Command they inherit (invoke, collect_usage_pieces, format_options; the click that typer
+# 0.26-0.28 carries as its own copy). tests/test_help_text.py holds every command's help to tests/data/help.txt, at the
+# floors and at the newest versions pyproject.toml allows (.ci/run), so a typer that moves them fails there.
 class _Group(typer.core.TyperGroup):
-    def invoke(self, ctx: Any) -> Any:  # a click Context: click's, or typer's own copy from typer 0.26
+    def invoke(self, ctx: Any) -> Any:  # typer's click Context
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -229,13 +233,6 @@ def _argument_usage(param: Any) -> str:
     return (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
 
 
-def _click_suggests_commands() -> bool:
-    """Whether the click under typer (its own copy from typer 0.26, else click) says "Did you mean" itself (click 8.4+)."""
-    package = typer.core.TyperGroup.__mro__[1].__module__.rpartition(".")[0]  # "click" or "typer._click"
-    exceptions = sys.modules.get(f"{package}.exceptions")
-    return hasattr(exceptions, "NoSuchCommand")
-
-
 app = typer.Typer(
     name="zmr",
     cls=_Group,
@@ -245,8 +242,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
-    # click 8.4 suggests a close command name itself; typer's own suggestion would repeat it.
-    suggest_commands=not _click_suggests_commands(),
+    suggest_commands=True,  # "Did you mean": typer's own (the copy of click in typer 0.26-0.28 has none to repeat it)
 )
 
 
