@@ -158,3 +158,18 @@ def test_the_committed_help_has_every_argument_help():
     assert re.search(r"^\$ zmr build --help\n(.*\n)*?  MODEL\.\.\.  Model names \(manifests/<model>\.yaml\)\.$", text, re.M)
     assert re.search(r"^  ROLLOUT_DUMP  The rollout side's tensor dump", text, re.M)
     assert "<list[str]>" not in text and "<str>" not in text and "\\[" not in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_run_alone_has_the_help_the_whole_app_gives_it(capsys, command):
+    """`zmr COMMAND` runs on an app that holds that command alone (zmr.cli._app_for: typer builds each command it holds
+    at every start); `zmr help COMMAND` asks the whole app. Both print the same help, and the one app runs a command the
+    other runs (here: its help)."""
+    from zmr.cli import _app_for
+
+    if command != "help":
+        assert [name for name in typer.main.get_command(_app_for(["-q", "-C", ".", command])).commands] == [command]  # type: ignore[attr-defined]
+    assert _app_for(["--bad", command]) is app and _app_for([]) is app and _app_for(["help", command]) is app
+    alone = _help(capsys, command)
+    assert main(["help", command]) == 0
+    assert capsys.readouterr().out == alone

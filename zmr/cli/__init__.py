@@ -233,19 +233,6 @@ def _argument_usage(param: Any) -> str:
     return (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
 
 
-app = typer.Typer(
-    name="zmr",
-    cls=_Group,
-    help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    suggest_commands=True,  # "Did you mean": typer's own (the copy of click in typer 0.26-0.28 has none to repeat it)
-)
-
-
 def _print_version(value: bool) -> None:
     if value:
         from zmr.model.source import version
@@ -254,7 +241,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _global_options(
     version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
@@ -292,7 +278,7 @@ def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argumen
 
 
 # In this order in `zmr --help`.
-for _name, _command in (
+COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("init", init.init),
     ("list", list_.list_models),
     ("status", status.status),
@@ -317,8 +303,53 @@ for _name, _command in (
     ("import", import_.import_),
     ("schema", schema.schema),
     ("help", _help),
-):
-    app.command(_name, cls=_Command)(_with_verbosity(_command))
+)
+
+
+def _typer_app(commands: tuple[tuple[str, Callable[..., Any]], ...]) -> typer.Typer:
+    """zmr's typer app with *commands*: every one (`app`), or the one a command line names (`_main`)."""
+    made = typer.Typer(
+        name="zmr",
+        cls=_Group,
+        help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        suggest_commands=True,  # "Did you mean": typer's own (the copy of click in typer 0.26-0.28 has none to repeat it)
+    )
+    made.callback()(_global_options)
+    for name, command in commands:
+        made.command(name, cls=_Command)(_with_verbosity(command))
+    return made
+
+
+app = _typer_app(COMMANDS)
+_BY_NAME = dict(COMMANDS)
+_GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose", "--no-pager"})
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command that *args* names, when they plainly name one: typer builds the click command of
+    every command it has at each start (a sixth of `zmr list`'s time), and one is enough to run it. Anything else (no
+    command, `help`, an option it does not know here, a completion request) gets the whole app. tests/test_help_text.py
+    holds each command's help to `zmr help COMMAND`'s, which the whole app prints."""
+    if "_ZMR_COMPLETE" in os.environ:  # typer's completion protocol: the whole app completes command names
+        return app
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _GLOBAL_FLAGS:
+            i += 1
+        elif arg == "-C":
+            i += 2
+        elif arg.startswith("-"):
+            return app
+        else:
+            command = _BY_NAME.get(arg)
+            return _typer_app(((arg, command),)) if command is not None and arg != "help" else app
+    return app
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; 128 + SIGHUP: a closed terminal or ssh session.
@@ -388,7 +419,8 @@ def _run_command(argv: list[str] | None) -> int:
     from zmr.infra.errors import ZmrError
 
     try:
-        code = app(args=argv, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
+        args = sys.argv[1:] if argv is None else list(argv)
+        code = _app_for(args)(args=args, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
     except _ClosedPipe:
         return _closed_pipe()
