@@ -13,7 +13,6 @@ digest and the changes commit are functions of those bytes.
 from __future__ import annotations
 
 import datetime
-import email.header
 import email.utils
 import functools
 import hashlib
@@ -531,6 +530,8 @@ def _decode_words(value: str) -> str:
     if "=?" not in value or len(value) > _ENCODED_WORDS_MAX:
         return value  # (the standard library's decoder is quadratic in the length: a longer value stays as written)
     try:
+        import email.header  # here: only an encoded subject (=?utf-8?q?...?=) needs it
+
         return str(email.header.make_header(email.header.decode_header(value)))
     except Exception:  # noqa: BLE001 - malformed encoded-words stay as written
         return value
