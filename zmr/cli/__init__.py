@@ -330,13 +330,34 @@ _BY_NAME = dict(COMMANDS)
 _GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose", "--no-pager"})
 
 
+def _words_before_completed() -> list[str] | None:
+    """The words of a completion request before the one it completes, without the program's name (bash: COMP_WORDS and
+    COMP_CWORD; zsh and fish: _TYPER_COMPLETE_ARGS, the line), split as typer splits them; None if they cannot be told."""
+    import shlex
+
+    try:
+        if "COMP_WORDS" in os.environ:
+            return shlex.split(os.environ["COMP_WORDS"])[1 : int(os.environ.get("COMP_CWORD", ""))]
+        line = os.environ.get("_TYPER_COMPLETE_ARGS")
+        if line is None:
+            return None
+        words = shlex.split(line)
+        return words[1:] if line.endswith(" ") else words[1:-1]
+    except ValueError:
+        return None
+
+
 def _app_for(args: list[str]) -> typer.Typer:
     """The app with only the command that *args* names, when they plainly name one: typer builds the click command of
     every command it has at each start (a sixth of `zmr list`'s time), and one is enough to run it. Anything else (no
-    command, `help`, an option it does not know here, a completion request) gets the whole app. tests/test_help_text.py
-    holds each command's help to `zmr help COMMAND`'s, which the whole app prints."""
-    if "_ZMR_COMPLETE" in os.environ:  # typer's completion protocol: the whole app completes command names
-        return app
+    command, `help`, an option it does not know here) gets the whole app; so does a completion request (typer's protocol,
+    `_ZMR_COMPLETE`) unless the words before the one completed name a command. tests/test_help_text.py holds each
+    command's help to `zmr help COMMAND`'s, which the whole app prints; tests/test_shell.py completes in every shell."""
+    if "_ZMR_COMPLETE" in os.environ:
+        completed = _words_before_completed()
+        if completed is None:
+            return app
+        args = completed
     i = 0
     while i < len(args):
         arg = args[i]
