@@ -15,6 +15,7 @@ shared machine: wall time waits for the other processes on its cores.
 
     .venv/bin/python scripts/bench_startup.py                # 21 rounds; writes benchmarks/results-startup.{json,md}
     .venv/bin/python scripts/bench_startup.py --rounds 5 --out /tmp/startup
+    PATH=.venv/bin:$PATH /tmp/typer29/bin/python scripts/bench_startup.py --label typer-0.29   # zmr installed there too
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds (default 21)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks", help="folder for results-startup.{json,md}")
+    parser.add_argument("--label", default="", help="results-startup-LABEL.{json,md}: another environment's run (e.g. typer-0.29)")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and k not in TAB and not k.startswith("ZMR_")}
     table = commands()
@@ -121,11 +123,13 @@ def main() -> None:
         "samples_ms": {label: {kind: [round(1000 * v, 1) for v in values] for kind, values in s.items()} for label, s in samples.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results-startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    stem = "results-startup" + (f"-{args.label}" if args.label else "")
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        "# Start-up: zmr's commands against git, ruff and pre-commit",
+        "# Start-up: zmr's commands against git, ruff and pre-commit" + (f" ({args.label})" if args.label else ""),
         "",
-        f"`scripts/bench_startup.py --rounds {args.rounds}`: {args.rounds} interleaved rounds after one warm-up round, medians; CPU is",
+        f"`scripts/bench_startup.py --rounds {args.rounds}{' --label ' + args.label if args.label else ''}`: {args.rounds} interleaved rounds after one",
+        "warm-up round, medians; CPU is",
         "user + system of the command and of the processes it waited for (git, for `zmr list` and `zmr status`). Python",
         f"{machine['python']}, {machine['cores']} cores (load average {machine['load_average_1min'][0]} before, {machine['load_average_1min'][1]} after: "
         "a machine shared with other work, so compare CPU, and ratios of one run),",
@@ -145,7 +149,7 @@ def main() -> None:
         "45 patches). The samples of every run are in results-startup.json.",
         "",
     ]
-    (args.out / "results-startup.md").write_text("\n".join(lines))
+    (args.out / f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
