@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import email.utils
 import functools
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -62,6 +61,8 @@ class Patch:
     @functools.cached_property
     def sha256(self) -> str:
         """Of the bytes: computed once (series digests and comparisons ask again and again)."""
+        import hashlib  # here: OpenSSL's start is a few ms that reading a series (zmr list) never needs
+
         return hashlib.sha256(self.data).hexdigest()
 
     def hunks(self) -> list[Hunk]:
@@ -96,6 +97,8 @@ class Series:
 
     def digest(self) -> str:
         """``sha256:<hex>`` over every patch's bytes, name and -p level, in order."""
+        import hashlib
+
         h = hashlib.sha256()
         for patch in self.patches:
             h.update(f"{patch.sha256} -p{patch.strip} {patch.name}\n".encode())
