@@ -170,6 +170,7 @@ def test_a_command_run_alone_has_the_help_the_whole_app_gives_it(capsys, command
     if command != "help":
         assert [name for name in typer.main.get_command(_app_for(["-q", "-C", ".", command])).commands] == [command]  # type: ignore[attr-defined]
     assert _app_for(["--bad", command]) is app and _app_for([]) is app and _app_for(["help", command]) is app
+    assert not typer.main.get_command(_app_for(["-q", "-V", command])).commands  # type: ignore[attr-defined]
     alone = _help(capsys, command)
     assert main(["help", command]) == 0
     assert capsys.readouterr().out == alone

@@ -349,7 +349,7 @@ def _words_before_completed() -> list[str] | None:
 
 def _app_for(args: list[str]) -> typer.Typer:
     """The app with only the command that *args* names, when they plainly name one: typer builds the click command of
-    every command it has at each start (14 ms of CPU for the 24 here), and one is enough to run it. Anything else (no
+    every command it has at each start (14 ms of CPU for the 24 here), and one is enough to run it (none, for -V). Anything else (no
     command, `help`, an option it does not know here) gets the whole app; so does a completion request (typer's protocol,
     `_ZMR_COMPLETE`) unless the words before the one completed name a command. tests/test_help_text.py holds each
     command's help to `zmr help COMMAND`'s, which the whole app prints; tests/test_shell.py completes in every shell."""
@@ -365,6 +365,8 @@ def _app_for(args: list[str]) -> typer.Typer:
             i += 1
         elif arg == "-C":
             i += 2
+        elif arg in ("-V", "--version"):  # answered before any command is looked at: an app of none
+            return _typer_app(())
         elif arg.startswith("-"):
             return app
         else:
