@@ -125,3 +125,31 @@ def test_the_manifest_schema_refuses_the_names_and_pins_validate_refuses(tmp_pat
     assert answers(accepted) == (True, True)
     run = manifest["properties"]["components"]["additionalProperties"]["properties"]["smoke"]["items"]["properties"]["run"]
     assert "/bin/sh -c" in run["description"] and "bash" not in run["description"].replace("not bash", "")
+
+
+def test_the_settings_schema_refuses_the_urls_validate_refuses(tmp_path):
+    """`release.url`'s pattern is the one validate reads with (zmr.model.project.WEB_URL_RE, through `declared`): the schema
+    had none, so an editor took "ftp://x" or "https://a b" that `zmr validate` refuses. Same answer on each value,
+    white space of either regex dialect included (Python's `\\s` has U+001C, ECMAScript's U+FEFF)."""
+    from zmr.infra.errors import ZmrError
+    from zmr.model.project import load_settings
+
+    settings = _schema("settings")
+    assert settings["properties"]["release"]["properties"]["url"]["pattern"].startswith("^https?://")
+
+    def answers(url: str) -> tuple[bool, bool]:
+        data = {"release": {"name": "r", "email": "r@example.com", "url": url}}
+        (tmp_path / "zmr.yaml").write_text(json.dumps(data))  # JSON is YAML, and spells every character
+        try:
+            load_settings(tmp_path)
+            accepted = True
+        except ZmrError:
+            accepted = False
+        return jsonschema.Draft202012Validator(settings).is_valid(data), accepted
+
+    for url in ("https://github.com/OWNER/REPO", "http://example.com/a?b=c#d", "https://例え.jp/リポ"):
+        assert answers(url) == (True, True), url
+    for url in ("ftp://example.com", "https://", "github.com/a/b", "https://a b", "https://x/<y>", "https://x)", "https://x|y",
+                "https://x\\\\y", "https://x\"y", "https://x'y", "https://x`y", " https://x", "https://x\ty", "https://x\x1cy",
+                "https://x\x85y", "https://x\u00a0y", "https://x\u2028y", "https://x\u3000y", "https://x\ufeffy"):  # fmt: skip
+        assert answers(url) == (False, False), url

@@ -5,6 +5,8 @@ from zmr's own command group, so a command added later is checked too."""
 from __future__ import annotations
 
 import ast
+import difflib
+import os
 import re
 
 import pytest
@@ -119,3 +121,56 @@ def test_an_export_of_one_patch_says_one_patch(tmp_path, upstream):
     exported = zmr("export", "one", cwd=project.root)
     assert exported.returncode == 0, exported.stderr
     assert "exported patches/one/rollout: 1 patch, from work/one/rollout" in exported.stdout, exported.stdout
+
+
+# -- the same help at both ends of the typer range ------------------------------------------------------------------
+
+HELP_GOLDEN = REPO_ROOT / "tests" / "data" / "help.txt"
+
+
+def _every_help(capsys, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "100")  # the width click wraps at, whatever the terminal
+    monkeypatch.delenv("LINES", raising=False)
+    assert main(["--help"]) == 0
+    pages = ["$ zmr --help\n" + capsys.readouterr().out]
+    pages += [f"$ zmr {command} --help\n" + _help(capsys, command) for command in COMMANDS]
+    return "\n".join(pages)
+
+
+def test_every_help_is_the_committed_one(capsys, monkeypatch):
+    """`zmr --help` and every command's, byte for byte as tests/data/help.txt has them. .ci/run runs this at the lowest
+    and at the newest typer and rich that pyproject.toml allows, so both ends print the same help (issue #50: typer 0.25
+    with click 8.5 printed no help for arguments). After a change to the help: ZMR_WRITE_HELP=1 rewrites the file
+    (review its diff; the test still fails that run)."""
+    text = _every_help(capsys, monkeypatch)
+    if os.environ.get("ZMR_WRITE_HELP") == "1":
+        HELP_GOLDEN.write_text(text)
+        pytest.fail(f"wrote {HELP_GOLDEN.relative_to(REPO_ROOT)}: review `git diff` and run again without ZMR_WRITE_HELP")
+    expected = HELP_GOLDEN.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), "tests/data/help.txt", "zmr's help now"))
+        pytest.fail(f"the help differs from tests/data/help.txt (intended? ZMR_WRITE_HELP=1 rewrites it):\n{diff}")
+
+
+def test_the_committed_help_has_every_argument_help():
+    """What went missing with typer 0.25 and click 8.5: the help column of arguments (`MODEL...  Model names`)."""
+    text = HELP_GOLDEN.read_text()
+    assert re.search(r"^\$ zmr build --help\n(.*\n)*?  MODEL\.\.\.  Model names \(manifests/<model>\.yaml\)\.$", text, re.M)
+    assert re.search(r"^  ROLLOUT_DUMP  The rollout side's tensor dump", text, re.M)
+    assert "<list[str]>" not in text and "<str>" not in text and "\\[" not in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_run_alone_has_the_help_the_whole_app_gives_it(capsys, command):
+    """`zmr COMMAND` runs on an app that holds that command alone (zmr.cli._app_for: typer builds each command it holds
+    at every start); `zmr help COMMAND` asks the whole app. Both print the same help, and the one app runs a command the
+    other runs (here: its help)."""
+    from zmr.cli import _app_for
+
+    if command != "help":
+        assert [name for name in typer.main.get_command(_app_for(["-q", "-C", ".", command])).commands] == [command]  # type: ignore[attr-defined]
+    assert _app_for(["--bad", command]) is app and _app_for([]) is app and _app_for(["help", command]) is app
+    assert not typer.main.get_command(_app_for(["-q", "-V", command])).commands  # type: ignore[attr-defined]
+    alone = _help(capsys, command)
+    assert main(["help", command]) == 0
+    assert capsys.readouterr().out == alone

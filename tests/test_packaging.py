@@ -56,6 +56,15 @@ def test_zmr_uses_typer_not_click():
 
 
 
+def test_the_linters_and_the_stubs_they_read_are_pinned():
+    """.ci/run's ruff and mypy give the same findings on every run: each package of the `lint` extra, the PyYAML stubs
+    mypy reads included (a new stubs release can add findings as a new mypy can), at one version."""
+    lint = [line for line in metadata.requires("zmr") or [] if re.search(r"extra\s*==\s*[\"']lint[\"']", line)]
+    assert {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower() for line in lint} == {"ruff", "mypy", "types-pyyaml"}  # type: ignore[union-attr]
+    unpinned = [line for line in lint if not re.match(r"[A-Za-z0-9._-]+==[0-9][0-9.]*;", line)]
+    assert not unpinned, f"not pinned to one version (name==X): {unpinned}"
+
+
 def test_one_version_a_license_and_py_typed():
     """The version is zmr.__version__ alone (pyproject reads it), LICENSE is Apache-2.0, py.typed ships, CHANGELOG names the version."""
     import zmr

@@ -207,7 +207,7 @@ def _reference_env_names() -> set[str]:
     spans += _spans("\n".join(line for line in section.splitlines() if not line.startswith("|")))
     names = set()
     for span in spans:
-        match = re.fullmatch(r"([A-Z][A-Z0-9_]*[A-Z0-9])(_<[A-Z]+>|\*)?", span)
+        match = re.fullmatch(r"(_?[A-Z][A-Z0-9_]*[A-Z0-9])(_<[A-Z]+>|\*)?", span)
         if match:
             suffix = match.group(2)
             names.add(match.group(1) + ("" if suffix is None else "*" if suffix == "*" else "_*"))

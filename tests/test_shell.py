@@ -82,3 +82,36 @@ def test_dash_c_runs_as_if_started_in_dir(project, upstream, tmp_path):
     missing = zmr("-C", str(tmp_path / "nowhere"), "list", cwd=elsewhere)
     assert missing.returncode == 2 and "cannot change to" in missing.stderr
     assert "-C DIR" in zmr("--help", cwd=REPO_ROOT).stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "commands"),
+    [
+        ({"COMP_WORDS": "zmr -q -C 'a dir' build ", "COMP_CWORD": "5"}, ["build"]),
+        ({"COMP_WORDS": "zmr bu", "COMP_CWORD": "1"}, None),
+        ({"COMP_WORDS": "zmr -C ", "COMP_CWORD": "2"}, None),
+        ({"COMP_WORDS": "zmr 'unclosed", "COMP_CWORD": "1"}, None),
+        ({"_TYPER_COMPLETE_ARGS": "zmr -C x checkout toy -c r"}, ["checkout"]),
+        ({"_TYPER_COMPLETE_ARGS": "zmr checkout"}, None),
+        ({"_TYPER_COMPLETE_ARGS": "zmr help "}, None),
+        ({}, None),  # `_ZMR_COMPLETE=source_bash`: the script, from the whole app
+    ],
+)
+def test_a_completion_after_a_command_asks_an_app_of_that_command_alone(monkeypatch, env, commands):
+    """zmr.cli._app_for: the words before the one completed name the command, whose app alone answers (typer builds
+    every command it holds); anything else, the whole app. test_completion_of_commands_options_models_and_components
+    completes through both in every shell."""
+    import typer.main
+
+    from zmr.cli import _app_for, app
+
+    for name in ("COMP_WORDS", "COMP_CWORD", "_TYPER_COMPLETE_ARGS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("_ZMR_COMPLETE", "complete_bash" if "COMP_WORDS" in env else "complete_zsh")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    chosen = _app_for(["list"])  # the command line of a completion request is the environment's, not argv
+    if commands is None:
+        assert chosen is app
+    else:
+        assert list(typer.main.get_command(chosen).commands) == commands  # type: ignore[attr-defined]

@@ -16,6 +16,8 @@ def test_a_missing_module_of_an_extra_names_the_extra(tmp_path):
         "matplotlib is not installed: it comes with zmr's extra plot (pip install -e '.[plot]' in zmr's checkout)",
         "nosuchpackage is not installed in the environment the test ran in",
     ]
+    log.write_text("ModuleNotFoundError: No module named 'numpy'\n")  # in `evidence`, and in `demo` (zmr[evidence]) too
+    assert missing_extra(log) == ["numpy is not installed: it comes with zmr's extra evidence (pip install -e '.[evidence]' in zmr's checkout)"]
     log.write_text("AssertionError\n")
     assert missing_extra(log) == []
     assert missing_extra(tmp_path / "no-such.log") == []

@@ -175,8 +175,12 @@ def _with_verbosity(function: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+# What zmr takes from typer beyond its decorators, in this one place: typer.core's TyperGroup and TyperCommand, subclassed
+# with the methods of click's Command they inherit (invoke, collect_usage_pieces, format_options; the click that typer
+# 0.26-0.28 carries as its own copy). tests/test_help_text.py holds every command's help to tests/data/help.txt, at the
+# floors and at the newest versions pyproject.toml allows (.ci/run), so a typer that moves them fails there.
 class _Group(typer.core.TyperGroup):
-    def invoke(self, ctx: Any) -> Any:  # a click Context: click's, or typer's own copy from typer 0.26
+    def invoke(self, ctx: Any) -> Any:  # typer's click Context
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -229,27 +233,6 @@ def _argument_usage(param: Any) -> str:
     return (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
 
 
-def _click_suggests_commands() -> bool:
-    """Whether the click under typer (its own copy from typer 0.26, else click) says "Did you mean" itself (click 8.4+)."""
-    package = typer.core.TyperGroup.__mro__[1].__module__.rpartition(".")[0]  # "click" or "typer._click"
-    exceptions = sys.modules.get(f"{package}.exceptions")
-    return hasattr(exceptions, "NoSuchCommand")
-
-
-app = typer.Typer(
-    name="zmr",
-    cls=_Group,
-    help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    # click 8.4 suggests a close command name itself; typer's own suggestion would repeat it.
-    suggest_commands=not _click_suggests_commands(),
-)
-
-
 def _print_version(value: bool) -> None:
     if value:
         from zmr.model.source import version
@@ -258,7 +241,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _global_options(
     version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print zmr's version and exit.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=_QUIET_HELP)] = False,
@@ -296,7 +278,7 @@ def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argumen
 
 
 # In this order in `zmr --help`.
-for _name, _command in (
+COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("init", init.init),
     ("list", list_.list_models),
     ("status", status.status),
@@ -321,8 +303,76 @@ for _name, _command in (
     ("import", import_.import_),
     ("schema", schema.schema),
     ("help", _help),
-):
-    app.command(_name, cls=_Command)(_with_verbosity(_command))
+)
+
+
+def _typer_app(commands: tuple[tuple[str, Callable[..., Any]], ...]) -> typer.Typer:
+    """zmr's typer app with *commands*: every one (`app`), or the one a command line names (`_main`)."""
+    made = typer.Typer(
+        name="zmr",
+        cls=_Group,
+        help="Zero-mismatch RL: manifests, patch series and reproducible release branches.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        suggest_commands=True,  # "Did you mean": typer's own (the copy of click in typer 0.26-0.28 has none to repeat it)
+    )
+    made.callback()(_global_options)
+    for name, command in commands:
+        made.command(name, cls=_Command)(_with_verbosity(command))
+    return made
+
+
+app = _typer_app(COMMANDS)
+_BY_NAME = dict(COMMANDS)
+_GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose", "--no-pager"})
+
+
+def _words_before_completed() -> list[str] | None:
+    """The words of a completion request before the one it completes, without the program's name (bash: COMP_WORDS and
+    COMP_CWORD; zsh and fish: _TYPER_COMPLETE_ARGS, the line), split as typer splits them; None if they cannot be told."""
+    import shlex
+
+    try:
+        if "COMP_WORDS" in os.environ:
+            return shlex.split(os.environ["COMP_WORDS"])[1 : int(os.environ.get("COMP_CWORD", ""))]
+        line = os.environ.get("_TYPER_COMPLETE_ARGS")
+        if line is None:
+            return None
+        words = shlex.split(line)
+        return words[1:] if line.endswith(" ") else words[1:-1]
+    except ValueError:
+        return None
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command that *args* names, when they plainly name one: typer builds the click command of
+    every command it has at each start (14 ms of CPU for the 24 here), and one is enough to run it (none, for -V). Anything else (no
+    command, `help`, an option it does not know here) gets the whole app; so does a completion request (typer's protocol,
+    `_ZMR_COMPLETE`) unless the words before the one completed name a command. tests/test_help_text.py holds each
+    command's help to `zmr help COMMAND`'s, which the whole app prints; tests/test_shell.py completes in every shell."""
+    if "_ZMR_COMPLETE" in os.environ:
+        completed = _words_before_completed()
+        if completed is None:
+            return app
+        args = completed
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _GLOBAL_FLAGS:
+            i += 1
+        elif arg == "-C":
+            i += 2
+        elif arg in ("-V", "--version"):  # answered before any command is looked at: an app of none
+            return _typer_app(())
+        elif arg.startswith("-"):
+            return app
+        else:
+            command = _BY_NAME.get(arg)
+            return _typer_app(((arg, command),)) if command is not None and arg != "help" else app
+    return app
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; 128 + SIGHUP: a closed terminal or ssh session.
@@ -392,7 +442,8 @@ def _run_command(argv: list[str] | None) -> int:
     from zmr.infra.errors import ZmrError
 
     try:
-        code = app(args=argv, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
+        args = sys.argv[1:] if argv is None else list(argv)
+        code = _app_for(args)(args=args, prog_name="zmr", standalone_mode=False)  # "zmr" in usage lines, also run as python -m zmr or in-process
         sys.stdout.flush()  # here, not at exit: a closed pipe is still ours to handle
     except _ClosedPipe:
         return _closed_pipe()

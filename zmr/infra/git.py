@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import re
 import shlex
@@ -52,8 +51,18 @@ from zmr.infra import lock
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import fault_point
 
-# Every git command, its exit status and duration, at DEBUG (`zmr -v` shows them).
-log = logging.getLogger("zmr.git")  # the logger library users know (docs/reference.md §6.2), kept where the module moved
+
+def _debug_log() -> Any:
+    """The logger of every git command, its exit status and duration, when DEBUG is on for it (`zmr -v` shows them);
+    else None. Only what imported `logging` can have turned it on: a command that never did (`zmr list`) imports none."""
+    import sys
+
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return None
+    log = logging.getLogger("zmr.git")  # the logger library users know (docs/reference.md §6.2), kept where the module moved
+    return log if log.isEnabledFor(logging.DEBUG) else None
+
 
 # Where a long command reports what it is doing, one line at a time (git's own progress lines too); None: silence.
 Progress = Callable[[str], None]
@@ -693,7 +702,8 @@ def run(
             dubious = _DUBIOUS_RE.search(proc.stderr.decode("utf-8", "replace")) if proc.returncode > 0 else None
         if dubious is not None:  # never an answer ("not a repository", "no such ref"): the caller's trust is what is missing
             raise NotTrusted(dubious.group("x"))
-    if log.isEnabledFor(logging.DEBUG):
+    log = _debug_log()
+    if log is not None:
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import signal
 import stat
 import threading
@@ -120,6 +119,8 @@ class Transaction:
         dirs = _missing_dirs(self.root, [*self.writes, *(d / "x" for d in self.dirs)])
         if not self.writes and not removals and not dirs:
             return
+        import secrets  # here: a command that writes nothing never needs it
+
         staged = {target: target.with_name(f".{target.name}.{secrets.token_hex(6)}{STAGED_SUFFIX}") for target in sorted(self.writes)}
         record = {
             "version": JOURNAL_VERSION,

@@ -38,7 +38,7 @@ from zmr.infra.files import atomic_write
 from zmr.infra.wording import counted
 from zmr.model.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
 from zmr.model.yamlnodes import Problem, Problems
-from zmr.model.yamlrecords import At, Check, Field, Record, Text, read_file
+from zmr.model.yamlrecords import At, Check, Field, Record, Text, declared, read_file
 from zmr.infra.state import JOURNAL, LOCK, POINTER, REBASE, REBASE_DIR, SMOKE, STATE, StateFile
 from zmr.infra.reports import Report
 
@@ -343,9 +343,16 @@ def _no_angle_brackets(value: str, at: At) -> str | None:
     return value
 
 
+# The repository's web address: http(s), then no white space and none of the characters that end a Markdown link or
+# a table cell. White space is spelled out, the union of Python's `\s` and an editor's (ECMAScript's: U+FEFF, not
+# U+001C-U+001F nor U+0085), so that the settings schema (`zmr schema settings`, from `declared`) gives validate's answer;
+# no escape that an ECMAScript pattern in unicode mode refuses (`\"`).
+WEB_URL_RE = re.compile(r"""https?://[^\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff<>()\[\]`|\\"']+\Z""")
+
+
 def _web_url(value: str, at: At) -> str | None:
     """The repository's web address: links in the README start with it, so only http(s) is taken."""
-    if not re.fullmatch(r"https?://[^\s<>()\[\]`|\\\"']+", value):
+    if not WEB_URL_RE.match(value):
         at.add(f"{value!r} is not an http(s) URL", "write the repository's web address, e.g. https://github.com/OWNER/REPO")
         return None
     return value
@@ -363,7 +370,7 @@ SETTINGS = Record(
                 (
                     Field("name", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_NAME),
                     Field("email", _setting(_no_angle_brackets), default=DEFAULT_RELEASE_EMAIL),
-                    Field("url", _setting(_web_url)),
+                    Field("url", _setting(declared(_web_url, pattern=WEB_URL_RE))),
                 ),
                 fix="give it name, email and url",
                 suggest=False,

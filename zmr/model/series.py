@@ -13,10 +13,8 @@ digest and the changes commit are functions of those bytes.
 from __future__ import annotations
 
 import datetime
-import email.header
 import email.utils
 import functools
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -63,6 +61,8 @@ class Patch:
     @functools.cached_property
     def sha256(self) -> str:
         """Of the bytes: computed once (series digests and comparisons ask again and again)."""
+        import hashlib  # here: OpenSSL's start is a few ms that reading a series (zmr list) never needs
+
         return hashlib.sha256(self.data).hexdigest()
 
     def hunks(self) -> list[Hunk]:
@@ -97,6 +97,8 @@ class Series:
 
     def digest(self) -> str:
         """``sha256:<hex>`` over every patch's bytes, name and -p level, in order."""
+        import hashlib
+
         h = hashlib.sha256()
         for patch in self.patches:
             h.update(f"{patch.sha256} -p{patch.strip} {patch.name}\n".encode())
@@ -531,6 +533,8 @@ def _decode_words(value: str) -> str:
     if "=?" not in value or len(value) > _ENCODED_WORDS_MAX:
         return value  # (the standard library's decoder is quadratic in the length: a longer value stays as written)
     try:
+        import email.header  # here: only an encoded subject (=?utf-8?q?...?=) needs it
+
         return str(email.header.make_header(email.header.decode_header(value)))
     except Exception:  # noqa: BLE001 - malformed encoded-words stay as written
         return value

@@ -778,18 +778,24 @@ def missing_extra(log: Path, tail_bytes: int = 65536) -> list[str]:
     missing = sorted(set(re.findall(r"ModuleNotFoundError: No module named '([A-Za-z0-9_]+)", text)))
     if not missing:
         return []
-    extras: dict[str, list[str]] = {}
+    extras: dict[str, list[str]] = {}  # package → the extras that install it
+    contents: dict[str, set[str]] = {}  # extra → the packages it installs
     try:
         for requirement in metadata.requires("zmr") or []:
             name = re.match(r"[A-Za-z0-9._-]+", requirement)
             extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", requirement)
             if name and extra:
-                extras.setdefault(name.group(0).lower().replace("-", "_"), []).append(extra.group(1))
+                package = name.group(0).lower().replace("-", "_")
+                if extra.group(1) not in extras.setdefault(package, []):
+                    extras[package].append(extra.group(1))
+                contents.setdefault(extra.group(1), set()).add(package)
     except metadata.PackageNotFoundError:
         pass
     notes = []
     for module in missing:
-        which = extras.get(module.lower())
+        # Of the extras that have it, not one that holds another of them whole: `demo` is `zmr[evidence]` and torch
+        # (the build backend writes evidence's numpy into demo too), and numpy is the `evidence` extra's.
+        which = [e for e in extras.get(module.lower(), []) if not any(contents[other] < contents[e] for other in extras[module.lower()])]
         if which:
             notes.append(f"{module} is not installed: it comes with zmr's extra {which[0]} (pip install -e '.[{which[0]}]' in zmr's checkout)")
         else:

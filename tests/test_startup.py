@@ -1,0 +1,101 @@
+"""A command's start-up: what a fresh `zmr` process imports, and its CPU time against Python's own start (issue #50.4:
+typer 0.29 brought pydantic into every command, +100 ms of CPU to `zmr list` and to a completion TAB).
+
+These run zmr as a process: what is imported is a question about a fresh interpreter. scripts/bench_startup.py
+measures the same commands against git, ruff and pre-commit (benchmarks/results-startup.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, simple_model
+
+# Never on the way to a listing, a help page or a completion: pydantic (typer 0.29's conversions), numpy (the
+# `evidence` extra: mismatch and locate alone), rich (tables on a terminal alone), click (typer 0.26+ has its own copy),
+# and what the other commands bring.
+HEAVY = ("pydantic", "numpy", "rich", "click", "jsonschema", "torch", "safetensors", "ray")
+TAB = {"_ZMR_COMPLETE": "complete_bash", "COMP_WORDS": "zmr build ", "COMP_CWORD": "2"}
+PROBE = (
+    "{before}\nimport sys, json\nfrom zmr.cli import main\n"
+    "code = main(sys.argv[1:])\nsys.stdout.flush()\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)\nsys.exit(code)"
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode cached, as installed
+    env.update(PYTHONPATH=str(REPO_ROOT), **extra)
+    return env
+
+
+def _imported(cwd, *args: str, env: dict[str, str] | None = None, before: str = "") -> tuple[str, set[str]]:
+    """zmr's output and the modules imported when it ends (*before*: Python run first, in the same process)."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before), *args], cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, set(json.loads(done.stderr.splitlines()[-1]))
+
+
+def test_list_help_status_version_and_completion_import_nothing_heavy(project, upstream):
+    simple_model(project, upstream)
+    cases = {
+        "list": _imported(project.root, "list"),
+        "--help": _imported(project.root, "--help"),
+        "build --help": _imported(project.root, "build", "--help"),
+        "status": _imported(project.root, "status"),
+        "-V": _imported(project.root, "-V"),
+        "build <TAB>": _imported(project.root, env=_env(**TAB)),
+    }
+    assert "toy" in cases["list"][0] and "toy" in cases["build <TAB>"][0].split()  # each did its work
+    for what, (_, modules) in cases.items():
+        heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY)
+        assert not heavy, f"zmr {what} imports {heavy}"
+    assert "typer" in cases["list"][1]  # the probe sees imports at all
+
+
+def test_the_probe_sees_a_heavy_import(project, upstream):
+    """The check above can fail: the same probe with numpy imported on the way (as `zmr mismatch` does) sees it."""
+    pytest.importorskip("numpy")
+    simple_model(project, upstream)
+    assert "numpy" in _imported(project.root, "list", before="import numpy")[1]
+    assert "numpy" not in _imported(project.root, "list")[1]
+
+
+def _cpu(argv: list[str], cwd, env: dict[str, str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+# CPU over `python -c pass`, measured here (2 cores, shared): `zmr list` on a small project 15 times, a completion TAB
+# 9.5 (typer 0.28); with typer 0.29's pydantic 23-25 and 19.5-21. The bounds leave half again for a loaded machine:
+# the TAB's catches typer 0.29 (its conversions built for every parameter of every command), the listing's a heavier
+# regression (the import test above catches pydantic itself), neither a few milliseconds.
+BOUNDS = {"list": 25, "tab": 15}
+
+
+def test_list_and_completion_cost_a_bounded_multiple_of_pythons_own_start(project, upstream):
+    simple_model(project, upstream)
+    runs = {
+        "pass": ([sys.executable, "-c", "pass"], _env()),
+        "list": ([sys.executable, "-m", "zmr", "list"], _env()),
+        "tab": ([sys.executable, "-m", "zmr"], _env(**TAB)),
+    }
+    for argv, env in runs.values():  # bytecode written
+        _cpu(argv, project.root, env)
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(7):  # interleaved: a busy moment weighs on every command alike
+        for name, (argv, env) in runs.items():
+            samples[name].append(_cpu(argv, project.root, env))
+    base = statistics.median(samples["pass"])
+    ratios = {name: statistics.median(s) / base for name, s in samples.items() if name != "pass"}
+    print(f"CPU over `python -c pass` ({1000 * base:.0f} ms): {ratios}")
+    assert all(ratios[name] < bound for name, bound in BOUNDS.items()), f"CPU over `python -c pass` ({1000 * base:.0f} ms): {ratios}"
