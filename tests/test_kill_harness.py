@@ -144,3 +144,30 @@ def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tm
     trials = killing.run_random(scenario, tmp_path, RANDOM[scenario.name])
     assert [t.failed for t in trials if t.failed] == []
     assert len(trials) == len(RANDOM[scenario.name])
+
+
+def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_rerun(tmp_path):
+    """Issue #47.10, found by random kills of `zmr update --apply` on verl's history: killed while git fetched the old
+    commits into the checkout (before any pick), git left `.git/shallow.lock`, and the rerun stopped with "git fetch
+    failed ... Unable to create '.../shallow.lock': File exists". zmr's own killed git: the lock is removed, and said."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
+    fx = scenario.build(tmp_path / "run")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(fx.base, pristine, symlinks=True)
+    log = tmp_path / "points"
+    assert killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL_LOG": str(log)}).returncode == 0
+    expected = killing.snapshot(fx)
+    points = log.read_text().splitlines()
+    first_pick = points.index("git cherry-pick")
+    point = max(n for n in range(1, first_pick + 1) if points[n - 1] == "git fetch")  # the fetch into the checkout
+    shutil.rmtree(fx.base)
+    shutil.copytree(pristine, fx.base, symlinks=True)
+    killed = killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL": str(point)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    co = fx.cwd / "work/toy/rollout"
+    (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
+    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
+    assert killing.snapshot(fx) == expected
+    assert not (co / ".git/shallow.lock").exists()
