@@ -407,7 +407,8 @@ def test_an_insertion_two_diffs_place_apart_is_one_change(monkeypatch):
     that stretch, and git's diff of the pin against the patch and against upstream may place it differently (verl's
     vllm/patch.py: 11 tokens apart, because upstream changed another function of the file). The same change: landed.
     git's two placements are given here as git gave them there; the rest is the real measure."""
-    from zmr import git, landed
+    from zmr.infra import git
+    from zmr.ops import landed
 
     base, mine = b"pass\ntry\nkimi\n", b"pass\ntry\nnext\npass\ntry\nkimi\n"
     theirs = mine + b"end\n"
