@@ -420,3 +420,23 @@ def test_an_insertion_two_diffs_place_apart_is_one_change(monkeypatch):
     change = landed.Change.of(lambda _: base, lambda _: mine, ["f.py"])
     assert change.against(lambda _: theirs) == landed.Measure(1, 1)
     assert change.against(lambda _: base + b"end\n").present == 0  # not there: not landed
+
+
+def test_a_line_repeating_its_neighbour_taken_rewrapped_is_kept_where_git_would_add_it(scratch, tmp_path):
+    """#47.11: the property's counterexample (hypothesis found it): the patch repeats the line above it; upstream has the
+    same tokens with that line wrapped, and the patch's context no longer matches. Tokens alone say landed, but git's
+    3-way merge of the patch there goes in cleanly and adds the line: never dropped."""
+    from zmr.infra import git as zgit
+    from zmr.model.series import load_patch
+    from zmr.ops.upstream import replay_onto
+
+    base = "x = f(a)\ny = g(b, c)\nreturn x\nif a:\n"
+    pin = _commit(scratch, base, None)
+    patched = _commit(scratch, "x = f(a)\n" + base, pin)
+    new = _commit(scratch, "x\n    = f(a)\nx = f(a)\ny = g(b, c)\nreturn x\nif\n    a:\n", pin)
+    diff = subprocess.run(["git", "diff", "--full-index", pin, patched], cwd=scratch, capture_output=True, check=True).stdout
+    path = tmp_path / "p.patch"
+    path.write_bytes(b"Subject: p\n\n---\n" + diff)
+    patch = load_patch(path, "p.patch", 1, "p.patch")
+    memory = replay_onto(zgit.Repo(scratch), pin, new, [patch], [patched], {patched: frozenset({"m.py"})}, [None], name_upstream=False)
+    assert memory.dropped == [] and memory.conflict_at == 0

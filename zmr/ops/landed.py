@@ -16,7 +16,8 @@ target tree (the target plus the patches of the series kept before it)::
         before → target: upstream's;  each change of the patch is in the target when upstream made
         a change over the same tokens that holds it (each run of tokens it puts in, whole and in order;
         what it removes gone; upstream free to add around them; whitespace and line breaks are not tokens)
-    all its changes there ──▶ landed (``reverse-apply`` when git reverse-applies it, else ``landed``)
+    all its changes there ──▶ landed (``reverse-apply`` when git reverse-applies it, else ``landed``), unless git's own
+        3-way merge of it there goes in cleanly and changes the tree (``_git_would_add``): then not landed
     some ──▶ partially landed: kept, with what is left (file and lines of the patch's result)
     none ──▶ not landed
     it declares ``Upstream-Status: backport <commit>`` (or ``accepted <commit>``), that commit is
@@ -271,6 +272,19 @@ class Answer:
         return self.state == LANDED
 
 
+def _git_would_add(change: Change, target: Reader) -> bool:
+    """git's 3-way merge of *change* into *target* goes in cleanly and changes it (``git apply --3way`` would): then the
+    patch is not dropped, even where its tokens are all there (a line that repeats its neighbour, taken re-wrapped)."""
+    for f in change.files:
+        now = target(f.path)
+        if f.before is None or f.after is None or now is None:
+            continue
+        merged = git.merge_file(f.before, now, f.after)
+        if merged is not None and merged != now:
+            return True
+    return False
+
+
 def judge(
     applied: str, reverse_applies: Callable[[], bool], change: Change, target: Reader, declared: Reader | None = None, commit: str | None = None
 ) -> Answer:
@@ -291,7 +305,7 @@ def judge(
             return Answer(LANDED, "backport", measure, commit)
     if measure is None:
         return Answer(LANDED, "empty")
-    if measure.total and measure.present == measure.total:
+    if measure.total and measure.present == measure.total and not _git_would_add(change, target):
         return Answer(LANDED, "reverse-apply" if reverse_applies() else "landed", measure)
     if not measure.total and reverse_applies():  # only whitespace changes: git's word for it
         return Answer(LANDED, "reverse-apply", measure)
@@ -331,10 +345,14 @@ def already_there(replay: Replayer, change: Change, target: str | None = None, b
 
     Then it is landed, not applied: upstream's copy of it ends with the lines
     its context begins with, and git found that context again after the copy.
+    Only where git's 3-way merge of it there (``git.merge_file``) changes nothing too.
     """
     read = following_renames(replay.repo, base, target, replay.read_file) if base and target else replay.read_file
     measure = change.against(read)
-    return bool(measure.total) and measure.present == measure.total
+    if not measure.total or measure.present != measure.total:
+        return False
+    # And git's own 3-way merge of it there changes nothing (what ``git apply --3way`` does).
+    return all(f.before is not None and f.after is not None and git.merge_file(f.before, read(f.path) or b"", f.after) == read(f.path) for f in change.files)
 
 
 def naming(repo: git.Repo, change: Change, commits: Sequence[str]) -> list[str]:
