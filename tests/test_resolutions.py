@@ -237,17 +237,10 @@ def test_a_resolution_is_never_read_or_written_through_a_symbolic_link(project, 
 def test_a_resolution_recorded_before_upstream_renamed_the_file_is_replayed_at_its_new_name(project, upstream):
     """A resolution is keyed by the patch, and names the file as it was when recorded; upstream then renames that file.
     Update's trial picks and the rebase's cherry-picks (both follow the rename) replay it at the new name, and say so."""
-
-
-def test_bisect_replays_the_series_by_its_recorded_resolutions(project, upstream, tmp_path):
-    """#47.1 and #47.5, found on verl's history: with a recorded resolution, update moved the pin past the conflict, but
-    bisect (same series, same commits) set every commit past it aside as "the series does not replay onto them" and ran
-    no check: it never read resolutions/. It must replay as update does, and test those commits."""
     project.write(".gitignore", "/work/\n")
     pin = simple_model(project, upstream)
     model_py = upstream.file_at(pin, "src/model.py") + "\n"
     reworked = model_py.replace("line 10\n", "line 10 upstream\n")
-<<<<<<< HEAD
     made = grow(upstream, 4, special={2: ({"src/model.py": reworked}, "Rework line 10")})
     recorded = _resolve_line_10_once(project, made[2], reworked)
     assert "+++ b/src/model.py" in (project.root / recorded).read_text()
@@ -302,7 +295,16 @@ def test_moved_renames_only_the_header_lines_of_a_resolution(tmp_path):
     )
     assert b"\n--- a/src/model.py\n+line 10 fixed" in new.data  # the hunk's own line, as it was
     assert moved(patch, {"elsewhere.py": "moved.py"}) is None and moved(patch, {}) is None
-=======
+
+
+def test_bisect_replays_the_series_by_its_recorded_resolutions(project, upstream, tmp_path):
+    """#47.1 and #47.5, found on verl's history: with a recorded resolution, update moved the pin past the conflict, but
+    bisect (same series, same commits) set every commit past it aside as "the series does not replay onto them" and ran
+    no check: it never read resolutions/. It must replay as update does, and test those commits."""
+    project.write(".gitignore", "/work/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    reworked = model_py.replace("line 10\n", "line 10 upstream\n")
     made = grow(upstream, 12, special={3: ({"src/model.py": reworked}, "Rework line 10"), 9: ({"BROKEN": "x\n"}, "Break the release")})
     assert zmr("rebase", "toy", "--onto", made[3], cwd=project.root).returncode == 1
     co = project.root / "work/toy/rollout"
@@ -316,4 +318,3 @@ def test_moved_renames_only_the_header_lines_of_a_resolution(tmp_path):
     data = json.loads(result.stdout)
     assert data["found"] is True and data["first_bad"]["commit"] == made[9] and data["last_good"] == made[8], data
     assert data["not_replayed"] == 0 and data["tests"] > 0
->>>>>>> 73b46b1 (bisect: the series replayed by its recorded resolutions, as update's trials replay it; on verl's history it set all 395 commits aside past a resolved conflict and ran no check (#47.1, #47.5))
