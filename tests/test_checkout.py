@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 
 from checkout_fixture import files, proj, three_patch_model  # noqa: F401 (proj is a fixture)
 from conftest import git, simple_model, zmr
@@ -58,6 +60,11 @@ def test_checkout_refuses_dirty_or_unexported_work_and_force_keeps_a_backup(proj
     forced = zmr("checkout", "toy", "--force", cwd=proj.root)
     assert forced.returncode == 0, forced.stderr
     assert "saved the discarded work as refs/zmr/backup/" in forced.stdout
+    # Found on the real-history walkthrough (#47.7): the ref is in the checkout's repository, not the project's, and the
+    # line says so with a command that works from the repository root, as printed.
+    shown = next(c for c in re.findall(r"`(git -C \S+ log [^`]+)`", forced.stdout) if not c.endswith("-worktree"))
+    listed = subprocess.run(shown, shell=True, cwd=proj.root, capture_output=True, text=True)
+    assert listed.returncode == 0 and "Rewrite the README" in listed.stdout, (forced.stdout, listed.stderr)
     backups = git("for-each-ref", "--format=%(refname) %(objectname)", "refs/zmr/backup/", cwd=co).splitlines()
     assert any(line.endswith(work) for line in backups)
     snapshot = next(line.split()[0] for line in backups if line.split()[0].endswith("-worktree"))

@@ -65,6 +65,18 @@ def test_the_argument_of_a_command_that_needs_one_reads_as_click_prints_it(capsy
     assert _help(capsys, "rebase").splitlines()[0] == "Usage: zmr rebase [OPTIONS] [MODEL]"
 
 
+def test_bisect_needs_its_model_and_says_so_in_its_own_words(capsys, tmp_path):
+    """Found on the real-history walkthrough of #47: `zmr bisect` printed `[MODEL]` for an argument it cannot do without,
+    and without it (or with two -c) answered in rebase's words: "name the model to rebase / e.g. zmr rebase MODEL ...",
+    "rebase one component at a time". Its usage says MODEL; a missing one is click's usage error (exit 2)."""
+    assert _help(capsys, "bisect").splitlines()[0] == "Usage: zmr bisect [OPTIONS] MODEL"
+    project = make_project(tmp_path / "p")
+    missing = zmr("bisect", "--good", "a", "--bad", "b", "--test", "true", cwd=project.root)
+    assert missing.returncode == 2 and "Missing argument 'MODEL'" in missing.stderr, missing.stderr
+    two = zmr("bisect", "toy", "-c", "a", "-c", "b", "--good", "a", "--bad", "b", "--test", "true", cwd=project.root)
+    assert two.returncode == 2 and "bisect one component at a time" in two.stderr and "rebase" not in two.stderr, two.stderr
+
+
 # -- counts: "1 patch", never "1 patches" ---------------------------------------------------------------------------
 
 NOUNS = "patch|commit|component|model|case|file|check|manifest|problem|branch|test|line|character|resolution|skip"

@@ -68,8 +68,8 @@ def test_rebase_continue_killed_after_a_clean_cherry_pick_records_no_resolution(
     assert [t.name for t in trials] == ["atomic-write"] and trials[0].killed
 
 
-def _killed_before_its_first_pick(tmp_path):
-    """update-apply-3way killed as its first `git cherry-pick` starts: its fixture, the uninterrupted run's snapshot, the pick."""
+def _killed_at(tmp_path, choose):
+    """update-apply-3way SIGKILLed at the point *choose* picks from the uninterrupted run's points: its fixture and that run's snapshot."""
     scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
     fx = scenario.build(tmp_path / "run")
     pristine = tmp_path / "pristine"
@@ -77,13 +77,20 @@ def _killed_before_its_first_pick(tmp_path):
     log = tmp_path / "points"
     assert killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL_LOG": str(log)}).returncode == 0
     expected = killing.snapshot(fx)
-    points = log.read_text().splitlines()
-    # The first pick of a patch: right after the state that names it is saved (an earlier `cherry-pick --quit` readies the checkout).
-    point = next(n for n in range(2, len(points) + 1) if points[n - 1] == "git cherry-pick" and points[n - 2] == "atomic-rename")
+    point = choose(log.read_text().splitlines())
     shutil.rmtree(fx.base)
     shutil.copytree(pristine, fx.base, symlinks=True)
     killed = killing.run_zmr(fx.args, fx.cwd, fx.env, {"ZMR_TEST_KILL": str(point)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    return fx, expected
+
+
+def _killed_before_its_first_pick(tmp_path):
+    """update-apply-3way killed as its first `git cherry-pick` starts: its fixture, the uninterrupted run's snapshot, the pick."""
+    # The first pick of a patch: right after the state that names it is saved (an earlier `cherry-pick --quit` readies the checkout).
+    fx, expected = _killed_at(
+        tmp_path, lambda points: next(n for n in range(2, len(points) + 1) if points[n - 1] == "git cherry-pick" and points[n - 2] == "atomic-rename")
+    )
     state = json.loads((fx.cwd / ".git/zmr/rebase/toy/rollout/state.json").read_text())
     return fx, expected, state["old_chain"][state["stopped"]["index"]]
 
@@ -144,3 +151,21 @@ def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tm
     trials = killing.run_random(scenario, tmp_path, RANDOM[scenario.name])
     assert [t.failed for t in trials if t.failed] == []
     assert len(trials) == len(RANDOM[scenario.name])
+
+
+def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_rerun(tmp_path):
+    """Issue #47.10, found by random kills of `zmr update --apply` on verl's history: killed while git fetched the old
+    commits into the checkout (before any pick), git left `.git/shallow.lock`, and the rerun stopped with "git fetch
+    failed ... Unable to create '.../shallow.lock': File exists". zmr's own killed git: the lock is removed, and said."""
+
+    def the_fetch_into_the_checkout(points: list[str]) -> int:
+        return max(n for n in range(1, points.index("git cherry-pick") + 1) if points[n - 1] == "git fetch")
+
+    fx, expected = _killed_at(tmp_path, the_fetch_into_the_checkout)
+    co = fx.cwd / "work/toy/rollout"
+    (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
+    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
+    assert killing.snapshot(fx) == expected
+    assert not (co / ".git/shallow.lock").exists()

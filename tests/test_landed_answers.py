@@ -370,3 +370,73 @@ def test_a_backport_whose_change_is_in_the_target_is_reported_as_backport_by_upd
     assert code in (0, 1), err
     [entry] = json.loads(out)["components"]
     assert entry["patches"]["landed"] == {BACKPORT: label}
+
+
+def test_a_block_upstream_took_verbatim_whose_context_repeats_is_dropped_not_put_in_twice(project, upstream, cli):
+    """#47.3 (found on verl's history): upstream takes the patch's block as it is; the block ends with the lines the patch's
+    context begins with, so ``git apply`` finds that context again right after upstream's copy and would add the block a
+    second time. The change is there: landed, by every command, and the rebased file is upstream's, not a duplicate."""
+    source = "try:\n    import a\nexcept ImportError:\n    pass\n\ntry:\n    import c\nexcept ImportError:\n    pass\n"
+    block = "try:\n    import b\nexcept ImportError:\n    pass\n\n"
+    at_pin = upstream.commit({"src/imports.py": source}, "Add imports")
+    with_b = source.replace("try:\n    import c\n", block + "try:\n    import c\n")
+    patch = make_patch(upstream, at_pin, {"src/imports.py": with_b}, "Import b too")
+    project.write(".gitignore", "/work/\n/.zmr/\n")
+    project.series("toy", "rollout", [("0001-import-b.patch", patch)])
+    project.manifest("toy", f"model: toy\ncomponents:\n  rollout:\n    upstream: {upstream.path}\n    commit: {at_pin}\n    track: main\n")
+    project.commit_all("add model")
+    made = grow(upstream, 4, special={1: ({"src/imports.py": with_b}, "Support b (#36)"), 2: ({"src/imports.py": "# header\n" + with_b}, "Add a header")})
+    code, out, err = cli("upstreamed", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [found] = json.loads(out)["components"]
+    assert [(d["name"], d["upstream_commit"]) for d in found["upstreamed"]] == [("0001-import-b.patch", made[1])]
+    code, out, err = cli("update", "toy", "--json", cwd=project.root)
+    assert code == 0, err
+    [moved] = json.loads(out)["components"]
+    assert moved["status"] == "clean" and [d["name"] for d in moved["dropped"]] == ["0001-import-b.patch"]
+    assert cli("checkout", "toy", cwd=project.root)[0] == 0
+    code, out, err = cli("rebase", "toy", "--onto", made[-1], "--json", cwd=project.root)
+    assert code == 0, err
+    assert [d["name"] for d in json.loads(out)["dropped"]] == ["0001-import-b.patch"]
+    assert (project.root / "work/toy/rollout/src/imports.py").read_text() == "# header\n" + with_b
+    assert (project.root / "patches/toy/rollout/series").read_text().strip() == ""
+
+
+def test_an_insertion_two_diffs_place_apart_is_one_change(monkeypatch):
+    """#47.3 (found on verl's history): a block put in next to tokens equal to its own ends can be placed anywhere in
+    that stretch, and git's diff of the pin against the patch and against upstream may place it differently (verl's
+    vllm/patch.py: 11 tokens apart, because upstream changed another function of the file). The same change: landed.
+    git's two placements are given here as git gave them there; the rest is the real measure."""
+    from zmr.infra import git
+    from zmr.ops import landed
+
+    base, mine = b"pass\ntry\nkimi\n", b"pass\ntry\nnext\npass\ntry\nkimi\n"
+    theirs = mine + b"end\n"
+    placed = {
+        (landed._Tokens.of(base).text(), landed._Tokens.of(mine).text()): [(2, 0, 2, 3)],  # after "pass try": "next pass try"
+        (landed._Tokens.of(base).text(), landed._Tokens.of(theirs).text()): [(0, 0, 0, 3), (3, 0, 6, 1)],  # first: "pass try next"
+    }
+    monkeypatch.setattr(landed, "_diff", lambda old, new: placed.get((old, new)) or git.diff_lines(old, new))
+    change = landed.Change.of(lambda _: base, lambda _: mine, ["f.py"])
+    assert change.against(lambda _: theirs) == landed.Measure(1, 1)
+    assert change.against(lambda _: base + b"end\n").present == 0  # not there: not landed
+
+
+def test_a_line_repeating_its_neighbour_taken_rewrapped_is_kept_where_git_would_add_it(scratch, tmp_path):
+    """#47.11: the property's counterexample (hypothesis found it): the patch repeats the line above it; upstream has the
+    same tokens with that line wrapped, and the patch's context no longer matches. Tokens alone say landed, but git's
+    3-way merge of the patch there goes in cleanly and adds the line: never dropped."""
+    from zmr.infra import git as zgit
+    from zmr.model.series import load_patch
+    from zmr.ops.upstream import replay_onto
+
+    base = "x = f(a)\ny = g(b, c)\nreturn x\nif a:\n"
+    pin = _commit(scratch, base, None)
+    patched = _commit(scratch, "x = f(a)\n" + base, pin)
+    new = _commit(scratch, "x\n    = f(a)\nx = f(a)\ny = g(b, c)\nreturn x\nif\n    a:\n", pin)
+    diff = subprocess.run(["git", "diff", "--full-index", pin, patched], cwd=scratch, capture_output=True, check=True).stdout
+    path = tmp_path / "p.patch"
+    path.write_bytes(b"Subject: p\n\n---\n" + diff)
+    patch = load_patch(path, "p.patch", 1, "p.patch")
+    memory = replay_onto(zgit.Repo(scratch), pin, new, [patch], [patched], {patched: frozenset({"m.py"})}, [None], name_upstream=False)
+    assert memory.dropped == [] and memory.conflict_at == 0

@@ -295,3 +295,26 @@ def test_moved_renames_only_the_header_lines_of_a_resolution(tmp_path):
     )
     assert b"\n--- a/src/model.py\n+line 10 fixed" in new.data  # the hunk's own line, as it was
     assert moved(patch, {"elsewhere.py": "moved.py"}) is None and moved(patch, {}) is None
+
+
+def test_bisect_replays_the_series_by_its_recorded_resolutions(project, upstream, tmp_path):
+    """#47.1 and #47.5, found on verl's history: with a recorded resolution, update moved the pin past the conflict, but
+    bisect (same series, same commits) set every commit past it aside as "the series does not replay onto them" and ran
+    no check: it never read resolutions/. It must replay as update does, and test those commits."""
+    project.write(".gitignore", "/work/\n")
+    pin = simple_model(project, upstream)
+    model_py = upstream.file_at(pin, "src/model.py") + "\n"
+    reworked = model_py.replace("line 10\n", "line 10 upstream\n")
+    made = grow(upstream, 12, special={3: ({"src/model.py": reworked}, "Rework line 10"), 9: ({"BROKEN": "x\n"}, "Break the release")})
+    assert zmr("rebase", "toy", "--onto", made[3], cwd=project.root).returncode == 1
+    co = project.root / "work/toy/rollout"
+    (co / "src/model.py").write_text(reworked.replace("line 10 upstream\n", "line 10 upstream, fixed split\n"))
+    git("add", "src/model.py", cwd=co)
+    assert zmr("rebase", "toy", "--continue", cwd=project.root).returncode == 0
+    git("checkout", "-q", "--", "manifests", "patches", cwd=project.root)  # only the resolution stays
+    check = 'grep -q "fixed split" src/model.py || exit 3; [ ! -e BROKEN ]'
+    result = zmr("bisect", "toy", "--json", "--good", pin, "--bad", made[-1], "--test", check, cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["found"] is True and data["first_bad"]["commit"] == made[9] and data["last_good"] == made[8], data
+    assert data["not_replayed"] == 0 and data["tests"] > 0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zmr.cli.options import Components, Json, OptionalModel, find_project
+from zmr.cli.options import Components, Json, Model, find_project
 from zmr.cli.render import Progress, print_report
 from zmr.infra.wording import counted
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def bisect(
-    model: OptionalModel = None,
+    model: Model,
     components: Components = None,
     good: Annotated[str, typer.Option("--good", metavar="REV", help="An upstream commit where the check passes (not tested).", show_default=False)] = "",
     bad: Annotated[str, typer.Option("--bad", metavar="REV", help="A later upstream commit where it fails (not tested).", show_default=False)] = "",
@@ -41,7 +41,7 @@ def bisect(
     check_for = check_factory(project, test, smoke, bitwise)
     if check_for is None:
         raise ZmrError("zmr bisect needs a check: --test CMD, --smoke or --bitwise")
-    component = selection.one_component(project, model, components)
+    component = selection.one_component(project, model, components, command="bisect")
     check = check_for(component)
     if check is None:
         raise ZmrError(f"{component.label}: no check to bisect with", details=["give --test CMD, or declare smoke tests for it"])

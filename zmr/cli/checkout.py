@@ -3,6 +3,7 @@
 The work is `zmr.ops.checkout`.
 """
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -53,7 +54,7 @@ def checkout(
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
         for ref in r.backups:
-            print(f"          saved the discarded work as {ref}")
+            print(f"          saved the discarded work as {ref}, in the checkout's repository: `git -C {shlex.quote(str(r.path))} log {ref}`")
         if r.history:
             print("          with upstream's history (branches as upstream/<branch>)")
     if results:

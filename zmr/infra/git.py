@@ -829,6 +829,18 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     return hunks
 
 
+def merge_file(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """*ours* with the change *base* → *theirs* merged in (``git merge-file -p``, the 3-way merge ``git apply --3way``
+    makes); None where the two conflict. Nothing is written to a repository."""
+    with tempfile.TemporaryDirectory(prefix="zmr-merge-") as tmp:
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            Path(tmp, name).write_bytes(data)
+        proc = run(["merge-file", "-p", "--quiet", "ours", "base", "theirs"], cwd=tmp, check=False)
+    if proc.returncode < 0 or proc.returncode > 127:
+        raise GitError(proc.args, proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def index_entries(path: str | os.PathLike[str], oid_bytes: int = 20) -> dict[bytes, tuple[str, str]]:
     """The stage-0 entries of an index file of version 2 or 3: path → (mode, object id).
 

@@ -63,8 +63,9 @@ def components(project: Project, models: Sequence[str] | None, keys: Sequence[st
     return result
 
 
-def one_component(project: Project, model: str | None, keys: Sequence[str] | None, in_progress: bool = False) -> Component:
-    """The one component a rebase acts on: -c, the model's only one, or (with *in_progress*) the one being rebased.
+def one_component(project: Project, model: str | None, keys: Sequence[str] | None, in_progress: bool = False, command: str = "rebase") -> Component:
+    """The one component a rebase (or *command*, which names it in the errors) acts on: -c, the model's only one, or
+    (with *in_progress*) the one being rebased.
 
     Without *model* (``--continue``, ``--skip``, ``--abort``, as git takes them): the one rebase under way.
     """
@@ -79,7 +80,7 @@ def one_component(project: Project, model: str | None, keys: Sequence[str] | Non
             raise ZmrError("no rebase in progress", details=["start one with `zmr rebase MODEL -c COMPONENT --onto REV`"])
         raise ZmrError("several rebases are in progress; name the model (and -c)", details=[f"zmr rebase {c.model} -c {c.key} ..." for c in going])
     if keys and len(keys) > 1:
-        raise ZmrError("rebase one component at a time", details=[f"e.g. zmr rebase {model} -c {keys[0]} ..."])
+        raise ZmrError(f"{command} one component at a time", details=[f"e.g. zmr {command} {model} -c {keys[0]} ..."])
     chosen = components(project, [model], keys, writes=True)
     if not keys and in_progress:
         going = [c for c in chosen if project.rebase_state(c).is_file()]

@@ -18,6 +18,7 @@ results and the mirror.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -25,6 +26,7 @@ from zmr.infra.cache import Cache
 from zmr.infra.errors import ZmrError
 from zmr.infra.git import Progress
 from zmr.model.manifest import Component
+from zmr.model import resolutions
 from zmr.model.project import Project
 from zmr.ops.checks import BAD, SKIP, Check, Tried, bisect_line, expected_checks, CheckJson, TriedJson
 from zmr.ops.update import CheckedLine, SeriesAtPin
@@ -136,7 +138,7 @@ def bisect(
     line = first_parent_line(repo, good_commit, bad_commit)
     if progress:
         progress(f"{component.label}: {len(line)} first-parent commits from {good_commit[:12]} to {bad_commit[:12]}; preparing the series")
-    prepared = SeriesAtPin(repo, component, project.series(component).patches, bad_commit)
+    prepared = SeriesAtPin(repo, component, project.series(component).patches, bad_commit, functools.partial(resolutions.recorded, project.root))
     checked = CheckedLine(project, component, check, prepared, progress)
     found = bisect_line(0, len(line), lambda position: checked(line[position - 1]).verdict)
     asked = {t.commit: t for t in checked.tried}

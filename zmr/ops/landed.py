@@ -7,6 +7,8 @@ update's trials), ``zmr diff`` (a removed patch). The answer, for a patch at a
 target tree (the target plus the patches of the series kept before it)::
 
     the patch applies there and changes the tree ──▶ not landed (never dropped: upstream lacks its change)
+        unless it applies only at an offset and all its changes are there (below) without it: git found its context
+        again after upstream's own copy of it and would put it in twice (``already_there``: judged as not applying)
     it applies and changes nothing ──▶ landed (``empty``)
     it does not apply ──Change.against(target)──▶ per file (at its new name where upstream renamed it since the pin:
     ``following_renames``), a 3-way comparison of tokens:
@@ -14,7 +16,8 @@ target tree (the target plus the patches of the series kept before it)::
         before → target: upstream's;  each change of the patch is in the target when upstream made
         a change over the same tokens that holds it (each run of tokens it puts in, whole and in order;
         what it removes gone; upstream free to add around them; whitespace and line breaks are not tokens)
-    all its changes there ──▶ landed (``reverse-apply`` when git reverse-applies it, else ``landed``)
+    all its changes there ──▶ landed (``reverse-apply`` when git reverse-applies it, else ``landed``), unless git's own
+        3-way merge of it there goes in cleanly and changes the tree (``_git_would_add``): then not landed
     some ──▶ partially landed: kept, with what is left (file and lines of the patch's result)
     none ──▶ not landed
     it declares ``Upstream-Status: backport <commit>`` (or ``accepted <commit>``), that commit is
@@ -117,6 +120,29 @@ def _groups(mine: list[tuple[int, int, int, int]], theirs: list[tuple[int, int, 
     return groups
 
 
+def _slid(hunks: list[tuple[int, int, int, int]], old: list[bytes], new: list[bytes]) -> list[tuple[int, int, int, int]]:
+    """*hunks* (``old`` → ``new``) each widened over the tokens it could slide across: a run put in (or taken out) next to
+    tokens equal to its own end can be placed a token earlier or later and say the same, and two diffs of one change can
+    place it differently; widened, they meet in one group. A hunk that replaces stays as it is; none crosses another."""
+    widened = []
+    for k, (s, c, ns, nc) in enumerate(hunks):
+        low = hunks[k - 1][0] + hunks[k - 1][1] if k else 0
+        high = hunks[k + 1][0] if k + 1 < len(hunks) else len(old)
+        left = right = 0
+        if c == 0 and nc:  # new[ns:ns + nc] put in before old[s]
+            while s - left > low and new[ns - left - 1] == new[ns + nc - left - 1]:
+                left += 1
+            while s + right < high and new[ns + nc + right] == new[ns + right]:
+                right += 1
+        elif nc == 0 and c:  # old[s:s + c] taken out
+            while s - left > low and old[s - left - 1] == old[s + c - left - 1]:
+                left += 1
+            while s + c + right < high and old[s + c + right] == old[s + right]:
+                right += 1
+        widened.append((s - left, c + left + right, ns - left, nc + left + right))
+    return widened
+
+
 def _span(hunks: list[tuple[int, int, int, int]], chosen: list[int], start: int, end: int) -> tuple[int, int]:
     """Where base[start:end] (a group, its hunks *chosen*) is in the other side of *hunks*."""
     shift = sum(h[3] - h[1] for k, h in enumerate(hunks) if k not in chosen and h[0] + h[1] <= start)
@@ -138,8 +164,8 @@ class _FileChange:
         if b"\0" in self.after or b"\0" in (self.before or b"") or b"\0" in now:
             return Measure(int(now == self.after), 1, () if now == self.after else (f"{self.path}: binary",))
         base, mine, theirs = _Tokens.of(self.before), _Tokens.of(self.after), _Tokens.of(now)
-        my_hunks = _diff(base.text(), mine.text())
-        their_hunks = _diff(base.text(), theirs.text()) if theirs.words != base.words else []
+        my_hunks = _slid(_diff(base.text(), mine.text()), base.words, mine.words)
+        their_hunks = _slid(_diff(base.text(), theirs.text()), base.words, theirs.words) if theirs.words != base.words else []
         present = total = 0
         left: list[str] = []
         for start, end, my_group, their_group in _groups(my_hunks, their_hunks):
@@ -246,6 +272,19 @@ class Answer:
         return self.state == LANDED
 
 
+def _git_would_add(change: Change, target: Reader) -> bool:
+    """git's 3-way merge of *change* into *target* goes in cleanly and changes it (``git apply --3way`` would): then the
+    patch is not dropped, even where its tokens are all there (a line that repeats its neighbour, taken re-wrapped)."""
+    for f in change.files:
+        now = target(f.path)
+        if f.before is None or f.after is None or now is None:
+            continue
+        merged = git.merge_file(f.before, now, f.after)
+        if merged is not None and merged != now:
+            return True
+    return False
+
+
 def judge(
     applied: str, reverse_applies: Callable[[], bool], change: Change, target: Reader, declared: Reader | None = None, commit: str | None = None
 ) -> Answer:
@@ -266,7 +305,7 @@ def judge(
             return Answer(LANDED, "backport", measure, commit)
     if measure is None:
         return Answer(LANDED, "empty")
-    if measure.total and measure.present == measure.total:
+    if measure.total and measure.present == measure.total and not _git_would_add(change, target):
         return Answer(LANDED, "reverse-apply" if reverse_applies() else "landed", measure)
     if not measure.total and reverse_applies():  # only whitespace changes: git's word for it
         return Answer(LANDED, "reverse-apply", measure)
@@ -299,6 +338,21 @@ def at_replay(replay: Replayer, step: Step, change: Change, target: str | None =
     declared, commit = declared_commit(replay.repo, step.patch, target) if target and step.status in ("empty", "failed") else (None, None)
     read = following_renames(replay.repo, base, target, replay.read_file) if base and target else replay.read_file
     return judge(step.status, lambda: replay.reverse_applies(step.patch), change, read, declared, commit)
+
+
+def already_there(replay: Replayer, change: Change, target: str | None = None, base: str | None = None) -> bool:
+    """A patch that applied only at an offset: is every change of it in the index without it (read as ``at_replay`` reads)?
+
+    Then it is landed, not applied: upstream's copy of it ends with the lines
+    its context begins with, and git found that context again after the copy.
+    Only where git's 3-way merge of it there (``git.merge_file``) changes nothing too.
+    """
+    read = following_renames(replay.repo, base, target, replay.read_file) if base and target else replay.read_file
+    measure = change.against(read)
+    if not measure.total or measure.present != measure.total:
+        return False
+    # And git's own 3-way merge of it there changes nothing (what ``git apply --3way`` does).
+    return all(f.before is not None and f.after is not None and git.merge_file(f.before, read(f.path) or b"", f.after) == read(f.path) for f in change.files)
 
 
 def naming(repo: git.Repo, change: Change, commits: Sequence[str]) -> list[str]:

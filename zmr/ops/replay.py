@@ -435,6 +435,7 @@ class Replayer:
         skip: Collection[int] = (),
         offsets: bool = False,
         keep_empty: bool = False,
+        there: Callable[[Step], bool] | None = None,
     ) -> Iterator[Step]:
         """Apply and commit *patches* in order, one ``Step`` per patch.
 
@@ -445,7 +446,13 @@ class Replayer:
         are not applied (and end a run). *offsets*: find out which patches
         applied at an offset (``git apply --verbose``; its report also goes
         into a failed step's error). *keep_empty*: commit a patch that
-        changes nothing too (an empty commit) and call it applied.
+        changes nothing too (an empty commit) and call it applied. *there*:
+        asked of a patch that applied only at an offset, on the index without
+        it (as a ``failed`` step), whether its change is there already
+        (``zmr.landed.already_there``): upstream's copy of a block can end
+        with the lines the patch's context begins with, and git then finds
+        that context again after it and would put the block in twice; such a
+        patch is a ``failed`` step, for the caller's answer.
 
         A failed step leaves the index as it was: the caller may look at it
         (``reverse_applies``) before asking for the next step, or stop.
@@ -472,16 +479,45 @@ class Replayer:
                     batched = dict(zip(run[1:], flags[1:]))
                     names, moved = files[i], flags[0]
                 else:
-                    ok, error = self.try_apply(patch, verbose=offsets)
+                    ok, error = self.try_apply(patch, verbose=offsets or there is not None)
                     if not ok:
                         yield Step(i, patch, "failed", error=error)
                         continue
-                    moved = self.moved if offsets else None
+                    moved = self.moved if offsets or there is not None else None
+            if moved and there is not None:
+                self._restore(names)
+                if there(Step(i, patch, "failed")):
+                    yield Step(i, patch, "failed", error="it applies only at an offset, where its change is there already")
+                    continue
+                ok, error = self.try_apply(patch, verbose=True)
+                if not ok:  # (it applied a moment ago, on the same index)
+                    yield Step(i, patch, "failed", error=error)
+                    continue
             if not keep_empty and not self.changed(names):
                 yield Step(i, patch, "empty")
                 continue
             self.commit(patch, names)
             yield Step(i, patch, "applied", moved)
+
+    def _restore(self, files: frozenset[str] | None) -> None:
+        """The index back to the last commit (in *files*, after ``apply_together``): the last apply undone."""
+        committed = self._committed
+        if self._sparse:
+            assert isinstance(committed, dict)
+            state = self._state()
+            assert isinstance(state, dict)
+            held = dict(state)
+            for key in _keys(files) if files is not None else set(state) | set(committed):
+                if key in committed:
+                    held[key] = committed[key]
+                else:
+                    held.pop(key, None)
+            oid = next(iter(held.values()), ("", "0" * 40))[1]
+            self._index.hold(held, len(oid) // 2)
+        else:
+            assert isinstance(committed, str)
+            self._index.read_tree(committed)
+        self._current = None
 
     def try_apply(self, patch: Patch, verbose: bool = False) -> tuple[bool, str]:
         proc = self._index.apply(patch, verbose=verbose)

@@ -95,7 +95,7 @@ from zmr.ops.upstream import (
 )
 
 UP_TO_DATE, CLEAN, PARTIAL, BLOCKED = "up-to-date", "clean", "partial", "blocked"
-REPLAY_RULE = "landed-4"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" (or for the picks) replays again
+REPLAY_RULE = "landed-5"  # in the key of a kept replay (``CheckedLine``): a new rule for "upstream has it" (or for the picks) replays again
 
 
 class UpdateError(ZmrError):

@@ -30,7 +30,7 @@ from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
 from zmr.model.resolutions import NotReplayed, Recorded, try_recorded
 from zmr.model.series import Patch, Series
-from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, at_replay, change_of, naming, partial_landing, LandingJson
+from zmr.ops.landed import LANDED, PARTIAL, Answer, Change, Dropped, Landing, LandingJson, already_there, at_replay, change_of, naming, partial_landing
 from zmr.ops.replay import (
     Replayer,
     build_chain,
@@ -169,7 +169,7 @@ def landing_of(repo: git.Repo, old: str, new: str, patch: Patch, before: str, ol
     change = change_of(repo, before, old_commit, tuple(sorted(paths)))
     try:
         with Replayer(repo, new, paths) as replay:
-            [step] = list(replay.replay([patch], [frozenset(paths)]))
+            [step] = list(replay.replay([patch], [frozenset(paths)], there=lambda _: already_there(replay, change, new, old)))
             answer = at_replay(replay, step, change, new, old)
     except git.GitError:
         return None
@@ -248,7 +248,8 @@ def replay_onto(
     reused: list[str] = []
     unused: list[NotReplayed] = []
     with Replayer(repo, new, paths) as replay:
-        for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True):
+        there = lambda step: already_there(replay, step_change(repo, old, old_chain, chain_files, step.index), new, old)  # noqa: E731
+        for step in replay.replay(patches, [chain_files[c] for c in old_chain], offsets=True, there=there):
             i, patch = step.index, step.patch
             if step.status == "applied":
                 made.append((patch.name, step.moved))
@@ -424,7 +425,8 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
     upstream_ids = upstream_patch_ids(repo, component.commit, new, paths, set(chain_files.values()))
     hits = [upstream_ids.get(pids.get(commit, "")) for commit in chain]  # hints: they name the commit, never decide
     with Replayer(repo, new, paths) as replay:
-        for step in replay.replay(series.patches, [chain_files[c] for c in chain]):
+        there = lambda step: already_there(replay, step_change(repo, component.commit, chain, chain_files, step.index), new, component.commit)  # noqa: E731
+        for step in replay.replay(series.patches, [chain_files[c] for c in chain], there=there):
             patch, hit, i = step.patch, hits[step.index], step.index
             if step.status == "applied":
                 continue

@@ -143,9 +143,10 @@ class Checkout:
         return self.repo.apply(["--index", "-p1", "--whitespace=nowarn"], input=diff).returncode == 0
 
     def remove_stale_locks(self) -> list[str]:
-        """The lock files a git killed in this checkout left (``index.lock``, ``HEAD.lock``, a ref's ``.lock``), removed: their
-        names. Only for a caller that knows the git that made them was zmr's own, killed (under zmr's lock of the component)."""
-        names = ["index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock"]
+        """The lock files a git killed in this checkout left (``index.lock``, ``HEAD.lock``, a ref's ``.lock``, ``shallow.lock``
+        of the fetch that brings the old commits in), removed: their names. Only for a caller that knows the git that made them
+        was zmr's own, killed (under zmr's lock of the component)."""
+        names = ["index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock"]
         refs = self.git_dir / "refs"
         found = [self.git_dir / name for name in names] + (sorted(refs.rglob("*.lock")) if refs.is_dir() and not refs.is_symlink() else [])
         removed = []
