@@ -16,11 +16,14 @@ and migrates an older zmr's state (`Project.find` only locates it).
 """
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from importlib.abc import Loader
 
 # The one version number (pyproject.toml reads it). X.Y.Z only in a release commit, the one its tag vX.Y.Z names;
 # every other commit is a development version X.Y.Z.devN of the next release (scripts/release sets both).
@@ -44,13 +47,20 @@ MOVED = {
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves an old module name to the module at its new place: one module object under both names."""
+class _MovedModules:
+    """Resolves an old module name to the module at its new place: one module object under both names.
+
+    A meta path finder and loader by its methods, not by importlib.abc's classes (importing those imports
+    importlib.resources, a few ms of every command's start); asked about every import, so any module outside zmr
+    is answered at once.
+    """
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("zmr."):
+            return None
         for old, new in MOVED.items():
             if fullname == old or fullname.startswith(old + "."):
-                return importlib.machinery.ModuleSpec(fullname, self, origin=new + fullname[len(old) :])
+                return importlib.machinery.ModuleSpec(fullname, cast("Loader", self), origin=new + fullname[len(old) :])
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
