@@ -20,8 +20,9 @@ from conftest import REPO_ROOT, simple_model
 
 # Never on the way to a listing, a help page or a completion: pydantic (typer 0.29's conversions), numpy (the
 # `evidence` extra: mismatch and locate alone), rich (tables on a terminal alone), click (typer 0.26+ has its own copy),
-# and what the other commands bring.
-HEAVY = ("pydantic", "numpy", "rich", "click", "jsonschema", "torch", "safetensors", "ray")
+# and what the other commands bring; importlib.resources (importlib.abc's classes bring it: zmr's moved-modules finder
+# does without them).
+HEAVY = ("pydantic", "numpy", "rich", "click", "jsonschema", "torch", "safetensors", "ray", "importlib.resources")
 TAB = {"_ZMR_COMPLETE": "complete_bash", "COMP_WORDS": "zmr build ", "COMP_CWORD": "2"}
 PROBE = (
     "{before}\nimport sys, json\nfrom zmr.cli import main\n"
