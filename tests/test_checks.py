@@ -17,6 +17,7 @@ from zmr.ops import checks
 from zmr.ops.checks import BAD, GOOD, SKIP, Check, CheckError, Command, Results, Tried, bisect_line, command_check, expected_checks, run_check, smoke_check
 from zmr.model.manifest import Component, SmokeTest
 from zmr.model.project import Project
+from zmr.infra.state import CHECKS, StateMalformed
 
 
 # -- bisect_line ----------------------------------------------------------------------------------
@@ -163,26 +164,36 @@ def test_a_result_is_written_at_once_and_read_back_as_cached(zproject):
     assert Results(zproject, _component(), check).get("c1", "b" * 40) is None  # another tree: tested again
     assert Results(zproject, _component(), command_check("false")).get("c1", TREE) is None  # another check
     body = json.loads(results.path.read_text())
-    assert body["version"] == checks.RESULTS_VERSION and body["check"] == check.to_json()
+    assert body["version"] == CHECKS.version and body["check"] == check.to_json()
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "not json {",
-        "[1, 2]",
         json.dumps({"version": 99, "results": {f"c1:{TREE}": {"verdict": "good"}}}),
-        json.dumps({"version": 1, "results": [1]}),
         json.dumps({"version": 1, "results": {f"c1:{TREE}": {"verdict": "great"}}}),
         json.dumps({"version": 1, "results": {f"c1:{TREE}": "good"}}),
     ],
 )
-def test_a_results_file_zmr_did_not_write_is_read_as_no_result(zproject, text):
+def test_results_of_another_zmr_or_an_entry_zmr_did_not_write_are_read_as_no_result(zproject, text):
+    """Another version's file is tested again; an entry that is not a verdict zmr writes is no result."""
     check = command_check("true")
     results = Results(zproject, _component(), check)
     results.path.parent.mkdir(parents=True)
     results.path.write_text(text)
     assert Results(zproject, _component(), check).get("c1", TREE) is None
+
+
+@pytest.mark.parametrize("text", ["not json {", "[1, 2]", json.dumps({"version": 1, "results": [1]})])
+def test_a_results_file_zmr_did_not_write_is_refused_naming_it(zproject, text):
+    """A damaged file is refused with the state files' one message, naming it and what to do (#49)."""
+    check = command_check("true")
+    results = Results(zproject, _component(), check)
+    results.path.parent.mkdir(parents=True)
+    results.path.write_text(text)
+    with pytest.raises(StateMalformed) as refused:
+        Results(zproject, _component(), check)
+    assert str(results.path) in str(refused.value) and "check results" in str(refused.value)
 
 
 def test_where_the_series_replayed_is_kept_and_a_tree_that_is_no_object_id_is_not_trusted(zproject):
