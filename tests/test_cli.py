@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, simple_model, state_dir, two_models, zmr
+from conftest import REPO_ROOT, simple_model, two_models, zmr
 
 DOCS = ("README.md", "docs/reference.md")
 GLOBAL_OPTIONS = {"-q", "--quiet", "-v", "--verbose", "--version", "-V", "--no-pager", "-h", "--help", "-C", "--install-completion", "--show-completion"}
@@ -316,36 +316,3 @@ def test_main_called_again_in_one_process_starts_from_its_defaults(tmp_path, cap
     assert main(["list"]) in (0, 2)
     assert not render.quiet() and not render.verbose()
     assert logging.getLogger("zmr").getEffectiveLevel() == logging.WARNING
-
-
-def test_list_checks_only_the_patches_whose_bytes_it_has_not_seen_pass(project, upstream):
-    """`zmr list` keeps the digests of the patches that passed the patch checks in the state folder (#50 point 4: the
-    checks were most of a listing's work); a patch changed since, or a cache of another zmr, is checked again."""
-    import hashlib
-
-    import zmr as package
-
-    simple_model(project, upstream)
-    first = zmr("list", "--json", cwd=project.root)
-    assert first.returncode == 0, first.stderr
-    cache = state_dir(project.root) / "clean-patches.json"
-    folder = project.root / "patches/toy/rollout"
-    keys = {name: f"p1:{hashlib.sha256((folder / name).read_bytes()).hexdigest()}" for name in ("0001-fixed-split.patch", "0002-contiguous.patch")}
-    assert json.loads(cache.read_text()) == {"version": 1, "zmr": package.__version__, "clean": sorted(keys.values())}
-    again = zmr("list", "--json", cwd=project.root)
-    assert (again.returncode, again.stdout) == (0, first.stdout)
-
-    patch = folder / "0002-contiguous.patch"
-    patch.write_bytes(patch.read_bytes().replace(b"+    return (a", b"<<<<<<< HEAD\n+    return (a", 1))  # a conflict marker
-    broken = zmr("list", cwd=project.root)
-    assert broken.returncode == 2 and "0002-contiguous.patch" in broken.stderr and "conflict" in broken.stderr, broken.stderr
-
-    # an older zmr's cache that (wrongly, for this zmr) holds the broken patch: not taken
-    stale = f"p1:{hashlib.sha256(patch.read_bytes()).hexdigest()}"
-    cache.write_text(json.dumps({"version": 1, "zmr": "0.0.1", "clean": [keys["0001-fixed-split.patch"], stale]}))
-    assert zmr("list", cwd=project.root).returncode == 2
-    cache.write_text("{not json")  # a cache that does not load: every patch checked, the listing as before
-    patch.write_bytes(patch.read_bytes().replace(b"<<<<<<< HEAD\n", b"", 1))
-    healed = zmr("list", "--json", cwd=project.root)
-    assert (healed.returncode, healed.stdout) == (0, first.stdout)
-    assert json.loads(cache.read_text())["clean"] == sorted(keys.values())

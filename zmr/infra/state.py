@@ -194,14 +194,6 @@ CHECKS = StateFile(
     indent=1,
     fix="delete {path}: zmr then runs the checks again",
 )
-CLEAN_PATCHES = StateFile(
-    "clean-patches",
-    "clean-patches.json",
-    "zmr.model.project",
-    "the patches that passed the patch checks (a cache of `zmr list`)",
-    max_bytes=4 << 20,
-    fix="delete {path}: zmr then checks every patch again",
-)
 LOCK = StateFile("lock", "locks/{model}/{component}.lock", "zmr.infra.lock", "the lock of a component", kind="lock", version=None, max_bytes=4096)
 SMOKE = StateFile("smoke", "smoke/{model}", "zmr.smoke", "smoke artifacts", kind="folder", version=None)
 LEGACY_EXPORT_JOURNAL = StateFile(
@@ -242,7 +234,6 @@ STATE_FILES = (
     REBASE,
     POINTER,
     CHECKS,
-    CLEAN_PATCHES,
     LOCK,
     SMOKE,
     LEGACY_EXPORT_JOURNAL,

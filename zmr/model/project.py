@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
-import zmr
 from zmr.infra import git
 from zmr.infra.errors import Located, ManifestError, SeriesError, SettingsError, ZmrError
 from zmr.infra.files import atomic_write
@@ -40,11 +39,11 @@ from zmr.infra.wording import counted
 from zmr.model.manifest import Component, Manifest, Policy, load_manifests, manifest_file, manifest_paths, series_folders_as_written
 from zmr.model.yamlnodes import Problem, Problems
 from zmr.model.yamlrecords import At, Check, Field, Record, Text, declared, read_file
-from zmr.infra.state import CLEAN_PATCHES, JOURNAL, LOCK, POINTER, REBASE, REBASE_DIR, SMOKE, STATE, StateFile
+from zmr.infra.state import JOURNAL, LOCK, POINTER, REBASE, REBASE_DIR, SMOKE, STATE, StateFile
 from zmr.infra.reports import Report
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zmr.model.series import CheckedPatches, Series
+    from zmr.model.series import Series
 
 SETTINGS_FILE = "zmr.yaml"
 STATE_DIR = "zmr"  # in the git directory
@@ -191,7 +190,7 @@ class Project:
         """``manifests/<model>.yaml``: the manifest of *model* (whether or not it exists yet)."""
         return self.root / manifest_file(model)
 
-    def series(self, component: Component, *, no_links: bool = False, checked: CheckedPatches | None = None) -> Series:
+    def series(self, component: Component, *, no_links: bool = False) -> Series:
         """*component*'s series as on disk now; a missing folder names the manifest line that sets it (``patches_origin``).
 
         *no_links*: the folder is refused when it is a symbolic link (``series_folder``), for a command whose work ends in writing there.
@@ -199,7 +198,7 @@ class Project:
         from zmr.model.series import read_series
 
         folder = self.series_folder(component) if no_links else self.root / component.patches
-        return read_series(folder, component.patches, origin=component.patches_origin, checked=checked)
+        return read_series(folder, component.patches, origin=component.patches_origin)
 
     def series_of(self, components: Sequence[Component]) -> dict[Component, Series]:
         """Each of *components*' series (`series`); a SeriesError names every problem of all of them at once.
@@ -467,40 +466,11 @@ def list_models(project: Project) -> Listing:
     from zmr.model import upstream_status
 
     listed = []
-    checked = _checked_patches(project)
     for manifest in project.manifests():
         counts, statuses = {}, {}
         for c in manifest.components.values():
-            patches = project.series(c, checked=checked).patches
+            patches = project.series(c).patches
             counts[c.key] = len(patches)
             statuses[c.key] = upstream_status.counts(patches)
         listed.append(ModelListing(manifest, counts, statuses))
-    _keep_checked_patches(project, checked)
     return Listing(listed)
-
-
-def _checked_patches(project: Project) -> CheckedPatches:
-    """The patches an earlier `list_models` saw pass the patch checks (``clean-patches.json``); none when the file is
-    missing, of another zmr, or refused (a cache: the patches are checked again)."""
-    from zmr.model.series import CheckedPatches
-
-    try:
-        saved = CLEAN_PATCHES.load(project.state_path(CLEAN_PATCHES))
-    except (ZmrError, OSError):  # no git repository, or a state file refused (StateRefused is a ZmrError)
-        return CheckedPatches()
-    if not saved or saved.get("zmr") != zmr.__version__ or not isinstance(saved.get("clean"), list):
-        return CheckedPatches()
-    return CheckedPatches(frozenset(key for key in saved["clean"] if isinstance(key, str)))
-
-
-def _keep_checked_patches(project: Project, checked: CheckedPatches) -> None:
-    """``clean-patches.json`` := the patches of this listing (only they: the file never grows past the project), when that changed.
-
-    Never under ``--untrusted`` (such a command writes nothing); a state folder that cannot be written only means checking again.
-    """
-    if project.policy.untrusted or checked.seen == checked.known:
-        return
-    try:
-        CLEAN_PATCHES.save(project.state_path(CLEAN_PATCHES), {"zmr": zmr.__version__, "clean": sorted(checked.seen)})
-    except (ZmrError, OSError):
-        pass

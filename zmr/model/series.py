@@ -161,25 +161,7 @@ def _name_problem(name: str) -> str:
     return ""
 
 
-@dataclass
-class CheckedPatches:
-    """Patches known to pass `load_patch`'s checks, by `key` (their -p level and bytes): a patch met again is parsed, not checked again.
-
-    *known*: the keys of an earlier run (a cache: ``zmr list`` keeps them in the state folder); *seen*: the keys of the
-    patches that passed here, checked now or known. The checks are a function of the bytes and the -p level alone.
-    """
-
-    known: frozenset[str] = frozenset()
-    seen: set[str] = field(default_factory=set)
-
-    @staticmethod
-    def key(data: bytes, strip: int) -> str:
-        import hashlib  # here: OpenSSL's start is a few ms that a read without this cache never needs
-
-        return f"p{strip}:{hashlib.sha256(data).hexdigest()}"
-
-
-def read_series(folder: Path, display: str, *, origin: str = "", checked: CheckedPatches | None = None) -> Series:
+def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     """Read the series in *folder*; *origin* (``manifests/<model>.yaml:<line>``) names where the folder is set.
 
     A missing folder or ``series`` file is an error, never an empty series: a
@@ -217,7 +199,7 @@ def read_series(folder: Path, display: str, *, origin: str = "", checked: Checke
             problems.append(Problem(f"{display}/series", entry.line, f"{entry.name}: patch file not found", f"add {display}/{entry.name} or remove the line"))
             continue
         try:
-            series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}", root=root, checked=checked))
+            series.patches.append(load_patch(path, entry.name, entry.strip, f"{display}/{entry.name}", root=root))
         except SeriesError as err:
             if err.problems:  # located in the patch file itself: every one of them
                 problems.extend(p for p in err.problems if isinstance(p, Problem))
@@ -248,21 +230,9 @@ def _read(root: Path | None, path: Path, limit: int, what: str, display: str) ->
         raise SeriesError(refused.message, details=refused.details) from None
 
 
-def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | None = None, checked: CheckedPatches | None = None) -> Patch:
-    """The patch file *path* (a regular file inside *root*, when given), checked by the patch guards (not again when *checked* knows its bytes)."""
+def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | None = None) -> Patch:
+    """The patch file *path* (a regular file inside *root*, when given), checked by the patch guards."""
     data = _read(root, path, MAX_PATCH_BYTES, "patch", display)
-    if checked is None:
-        _check_patch(data, strip, display)
-    else:
-        key = CheckedPatches.key(data, strip)
-        if key not in checked.known:
-            _check_patch(data, strip, display)
-        checked.seen.add(key)
-    return parse_patch(data, name, strip, path, display)
-
-
-def _check_patch(data: bytes, strip: int, display: str) -> None:
-    """The patch guards of `load_patch`: a SeriesError for the first class of problem *data* has."""
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
     mails = _MBOX_FROM_RE.findall(data)
@@ -277,6 +247,7 @@ def _check_patch(data: bytes, strip: int, display: str) -> None:
     broken = form_problems(data, display)
     if broken:
         raise SeriesError(f"{len(broken)} problem{'s' if len(broken) != 1 else ''} in {display}", details=[str(b) for b in broken], problems=broken)
+    return parse_patch(data, name, strip, path, display)
 
 
 _MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
