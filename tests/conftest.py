@@ -10,6 +10,7 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,12 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The suite hangs up the zmr processes it starts (SIGHUP: a closed terminal or ssh session) and checks they end as that
+# signal. zmr keeps a hang-up that its parent ignores ignored (nohup), and an ignored signal is inherited through exec:
+# a suite started under nohup would pass that on to every zmr it starts. Its children get the default disposition.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # Fixed identity for fixture commits; zmr's own commits never use it.
 FIXTURE_ENV = {
