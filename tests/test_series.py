@@ -233,6 +233,46 @@ def test_header_parsing_stays_linear_in_a_large_adversarial_header(kind):
     assert elapsed < 5, f"{kind}: {elapsed:.1f} s for {len(data)} bytes"
 
 
+_GROWING_HEADERS = {
+    # n lines of one kind in a patch's header: mail fields, folds, repeated fields, DEP-3 fields, trailers before the diff.
+    "mail header lines": lambda n: b"From: A <a@b.invalid>\nSubject: x\n" + b"X-Field: v\n" * n + b"\n---\n",
+    "folded subject": lambda n: b"From: A <a@b.invalid>\nSubject: x\n" + b" y\n" * n + b"\n---\n",
+    "folded author": lambda n: b"From: A\n" + b" <a@b.invalid>\n" * n + b"Subject: x\n\n---\n",
+    "repeated subjects": lambda n: b"From: A <a@b.invalid>\n" + b"Subject: x\n" * n + b"\n---\n",
+    "DEP-3 fields": lambda n: b"Description: x\nSubject: y\n" + b"Forwarded: no\n" * n + b"\n---\n",
+    "Upstream-Status lines": lambda n: b"From: A <a@b.invalid>\nSubject: x\n\n" + b"Upstream-Status: pending\n" * n + b"---\n",
+    "subject tags": lambda n: b"From: A <a@b.invalid>\nSubject: " + b"[a] " * n + b"x\n\n---\n",
+    # and one huge line: n*8 spaces in a subject or an Upstream-Status, n encoded words
+    "spaces in a subject": lambda n: b"From: A <a@b.invalid>\nSubject: x" + b" " * (8 * n) + b"y\n\n---\n",
+    "spaces in an Upstream-Status": lambda n: b"From: A <a@b.invalid>\nSubject: x\n\nUpstream-Status: pending" + b" " * (8 * n) + b"y\n---\n",
+    "encoded words": lambda n: b"From: A <a@b.invalid>\nSubject: " + b"=?utf-8?q?" * n + b"\n\n---\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_GROWING_HEADERS))
+def test_header_parsing_time_grows_linearly_with_the_number_of_header_lines(kind):
+    """#47.12: reading a header 8 times as long (8 times the lines, or one line 8 times as long) takes about 8 times as
+    long, not 64 (quadratic): the ratio of two sizes measured in one run (the best of three each, so a busy machine moves
+    both), with a generous bound of 24."""
+    import time
+
+    from zmr.model.upstream_status import status_of
+
+    def best(n: int) -> float:
+        data = _GROWING_HEADERS[kind](n) + _ADVERSARIAL_DIFF
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            patch = parse_patch(data, "0001-x.patch")
+            status_of(patch)
+            times.append(time.perf_counter() - started)
+            assert patch.subject  # it read something
+        return min(times)
+
+    small, large = best(4_000), best(32_000)
+    assert large / small < 24, f"{kind}: {small * 1000:.1f} ms at n=4,000, {large * 1000:.1f} ms at n=32,000 ({large / small:.1f} times)"
+
+
 def test_an_adversarial_header_reads_as_before():
     """The linear readers give what the old ones gave on ordinary headers: folding, tags kept and dropped, a repeated field's first value."""
     data = (
