@@ -249,8 +249,10 @@ def test_a_hang_up_while_python_shuts_down_ends_zmr_as_that_signal(tmp_path, nam
     for the command only, so a later signal ends the process as that signal, as a shell reports it."""
     import signal
 
+    from killing import hang_up_by_default
+
     command = [sys.executable, "-c", _SIGNAL_AT_SHUTDOWN.format(name=name), "--version"]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60, preexec_fn=hang_up_by_default)
     assert result.returncode == -getattr(signal, name), (result.returncode, result.stderr)
     assert result.stdout.startswith("zmr ") and result.stderr == ""
 

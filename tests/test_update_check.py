@@ -114,8 +114,16 @@ def test_a_hang_up_ends_the_check_zmr_started_with_its_process_group(project, up
     pid_file = tmp_path / "check.pid"
     env = {k: v for k, v in os.environ.items() if k != "ZMR_REPO"}
     check = f'echo $$ > "{pid_file}.tmp" && mv "{pid_file}.tmp" "{pid_file}" && exec sleep 300'
+    from killing import hang_up_by_default
+
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zmr", "update", "toy", "--test", check], cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "zmr", "update", "toy", "--test", check],
+        cwd=project.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=hang_up_by_default,
     )
     until = time.monotonic() + 240
     while not pid_file.exists() and proc.poll() is None and time.monotonic() < until:

@@ -382,8 +382,18 @@ HUNG_UP_STATUS = 129
 _terminated: int | None = None  # the signal (SIGTERM, SIGHUP) that ended the command
 
 
+_COMMAND_RUNNING: list[bool] = []  # set while _main's command runs: the handler raises only then
+_LATE: list[int] = []  # signals that came after it, sent again once the handlers are put back
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     global _terminated
+    if not _COMMAND_RUNNING:
+        # Python runs a handler at its next check, not when the signal lands: one that came as the command returned goes
+        # to the handler put back (the default: the process ends as that signal), not an interrupt raised while _main
+        # puts them back (run() then said "zmr: interrupted", exit 130).
+        _LATE.append(signum)
+        return
     _terminated = signum
     raise KeyboardInterrupt  # the same clean-up as Ctrl-C: staged files removed, child processes ended
 
@@ -424,18 +434,32 @@ def _main(argv: list[str] | None) -> int:
     # interpreter shutting down, a library caller's own code) ends the process as that signal, never as an interrupt
     # raised where nothing catches it (Python ends then by SIGINT, or prints a traceback and exits 0 in an atexit hook).
     before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    if before[signal.SIGHUP] != signal.SIG_IGN:  # (under nohup it stays ignored)
-        signal.signal(signal.SIGHUP, _on_sigterm)
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        # Started with SIGINT ignored (a background job of a shell without job control, as CI runs tests): Python then leaves it
-        # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    _COMMAND_RUNNING.append(True)
     try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if before[signal.SIGHUP] != signal.SIG_IGN:  # (under nohup it stays ignored)
+            signal.signal(signal.SIGHUP, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            # Started with SIGINT ignored (a background job of a shell without job control, as CI runs tests): Python then leaves it
+            # ignored, and a Ctrl-C or `kill -INT` never reaches zmr (tests/test_smoke.py's ctrl-c case hung so once).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         return _run_command(argv)
+    except KeyboardInterrupt:  # one that came before _run_command's own try: "hung up", 129, not run()'s "interrupted", 130
+        return _interrupted()
     finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        _COMMAND_RUNNING.pop()
+        # Held back while they are put back: one landing in between is delivered to the caller's handler (the default:
+        # the process ends as that signal), not lost between Python's noting it and its handler running.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, set(before))
+        try:
+            for signum, handler in before.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        late = list(dict.fromkeys(_LATE))
+        _LATE.clear()
+        for came in late:
+            os.kill(os.getpid(), came)
 
 
 def _run_command(argv: list[str] | None) -> int:
