@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The one version number (pyproject.toml reads it). X.Y.Z only in a release commit, the one its tag vX.Y.Z names;
 # every other commit is a development version X.Y.Z.devN of the next release (scripts/release sets both).
-__version__ = "0.2.0"
+__version__ = "0.2.1.dev0"
 
 # The core's modules by layer folder (#49): each was `zmr.<name>` in 0.1.0.
 _LAYERS = {

@@ -33,7 +33,7 @@ ZMR_SOURCE = "https://github.com/Inferact/zero-mismatch-rl"
 # the files zmr writes (zmr.model.file_schemas.schema_url) all name it. tests/test_init.py checks that it resolves in a
 # clone of the repository and that its action.yml declares every input the written workflows pass;
 # tests/test_file_schemas.py, that its schemas/ equal the committed ones.
-RELEASED_COMMIT = "ec2f642898e2353b4985c41d702130d9e546296b"
+RELEASED_COMMIT = "2e5ee7fc15a6095e26928d9266022a93967db737"
 
 
 def zmr_source() -> tuple[str, str]:
