@@ -28,6 +28,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
+# Bytecode, cached for this run outside the tree. The suite starts Python hundreds of times (zmr as a process, the
+# demo's engines, scripts): under PYTHONDONTWRITEBYTECODE (set on some machines, CI's included) each start compiled
+# every module it imports again, and each pytest-xdist worker rewrote every test module's asserts again. The cache is
+# one folder per run (xdist's workers inherit it from the main process), removed by the process that made it; a test
+# that starts Python with an environment of its own gets none of this. tests/test_startup.py and scripts/bench_*.py
+# measure start-up with bytecode cached too, as an installed zmr has it.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _PYCACHE = tempfile.mkdtemp(prefix="zmr-test-pycache-")
+    atexit.register(shutil.rmtree, _PYCACHE, True)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = _PYCACHE
+    sys.dont_write_bytecode = False
+
 # Fixed identity for fixture commits; zmr's own commits never use it.
 FIXTURE_ENV = {
     "GIT_AUTHOR_NAME": "Upstream Dev",
@@ -306,6 +319,12 @@ def _in_process(args: list[str], cwd: Path, env: dict[str, str], input: str | No
         return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
     return subprocess.CompletedProcess(["zmr", *args], code, text(out), text(err))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` first, the others in their order: a parallel run (``pytest -n auto --dist worksteal``, as
+    README's test command) starts its longest tests at once instead of ending on one of them with the other workers idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -145,6 +145,7 @@ def test_a_user_edit_left_in_the_checkout_of_an_interrupted_move_is_not_taken_fo
     assert (co / "README.md").read_text() == "my own edit\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", [s for s in killing.SCENARIOS if s.name in RANDOM], ids=lambda s: s.name)
 def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tmp_path, scenario):
     """#47.10: SIGKILL or SIGHUP of the whole process group (zmr and its git) at seeded random instants, not only at fault points."""

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO_ROOT, git
 from test_action import _inputs, _load, _run_step
 
@@ -24,6 +26,7 @@ def _front_blocks() -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```", front, flags=re.M | re.S)
 
 
+@pytest.mark.slow
 def test_the_front_page_runs_as_written_on_a_fresh_clone(tmp_path):
     blocks = _front_blocks()
     assert len(blocks) >= 3, "set-up, start your own project, the daily loop"

@@ -431,6 +431,7 @@ def _blocks(path: Path) -> list[tuple[str, str | None]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_command_block_in_the_skill_runs_on_a_fresh_clone(tmp_path):
     """Each block as one `bash -e` script from the clone's root, in order: SKILL.md's walk first (it makes the model the other
     blocks use), then README.md, then the references. Only a `<!-- needs: gpu|vllm|megatron|verl -->` marker skips one."""

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_bench_tiny_writes_json_and_markdown(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
@@ -39,6 +42,7 @@ def test_bench_tiny_writes_json_and_markdown(tmp_path):
     assert table.startswith("# zmr benchmark") and "| build_n1 | zmr |" in table
 
 
+@pytest.mark.slow
 def test_bench_only_measures_what_it_is_asked_for(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(

@@ -45,6 +45,7 @@ def test_bitwise_moves_the_demo_rollout_to_the_newest_commit_with_zero_mismatch(
 
 
 
+@pytest.mark.slow
 def test_bisect_bitwise_finds_the_upstream_commit_that_breaks_zero_mismatch(tmp_path):
     """Upstream's rollout starts scaling the weights it loads: its tokens' log-probs no longer match the trainer's bit for bit."""
     root = demo_project(tmp_path)

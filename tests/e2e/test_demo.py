@@ -434,6 +434,7 @@ def test_gemm_rows_of_the_release_trees_are_the_committed_choice(demo_trees, tmp
     assert choice["table"]["tensor"] == table["tensor"]
 
 
+@pytest.mark.slow
 def test_release_trees_graph_and_tile_tests_pass_on_cpu(demo_trees):
     """The release trees' own CPU tests of rollout 0008 (padded buckets, the option) and of the tile table (both trees)."""
     pytest.importorskip("torch")
@@ -459,6 +460,7 @@ def _parallel(trees: dict[str, Path], *extra: str, timeout: int = 300) -> subpro
                 cwd=ROOT, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_parallel_layouts_bitwise_tp2_cp2(demo_trees, tmp_path):
     """Layout-invariant: 0 differing tokens between rollout TP 2, trainer TP 1 and trainer CP 2; standard: they differ."""
     pytest.importorskip("torch")
@@ -483,6 +485,7 @@ def test_parallel_layouts_bitwise_tp2_cp2(demo_trees, tmp_path):
     assert "rollout-tp2 vs trainer-cp2: 0 of" in proc.stdout
 
 
+@pytest.mark.slow
 def test_parallel_locate_names_the_broken_rank_and_operation(demo_trees, tmp_path):
     """zmr locate per rank: rank 1, whose row-parallel partials are computed the standard way, is where it starts."""
     pytest.importorskip("torch")

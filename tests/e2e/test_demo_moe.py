@@ -60,6 +60,7 @@ def test_moe_release_trees_bitwise_at_every_batch(moe_trees, tmp_path):
         assert before["differ"] > 0 and before["per_batch"]["bs128"]["differ"] > 0, (dtype, before)
 
 
+@pytest.mark.slow
 def test_moe_expert_parallel_ep2_ep4_bitwise_and_the_standard_combine_differs(moe_trees, tmp_path):
     rollouts = {}
     for ep, cp in ((2, 2), (4, 1)):

@@ -67,6 +67,7 @@ def _ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess
     return result
 
 
+@pytest.mark.slow
 def test_long_series_builds_verifies_checks_out_exports_and_publishes(tmp_path, long_series):
     project, pin = long_series
     bare = tmp_path / "remote.git"

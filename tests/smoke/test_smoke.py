@@ -500,6 +500,7 @@ def test_interrupt_kills_tests_and_removes_trees(template, tmp_path, sig):
     assert leftover_worktrees(project.root) == []
 
 
+@pytest.mark.slow
 def test_a_signal_at_any_line_of_the_wait_for_the_jobs_ends_the_run(template, tmp_path, monkeypatch):
     """Issue #36, the lost Ctrl-C: Python's own handler raised KeyboardInterrupt at whatever line ran; inside the wait
     for the jobs (concurrent.futures.wait) that left a job's lock taken, the job could not report its end, and the
@@ -624,6 +625,7 @@ def test_help_imports_neither_ray_nor_rich_live():
 # -- the Ray executor ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ray_gives_the_same_statuses_as_local(ray_run, local_run):
     assert ray_run.result.returncode == 1, ray_run.result.stderr
     statuses = {i: t["status"] for i, t in ray_run.by_id.items()}
@@ -714,6 +716,7 @@ def test_ray_ctrl_c_cancels_the_tasks_and_ends_the_run(template, tmp_path, ray_c
     assert all(wait_gone(pid, seconds=60) for pid in sleeping)
 
 
+@pytest.mark.slow
 def test_ray_local_instance_with_a_shared_dir(template, tmp_path):
     """No --ray-address: zmr starts (and stops) its own instance; trees are read from --shared-dir."""
     pytest.importorskip("ray")  # the ray extra
