@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The test suite's time and branch coverage: with the CLI in-process, with every call a subprocess, and at an older commit.
 
-Arms (``--arms``, default all three):
+Arms (``--arms``, default all four):
 
-- ``in-process``: the suite as it runs now (tests/conftest.py's ``zmr`` calls
+- ``parallel``: the suite as README's test command runs it: ``-n auto --dist
+  worksteal`` (pytest-xdist, a worker per core), the CLI in-process;
+- ``in-process``: the same tests one after the other (tests/conftest.py's ``zmr`` calls
   ``zmr.cli.main`` in the test's process);
 - ``subprocess``: the same tests with every ``zmr(...)`` a ``python -m zmr``
   subprocess (``ZMR_TEST_SUBPROCESS=1`` asks conftest for exactly that);
@@ -16,8 +18,10 @@ one after the other, ``--repeat`` times, the order rotating each repetition.
 Per run: wall time, CPU time (user + system of pytest and every process it
 waited for: git, zmr subprocesses), the load average before and after (others'
 work on the machine shows there, and in wall time far more than in CPU
-time), tests passed/failed. Ratios (in-process over subprocess, in-process
-over baseline) are taken within one repetition, then their median.
+time), tests passed/failed. Ratios (parallel over baseline and over
+in-process, in-process over subprocess and over baseline, subprocess over
+baseline) are taken within one repetition, then their median. The CPU time
+of a parallel run is its workers' too: the same work, spread over the cores.
 ``--coverage`` adds one more run per arm, under coverage.py, for its branch
 coverage of the arm's ``zmr/`` (subprocesses included: ``patch =
 subprocess``); those runs are not timed against each other (coverage slows
@@ -25,9 +29,12 @@ a process's start, so it would weigh on the subprocess arms). ``--timeout`` ends
 whole process group) after that many seconds: the run is reported as timed
 out and its figures are not compared.
 
-Writes ``--out``/results-tests.{json,md}.
+``--repeat 0 --coverage`` runs the coverage runs alone (branch coverage does
+not depend on how busy the machine is, so they may run beside other work).
+Writes ``--out``/``--name``.{json,md} (default results-tests).
 
-    python scripts/bench_tests.py --coverage --repeat 1                       # the whole suite, three arms: long
+    python scripts/bench_tests.py --coverage --repeat 1                       # the whole suite, four arms: long
+    python scripts/bench_tests.py --arms parallel,in-process,baseline --repeat 2   # the whole suite, timed
     python scripts/bench_tests.py --coverage --timeout 1800 tests/test_export.py tests/test_rebase.py
 """
 
@@ -49,7 +56,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = ("in-process", "subprocess", "baseline")
+ARMS = ("parallel", "in-process", "subprocess", "baseline")
+PARALLEL = ("-n", "auto", "--dist", "worksteal")  # README's test command
+PAIRS = (("parallel", "baseline"), ("parallel", "in-process"), ("in-process", "subprocess"), ("in-process", "baseline"), ("subprocess", "baseline"))
 DEFAULT_BASELINE = "c0d7227"  # the last commit before the CLI ran in-process in the tests (#49)
 _COUNT = re.compile(r"(\d+) (passed|failed|error|errors|skipped)\b")
 
@@ -100,7 +109,7 @@ def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, b
     present = [f for f in files if (root / f).exists()]
     result: dict[str, object] = {"arm": arm, "files": present, "missing": [f for f in files if f not in present]}
     with tempfile.TemporaryDirectory(prefix=f"bench-tests-{arm}-") as tmp:
-        pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *present]
+        pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *(PARALLEL if arm == "parallel" else ()), *present]
         command = [sys.executable, *pytest]
         if coverage:
             rc = _coverage_rc(Path(tmp), root / "zmr")
@@ -120,7 +129,8 @@ def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, b
         wall = time.monotonic() - started
         cpu = _children_cpu() - cpu_before
         load_after = os.getloadavg()
-        tail = [line for line in output.strip().splitlines() if line.strip()][-1:] or [""]
+        # pytest's summary line (a warning printed at exit, e.g. coverage's in the xdist main process, may follow it)
+        tail = [line for line in output.strip().splitlines() if _COUNT.search(line) and " in " in line][-1:] or [""]
         counts = {kind.rstrip("s") if kind != "passed" else kind: int(n) for n, kind in _COUNT.findall(tail[0])}
         result |= {
             "wall_s": round(wall, 2),
@@ -160,6 +170,7 @@ def main() -> int:
     parser.add_argument("--coverage", action="store_true", help="measure branch coverage of zmr/ in every arm (pip install coverage)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds a run may take; then it is ended and reported as timed out")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    parser.add_argument("--name", default="results-tests", help="the results files' name in --out (default results-tests)")
     parser.add_argument("--note", default="", help="a sentence for the results file: why this subset, what else ran on the machine")
     args = parser.parse_args()
     files = args.files or ["tests"]
@@ -175,12 +186,7 @@ def main() -> int:
             for arm in order:
                 runs[arm] = r = run_arm(arm, files, False, args.timeout, baseline)
                 _show(f"rep {rep + 1}", r)
-            ratios = {
-                f"{arm}/{base} {key}": _ratio(runs, arm, base, key)
-                for arm, base in (("in-process", "subprocess"), ("in-process", "baseline"), ("subprocess", "baseline"))
-                for key in ("wall_s", "cpu_s")
-                if arm in runs and base in runs
-            }
+            ratios = {f"{arm}/{base} {key}": _ratio(runs, arm, base, key) for arm, base in PAIRS for key in ("wall_s", "cpu_s") if arm in runs and base in runs}
             for name, value in ratios.items():
                 print(f"rep {rep + 1} ratio {name}: {value}", flush=True)
             reps.append({"rep": rep + 1, "order": order, "ratios": ratios, "runs": runs})
@@ -208,8 +214,8 @@ def main() -> int:
         "coverage_runs": covered,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results-tests.json").write_text(json.dumps(data, indent=2) + "\n")
-    (args.out / "results-tests.md").write_text(_markdown(data))
+    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(_markdown(data))
     failed = any(r["exit"] != 0 or r["timed_out"] for r in [*(r for rep in reps for r in rep["runs"].values()), *covered.values()])
     if failed:
         print("a run failed or timed out: see its summary; its ratios are not comparable", file=sys.stderr)
@@ -218,7 +224,8 @@ def main() -> int:
 
 def _markdown(data: dict[str, Any]) -> str:
     lines = [
-        "# The test suite: CLI in-process, CLI in a subprocess per call, and the suite before (scripts/bench_tests.py)",
+        "# The test suite: on every core, one test after the other (the CLI in-process, or a subprocess per call), and the suite"
+        " before (scripts/bench_tests.py)",
         "",
         f"{data['machine']}; files: {' '.join(data['files'])}; arms: {', '.join(data['arms'])}"
         + (f" (baseline: the suite at {data['baseline']})" if data["baseline"] else "")
