@@ -16,6 +16,7 @@ import datetime
 import email.utils
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -235,7 +236,8 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     data = _read(root, path, MAX_PATCH_BYTES, "patch", display)
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
-    mails = _MBOX_FROM_RE.findall(data)
+    # Each mail's From line starts a line with "From ": fewer than two such lines, fewer than two mails (a format-patch has one).
+    mails = _MBOX_FROM_RE.findall(data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
     if len(mails) > 1:
         raise SeriesError(
             f"{display}: holds {len(mails)} mails (an mbox); each patch of a series is one file, so each keeps its author and subject",
@@ -251,7 +253,9 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
 
 
 _MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
+_MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
 _HUNK_BODY = (b" ", b"+", b"-", b"\\")
+_SPACE, _PLUS, _MINUS, _BACKSLASH = b" +-\\"
 
 
 def form_problems(data: bytes, display: str) -> list[Problem]:
@@ -266,7 +270,11 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     lines = data.split(b"\n")
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
-    markers = [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+    markers = (
+        [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+        if any(marker in data for marker in _MARKERS)
+        else []
+    )  # a marker line holds one of them (most patches: none)
     for number, line in markers:
         shown = f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`"
         if number != markers[0][0]:  # one cause, its advice said once: at the first marker, which names every line
@@ -295,14 +303,15 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
         seen_old = seen_new = 0
         while n < len(lines) and (seen_old < old or seen_new < new):
             line = lines[n]
-            if line.startswith(b"\\"):
+            kind = line[0] if line else _SPACE  # by the first byte: a hunk's lines are most of a patch
+            if kind == _BACKSLASH:
                 n += 1
                 continue
-            if line == b"" or line.startswith(b" "):
+            if kind == _SPACE:
                 seen_old, seen_new = seen_old + 1, seen_new + 1
-            elif line.startswith(b"-") and not line.startswith(b"--- "):
+            elif kind == _MINUS and line[:4] != b"--- ":
                 seen_old += 1
-            elif line.startswith(b"+") and not line.startswith(b"+++ "):
+            elif kind == _PLUS and line[:4] != b"+++ ":
                 seen_new += 1
             else:
                 break
@@ -606,6 +615,12 @@ def _strip_path(path: str, strip: int) -> str:
 
 _GIT_HEADER_PATHS = (b"rename from ", b"rename to ", b"copy from ", b"copy to ")
 _SYMLINK_MODE_LINES = (b"new file mode 120000", b"new mode 120000")
+# A line that starts as one of the tuples above, `---`/`+++` or `diff --git ` do (what unsafe_path_problem reads): the
+# first line of a patch (_PATH_LINE_RE.match) and every line after a newline (_PATH_LINE_RE.finditer, group 1; a pattern
+# that starts with a newline is scanned for much faster than one that starts with ^ under re.M).
+_PATH_LINE = b"(?:--- |\\+\\+\\+ |diff --git |" + b"|".join(re.escape(p) for p in (*_GIT_HEADER_PATHS, *_SYMLINK_MODE_LINES)) + b")[^\n]*"
+_PATH_LINE_RE = re.compile(b"\n(" + _PATH_LINE + b")")
+_FIRST_PATH_LINE_RE = re.compile(_PATH_LINE)
 # Code points HFS+ ignores in names (git's is_hfs_dotgit): ".g\u200cit" is ".git" on a Mac.
 _HFS_IGNORED = frozenset([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
 _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13, ord('"'): 34, ord("\\"): 92}
@@ -670,8 +685,13 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
     ``rename``/``copy`` lines, C-quoted or not; a symlink's target is read
     from a text hunk or decoded from a ``GIT binary patch``.
     """
-    lines = data.split(b"\n")
-    for number, line in enumerate(lines, start=1):
+    # Only the lines that name a path or a symlink's mode, found by one scan of the bytes (the hunks' lines, nearly all of
+    # a patch, are never looked at one by one); their numbers counted as they come.
+    lines: list[bytes] | None = None
+    number, counted = 1, 0
+    for start, line in _path_lines(data):
+        number += data.count(b"\n", counted, start)
+        counted = start
         paths: list[str] = []
         if line.startswith((b"--- ", b"+++ ")):
             raw = _header_name(line[4:])
@@ -686,6 +706,7 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
             if reason:
                 return f"line {number}: path {path!r} {reason}"
         if line.startswith(_SYMLINK_MODE_LINES):
+            lines = data.split(b"\n") if lines is None else lines
             link = _link_path(lines, number)
             target = _symlink_target(lines, number)
             if target is None:
@@ -693,6 +714,15 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
             if _escapes(link, target):
                 return f"line {number}: creates symlink {link!r} pointing outside the tree ({target!r})"
     return ""
+
+
+def _path_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of each line of *data* that unsafe_path_problem reads, in order."""
+    first = _FIRST_PATH_LINE_RE.match(data)
+    if first:
+        yield 0, first.group()
+    for found in _PATH_LINE_RE.finditer(data):
+        yield found.start(1), found.group(1)
 
 
 def _has_components(path: str, strip: int) -> bool:
@@ -714,8 +744,7 @@ def is_dotgit(part: str) -> bool:
 def _tree_path_problem(path: str) -> str:
     if "\0" in path:
         return "contains a NUL byte"
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
+    if path.startswith("/"):  # PurePosixPath(path).is_absolute(), without making one for each path of a patch
         return "is absolute"
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
