@@ -25,7 +25,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -161,6 +160,8 @@ def _write(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         return
+    import tempfile  # here: a command that only reads writes nothing
+
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".zmr-tmp", dir=target.parent)
     try:

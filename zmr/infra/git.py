@@ -35,10 +35,8 @@ import contextlib
 import errno
 import os
 import re
-import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -235,6 +233,7 @@ def _trust_file() -> str:
     bytes in the temporary folder).
     """
     import atexit
+    import tempfile
 
     fd, path = tempfile.mkstemp(prefix="zmr-trust-", suffix=".gitconfig")
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
@@ -706,6 +705,8 @@ def run(
     if log is not None:
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
+        import shlex  # here: only -v logs the commands
+
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
     if proc.returncode < 0:  # killed by a signal: never an answer, even where the caller checks the exit status itself
         raise GitCrashed(args, proc.returncode, proc.stdout, proc.stderr)
@@ -816,6 +817,8 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     """
     if old == new:
         return []
+    import tempfile  # here, as in the functions below: a command that only reads a project needs no temporary folder
+
     with tempfile.TemporaryDirectory(prefix="zmr-diff-") as tmp:
         Path(tmp, "a").write_bytes(old)
         Path(tmp, "b").write_bytes(new)
@@ -832,6 +835,8 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
 def merge_file(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
     """*ours* with the change *base* → *theirs* merged in (``git merge-file -p``, the 3-way merge ``git apply --3way``
     makes); None where the two conflict. Nothing is written to a repository."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="zmr-merge-") as tmp:
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
             Path(tmp, name).write_bytes(data)
@@ -1032,6 +1037,8 @@ class Repo:
         No worktree entry, ref or index of the repository changes: the tree a
         check runs in (``zmr update --test``, ``zmr bisect``) is a plain folder.
         """
+        import tempfile
+
         os.makedirs(dest, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
