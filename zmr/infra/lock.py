@@ -38,7 +38,6 @@ import contextlib
 import errno
 import fcntl
 import functools
-import json
 import os
 import re
 import stat
@@ -311,6 +310,7 @@ def _holder(fd: int) -> dict[str, Any]:
 
 
 def _record(fd: int, command: str) -> None:
+    import json
     import socket
 
     started = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
