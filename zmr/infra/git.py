@@ -40,14 +40,34 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from zmr.infra import lock
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import fault_point
+
+if TYPE_CHECKING:
+    from zmr.infra.gitrecords import CommitInfo as CommitInfo
+    from zmr.infra.gitrecords import GitObject as GitObject
+    from zmr.infra.gitrecords import Identity as Identity
+    from zmr.infra.gitrecords import ObjectInfo as ObjectInfo
+    from zmr.infra.gitrecords import PickedTree as PickedTree
+    from zmr.infra.gitrecords import RawDiffEntry as RawDiffEntry
+    from zmr.infra.gitrecords import RefUpdate as RefUpdate
+    from zmr.infra.gitrecords import TreeEntry as TreeEntry
+
+# The record types of zmr.infra.gitrecords, also named here (`git.Identity`): imported when first asked for (`__getattr__`).
+_RECORDS = frozenset({"CommitInfo", "GitObject", "Identity", "ObjectInfo", "PickedTree", "RawDiffEntry", "RefUpdate", "TreeEntry"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RECORDS:
+        from zmr.infra import gitrecords
+
+        return getattr(gitrecords, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _debug_log() -> Any:
@@ -488,31 +508,6 @@ def _patch_counts(text: bytes) -> list[tuple[int | None, int | None]]:
         else:
             counts.append((part.count(b"\n+", hunks), part.count(b"\n-", hunks)))
     return counts
-
-
-@dataclass(frozen=True)
-class PickedTree:
-    """What ``Repo.pick_tree`` made: *tree*, and the paths left in conflict (*conflicts*, empty when it merged cleanly)."""
-
-    tree: str
-    conflicts: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
-
-    name: str
-    email: str
-    timestamp: int
-    offset: str = "+0000"
-
-    def env(self, role: str) -> dict[str, str]:
-        return {
-            f"GIT_{role}_NAME": self.name,
-            f"GIT_{role}_EMAIL": self.email,
-            f"GIT_{role}_DATE": f"@{self.timestamp} {self.offset}",
-        }
 
 
 def git_version() -> str:
@@ -1019,6 +1014,8 @@ class Repo:
         return self.run(["cat-file", kind, oid]).stdout
 
     def commit_info(self, commit: str) -> CommitInfo:
+        from zmr.infra.gitrecords import CommitInfo
+
         raw = self.cat_file("commit", commit)
         return CommitInfo.parse(commit, raw)
 
@@ -1321,6 +1318,8 @@ class Repo:
         (with markers) and the paths it left unmerged, at their new names where
         a side renamed them.
         """
+        from zmr.infra.gitrecords import Identity, PickedTree
+
         who = Identity("zmr", "zmr@localhost", 0)
         ours = self.commit_tree(onto, [parent], "zmr: a cherry-pick's HEAD\n", who, who)
         args = ["merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", ours, commit]
@@ -1601,23 +1600,10 @@ def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:
 # gives git's bytes back). Output that does not parse is a ValueError, never a shorter result.
 
 
-@dataclass(frozen=True, slots=True)
-class TreeEntry:
-    """One record of ``ls-tree -z``: *type* is ``blob``, ``tree`` or ``commit`` (a submodule); *size* only with ``-l``, for blobs."""
-
-    mode: str
-    type: str
-    oid: str
-    path: str
-    size: int | None = None
-
-    @property
-    def path_bytes(self) -> bytes:
-        return self.path.encode("utf-8", "surrogateescape")
-
-
 def parse_ls_tree(out: bytes) -> list[TreeEntry]:
     """The entries of ``ls-tree -z`` output, with or without ``-l``, in git's order."""
+    from zmr.infra.gitrecords import TreeEntry
+
     entries = []
     for record in out.split(b"\0"):
         if not record:
@@ -1631,38 +1617,7 @@ def parse_ls_tree(out: bytes) -> list[TreeEntry]:
     return entries
 
 
-_ABSENT_MODE = "000000"  # diff-tree's mode for the side of a path that is not there
 _GITLINK_MODE = "160000"  # a submodule's entry: a commit of another repository, no blob
-
-
-@dataclass(frozen=True, slots=True)
-class RawDiffEntry:
-    """One record of ``diff-tree --raw -z``. A side where the path is absent has mode ``000000`` and the zero id.
-
-    *status* is git's letter, with a score for a rename or copy (``R100``); then *old_path* is where it came from.
-    """
-
-    old_mode: str
-    new_mode: str
-    old_oid: str
-    new_oid: str
-    status: str
-    path: str
-    old_path: str | None = None
-
-    @property
-    def path_bytes(self) -> bytes:
-        return self.path.encode("utf-8", "surrogateescape")
-
-    @property
-    def old_entry(self) -> tuple[str, str] | None:
-        """(mode, id) before; None where the path was absent."""
-        return None if self.old_mode == _ABSENT_MODE else (self.old_mode, self.old_oid)
-
-    @property
-    def new_entry(self) -> tuple[str, str] | None:
-        """(mode, id) after; None where the path is deleted."""
-        return None if self.new_mode == _ABSENT_MODE else (self.new_mode, self.new_oid)
 
 
 def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
@@ -1672,6 +1627,8 @@ def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
     record (and a pair of equal trees is its line alone, straight before the next one's). Paths are taken by count after
     each record (two for a rename or copy), so no name is ever read as a line.
     """
+    from zmr.infra.gitrecords import RawDiffEntry
+
     result: dict[str, list[RawDiffEntry]] = {}
     current: list[RawDiffEntry] | None = None
     tokens = out.split(b"\0")
@@ -1697,30 +1654,13 @@ def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """What ``cat-file --batch-check`` says of an object that exists."""
-
-    oid: str
-    type: str
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class GitObject:
-    """An object read by ``cat-file --batch``: its id, type, size and bytes."""
-
-    oid: str
-    type: str
-    size: int
-    content: bytes
-
-
 _NO_OBJECT_SUFFIXES = (b" missing", b" ambiguous")  # "<name as asked> missing": the name could hold spaces
 
 
 def _object_header(line: bytes) -> ObjectInfo | None:
     """``<id> <type> <size>``; None for a name that names no object."""
+    from zmr.infra.gitrecords import ObjectInfo
+
     if line.endswith(_NO_OBJECT_SUFFIXES):
         return None
     fields = line.split(b" ")
@@ -1740,6 +1680,8 @@ def parse_cat_file_batch(out: bytes) -> Iterator[GitObject | None]:
 
     An object's bytes are taken by the size its header gives and must be followed by the newline git adds.
     """
+    from zmr.infra.gitrecords import GitObject
+
     pos = 0
     while pos < len(out):
         end = out.find(b"\n", pos)
@@ -1766,50 +1708,3 @@ def _batch_answers(queries: Sequence[str], answers: Iterator[_Answer]) -> list[_
     if len(result) != len(queries):
         raise ValueError(f"cat-file: {len(result)} answers to {len(queries)} names")
     return result
-
-
-@dataclass(frozen=True)
-class RefUpdate:
-    ref: str
-    new: str | None  # None deletes
-    old: str | None  # None: must not exist (for updates) / any (for deletes)
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    """A parsed commit object."""
-
-    oid: str
-    tree: str
-    parents: tuple[str, ...]
-    author: str
-    committer: str
-    message: str
-
-    @classmethod
-    def parse(cls, oid: str, raw: bytes) -> CommitInfo:
-        head, _, body = raw.partition(b"\n\n")
-        tree = ""
-        parents: list[str] = []
-        author = committer = ""
-        for line in head.decode("utf-8", "replace").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "tree":
-                tree = value
-            elif key == "parent":
-                parents.append(value)
-            elif key == "author":
-                author = value
-            elif key == "committer":
-                committer = value
-        return cls(oid, tree, tuple(parents), author, committer, body.decode("utf-8", "replace"))
-
-    def trailers(self) -> dict[str, str]:
-        """``Key: value`` lines of the last paragraph."""
-        paragraphs = self.message.strip().split("\n\n")
-        result: dict[str, str] = {}
-        for line in paragraphs[-1].splitlines() if paragraphs else []:
-            key, sep, value = line.partition(": ")
-            if sep and key and " " not in key:
-                result[key] = value.strip()
-        return result
