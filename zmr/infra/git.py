@@ -306,23 +306,24 @@ def _subcommand(argv: Sequence[str]) -> str:
     return next((a for a in args if not a.startswith("-")), "command")
 
 
-# What a failing git says (LC_ALL=C, so always in English) → zmr's headline and what to do.
-_NOT_A_REPO_RE = re.compile(r"fatal: '(?P<x>[^']*)' does not appear to be a git repository")
-_NOT_FOUND_RE = re.compile(r"fatal: repository '(?P<x>[^']*)' not found|ERROR: Repository not found")
-_UNREACHABLE_RE = re.compile(
+# What a failing git says (LC_ALL=C, so always in English) → zmr's headline and what to do. Patterns, compiled (and kept)
+# by re when one is first used: only a command that meets a failure pays for them, as for _DAMAGE, _PROGRESS_LINE, _HUNK.
+_NOT_A_REPO = r"fatal: '(?P<x>[^']*)' does not appear to be a git repository"
+_NOT_FOUND = r"fatal: repository '(?P<x>[^']*)' not found|ERROR: Repository not found"
+_UNREACHABLE = (
     r"unable to access '(?P<x>[^']*)'|Could not resolve host|Connection refused|Connection timed out|Network is unreachable"
     r"|No route to host|Could not read from remote repository"
 )
-_AUTH_RE = re.compile(r"Authentication failed|could not read Username|terminal prompts disabled|Permission denied \(publickey")
-_NO_REF_RE = re.compile(r"couldn't find remote ref (?P<x>\S+)")
-_REJECTED_RE = re.compile(r"\[(?:remote )?rejected\]|failed to push some refs|pre-receive hook declined")
-_NOT_LOCAL_REPO_RE = re.compile(r"fatal: not a git repository")
-_REMOTE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_AUTH = r"Authentication failed|could not read Username|terminal prompts disabled|Permission denied \(publickey"
+_NO_REF = r"couldn't find remote ref (?P<x>\S+)"
+_REJECTED = r"\[(?:remote )?rejected\]|failed to push some refs|pre-receive hook declined"
+_NOT_LOCAL_REPO = r"fatal: not a git repository"
+_REMOTE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*\Z"
 
 
 def missing_remote(repo: Repo, remote: str) -> bool:
     """*remote* reads as a remote's name (not a URL or an existing path) and *repo* has no such remote."""
-    return bool(_REMOTE_NAME_RE.match(remote)) and not os.path.exists(remote) and not repo.ok(["config", "--get", f"remote.{remote}.url"])
+    return bool(re.match(_REMOTE_NAME, remote)) and not os.path.exists(remote) and not repo.ok(["config", "--get", f"remote.{remote}.url"])
 
 
 def _remote_of(argv: Sequence[str]) -> str:
@@ -338,28 +339,28 @@ def _remote_of(argv: Sequence[str]) -> str:
 def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
     """zmr's headline and what to do for a git failure a user can cause; ("", "") when unknown."""
     remote = _remote_of(argv) if _subcommand(argv) in ("fetch", "ls-remote", "push", "clone") else ""
-    match = _NOT_A_REPO_RE.search(stderr)
+    match = re.search(_NOT_A_REPO, stderr)
     if match:
         name = match.group("x")
-        if _REMOTE_NAME_RE.match(name) and not os.path.exists(name):  # git found neither a remote nor a repository
+        if re.match(_REMOTE_NAME, name) and not os.path.exists(name):  # git found neither a remote nor a repository
             return f"no remote {name!r}", f"`git remote add {name} URL` or `--remote`"
         return f"{name}: not a git repository", "check the path or URL (a remote name, a URL, or the path of a repository)"
-    match = _NOT_FOUND_RE.search(stderr)
+    match = re.search(_NOT_FOUND, stderr)
     if match:
         return f"{match.group('x') or remote}: repository not found", "check the URL, and that your credentials may read it"
-    if _AUTH_RE.search(stderr):
+    if re.search(_AUTH, stderr):
         return f"{remote or 'the remote'}: authentication failed", "set up credentials (a credential helper or an SSH key): zmr never prompts"
-    match = _UNREACHABLE_RE.search(stderr)
+    match = re.search(_UNREACHABLE, stderr)
     if match:
         where = match.group("x") or remote
         return f"cannot reach {where or 'the remote'}", "check the URL and your network (url.<base>.insteadOf and http proxies are honoured)"
-    match = _NO_REF_RE.search(stderr)
+    match = re.search(_NO_REF, stderr)
     if match:
         where = remote or "the remote"
         return f"{where} has no branch, tag or commit {match.group('x')!r}", f"check the name (`git ls-remote {remote or 'URL'}` lists what it has)"
-    if _REJECTED_RE.search(stderr):
+    if re.search(_REJECTED, stderr):
         return f"{remote or 'the remote'} refused the push", "see git's reason below; nothing was pushed where the push was atomic"
-    if _NOT_LOCAL_REPO_RE.search(stderr):
+    if re.search(_NOT_LOCAL_REPO, stderr):
         return "not a git repository", "run zmr inside the repository (or its checkout), or `git init` it first"
     return "", ""
 
@@ -368,20 +369,21 @@ def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
 # object, a pack that does not match its index), as opposed to an object that is merely
 # absent ("bad object", "missing"), which a shallow or partial repository expects. Only
 # git's own lines count: "remote: ..." lines are another repository's.
-_DAMAGE_RE = re.compile(
-    r"^(?:error|fatal): (?:"
+_DAMAGE = (
+    r"(?m)^(?:error|fatal): (?:"
     r"inflate: |unable to unpack [0-9a-f]+ header|cannot unpack [0-9a-f]+ from |failed to read object [0-9a-f]+ at offset"
     r"|(?:loose|packed) object [0-9a-f]+ \(stored in .*\) is corrupt|object [0-9a-f]+ is corrupt"
     r"|bad packed object CRC|index CRC mismatch|packfile .* does not match index|.*\bhash mismatch\b"
     r"|object file .* is empty|garbage at end of loose object|index file .* is too small|non-monotonic index"
-    r"|.* is corrupt$).*",
-    re.MULTILINE,
+    r"|.* is corrupt$).*"
 )
 
 
 def damage_in(stderr: bytes) -> str | None:
     """The line of git's *stderr* that says a repository's objects are damaged (the one naming the file, if any)."""
-    lines = [m.group(0).strip() for m in _DAMAGE_RE.finditer(stderr.decode("utf-8", "replace"))]
+    if b"error: " not in stderr and b"fatal: " not in stderr:  # no line can match (`git config --get` of no value: nothing)
+        return None
+    lines = [m.group(0).strip() for m in re.finditer(_DAMAGE, stderr.decode("utf-8", "replace"))]
     return next((line for line in lines if "(stored in " in line), lines[0] if lines else None)
 
 
@@ -749,7 +751,7 @@ def _start(
 
 
 # A progress line of git (fetch, push, clone): kept out of error messages, passed to the callback.
-_PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
+_PROGRESS_LINE = rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)"
 
 
 def _run_with_progress(
@@ -774,7 +776,7 @@ def _run_with_progress(
             pending += chunk
             *lines, pending = re.split(rb"[\r\n]", pending)
             for line in lines:
-                if _PROGRESS_LINE_RE.match(line):
+                if re.match(_PROGRESS_LINE, line):
                     progress(line.decode("utf-8", "replace").removeprefix("remote: ").strip())
                 elif line.strip():
                     kept.append(line)
@@ -801,7 +803,7 @@ def ok(args: Sequence[str], **kwargs: Any) -> bool:
     return run(args, check=False, **kwargs).returncode == 0
 
 
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+_HUNK = rb"(?m)^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@"
 
 
 def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
@@ -821,7 +823,7 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     if proc.returncode not in (0, 1):
         raise GitError(proc.args, proc.returncode, proc.stdout, proc.stderr)
     hunks = []
-    for match in _HUNK_RE.finditer(proc.stdout):
+    for match in re.finditer(_HUNK, proc.stdout):
         a, b, c, d = (int(g) if g is not None else 1 for g in match.groups())
         hunks.append((a - 1 if b else a, b, c - 1 if d else c, d))
     return hunks
