@@ -15,7 +15,9 @@ from __future__ import annotations
 import datetime
 import email.utils
 import functools
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -188,7 +190,7 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     series.text, series.entries = text, entries
     for entry in entries:
         path = folder / entry.name
-        resolved = path.resolve()
+        resolved = _resolved(path, root, entry.name)
         try:
             resolved.relative_to(root)
         except ValueError:
@@ -218,6 +220,18 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
         if rel not in listed:
             series.warnings.append(f"{display}/{rel}: not listed in series (ignored); add it to series or delete it")
     return series
+
+
+def _resolved(path: Path, root: Path, name: str) -> Path:
+    """``path.resolve()`` of *path*, the folder whose ``resolve()`` is *root* and then *name*: ``root / name`` when *name* is
+    one plain component that is no symbolic link (all realpath would make of it), else ``path.resolve()`` itself."""
+    if not name or "/" in name or name in (".", ".."):
+        return path.resolve()
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:  # realpath takes a name it cannot stat as it is, too
+        link = False
+    return path.resolve() if link else root / name
 
 
 def _patch_files(folder: Path) -> list[Path]:
