@@ -269,7 +269,6 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
 _MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
 _MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
 _HUNK_BODY = (b" ", b"+", b"-", b"\\")
-_SPACE, _PLUS, _MINUS, _BACKSLASH = b" +-\\"
 
 
 def form_problems(data: bytes, display: str) -> list[Problem]:
@@ -305,8 +304,8 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
         )
     if found:
         return found  # the markers break the hunks around them too: one cause, said once
-    n = first
-    while n < len(lines):
+    n, total = first, len(lines)
+    while n < total:
         match = _HUNK_RE.match(lines[n])
         n += 1
         if not match:
@@ -315,19 +314,22 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
         old = int(match.group(2)) if match.group(2) is not None else 1
         new = int(match.group(4)) if match.group(4) is not None else 1
         seen_old = seen_new = 0
-        while n < len(lines) and (seen_old < old or seen_new < new):
+        while n < total and (seen_old < old or seen_new < new):
+            # By the first byte (32 " ", 45 "-", 43 "+", 92 "\\"; an empty line is context): a hunk's lines are most of a patch.
             line = lines[n]
-            kind = line[0] if line else _SPACE  # by the first byte: a hunk's lines are most of a patch
-            if kind == _BACKSLASH:
-                n += 1
-                continue
-            if kind == _SPACE:
-                seen_old, seen_new = seen_old + 1, seen_new + 1
-            elif kind == _MINUS and line[:4] != b"--- ":
+            kind = line[0] if line else 32
+            if kind == 32:
                 seen_old += 1
-            elif kind == _PLUS and line[:4] != b"+++ ":
                 seen_new += 1
-            else:
+            elif kind == 45:
+                if line[:4] == b"--- ":
+                    break
+                seen_old += 1
+            elif kind == 43:
+                if line[:4] == b"+++ ":
+                    break
+                seen_new += 1
+            elif kind != 92:  # "\\ No newline at end of file" counts for neither side
                 break
             n += 1
         extra = n < len(lines) and lines[n][:1] in (b"+", b"-") and lines[n] not in (b"-- ", b"--") and not lines[n].startswith((b"--- ", b"+++ "))
