@@ -16,6 +16,10 @@ shared machine: wall time waits for the other processes on its cores.
     .venv/bin/python scripts/bench_startup.py                # 21 rounds; writes benchmarks/results-startup.{json,md}
     .venv/bin/python scripts/bench_startup.py --rounds 5 --out /tmp/startup
     PATH=.venv/bin:$PATH /tmp/typer29/bin/python scripts/bench_startup.py --label typer-0.29   # zmr installed there too
+    git worktree add /tmp/zmr-main main && .venv/bin/python scripts/bench_startup.py --baseline /tmp/zmr-main
+
+--baseline DIR adds rows for `zmr --help` and `zmr list` run from the zmr source in DIR (PYTHONPATH=DIR, the same
+interpreter and packages), in the same rounds: a change against its baseline, as a ratio of one run.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ BIN = Path(sys.executable).parent
 TAB = {"_ZMR_COMPLETE": "complete_bash", "COMP_WORDS": "zmr build ", "COMP_CWORD": "2"}
 
 
-def commands() -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Label → (argv, extra environment), in the order of each round."""
+def commands(baseline: Path | None = None) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Label → (argv, extra environment), in the order of each round; *baseline*: a zmr source folder whose `zmr --help` and
+    `zmr list` run too (the console script puts its own folder first on sys.path, then PYTHONPATH, then the installed zmr)."""
 
     def tool(name: str, hint: str) -> str:
         found = BIN / name if (BIN / name).exists() else shutil.which(name)
@@ -48,6 +53,9 @@ def commands() -> dict[str, tuple[list[str], dict[str, str]]]:
         return str(found)
 
     zmr = tool("zmr", "pip install -e . in this virtual environment")
+    if baseline is not None and not (baseline / "zmr" / "__init__.py").is_file():
+        sys.exit(f"bench_startup: {baseline} holds no zmr/__init__.py: give a checkout of zmr (git worktree add DIR main)")
+    at_baseline = {"PYTHONPATH": str(baseline.resolve())} if baseline is not None else {}
     return {
         "python -c pass": ([sys.executable, "-c", "pass"], {}),
         "git --version": ([tool("git", "install git"), "--version"], {}),
@@ -58,6 +66,7 @@ def commands() -> dict[str, tuple[list[str], dict[str, str]]]:
         "zmr list": ([zmr, "list"], {}),
         "zmr status": ([zmr, "status"], {}),
         "zmr build <TAB>": ([zmr], TAB),
+        **({"zmr --help (baseline)": ([zmr, "--help"], at_baseline), "zmr list (baseline)": ([zmr, "list"], at_baseline)} if at_baseline else {}),
     }
 
 
@@ -84,10 +93,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds (default 21)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks", help="folder for results-startup.{json,md}")
+    parser.add_argument("--baseline", type=Path, help="a zmr source folder (e.g. a worktree of main): its `zmr --help` and `zmr list` in the same rounds")
     parser.add_argument("--label", default="", help="results-startup-LABEL.{json,md}: another environment's run (e.g. typer-0.29)")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and k not in TAB and not k.startswith("ZMR_")}
-    table = commands()
+    table = commands(args.baseline)
     load_before = os.getloadavg()
     for argv, extra in table.values():  # warm-up: bytecode written, files in the page cache
         run_once(argv, {**env, **extra})
@@ -128,7 +138,8 @@ def main() -> None:
     lines = [
         "# Start-up: zmr's commands against git, ruff and pre-commit" + (f" ({args.label})" if args.label else ""),
         "",
-        f"`scripts/bench_startup.py --rounds {args.rounds}{' --label ' + args.label if args.label else ''}`: {args.rounds} interleaved rounds after one",
+        f"`scripts/bench_startup.py --rounds {args.rounds}{' --label ' + args.label if args.label else ''}"
+        f"{' --baseline ' + str(args.baseline) if args.baseline else ''}`: {args.rounds} interleaved rounds after one",
         "warm-up round, medians; CPU is",
         "user + system of the command and of the processes it waited for (git, for `zmr list` and `zmr status`). Python",
         f"{machine['python']}, {machine['cores']} cores (load average {machine['load_average_1min'][0]} before, {machine['load_average_1min'][1]} after: "
@@ -149,6 +160,13 @@ def main() -> None:
         "45 patches). The samples of every run are in results-startup.json.",
         "",
     ]
+    if args.baseline:
+        ratio = {what: medians[f"zmr {what}"]["cpu"] / medians[f"zmr {what} (baseline)"]["cpu"] for what in ("--help", "list")}
+        lines[-1:] = [
+            f"The `(baseline)` rows run the zmr source in {args.baseline} (PYTHONPATH; the same interpreter and packages), in the same",
+            f"rounds: CPU of this zmr over the baseline's, `zmr list` {ratio['list']:.2f}, `zmr --help` {ratio['--help']:.2f}.",
+            "",
+        ]
     (args.out / f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,26 +78,42 @@ def _cpu(argv: list[str], cwd, env: dict[str, str]) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-# CPU over `python -c pass`, measured here (2 cores, shared): `zmr list` on a small project 15 times, a completion TAB
-# 9.5 (typer 0.28); with typer 0.29's pydantic 23-25 and 19.5-21. The bounds leave half again for a loaded machine:
-# the TAB's catches typer 0.29 (its conversions built for every parameter of every command), the listing's a heavier
-# regression (the import test above catches pydantic itself), neither a few milliseconds.
-BOUNDS = {"list": 25, "tab": 15}
+def _bundled_example(tmp_path: Path) -> Path:
+    """A copy of the bundled example (manifests/, patches/, upstreams/, zmr.yaml: 2 models, 45 patches), in a repository of its own."""
+    root = tmp_path / "example"
+    for folder in ("manifests", "patches", "upstreams"):
+        shutil.copytree(REPO_ROOT / folder, root / folder)
+    shutil.copy2(REPO_ROOT / "zmr.yaml", root / "zmr.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
 
 
-def test_list_and_completion_cost_a_bounded_multiple_of_pythons_own_start(project, upstream):
+# CPU over `python -c pass` (11 ms here: 2 cores, shared). `zmr list` in the bundled example, as scripts/bench_startup.py
+# runs it, against issue #50.4's target of under 150 ms: 13.6 times in that bench (console script, quiet machine). Run as
+# here (`python -m zmr`, runpy's few ms more, 9 rounds beside other work) the same code reads 6-10% higher: zmr 0.2.0's
+# 165 ms (15.0 times in the bench) measured 16.5-17.4 here, the list of #50's changes (about 140 ms) 13.9-14.4. The bound,
+# 15.5, is the 150 ms target with that and a margin for load, and fails at 165 ms' worth. A completion TAB (small project):
+# 9.5 with typer 0.28, 19.5-21 with typer 0.29's pydantic (conversions built for every parameter of every command); its
+# bound leaves half again for load.
+BOUNDS = {"list": 15.5, "tab": 15}
+
+
+def test_list_and_completion_cost_a_bounded_multiple_of_pythons_own_start(project, upstream, tmp_path):
     simple_model(project, upstream)
+    example = _bundled_example(tmp_path)
     runs = {
-        "pass": ([sys.executable, "-c", "pass"], _env()),
-        "list": ([sys.executable, "-m", "zmr", "list"], _env()),
-        "tab": ([sys.executable, "-m", "zmr"], _env(**TAB)),
+        "pass": ([sys.executable, "-c", "pass"], project.root, _env()),
+        "list": ([sys.executable, "-m", "zmr", "list"], example, _env()),
+        "tab": ([sys.executable, "-m", "zmr"], project.root, _env(**TAB)),
     }
-    for argv, env in runs.values():  # bytecode written
-        _cpu(argv, project.root, env)
+    listed = subprocess.run(runs["list"][0], cwd=example, env=_env(), capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "demo-moe" in listed.stdout, listed.stderr  # the bundled example, read whole
+    for argv, cwd, env in runs.values():  # bytecode written
+        _cpu(argv, cwd, env)
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(7):  # interleaved: a busy moment weighs on every command alike
-        for name, (argv, env) in runs.items():
-            samples[name].append(_cpu(argv, project.root, env))
+    for _ in range(9):  # interleaved: a busy moment weighs on every command alike
+        for name, (argv, cwd, env) in runs.items():
+            samples[name].append(_cpu(argv, cwd, env))
     base = statistics.median(samples["pass"])
     ratios = {name: statistics.median(s) / base for name, s in samples.items() if name != "pass"}
     print(f"CPU over `python -c pass` ({1000 * base:.0f} ms): {ratios}")

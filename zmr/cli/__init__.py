@@ -38,6 +38,7 @@ functions, registered here, so there is no import cycle.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -48,33 +49,7 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
-from zmr.cli import (
-    bisect,
-    build,
-    checkout,
-    ci_matrix,
-    diff,
-    docs,
-    export,
-    fetch,
-    import_,
-    init,
-    list_,
-    locate,
-    mismatch,
-    new,
-    options,
-    publish,
-    rebase,
-    render,
-    schema,
-    smoke,
-    status,
-    update,
-    upstreamed,
-    validate,
-    verify,
-)
+from zmr.cli import options, render
 
 # 128 + SIGPIPE: what a shell shows for git when the reader of its output went away (`| head -1`).
 CLOSED_PIPE_STATUS = 141
@@ -277,36 +252,43 @@ def _help(ctx: typer.Context, command: Annotated[list[str] | None, typer.Argumen
     print(type(ctx)(found, info_name=command[0], parent=ctx.parent).get_help())
 
 
-# In this order in `zmr --help`.
-COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("init", init.init),
-    ("list", list_.list_models),
-    ("status", status.status),
-    ("validate", validate.validate),
-    ("fetch", fetch.fetch),
-    ("build", build.build),
-    ("verify", verify.verify),
-    ("locate", locate.locate),
-    ("new", new.new),
-    ("mismatch", mismatch.mismatch),
-    ("docs", docs.docs),
-    ("publish", publish.publish),
-    ("ci-matrix", ci_matrix.ci_matrix),
-    ("smoke", smoke.smoke),
-    ("checkout", checkout.checkout),
-    ("export", export.export),
-    ("rebase", rebase.rebase),
-    ("upstreamed", upstreamed.upstreamed),
-    ("update", update.update),
-    ("bisect", bisect.bisect),
-    ("diff", diff.diff),
-    ("import", import_.import_),
-    ("schema", schema.schema),
-    ("help", _help),
+# In this order in `zmr --help`: each command, its cli module (zmr/cli/<module>.py) and the function there, imported when
+# the command is put in an app (`_command`): `zmr list` imports zmr/cli/list_.py, not the modules of the other commands.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("init", "init", "init"),
+    ("list", "list_", "list_models"),
+    ("status", "status", "status"),
+    ("validate", "validate", "validate"),
+    ("fetch", "fetch", "fetch"),
+    ("build", "build", "build"),
+    ("verify", "verify", "verify"),
+    ("locate", "locate", "locate"),
+    ("new", "new", "new"),
+    ("mismatch", "mismatch", "mismatch"),
+    ("docs", "docs", "docs"),
+    ("publish", "publish", "publish"),
+    ("ci-matrix", "ci_matrix", "ci_matrix"),
+    ("smoke", "smoke", "smoke"),
+    ("checkout", "checkout", "checkout"),
+    ("export", "export", "export"),
+    ("rebase", "rebase", "rebase"),
+    ("upstreamed", "upstreamed", "upstreamed"),
+    ("update", "update", "update"),
+    ("bisect", "bisect", "bisect"),
+    ("diff", "diff", "diff"),
+    ("import", "import_", "import_"),
+    ("schema", "schema", "schema"),
+    ("help", "", "_help"),  # this module's
 )
 
 
-def _typer_app(commands: tuple[tuple[str, Callable[..., Any]], ...]) -> typer.Typer:
+def _command(name: str) -> Callable[..., Any]:
+    """The function of the command *name* (one of COMMANDS), its cli module imported now."""
+    module, function = _BY_NAME[name]
+    return getattr(importlib.import_module(f"zmr.cli.{module}"), function) if module else _help
+
+
+def _typer_app(commands: tuple[str, ...]) -> typer.Typer:
     """zmr's typer app with *commands*: every one (`app`), or the one a command line names (`_main`)."""
     made = typer.Typer(
         name="zmr",
@@ -320,13 +302,27 @@ def _typer_app(commands: tuple[tuple[str, Callable[..., Any]], ...]) -> typer.Ty
         suggest_commands=True,  # "Did you mean": typer's own (the copy of click in typer 0.26-0.28 has none to repeat it)
     )
     made.callback()(_global_options)
-    for name, command in commands:
-        made.command(name, cls=_Command)(_with_verbosity(command))
+    for name in commands:
+        made.command(name, cls=_Command)(_with_verbosity(_command(name)))
     return made
 
 
-app = _typer_app(COMMANDS)
-_BY_NAME = dict(COMMANDS)
+@functools.cache
+def _whole_app() -> typer.Typer:
+    """The app with every command, made when first asked for (help, completion, `zmr help`, `zmr.cli.app`): a command line
+    that names its command runs an app of that one (`_app_for`), and typer needs each command's signature with its
+    annotations evaluated (`_with_verbosity`), a few ms of CPU for all of them."""
+    return _typer_app(tuple(name for name, _, _ in COMMANDS))
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`zmr.cli.app`, zmr's typer app with every command (the same object every time)."""
+    if name == "app":
+        return _whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_BY_NAME = {name: (module, function) for name, module, function in COMMANDS}
 _GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose", "--no-pager"})
 
 
@@ -356,7 +352,7 @@ def _app_for(args: list[str]) -> typer.Typer:
     if "_ZMR_COMPLETE" in os.environ:
         completed = _words_before_completed()
         if completed is None:
-            return app
+            return _whole_app()
         args = completed
     i = 0
     while i < len(args):
@@ -368,11 +364,10 @@ def _app_for(args: list[str]) -> typer.Typer:
         elif arg in ("-V", "--version"):  # answered before any command is looked at: an app of none
             return _typer_app(())
         elif arg.startswith("-"):
-            return app
+            return _whole_app()
         else:
-            command = _BY_NAME.get(arg)
-            return _typer_app(((arg, command),)) if command is not None and arg != "help" else app
-    return app
+            return _typer_app((arg,)) if arg in _BY_NAME and arg != "help" else _whole_app()
+    return _whole_app()
 
 
 # 128 + SIGTERM: what `timeout`, CI runners and `docker stop` send; 128 + SIGHUP: a closed terminal or ssh session.

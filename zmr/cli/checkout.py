@@ -3,7 +3,6 @@
 The work is `zmr.ops.checkout`.
 """
 
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -51,6 +50,8 @@ def checkout(
     if json_out:
         print_report(zmr.ops.checkout.CheckoutReport(results))
         return
+    import shlex
+
     for r in results:
         print(f"{r.action:9} {r.path}  branch {r.branch}: {r.patches} patch{'es' if r.patches != 1 else ''} on {r.base[:12]}")
         for ref in r.backups:

@@ -6,7 +6,6 @@ plain aligned text and no progress, so logs stay readable.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -83,6 +82,8 @@ JSON_PRINTED: list[type[Report]] = []
 
 def print_report(report: Report, *, allow_nan: bool = True) -> None:
     """A `--json` report on stdout, in the one envelope (`zmr.infra.reports.envelope`; the JSON contract, docs/reference.md §6.2)."""
+    import json
+
     from zmr.infra.reports import envelope
     from zmr.model.source import version
 

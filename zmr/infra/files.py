@@ -25,7 +25,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -105,7 +104,12 @@ def read_repo_file(root: Path | None, path: Path, *, limit: int, what: str, disp
     """
     with open_regular(path, limit=limit, what=what, root=root, display=display) as handle:
         try:
-            data = handle.read(limit + 1)  # a file that grew since fstat is caught here
+            # The bytes fstat counts and one more, then the rest if it grew since (caught below past the limit): the same bytes
+            # as read(limit + 1), which would allocate the whole limit (64 MiB for a patch) for each file.
+            size = min(os.fstat(handle.fileno()).st_size, limit)
+            data = handle.read(size + 1)
+            if len(data) > size:
+                data += handle.read(limit + 1 - len(data))
         except OSError as err:
             raise FileRefused(display or str(path), f"cannot read the {what}: {err.strerror or err}", _advice(err.errno, write=False)) from None
     if len(data) > limit:
@@ -161,6 +165,8 @@ def _write(path: Path, data: bytes) -> None:
         finally:
             os.close(fd)
         return
+    import tempfile  # here: a command that only reads writes nothing
+
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".zmr-tmp", dir=target.parent)
     try:

@@ -35,21 +35,39 @@ import contextlib
 import errno
 import os
 import re
-import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from zmr.infra import lock
 from zmr.infra.errors import ZmrError
 from zmr.infra.faults import fault_point
+
+if TYPE_CHECKING:
+    from zmr.infra.gitrecords import CommitInfo as CommitInfo
+    from zmr.infra.gitrecords import GitObject as GitObject
+    from zmr.infra.gitrecords import Identity as Identity
+    from zmr.infra.gitrecords import ObjectInfo as ObjectInfo
+    from zmr.infra.gitrecords import PickedTree as PickedTree
+    from zmr.infra.gitrecords import RawDiffEntry as RawDiffEntry
+    from zmr.infra.gitrecords import RefUpdate as RefUpdate
+    from zmr.infra.gitrecords import TreeEntry as TreeEntry
+
+# The record types of zmr.infra.gitrecords, also named here (`git.Identity`): imported when first asked for (`__getattr__`).
+_RECORDS = frozenset({"CommitInfo", "GitObject", "Identity", "ObjectInfo", "PickedTree", "RawDiffEntry", "RefUpdate", "TreeEntry"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RECORDS:
+        from zmr.infra import gitrecords
+
+        return getattr(gitrecords, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _debug_log() -> Any:
@@ -235,6 +253,7 @@ def _trust_file() -> str:
     bytes in the temporary folder).
     """
     import atexit
+    import tempfile
 
     fd, path = tempfile.mkstemp(prefix="zmr-trust-", suffix=".gitconfig")
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
@@ -287,23 +306,24 @@ def _subcommand(argv: Sequence[str]) -> str:
     return next((a for a in args if not a.startswith("-")), "command")
 
 
-# What a failing git says (LC_ALL=C, so always in English) → zmr's headline and what to do.
-_NOT_A_REPO_RE = re.compile(r"fatal: '(?P<x>[^']*)' does not appear to be a git repository")
-_NOT_FOUND_RE = re.compile(r"fatal: repository '(?P<x>[^']*)' not found|ERROR: Repository not found")
-_UNREACHABLE_RE = re.compile(
+# What a failing git says (LC_ALL=C, so always in English) → zmr's headline and what to do. Patterns, compiled (and kept)
+# by re when one is first used: only a command that meets a failure pays for them, as for _DAMAGE, _PROGRESS_LINE, _HUNK.
+_NOT_A_REPO = r"fatal: '(?P<x>[^']*)' does not appear to be a git repository"
+_NOT_FOUND = r"fatal: repository '(?P<x>[^']*)' not found|ERROR: Repository not found"
+_UNREACHABLE = (
     r"unable to access '(?P<x>[^']*)'|Could not resolve host|Connection refused|Connection timed out|Network is unreachable"
     r"|No route to host|Could not read from remote repository"
 )
-_AUTH_RE = re.compile(r"Authentication failed|could not read Username|terminal prompts disabled|Permission denied \(publickey")
-_NO_REF_RE = re.compile(r"couldn't find remote ref (?P<x>\S+)")
-_REJECTED_RE = re.compile(r"\[(?:remote )?rejected\]|failed to push some refs|pre-receive hook declined")
-_NOT_LOCAL_REPO_RE = re.compile(r"fatal: not a git repository")
-_REMOTE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_AUTH = r"Authentication failed|could not read Username|terminal prompts disabled|Permission denied \(publickey"
+_NO_REF = r"couldn't find remote ref (?P<x>\S+)"
+_REJECTED = r"\[(?:remote )?rejected\]|failed to push some refs|pre-receive hook declined"
+_NOT_LOCAL_REPO = r"fatal: not a git repository"
+_REMOTE_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*\Z"
 
 
 def missing_remote(repo: Repo, remote: str) -> bool:
     """*remote* reads as a remote's name (not a URL or an existing path) and *repo* has no such remote."""
-    return bool(_REMOTE_NAME_RE.match(remote)) and not os.path.exists(remote) and not repo.ok(["config", "--get", f"remote.{remote}.url"])
+    return bool(re.match(_REMOTE_NAME, remote)) and not os.path.exists(remote) and not repo.ok(["config", "--get", f"remote.{remote}.url"])
 
 
 def _remote_of(argv: Sequence[str]) -> str:
@@ -319,28 +339,28 @@ def _remote_of(argv: Sequence[str]) -> str:
 def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
     """zmr's headline and what to do for a git failure a user can cause; ("", "") when unknown."""
     remote = _remote_of(argv) if _subcommand(argv) in ("fetch", "ls-remote", "push", "clone") else ""
-    match = _NOT_A_REPO_RE.search(stderr)
+    match = re.search(_NOT_A_REPO, stderr)
     if match:
         name = match.group("x")
-        if _REMOTE_NAME_RE.match(name) and not os.path.exists(name):  # git found neither a remote nor a repository
+        if re.match(_REMOTE_NAME, name) and not os.path.exists(name):  # git found neither a remote nor a repository
             return f"no remote {name!r}", f"`git remote add {name} URL` or `--remote`"
         return f"{name}: not a git repository", "check the path or URL (a remote name, a URL, or the path of a repository)"
-    match = _NOT_FOUND_RE.search(stderr)
+    match = re.search(_NOT_FOUND, stderr)
     if match:
         return f"{match.group('x') or remote}: repository not found", "check the URL, and that your credentials may read it"
-    if _AUTH_RE.search(stderr):
+    if re.search(_AUTH, stderr):
         return f"{remote or 'the remote'}: authentication failed", "set up credentials (a credential helper or an SSH key): zmr never prompts"
-    match = _UNREACHABLE_RE.search(stderr)
+    match = re.search(_UNREACHABLE, stderr)
     if match:
         where = match.group("x") or remote
         return f"cannot reach {where or 'the remote'}", "check the URL and your network (url.<base>.insteadOf and http proxies are honoured)"
-    match = _NO_REF_RE.search(stderr)
+    match = re.search(_NO_REF, stderr)
     if match:
         where = remote or "the remote"
         return f"{where} has no branch, tag or commit {match.group('x')!r}", f"check the name (`git ls-remote {remote or 'URL'}` lists what it has)"
-    if _REJECTED_RE.search(stderr):
+    if re.search(_REJECTED, stderr):
         return f"{remote or 'the remote'} refused the push", "see git's reason below; nothing was pushed where the push was atomic"
-    if _NOT_LOCAL_REPO_RE.search(stderr):
+    if re.search(_NOT_LOCAL_REPO, stderr):
         return "not a git repository", "run zmr inside the repository (or its checkout), or `git init` it first"
     return "", ""
 
@@ -349,20 +369,21 @@ def explain(argv: Sequence[str], stderr: str) -> tuple[str, str]:
 # object, a pack that does not match its index), as opposed to an object that is merely
 # absent ("bad object", "missing"), which a shallow or partial repository expects. Only
 # git's own lines count: "remote: ..." lines are another repository's.
-_DAMAGE_RE = re.compile(
-    r"^(?:error|fatal): (?:"
+_DAMAGE = (
+    r"(?m)^(?:error|fatal): (?:"
     r"inflate: |unable to unpack [0-9a-f]+ header|cannot unpack [0-9a-f]+ from |failed to read object [0-9a-f]+ at offset"
     r"|(?:loose|packed) object [0-9a-f]+ \(stored in .*\) is corrupt|object [0-9a-f]+ is corrupt"
     r"|bad packed object CRC|index CRC mismatch|packfile .* does not match index|.*\bhash mismatch\b"
     r"|object file .* is empty|garbage at end of loose object|index file .* is too small|non-monotonic index"
-    r"|.* is corrupt$).*",
-    re.MULTILINE,
+    r"|.* is corrupt$).*"
 )
 
 
 def damage_in(stderr: bytes) -> str | None:
     """The line of git's *stderr* that says a repository's objects are damaged (the one naming the file, if any)."""
-    lines = [m.group(0).strip() for m in _DAMAGE_RE.finditer(stderr.decode("utf-8", "replace"))]
+    if b"error: " not in stderr and b"fatal: " not in stderr:  # no line can match (`git config --get` of no value: nothing)
+        return None
+    lines = [m.group(0).strip() for m in re.finditer(_DAMAGE, stderr.decode("utf-8", "replace"))]
     return next((line for line in lines if "(stored in " in line), lines[0] if lines else None)
 
 
@@ -489,31 +510,6 @@ def _patch_counts(text: bytes) -> list[tuple[int | None, int | None]]:
         else:
             counts.append((part.count(b"\n+", hunks), part.count(b"\n-", hunks)))
     return counts
-
-
-@dataclass(frozen=True)
-class PickedTree:
-    """What ``Repo.pick_tree`` made: *tree*, and the paths left in conflict (*conflicts*, empty when it merged cleanly)."""
-
-    tree: str
-    conflicts: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Author or committer of a commit zmr writes: name, email, epoch seconds, offset."""
-
-    name: str
-    email: str
-    timestamp: int
-    offset: str = "+0000"
-
-    def env(self, role: str) -> dict[str, str]:
-        return {
-            f"GIT_{role}_NAME": self.name,
-            f"GIT_{role}_EMAIL": self.email,
-            f"GIT_{role}_DATE": f"@{self.timestamp} {self.offset}",
-        }
 
 
 def git_version() -> str:
@@ -706,6 +702,8 @@ def run(
     if log is not None:
         place = git_dir if git_dir is not None else cwd
         where = f" (in {os.fspath(place)})" if place is not None else ""
+        import shlex  # here: only -v logs the commands
+
         log.debug("git %s%s: exit %d, %.0f ms", shlex.join(args), where, proc.returncode, 1000 * (time.monotonic() - started))
     if proc.returncode < 0:  # killed by a signal: never an answer, even where the caller checks the exit status itself
         raise GitCrashed(args, proc.returncode, proc.stdout, proc.stderr)
@@ -753,7 +751,7 @@ def _start(
 
 
 # A progress line of git (fetch, push, clone): kept out of error messages, passed to the callback.
-_PROGRESS_LINE_RE = re.compile(rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)")
+_PROGRESS_LINE = rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)"
 
 
 def _run_with_progress(
@@ -778,7 +776,7 @@ def _run_with_progress(
             pending += chunk
             *lines, pending = re.split(rb"[\r\n]", pending)
             for line in lines:
-                if _PROGRESS_LINE_RE.match(line):
+                if re.match(_PROGRESS_LINE, line):
                     progress(line.decode("utf-8", "replace").removeprefix("remote: ").strip())
                 elif line.strip():
                     kept.append(line)
@@ -805,7 +803,7 @@ def ok(args: Sequence[str], **kwargs: Any) -> bool:
     return run(args, check=False, **kwargs).returncode == 0
 
 
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+_HUNK = rb"(?m)^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@"
 
 
 def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
@@ -816,6 +814,8 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     """
     if old == new:
         return []
+    import tempfile  # here, as in the functions below: a command that only reads a project needs no temporary folder
+
     with tempfile.TemporaryDirectory(prefix="zmr-diff-") as tmp:
         Path(tmp, "a").write_bytes(old)
         Path(tmp, "b").write_bytes(new)
@@ -823,7 +823,7 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
     if proc.returncode not in (0, 1):
         raise GitError(proc.args, proc.returncode, proc.stdout, proc.stderr)
     hunks = []
-    for match in _HUNK_RE.finditer(proc.stdout):
+    for match in re.finditer(_HUNK, proc.stdout):
         a, b, c, d = (int(g) if g is not None else 1 for g in match.groups())
         hunks.append((a - 1 if b else a, b, c - 1 if d else c, d))
     return hunks
@@ -832,6 +832,8 @@ def diff_lines(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
 def merge_file(base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
     """*ours* with the change *base* → *theirs* merged in (``git merge-file -p``, the 3-way merge ``git apply --3way``
     makes); None where the two conflict. Nothing is written to a repository."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="zmr-merge-") as tmp:
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
             Path(tmp, name).write_bytes(data)
@@ -1014,6 +1016,8 @@ class Repo:
         return self.run(["cat-file", kind, oid]).stdout
 
     def commit_info(self, commit: str) -> CommitInfo:
+        from zmr.infra.gitrecords import CommitInfo
+
         raw = self.cat_file("commit", commit)
         return CommitInfo.parse(commit, raw)
 
@@ -1032,6 +1036,8 @@ class Repo:
         No worktree entry, ref or index of the repository changes: the tree a
         check runs in (``zmr update --test``, ``zmr bisect``) is a plain folder.
         """
+        import tempfile
+
         os.makedirs(dest, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="zmr-index-") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
@@ -1314,6 +1320,8 @@ class Repo:
         (with markers) and the paths it left unmerged, at their new names where
         a side renamed them.
         """
+        from zmr.infra.gitrecords import Identity, PickedTree
+
         who = Identity("zmr", "zmr@localhost", 0)
         ours = self.commit_tree(onto, [parent], "zmr: a cherry-pick's HEAD\n", who, who)
         args = ["merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", ours, commit]
@@ -1594,23 +1602,10 @@ def tree_entries(raw: bytes, oid_bytes: int) -> list[tuple[bytes, bytes]]:
 # gives git's bytes back). Output that does not parse is a ValueError, never a shorter result.
 
 
-@dataclass(frozen=True, slots=True)
-class TreeEntry:
-    """One record of ``ls-tree -z``: *type* is ``blob``, ``tree`` or ``commit`` (a submodule); *size* only with ``-l``, for blobs."""
-
-    mode: str
-    type: str
-    oid: str
-    path: str
-    size: int | None = None
-
-    @property
-    def path_bytes(self) -> bytes:
-        return self.path.encode("utf-8", "surrogateescape")
-
-
 def parse_ls_tree(out: bytes) -> list[TreeEntry]:
     """The entries of ``ls-tree -z`` output, with or without ``-l``, in git's order."""
+    from zmr.infra.gitrecords import TreeEntry
+
     entries = []
     for record in out.split(b"\0"):
         if not record:
@@ -1624,38 +1619,7 @@ def parse_ls_tree(out: bytes) -> list[TreeEntry]:
     return entries
 
 
-_ABSENT_MODE = "000000"  # diff-tree's mode for the side of a path that is not there
 _GITLINK_MODE = "160000"  # a submodule's entry: a commit of another repository, no blob
-
-
-@dataclass(frozen=True, slots=True)
-class RawDiffEntry:
-    """One record of ``diff-tree --raw -z``. A side where the path is absent has mode ``000000`` and the zero id.
-
-    *status* is git's letter, with a score for a rename or copy (``R100``); then *old_path* is where it came from.
-    """
-
-    old_mode: str
-    new_mode: str
-    old_oid: str
-    new_oid: str
-    status: str
-    path: str
-    old_path: str | None = None
-
-    @property
-    def path_bytes(self) -> bytes:
-        return self.path.encode("utf-8", "surrogateescape")
-
-    @property
-    def old_entry(self) -> tuple[str, str] | None:
-        """(mode, id) before; None where the path was absent."""
-        return None if self.old_mode == _ABSENT_MODE else (self.old_mode, self.old_oid)
-
-    @property
-    def new_entry(self) -> tuple[str, str] | None:
-        """(mode, id) after; None where the path is deleted."""
-        return None if self.new_mode == _ABSENT_MODE else (self.new_mode, self.new_oid)
 
 
 def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
@@ -1665,6 +1629,8 @@ def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
     record (and a pair of equal trees is its line alone, straight before the next one's). Paths are taken by count after
     each record (two for a rename or copy), so no name is ever read as a line.
     """
+    from zmr.infra.gitrecords import RawDiffEntry
+
     result: dict[str, list[RawDiffEntry]] = {}
     current: list[RawDiffEntry] | None = None
     tokens = out.split(b"\0")
@@ -1690,30 +1656,13 @@ def parse_raw_diff(out: bytes) -> dict[str, list[RawDiffEntry]]:
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """What ``cat-file --batch-check`` says of an object that exists."""
-
-    oid: str
-    type: str
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class GitObject:
-    """An object read by ``cat-file --batch``: its id, type, size and bytes."""
-
-    oid: str
-    type: str
-    size: int
-    content: bytes
-
-
 _NO_OBJECT_SUFFIXES = (b" missing", b" ambiguous")  # "<name as asked> missing": the name could hold spaces
 
 
 def _object_header(line: bytes) -> ObjectInfo | None:
     """``<id> <type> <size>``; None for a name that names no object."""
+    from zmr.infra.gitrecords import ObjectInfo
+
     if line.endswith(_NO_OBJECT_SUFFIXES):
         return None
     fields = line.split(b" ")
@@ -1733,6 +1682,8 @@ def parse_cat_file_batch(out: bytes) -> Iterator[GitObject | None]:
 
     An object's bytes are taken by the size its header gives and must be followed by the newline git adds.
     """
+    from zmr.infra.gitrecords import GitObject
+
     pos = 0
     while pos < len(out):
         end = out.find(b"\n", pos)
@@ -1759,50 +1710,3 @@ def _batch_answers(queries: Sequence[str], answers: Iterator[_Answer]) -> list[_
     if len(result) != len(queries):
         raise ValueError(f"cat-file: {len(result)} answers to {len(queries)} names")
     return result
-
-
-@dataclass(frozen=True)
-class RefUpdate:
-    ref: str
-    new: str | None  # None deletes
-    old: str | None  # None: must not exist (for updates) / any (for deletes)
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    """A parsed commit object."""
-
-    oid: str
-    tree: str
-    parents: tuple[str, ...]
-    author: str
-    committer: str
-    message: str
-
-    @classmethod
-    def parse(cls, oid: str, raw: bytes) -> CommitInfo:
-        head, _, body = raw.partition(b"\n\n")
-        tree = ""
-        parents: list[str] = []
-        author = committer = ""
-        for line in head.decode("utf-8", "replace").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "tree":
-                tree = value
-            elif key == "parent":
-                parents.append(value)
-            elif key == "author":
-                author = value
-            elif key == "committer":
-                committer = value
-        return cls(oid, tree, tuple(parents), author, committer, body.decode("utf-8", "replace"))
-
-    def trailers(self) -> dict[str, str]:
-        """``Key: value`` lines of the last paragraph."""
-        paragraphs = self.message.strip().split("\n\n")
-        result: dict[str, str] = {}
-        for line in paragraphs[-1].splitlines() if paragraphs else []:
-            key, sep, value = line.partition(": ")
-            if sep and key and " " not in key:
-                result[key] = value.strip()
-        return result

@@ -38,10 +38,8 @@ import contextlib
 import errno
 import fcntl
 import functools
-import json
 import os
 import re
-import socket
 import stat
 import sys
 import threading
@@ -273,6 +271,8 @@ def _busy(fd: int, label: str, path: Path | None = None, wait: float | None = No
             f"another zmr is working on {label} (its lock file does not say which process: not written by zmr, or not yet)",
             details=[f"wait until it has finished, then run this command again; `fuser {shown}` names the process", retry],
         )
+    import socket  # here: only a busy lock and a lock taken need the host's name
+
     if (host is None or host == socket.gethostname()) and not _alive(pid):
         shown = path if path is not None else label
         return LockBusy(
@@ -310,6 +310,9 @@ def _holder(fd: int) -> dict[str, Any]:
 
 
 def _record(fd: int, command: str) -> None:
+    import json
+    import socket
+
     started = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": started}).encode()
     os.ftruncate(fd, 0)

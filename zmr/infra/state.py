@@ -30,7 +30,6 @@ module but this one parses a state file, and the old export journal is
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass
@@ -149,6 +148,8 @@ class StateFile:
         assert self.kind == "json" and isinstance(value, self.shape)
         if self.version is not None and isinstance(value, dict):
             value = {"version": self.version, **{k: v for k, v in value.items() if k != "version"}}
+        import json  # here, as in json_string: a command that finds no state file needs no JSON
+
         data = (json.dumps(value, indent=self.indent) + "\n").encode()
         if len(data) > self.max_bytes:
             too_big = f"{path}: {self.what} of {len(data)} bytes, more than the {self.max_bytes} zmr reads back; nothing written"
@@ -254,6 +255,8 @@ def relative_name(name: object) -> str | None:
 
 def json_string(quoted: bytes) -> str:
     """The string a JSON string literal (its quotes included) spells: for a caller salvaging a journal that does not parse whole."""
+    import json
+
     value = json.loads(quoted)
     if not isinstance(value, str):
         raise ValueError("not a JSON string")

@@ -15,7 +15,10 @@ from __future__ import annotations
 import datetime
 import email.utils
 import functools
+import os
 import re
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -187,7 +190,7 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     series.text, series.entries = text, entries
     for entry in entries:
         path = folder / entry.name
-        resolved = path.resolve()
+        resolved = _resolved(path, root, entry.name)
         try:
             resolved.relative_to(root)
         except ValueError:
@@ -219,6 +222,18 @@ def read_series(folder: Path, display: str, *, origin: str = "") -> Series:
     return series
 
 
+def _resolved(path: Path, root: Path, name: str) -> Path:
+    """``path.resolve()`` of *path*, the folder whose ``resolve()`` is *root* and then *name*: ``root / name`` when *name* is
+    one plain component that is no symbolic link (all realpath would make of it), else ``path.resolve()`` itself."""
+    if not name or "/" in name or name in (".", ".."):
+        return path.resolve()
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:  # realpath takes a name it cannot stat as it is, too
+        link = False
+    return path.resolve() if link else root / name
+
+
 def _patch_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in PATCH_SUFFIXES)
 
@@ -235,7 +250,8 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     data = _read(root, path, MAX_PATCH_BYTES, "patch", display)
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
-    mails = _MBOX_FROM_RE.findall(data)
+    # Each mail's From line starts a line with "From ": fewer than two such lines, fewer than two mails (a format-patch has one).
+    mails = _MBOX_FROM_RE.findall(data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
     if len(mails) > 1:
         raise SeriesError(
             f"{display}: holds {len(mails)} mails (an mbox); each patch of a series is one file, so each keeps its author and subject",
@@ -251,6 +267,7 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
 
 
 _MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
+_MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
 _HUNK_BODY = (b" ", b"+", b"-", b"\\")
 
 
@@ -266,7 +283,11 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     lines = data.split(b"\n")
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
-    markers = [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+    markers = (
+        [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+        if any(marker in data for marker in _MARKERS)
+        else []
+    )  # a marker line holds one of them (most patches: none)
     for number, line in markers:
         shown = f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`"
         if number != markers[0][0]:  # one cause, its advice said once: at the first marker, which names every line
@@ -283,8 +304,8 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
         )
     if found:
         return found  # the markers break the hunks around them too: one cause, said once
-    n = first
-    while n < len(lines):
+    n, total = first, len(lines)
+    while n < total:
         match = _HUNK_RE.match(lines[n])
         n += 1
         if not match:
@@ -293,18 +314,22 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
         old = int(match.group(2)) if match.group(2) is not None else 1
         new = int(match.group(4)) if match.group(4) is not None else 1
         seen_old = seen_new = 0
-        while n < len(lines) and (seen_old < old or seen_new < new):
+        while n < total and (seen_old < old or seen_new < new):
+            # By the first byte (32 " ", 45 "-", 43 "+", 92 "\\"; an empty line is context): a hunk's lines are most of a patch.
             line = lines[n]
-            if line.startswith(b"\\"):
-                n += 1
-                continue
-            if line == b"" or line.startswith(b" "):
-                seen_old, seen_new = seen_old + 1, seen_new + 1
-            elif line.startswith(b"-") and not line.startswith(b"--- "):
+            kind = line[0] if line else 32
+            if kind == 32:
                 seen_old += 1
-            elif line.startswith(b"+") and not line.startswith(b"+++ "):
                 seen_new += 1
-            else:
+            elif kind == 45:
+                if line[:4] == b"--- ":
+                    break
+                seen_old += 1
+            elif kind == 43:
+                if line[:4] == b"+++ ":
+                    break
+                seen_new += 1
+            elif kind != 92:  # "\\ No newline at end of file" counts for neither side
                 break
             n += 1
         extra = n < len(lines) and lines[n][:1] in (b"+", b"-") and lines[n] not in (b"-- ", b"--") and not lines[n].startswith((b"--- ", b"+++ "))
@@ -606,6 +631,12 @@ def _strip_path(path: str, strip: int) -> str:
 
 _GIT_HEADER_PATHS = (b"rename from ", b"rename to ", b"copy from ", b"copy to ")
 _SYMLINK_MODE_LINES = (b"new file mode 120000", b"new mode 120000")
+# A line that starts as one of the tuples above, `---`/`+++` or `diff --git ` do (what unsafe_path_problem reads): the
+# first line of a patch (_PATH_LINE_RE.match) and every line after a newline (_PATH_LINE_RE.finditer, group 1; a pattern
+# that starts with a newline is scanned for much faster than one that starts with ^ under re.M).
+_PATH_LINE = b"(?:--- |\\+\\+\\+ |diff --git |" + b"|".join(re.escape(p) for p in (*_GIT_HEADER_PATHS, *_SYMLINK_MODE_LINES)) + b")[^\n]*"
+_PATH_LINE_RE = re.compile(b"\n(" + _PATH_LINE + b")")
+_FIRST_PATH_LINE_RE = re.compile(_PATH_LINE)
 # Code points HFS+ ignores in names (git's is_hfs_dotgit): ".g\u200cit" is ".git" on a Mac.
 _HFS_IGNORED = frozenset([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
 _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13, ord('"'): 34, ord("\\"): 92}
@@ -670,8 +701,13 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
     ``rename``/``copy`` lines, C-quoted or not; a symlink's target is read
     from a text hunk or decoded from a ``GIT binary patch``.
     """
-    lines = data.split(b"\n")
-    for number, line in enumerate(lines, start=1):
+    # Only the lines that name a path or a symlink's mode, found by one scan of the bytes (the hunks' lines, nearly all of
+    # a patch, are never looked at one by one); their numbers counted as they come.
+    lines: list[bytes] | None = None
+    number, counted = 1, 0
+    for start, line in _path_lines(data):
+        number += data.count(b"\n", counted, start)
+        counted = start
         paths: list[str] = []
         if line.startswith((b"--- ", b"+++ ")):
             raw = _header_name(line[4:])
@@ -686,6 +722,7 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
             if reason:
                 return f"line {number}: path {path!r} {reason}"
         if line.startswith(_SYMLINK_MODE_LINES):
+            lines = data.split(b"\n") if lines is None else lines
             link = _link_path(lines, number)
             target = _symlink_target(lines, number)
             if target is None:
@@ -693,6 +730,15 @@ def unsafe_path_problem(data: bytes, strip: int = 1) -> str:
             if _escapes(link, target):
                 return f"line {number}: creates symlink {link!r} pointing outside the tree ({target!r})"
     return ""
+
+
+def _path_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of each line of *data* that unsafe_path_problem reads, in order."""
+    first = _FIRST_PATH_LINE_RE.match(data)
+    if first:
+        yield 0, first.group()
+    for found in _PATH_LINE_RE.finditer(data):
+        yield found.start(1), found.group(1)
 
 
 def _has_components(path: str, strip: int) -> bool:
@@ -714,8 +760,7 @@ def is_dotgit(part: str) -> bool:
 def _tree_path_problem(path: str) -> str:
     if "\0" in path:
         return "contains a NUL byte"
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
+    if path.startswith("/"):  # PurePosixPath(path).is_absolute(), without making one for each path of a patch
         return "is absolute"
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):

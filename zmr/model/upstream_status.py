@@ -67,10 +67,20 @@ class UpstreamStatus:
         return {"kind": self.kind, "detail": self.detail, "commit": self.commit, "header": self.header, "line": self.line}
 
 
+# The line that ends the message: `diff --git ...`, `---` alone, `Index: ...`; after a newline (a pattern that starts with one
+# is scanned for fast), or as the file's first line.
+_END = rb"(?:diff --git |---(?=\n|\Z)|Index: )"
+_END_RE = re.compile(b"\n" + _END)
+_FIRST_END_RE = re.compile(_END)
+
+
 def _message_lines(data: bytes) -> list[tuple[int, str]]:
     """(line number, text) of the patch file up to its diff (the mail's ``---`` or the first ``diff --git``)."""
+    if _FIRST_END_RE.match(data):
+        return []
+    end = _END_RE.search(data)
     found = []
-    for number, raw in enumerate(data.split(b"\n"), 1):
+    for number, raw in enumerate((data if end is None else data[: end.start()]).split(b"\n"), 1):  # the lines before it alone
         if raw.startswith(b"diff --git ") or raw == b"---" or raw.startswith(b"Index: "):
             break
         found.append((number, raw.decode("utf-8", "replace").rstrip("\r")))
