@@ -268,7 +268,6 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
 
 _MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
 _MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
-_HUNK_BODY = (b" ", b"+", b"-", b"\\")
 
 
 def form_problems(data: bytes, display: str) -> list[Problem]:
