@@ -11,7 +11,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -88,14 +87,14 @@ def _bundled_example(tmp_path: Path) -> Path:
     return root
 
 
-# CPU over `python -c pass` (11 ms here: 2 cores, shared). `zmr list` in the bundled example, as scripts/bench_startup.py
-# runs it, against issue #50.4's target of under 150 ms: 13.6 times in that bench (console script, quiet machine). Run as
-# here (`python -m zmr`, runpy's few ms more, 9 rounds beside other work) the same code reads 6-10% higher: zmr 0.2.0's
-# 165 ms (15.0 times in the bench) measured 16.5-17.4 here, the list of #50's changes (about 140 ms) 13.9-14.4. The bound,
-# 15.5, is the 150 ms target with that and a margin for load, and fails at 165 ms' worth. A completion TAB (small project):
-# 9.5 with typer 0.28, 19.5-21 with typer 0.29's pydantic (conversions built for every parameter of every command); its
-# bound leaves half again for load.
-BOUNDS = {"list": 15.5, "tab": 15}
+# CPU over `python -c pass` (11-16 ms here: 2 cores, shared), the least of 15 interleaved rounds of each. `zmr list` in
+# the bundled example, against issue #50.4's target of under 150 ms (scripts/bench_startup.py measures it: the console
+# script, medians, benchmarks/results-startup.md). Run as here (`python -m zmr`, beside a parallel suite), this code read
+# 11.8-14.6 on Pythons 3.10-3.13 (dependency floors included) and zmr 0.2.0's (165 ms in the bench) 14.4-17.1: the
+# ratio moves about 10% from run to run, so the bound, 16, fails 0.2.0's code in most runs, not every one, and leaves this
+# code that 10% for load. A completion TAB (small project): 5.5-7.6 with typer 0.28, 19.5-21 with typer 0.29's pydantic
+# (conversions built for every parameter of every command).
+BOUNDS = {"list": 16, "tab": 12}
 
 
 def test_list_and_completion_cost_a_bounded_multiple_of_pythons_own_start(project, upstream, tmp_path):
@@ -111,10 +110,12 @@ def test_list_and_completion_cost_a_bounded_multiple_of_pythons_own_start(projec
     for argv, cwd, env in runs.values():  # bytecode written
         _cpu(argv, cwd, env)
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(9):  # interleaved: a busy moment weighs on every command alike
+    for _ in range(15):  # interleaved: a busy moment weighs on every command alike
         for name, (argv, cwd, env) in runs.items():
             samples[name].append(_cpu(argv, cwd, env))
-    base = statistics.median(samples["pass"])
-    ratios = {name: statistics.median(s) / base for name, s in samples.items() if name != "pass"}
+    # The least of each: others' work on the cores only ever adds CPU time (caches, frequency), so the least is the
+    # command's own cost; a median moved with the load (one in five runs of 3.12 read 17.5 beside a parallel suite).
+    base = min(samples["pass"])
+    ratios = {name: min(s) / base for name, s in samples.items() if name != "pass"}
     print(f"CPU over `python -c pass` ({1000 * base:.0f} ms): {ratios}")
     assert all(ratios[name] < bound for name, bound in BOUNDS.items()), f"CPU over `python -c pass` ({1000 * base:.0f} ms): {ratios}"
