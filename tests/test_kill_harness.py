@@ -14,6 +14,9 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -152,6 +155,45 @@ def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tm
     trials = killing.run_random(scenario, tmp_path, RANDOM[scenario.name])
     assert [t.failed for t in trials if t.failed] == []
     assert len(trials) == len(RANDOM[scenario.name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "point"), [("SIGHUP", "locked"), ("SIGHUP", "transaction-staged"), ("SIGTERM", "transaction-staged")])
+def test_a_hang_up_or_sigterm_handled_in_string_compiled_code_ends_zmr_with_129_or_143(tmp_path, name, point):
+    """Issue #47, found by the random kills under load: `zmr update --apply` hung up (SIGHUP to its process group) said
+    "zmr: hung up", undid its work, returned 129, and ended killed by SIGINT (-2). The interrupt zmr's handler raised had
+    left code compiled from a string (a dataclass made by a lazy import): CPython notes that as an unhandled Ctrl-C, and
+    `python -m` ends by SIGINT at exit whatever the status. The pause hook waits in such code, so the signal lands there."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
+    fx = scenario.build(tmp_path / "run")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(fx.base, pristine, symlinks=True)
+    assert killing.run_zmr(fx.args, fx.cwd, fx.env).returncode == 0
+    expected = killing.snapshot(fx)
+    shutil.rmtree(fx.base)
+    shutil.copytree(pristine, fx.base, symlinks=True)
+    marker = tmp_path / "paused"
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", *fx.args],
+        cwd=fx.cwd,
+        env={**full, **fx.env, "ZMR_TEST_PAUSE": f"{point}={marker}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=killing.hang_up_by_default,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, f"zmr ended (exit {proc.returncode}) before {point}: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, f"zmr never reached {point}"
+        time.sleep(0.02)
+    os.killpg(proc.pid, getattr(signal, name))
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == ((129, "zmr: hung up\n") if name == "SIGHUP" else (143, "zmr: terminated\n"))
+    _, steps = killing.converge(fx)  # nothing half-done is left: the next commands reach the uninterrupted run's state
+    assert killing.snapshot(fx) == expected, steps
 
 
 def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_rerun(tmp_path):

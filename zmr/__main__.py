@@ -11,12 +11,29 @@ def run() -> int:
     It ends as an interrupted command does: ``zmr: interrupted``, 130.
     """
     try:
-        from zmr.cli import main
+        try:
+            from zmr.cli import main
 
-        return main()
-    except KeyboardInterrupt:
-        print("zmr: interrupted", file=sys.stderr)
-        return 130
+            return main()
+        except KeyboardInterrupt:
+            print("zmr: interrupted", file=sys.stderr)
+            return 130
+    finally:
+        _forget_caught_interrupts()
+
+
+def _forget_caught_interrupts() -> None:
+    """Clear CPython's note of an interrupt that left code compiled from a string, zmr having caught it (issue #47).
+
+    An interrupt (Ctrl-C, or zmr's SIGTERM and SIGHUP handler) raised while
+    Python runs code it compiled from a string (``exec``/``eval``: a
+    dataclass's generated methods, typer evaluating annotations, during a
+    lazy import) is noted as unhandled even when zmr catches it; under
+    ``python -m zmr`` the interpreter then ends by SIGINT at exit, whatever
+    status zmr returned (a hang-up's 129 read as -2, killed by SIGINT). Each
+    evaluation of a string starts by clearing that note: this empty one does.
+    """
+    exec("")
 
 
 if __name__ == "__main__":
