@@ -196,26 +196,9 @@ def test_a_missing_fix_lands_on_its_guide(demo, comp, name):
     assert landed & set(entry["guides"]), (landed, entry["guides"])
 
 
-def test_a_layout_fix_missing_on_one_rank_lands_on_collectives(tmp_path, upstream):
-    """The parallel fixes (rollout 0010-0011, trainer 0008-0009) cannot be left out of a single-process walk; in the
-    release trees, rank 1 of a tensor-parallel rollout doing its row-parallel partial sum the standard way (one GEMM over its
-    share of K: scripts/demo_parallel.py --break-rank 1) is that fix missing on one rank. The decision is collectives."""
-    pytest.importorskip("torch")
-    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp), tmp_path / comp) for comp in demo_walk.COMPONENTS]
-    located = tmp_path / "located"
-    small = ["--batch-sizes", "4", "--max-running", "3", "--prompt-len", "2:12", "--new-tokens", "3:8", "--dtypes", "fp32", "--timeout", "240"]
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "demo_parallel.py"), "--rollout", str(trees[0]), "--trainer", str(trees[1]),
-         "--locate", str(located), "--break-rank", "1", *small],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
-    assert run.returncode == 1, run.stdout + run.stderr
-    code, report = demo_walk.locate_json(located, "rollout-rank1", "trainer-rank1", name_map=None)
-    decision = decide.decide(TABLE, report)
-    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("row_partial", "equal", "collectives"), decision
-    names = {Path(p).name for p in decision["worked_example"]["patches"]}
-    for comp in demo_walk.COMPONENTS:
-        assert {n for n, e in TABLE["demo_series"][comp].items() if e["shows"] == "parallel"} <= names, comp
+# A layout fix missing on one rank (the parallel fixes, rollout 0010-0011 and trainer 0008-0009, cannot be left out of a
+# single-process walk) lands on collectives: tests/e2e/test_demo.py::test_parallel_locate_names_the_broken_rank_and_operation
+# decides on the report of its run (scripts/demo_parallel.py --break-rank 1 on the release trees), one run for both.
 
 
 def test_the_moe_combine_missing_lands_on_the_moe_guide(tmp_path, monkeypatch):
