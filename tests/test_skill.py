@@ -201,26 +201,9 @@ def test_a_missing_fix_lands_on_its_guide(demo, comp, name):
 # decides on the report of its run (scripts/demo_parallel.py --break-rank 1 on the release trees), one run for both.
 
 
-def test_the_moe_combine_missing_lands_on_the_moe_guide(tmp_path, monkeypatch):
-    """The MoE demo's release trees (demo-moe) with each side's own combine in place of the fixed one (TOY_MOE_COMBINE=standard,
-    the ablation of issue 51: the combine of rollout 0013 / trainer 0011 missing): the decision is moe, whose worked example
-    names those two patches; with the fixed combine nothing differs."""
-    pytest.importorskip("torch")
-    monkeypatch.delenv("TOY_MOE_COMBINE", raising=False)
-    upstream = demo_walk.upstream_trees(tmp_path, "demo-moe")
-    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp, "demo-moe"), tmp_path / comp) for comp in demo_walk.COMPONENTS]
-    record = demo_walk.demo_locate().record
-    tiny = {"requests": 3, "prompt_len": (2, 8), "new_tokens": (2, 4), "moe": {"num_experts": 8, "top_k": 2}}
-    record(*trees, tmp_path / "standard", dtype="bf16", moe_combine="standard", **tiny)
-    code, report = demo_walk.locate_json(tmp_path / "standard")
-    decision = decide.decide(TABLE, report)
-    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("combine", "equal", "moe"), decision
-    fixes = {p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp, "demo-moe")} - {
-        p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp)
-    }
-    assert {Path(p).name for p in decision["worked_example"]["patches"]} == fixes
-    record(*trees, tmp_path / "fixed", dtype="bf16", moe_combine="fixed", **tiny)
-    assert demo_walk.locate_json(tmp_path / "fixed")[0] == 0
+# The MoE combine missing (each side's own combine in place of the fixed one, demo-moe's release trees) lands on moe:
+# tests/e2e/test_demo_moe.py::test_locate_names_the_combine_when_its_fixed_order_is_off decides on the report of its
+# scripts/demo_locate.py --moe run, one run for both.
 
 
 def test_the_decision_table_routes_the_names_zmr_locate_gives():
