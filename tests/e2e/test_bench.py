@@ -42,7 +42,6 @@ def test_bench_tiny_writes_json_and_markdown(tmp_path):
     assert table.startswith("# zmr benchmark") and "| build_n1 | zmr |" in table
 
 
-@pytest.mark.slow
 def test_bench_only_measures_what_it_is_asked_for(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
