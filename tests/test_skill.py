@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -30,14 +29,7 @@ SECTIONS = ["Symptom", "Why it breaks", "Fix pattern", "Worked example", "How to
 DTYPES = ("fp32", "bf16")
 
 
-def _decide():
-    spec = importlib.util.spec_from_file_location("skill_decide", SKILL / "scripts" / "decide.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-decide = _decide()
+decide = demo_walk.skill_decide()
 TABLE = decide.load_table()
 
 

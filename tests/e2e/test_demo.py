@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -509,7 +508,7 @@ def test_parallel_locate_names_the_broken_rank_and_operation(demo_trees, tmp_pat
     # the skill's decision on its JSON report (this run is the parallel fixes missing on one rank: they cannot be left out
     # of a single-process walk): collectives, whose worked example names every fix of both series that shows in parallel
     code, report = demo_walk.locate_json(tmp_path / "broken", "rollout-rank1", "trainer-rank1", name_map=None)
-    decide = _skill_decide()
+    decide = demo_walk.skill_decide()
     table = decide.load_table()
     decision = decide.decide(table, report)
     assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("row_partial", "equal", "collectives"), decision
@@ -520,14 +519,6 @@ def test_parallel_locate_names_the_broken_rank_and_operation(demo_trees, tmp_pat
     proc = _parallel(demo_trees["release"], "--locate", str(tmp_path / "ok"), *small)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(r["first"] is None for r in json.loads((tmp_path / "ok" / "summary.json").read_text())["ranks"])
-
-
-def _skill_decide():
-    """skill/scripts/decide.py, the skill's decision table as code."""
-    spec = importlib.util.spec_from_file_location("skill_decide", ROOT / "skill" / "scripts" / "decide.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_parallel_run_fails_whole_when_a_rank_fails(demo_trees, tmp_path):

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import demo_walk
-from e2e.test_demo import COMPONENTS, ROOT, _git, _git_env, _pins, _run, _series, _skill_decide
+from e2e.test_demo import COMPONENTS, ROOT, _git, _git_env, _pins, _run, _series
 
 pytest.importorskip("torch")  # the demo extra
 
-decide = _skill_decide()
+decide = demo_walk.skill_decide()
 TABLE = decide.load_table()
 TINY = ("--hidden", "32", "--layers", "1", "--prompt-len", "1:8", "--new-tokens", "2:4")
 
