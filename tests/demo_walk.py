@@ -3,7 +3,8 @@
 Shared by tests/evidence/test_locate.py (the mechanism-at-a-time walk) and tests/test_skill.py (the skill's
 drill and missing-fix tests): the upstream trees come from the bundles (`git archive` of the pin), a tree is
 a copy of one with patches applied by `git apply`, and `record` runs scripts/demo_locate.py on a pair of
-trees (torch on CPU, the default small model).
+trees (torch on CPU, the default small model). tests/e2e/test_demo.py and test_demo_moe.py read the skill's decision
+on the reports of their parallel and MoE runs through `skill_decide` and `locate_json`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def tree_with(upstream: Path, patches: Sequence[Path], dest: Path) -> Path:
 def demo_locate():
     """scripts/demo_locate.py as a module (its `record`)."""
     spec = importlib.util.spec_from_file_location("demo_locate", REPO_ROOT / "scripts" / "demo_locate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def skill_decide():
+    """skill/scripts/decide.py as a module: the skill's decision table (`load_table`) and the decision on a locate report (`decide`)."""
+    spec = importlib.util.spec_from_file_location("skill_decide", REPO_ROOT / "skill" / "scripts" / "decide.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

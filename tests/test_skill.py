@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -30,14 +29,7 @@ SECTIONS = ["Symptom", "Why it breaks", "Fix pattern", "Worked example", "How to
 DTYPES = ("fp32", "bf16")
 
 
-def _decide():
-    spec = importlib.util.spec_from_file_location("skill_decide", SKILL / "scripts" / "decide.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-decide = _decide()
+decide = demo_walk.skill_decide()
 TABLE = decide.load_table()
 
 
@@ -196,48 +188,14 @@ def test_a_missing_fix_lands_on_its_guide(demo, comp, name):
     assert landed & set(entry["guides"]), (landed, entry["guides"])
 
 
-def test_a_layout_fix_missing_on_one_rank_lands_on_collectives(tmp_path, upstream):
-    """The parallel fixes (rollout 0010-0011, trainer 0008-0009) cannot be left out of a single-process walk; in the
-    release trees, rank 1 of a tensor-parallel rollout doing its row-parallel partial sum the standard way (one GEMM over its
-    share of K: scripts/demo_parallel.py --break-rank 1) is that fix missing on one rank. The decision is collectives."""
-    pytest.importorskip("torch")
-    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp), tmp_path / comp) for comp in demo_walk.COMPONENTS]
-    located = tmp_path / "located"
-    small = ["--batch-sizes", "4", "--max-running", "3", "--prompt-len", "2:12", "--new-tokens", "3:8", "--dtypes", "fp32", "--timeout", "240"]
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "demo_parallel.py"), "--rollout", str(trees[0]), "--trainer", str(trees[1]),
-         "--locate", str(located), "--break-rank", "1", *small],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
-    assert run.returncode == 1, run.stdout + run.stderr
-    code, report = demo_walk.locate_json(located, "rollout-rank1", "trainer-rank1", name_map=None)
-    decision = decide.decide(TABLE, report)
-    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("row_partial", "equal", "collectives"), decision
-    names = {Path(p).name for p in decision["worked_example"]["patches"]}
-    for comp in demo_walk.COMPONENTS:
-        assert {n for n, e in TABLE["demo_series"][comp].items() if e["shows"] == "parallel"} <= names, comp
+# A layout fix missing on one rank (the parallel fixes, rollout 0010-0011 and trainer 0008-0009, cannot be left out of a
+# single-process walk) lands on collectives: tests/e2e/test_demo.py::test_parallel_locate_names_the_broken_rank_and_operation
+# decides on the report of its run (scripts/demo_parallel.py --break-rank 1 on the release trees), one run for both.
 
 
-def test_the_moe_combine_missing_lands_on_the_moe_guide(tmp_path, monkeypatch):
-    """The MoE demo's release trees (demo-moe) with each side's own combine in place of the fixed one (TOY_MOE_COMBINE=standard,
-    the ablation of issue 51: the combine of rollout 0013 / trainer 0011 missing): the decision is moe, whose worked example
-    names those two patches; with the fixed combine nothing differs."""
-    pytest.importorskip("torch")
-    monkeypatch.delenv("TOY_MOE_COMBINE", raising=False)
-    upstream = demo_walk.upstream_trees(tmp_path, "demo-moe")
-    trees = [demo_walk.tree_with(upstream[comp], demo_walk.series(comp, "demo-moe"), tmp_path / comp) for comp in demo_walk.COMPONENTS]
-    record = demo_walk.demo_locate().record
-    tiny = {"requests": 3, "prompt_len": (2, 8), "new_tokens": (2, 4), "moe": {"num_experts": 8, "top_k": 2}}
-    record(*trees, tmp_path / "standard", dtype="bf16", moe_combine="standard", **tiny)
-    code, report = demo_walk.locate_json(tmp_path / "standard")
-    decision = decide.decide(TABLE, report)
-    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("combine", "equal", "moe"), decision
-    fixes = {p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp, "demo-moe")} - {
-        p.name for comp in demo_walk.COMPONENTS for p in demo_walk.series(comp)
-    }
-    assert {Path(p).name for p in decision["worked_example"]["patches"]} == fixes
-    record(*trees, tmp_path / "fixed", dtype="bf16", moe_combine="fixed", **tiny)
-    assert demo_walk.locate_json(tmp_path / "fixed")[0] == 0
+# The MoE combine missing (each side's own combine in place of the fixed one, demo-moe's release trees) lands on moe:
+# tests/e2e/test_demo_moe.py::test_locate_names_the_combine_when_its_fixed_order_is_off decides on the report of its
+# scripts/demo_locate.py --moe run, one run for both.
 
 
 def test_the_decision_table_routes_the_names_zmr_locate_gives():
@@ -431,22 +389,25 @@ def _blocks(path: Path) -> list[tuple[str, str | None]]:
     return found
 
 
-@pytest.mark.slow
-def test_every_command_block_in_the_skill_runs_on_a_fresh_clone(tmp_path):
-    """Each block as one `bash -e` script from the clone's root, in order: SKILL.md's walk first (it makes the model the other
-    blocks use), then README.md, then the references. Only a `<!-- needs: gpu|vllm|megatron|verl -->` marker skips one."""
+def _fresh_clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A clone of this repository with this skill (also before it is committed) and the test's environment as its .venv;
+    the environment its blocks run in (no ZMR_REPO, no TOY_* knob, a git identity)."""
     from conftest import git
 
-    pytest.importorskip("torch")
     clone = tmp_path / "zmr"
     git("clone", "-q", str(REPO_ROOT), str(clone), cwd=tmp_path)
     shutil.rmtree(clone / "skill", ignore_errors=True)
-    shutil.copytree(SKILL, clone / "skill", ignore=shutil.ignore_patterns("__pycache__"))  # this skill, also before it is committed
+    shutil.copytree(SKILL, clone / "skill", ignore=shutil.ignore_patterns("__pycache__"))
     (clone / ".venv").symlink_to(sys.prefix)
     env = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith("TOY_")}
     env |= {"GIT_AUTHOR_NAME": "A User", "GIT_AUTHOR_EMAIL": "user@example.com", "GIT_COMMITTER_NAME": "A User", "GIT_COMMITTER_EMAIL": "user@example.com"}
+    return clone, env
+
+
+def _run_blocks(docs: list[Path], clone: Path, env: dict[str, str]) -> int:
+    """Each command block of *docs* as one `bash -e` script from the clone's root, in order; returns how many ran."""
     ran = 0
-    for doc in _skill_docs():
+    for doc in docs:
         for index, (script, need) in enumerate(_blocks(doc)):
             if need:
                 continue
@@ -454,13 +415,45 @@ def test_every_command_block_in_the_skill_runs_on_a_fresh_clone(tmp_path):
             result = subprocess.run(["bash", "-e", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=900)
             assert result.returncode == 0, f"{doc.relative_to(REPO_ROOT)} block {index + 1}:\n{script}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
             ran += 1
-    assert ran >= 10
+    return ran
+
+
+# The walk (SKILL.md, then README.md) on one clone; each reference on a fresh clone of its own: a guide is read on its own,
+# so its blocks must not lean on the walk's state (and the references run in parallel under xdist).
+SKILL_DOCS = _skill_docs()
+REFERENCES = SKILL_DOCS[2:]
+
+
+@pytest.mark.slow
+def test_every_command_block_in_the_skill_runs_on_a_fresh_clone(tmp_path):
+    """SKILL.md's walk, then README.md, each block as one `bash -e` script from the clone's root, in order (the walk makes the
+    model its later blocks use). Only a `<!-- needs: gpu|vllm|megatron|verl -->` marker skips one."""
+    pytest.importorskip("torch")
+    assert SKILL_DOCS[:2] == [SKILL / "SKILL.md", SKILL / "README.md"]
+    clone, env = _fresh_clone(tmp_path)
+    assert _run_blocks(SKILL_DOCS[:2], clone, env) >= 10
     # what the walk says it does, done: the model's series hold the fixes (four a side), its case is on the front page
     for comp in demo_walk.COMPONENTS:
         series = [ln for ln in (clone / f"patches/mymodel/{comp}/series").read_text().splitlines() if ln and not ln.startswith("#")]
         assert len(series) == 4 and all((clone / f"patches/mymodel/{comp}" / name).is_file() for name in series), (comp, series)
     assert "cases/mymodel/README.md" in (clone / "README.md").read_text()
     assert (clone / ".claude/skills/skill/SKILL.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    # slow: five to ten seconds where a block runs the venv's zmr or Python (the guides whose CPU blocks only grep: half a second)
+    [pytest.param(p, marks=[pytest.mark.slow] if ".venv/bin/" in p.read_text(encoding="utf-8") else []) for p in REFERENCES],
+    ids=[p.relative_to(SKILL / "references").as_posix() for p in REFERENCES],
+)
+def test_every_command_block_of_a_reference_runs_on_a_fresh_clone(tmp_path, doc):
+    """Each block of one file of skill/references as one `bash -e` script from the root of a fresh clone, in order.
+    Only a `<!-- needs: gpu|vllm|megatron|verl -->` marker skips one."""
+    pytest.importorskip("torch")
+    if all(need for _, need in _blocks(doc)):
+        return  # every block needs what CI lacks (the marker is checked by _blocks)
+    clone, env = _fresh_clone(tmp_path)
+    assert _run_blocks([doc], clone, env) >= 1
 
 
 FIGURE = re.compile(

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+import demo_walk
+from conftest import zmr
+
 ROOT = Path(__file__).resolve().parents[2]
 MAKE_DEMO = ROOT / "scripts" / "make_demo.py"
 DEMO_BITWISE = ROOT / "scripts" / "demo_bitwise.py"
@@ -499,10 +502,19 @@ def test_parallel_locate_names_the_broken_rank_and_operation(demo_trees, tmp_pat
     # rank 0 computes its own partials right; it diverges only where rank 1's partial is added in (later)
     assert by_rank[0]["op"] == "row_linear" and by_rank[0]["order"] > by_rank[1]["order"]
     assert "first differing operation: row_partial" in proc.stdout and "on rank 1" in proc.stdout
-    # zmr locate itself, on rank 1's dumps: exit 1 and the same operation
-    loc = _run([sys.executable, "-m", "zmr", "locate", str(tmp_path / "broken" / "rollout-rank1"), str(tmp_path / "broken" / "trainer-rank1")],
-               cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    # zmr locate itself (in this process), on rank 1's dumps: exit 1 and the same operation
+    loc = zmr("locate", str(tmp_path / "broken" / "rollout-rank1"), str(tmp_path / "broken" / "trainer-rank1"), cwd=ROOT)
     assert loc.returncode == 1 and "first divergence: row_partial" in loc.stdout, loc.stdout + loc.stderr
+    # the skill's decision on its JSON report (this run is the parallel fixes missing on one rank: they cannot be left out
+    # of a single-process walk): collectives, whose worked example names every fix of both series that shows in parallel
+    code, report = demo_walk.locate_json(tmp_path / "broken", "rollout-rank1", "trainer-rank1", name_map=None)
+    decide = demo_walk.skill_decide()
+    table = decide.load_table()
+    decision = decide.decide(table, report)
+    assert code == 1 and (decision["op"], decision["verdict"], decision["guide"]) == ("row_partial", "equal", "collectives"), decision
+    names = {Path(p).name for p in decision["worked_example"]["patches"]}
+    for comp in COMPONENTS:
+        assert {n for n, e in table["demo_series"][comp].items() if e["shows"] == "parallel"} <= names, comp
     # the same run without the break: no divergence on any rank
     proc = _parallel(demo_trees["release"], "--locate", str(tmp_path / "ok"), *small)
     assert proc.returncode == 0, proc.stdout + proc.stderr

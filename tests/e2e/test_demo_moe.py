@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+import demo_walk
 from e2e.test_demo import COMPONENTS, ROOT, _git, _git_env, _pins, _run, _series
 
 pytest.importorskip("torch")  # the demo extra
 
+decide = demo_walk.skill_decide()
+TABLE = decide.load_table()
 TINY = ("--hidden", "32", "--layers", "1", "--prompt-len", "1:8", "--new-tokens", "2:4")
 
 
@@ -78,16 +81,23 @@ def test_moe_expert_parallel_ep2_ep4_bitwise_and_the_standard_combine_differs(mo
 
 
 def test_locate_names_the_combine_when_its_fixed_order_is_off(moe_trees, tmp_path):
+    """Each side's own combine in place of the fixed one (the ablation of issue 51: the combine of rollout 0013 / trainer 0011
+    missing): zmr locate names the combine, and the skill's decision is moe, whose worked example names those two patches;
+    with the fixed combine nothing differs."""
     for combine, rc in (("standard", 1), ("fixed", 0)):
         out = tmp_path / combine
         proc = _script("demo_locate.py", moe_trees, "--moe", "--dtype", "bf16", "--moe-combine", combine, "--out", str(out))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        loc = _run([sys.executable, "-m", "zmr", "locate", str(out / "rollout"), str(out / "trainer"), "--map",
-                    str(out / "names.yaml"), "--json"], cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
-        assert loc.returncode == rc, loc.stdout + loc.stderr
-        report = json.loads(loc.stdout)
+        code, report = demo_walk.locate_json(out)  # zmr locate --map names.yaml --json, in this process
+        assert code == rc, report
         if rc:
             first = report["first"]
             assert first["op"] == "combine" and first["inputs_verdict"] == "equal", first
+            decision = decide.decide(TABLE, report)
+            assert (decision["op"], decision["verdict"], decision["guide"]) == ("combine", "equal", "moe"), decision
+            fixes = {p.name for comp in COMPONENTS for p in _series(ROOT / "patches" / "demo-moe" / comp)} - {
+                p.name for comp in COMPONENTS for p in _series(ROOT / "patches" / "demo" / comp)
+            }
+            assert {Path(p).name for p in decision["worked_example"]["patches"]} == fixes
         else:
             assert report["first"] is None
