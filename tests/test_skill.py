@@ -456,6 +456,33 @@ def test_every_command_block_of_a_reference_runs_on_a_fresh_clone(tmp_path, doc)
     assert _run_blocks([doc], clone, env) >= 1
 
 
+def test_what_the_skill_runs_is_installed_by_its_set_up_line():
+    """The blocks run with the set-up line removed (this test's environment stands in for the clone's .venv): every
+    `python -m X` they run must come with the extras that line installs (pytest ran there, the demo extra lacked it)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    texts = [doc.read_text(encoding="utf-8") for doc in _skill_docs()]
+    lines = {m.group(0) for text in texts for m in re.finditer(r"python3 -m venv \.venv && \.venv/bin/pip install -q -e '\.\[([\w,]+)\]'", text)}
+    assert lines, "no set-up line found"
+    optional = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def installed(extras: set[str]) -> set[str]:
+        names: set[str] = set()
+        for extra in extras:
+            for line in optional[extra]:
+                req = Requirement(line)
+                names |= installed(set(req.extras)) if req.name == "zmr" else {req.name.lower()}
+        return names
+
+    run = {m.group(1) for text in texts for m in re.finditer(r"\bpython3? -m ([\w.]+)", text)} - {"venv", "zmr"}
+    assert "pytest" in run  # the check sees what it checks
+    for line in lines:
+        extras = set(re.search(r"\[([\w,]+)\]", line).group(1).split(","))  # type: ignore[union-attr]
+        assert run - installed(extras) == set(), f"{line!r} does not install {sorted(run - installed(extras))}"
+
+
 FIGURE = re.compile(
     r"(?<![\w.§/-])(?:"
     r"(?P<unit>\d[\d,]*(?:\.\d+)?)\s?(?:%|×|µs|ms|tok/s|GB/s|TB/s|TFLOP/s|GiB|GB)(?!\w)"
