@@ -625,7 +625,6 @@ def test_help_imports_neither_ray_nor_rich_live():
 # -- the Ray executor ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_ray_gives_the_same_statuses_as_local(ray_run, local_run):
     assert ray_run.result.returncode == 1, ray_run.result.stderr
     statuses = {i: t["status"] for i, t in ray_run.by_id.items()}
