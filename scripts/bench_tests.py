@@ -140,6 +140,7 @@ def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, b
             "exit": proc.returncode,
             "timed_out": timed_out,
             "summary": tail[0],
+            "failures": [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))],  # -ra's short summary
             "passed": counts.get("passed", 0),
             "failed": counts.get("failed", 0) + counts.get("error", 0),
         }
