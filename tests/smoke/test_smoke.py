@@ -537,6 +537,7 @@ def test_a_signal_at_any_line_of_the_wait_for_the_jobs_ends_the_run(template, tm
 
         previous_alarm = signal.signal(signal.SIGALRM, hung)
         signal.alarm(30)
+        previous_trace = sys.gettrace()  # coverage.py's tracer, under coverage: put back, or the rest of the run goes unmeasured
         sys.settrace(tracer)
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -544,7 +545,7 @@ def test_a_signal_at_any_line_of_the_wait_for_the_jobs_ends_the_run(template, tm
         except Hung:
             raise AssertionError(f"the run did not end within 30 s of a SIGINT at line {line} of the wait: a lock was left taken") from None
         finally:
-            sys.settrace(None)
+            sys.settrace(previous_trace)
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous_alarm)
         lines_tried += seen >= line
