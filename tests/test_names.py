@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import make_project, zmr
@@ -204,13 +204,15 @@ _MARKDOWN = st.lists(st.sampled_from(list("ab |`*_[]()<>\\!:/#\n") + ["javascrip
 
 @settings(max_examples=300, deadline=None)
 @given(_MARKDOWN, _MARKDOWN)
+@example("]]((", "")  # found by CI: escaped, but a one-off replace of "\\](" read it as a link
 def test_plain_text_and_code_spans_keep_the_table_shape(title, code):
     rendered = table(["A", "B"], [[plain(title), _code(code)]])
     body = rendered.splitlines()
     assert len(body) == 3  # no value adds a line
     assert _cell_separators(body[2]) == 3  # nor a cell
-    assert "<" not in plain(title).replace("\\<", "")  # no tag can open
-    assert "](" not in plain(title).replace("\\](", "")  # no link can close and reopen
+    unescaped = re.sub(r"\\.", "", plain(title))  # what Markdown reads as markup: each backslash escape taken out whole
+    assert "<" not in unescaped  # no tag can open
+    assert "](" not in unescaped  # no link can close and reopen (']]((' gives '\\]\\]((', safe: a one-off replace misread it)
     fence = re.match(r"`+", _code(code))
     assert fence is not None and "`" * len(fence.group(0)) not in _code(code)[len(fence.group(0)) : -len(fence.group(0))]
 
