@@ -65,13 +65,17 @@ def _release(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _version(repo: Path) -> tuple[str, str]:
-    """What `zmr --version` and the `zmr` key of a `--json` output say when zmr runs from *repo*'s files."""
-    version = subprocess.run([sys.executable, "-m", "zmr", "--version"], cwd=repo, capture_output=True, text=True, timeout=60)
+    """What `zmr --version` and the `zmr` key of a `--json` output say when zmr runs from *repo*'s files.
+
+    Without bytecode: the release rewrites `__version__` in place (the same size, within the same second), which a cached
+    .pyc, checked by size and whole-second mtime, would not notice (conftest caches bytecode for the run)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"} | {"PYTHONDONTWRITEBYTECODE": "1"}
+    version = subprocess.run([sys.executable, "-m", "zmr", "--version"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
     assert version.returncode == 0, version.stderr
     # a --json error (no project in an empty folder) prints the envelope, as every --json output does
     empty = repo.parent / "no-project"
     empty.mkdir(exist_ok=True)
-    key = subprocess.run([sys.executable, "-m", "zmr", "-C", str(empty), "list", "--json"], cwd=repo, capture_output=True, text=True, timeout=60)
+    key = subprocess.run([sys.executable, "-m", "zmr", "-C", str(empty), "list", "--json"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
     assert key.returncode == 2, key.stderr
     return version.stdout.strip(), json.loads(key.stdout)["zmr"]
 
