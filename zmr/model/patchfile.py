@@ -41,8 +41,6 @@ commit is still a pure function of the patch bytes.
 from __future__ import annotations
 
 import datetime
-import email.header
-import email.utils
 import re
 import subprocess
 from collections.abc import Sequence
@@ -235,6 +233,8 @@ def diff_tree(repo: git.Repo, *rest: str, input: bytes | None = None) -> subproc
 
 def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
     """Header, message and diff of one patch mail."""
+    import email.utils  # here, as email.header below: a command that writes no patch (`zmr status`) needs neither
+
     ascii_only = all(ord(c) < 128 for c in meta.subject + meta.body + meta.name)
     headers = [
         ZERO_FROM_LINE,
@@ -254,6 +254,8 @@ def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
 def _encode_header(value: str) -> str:
     if all(32 <= ord(c) < 127 for c in value):
         return value
+    import email.header
+
     return email.header.Header(value, "utf-8", maxlinelen=1 << 20).encode()
 
 

@@ -13,7 +13,6 @@ digest and the changes commit are functions of those bytes.
 from __future__ import annotations
 
 import datetime
-import email.utils
 import functools
 import os
 import re
@@ -48,7 +47,14 @@ class SeriesEntry:
 
 @dataclass(frozen=True)
 class Patch:
-    """A patch file: exact bytes plus the metadata a commit needs."""
+    """A patch file: exact bytes plus the metadata a commit needs.
+
+    Author and date are kept as their headers say them (*author*: ``From:``,
+    or DEP-3's ``Author:``, unfolded; *date*: ``Date:``; *last_update*: DEP-3's
+    ``Last-Update:``) and read on first use (`author_name`, `author_email`,
+    `timestamp`, `offset`): the standard library's mail parsers cost a command
+    that never asks (``zmr list``) a few ms to import.
+    """
 
     name: str
     path: Path
@@ -56,10 +62,43 @@ class Patch:
     data: bytes
     subject: str
     body: str
-    author_name: str | None
-    author_email: str | None
-    timestamp: int | None  # author date, epoch seconds
-    offset: str = "+0000"
+    author: str | None = None
+    date: str | None = None
+    last_update: str | None = None
+
+    @functools.cached_property
+    def _author(self) -> tuple[str | None, str | None]:
+        if not self.author:
+            return None, None
+        import email.utils
+
+        name, address = email.utils.parseaddr(self.author)
+        return name or None, address or None
+
+    @property
+    def author_name(self) -> str | None:
+        return self._author[0]
+
+    @property
+    def author_email(self) -> str | None:
+        return self._author[1]
+
+    @functools.cached_property
+    def _date(self) -> tuple[int | None, str]:
+        timestamp, offset = _parse_date(self.date) if self.date else (None, "+0000")
+        if timestamp is None and self.last_update:  # DEP-3: the day its information was last updated, the nearest to an author date
+            timestamp, offset = _parse_day(self.last_update)
+        return timestamp, offset
+
+    @property
+    def timestamp(self) -> int | None:
+        """The author date, epoch seconds; None when the patch gives none zmr can read."""
+        return self._date[0]
+
+    @property
+    def offset(self) -> str:
+        """The author date's time zone, ``+HHMM``; ``+0000`` without a date."""
+        return self._date[1]
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -365,16 +404,6 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         subject = PurePosixPath(name).stem
         subject = re.sub(r"^\d{4}-", "", subject).replace("-", " ")
     author = fields.get("from") or fields.get("author")
-    author_name = author_email = None
-    if author:
-        author_name, author_email = email.utils.parseaddr(_unfold(author))
-        author_name = author_name or None
-        author_email = author_email or None
-    timestamp, offset = None, "+0000"
-    if fields.get("date"):
-        timestamp, offset = _parse_date(fields["date"])
-    if timestamp is None and fields.get("last-update"):  # DEP-3: the day its information was last updated, the nearest to an author date
-        timestamp, offset = _parse_day(fields["last-update"])
     return Patch(
         name=name,
         path=path or Path(name),
@@ -382,10 +411,9 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         data=data,
         subject=subject,
         body=body_text.strip("\n"),
-        author_name=author_name,
-        author_email=author_email,
-        timestamp=timestamp,
-        offset=offset,
+        author=_unfold(author) if author else None,  # author and date are read on first use (`Patch`)
+        date=fields.get("date") or None,
+        last_update=fields.get("last-update") or None,
     )
 
 
@@ -579,6 +607,8 @@ def _unfold(value: str) -> str:
 
 
 def _parse_date(value: str) -> tuple[int | None, str]:
+    import email.utils
+
     try:
         parsed = email.utils.parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError):
