@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, simple_model
+from conftest import REPO_ROOT, simple_model, state_dir
 
 # Never on the way to a listing, a help page or a completion: pydantic (typer 0.29's conversions), numpy (the
 # `evidence` extra: mismatch and locate alone), rich (tables on a terminal alone), click (typer 0.26+ has its own copy),
 # and what the other commands bring; importlib.resources (importlib.abc's classes bring it: zmr's moved-modules finder
-# does without them).
-HEAVY = ("pydantic", "numpy", "rich", "click", "jsonschema", "torch", "safetensors", "ray", "importlib.resources")
+# does without them); email (its parsers and writers, with socket and random: a patch's author and date are read
+# on first use, and a listing never asks).
+HEAVY = ("pydantic", "numpy", "rich", "click", "jsonschema", "torch", "safetensors", "ray", "importlib.resources", "email")
 TAB = {"_ZMR_COMPLETE": "complete_bash", "COMP_WORDS": "zmr build ", "COMP_CWORD": "2"}
 PROBE = (
     "{before}\nimport sys, json\nfrom zmr.cli import main\n"
@@ -59,6 +60,23 @@ def test_list_help_status_version_and_completion_import_nothing_heavy(project, u
         heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY)
         assert not heavy, f"zmr {what} imports {heavy}"
     assert "typer" in cases["list"][1]  # the probe sees imports at all
+
+
+def test_opening_a_project_imports_recovery_and_migration_only_when_there_is_something_to_recover_or_migrate(project, upstream):
+    """Every command opens the project (zmr.ops.recovery.open_project): where no write was cut short and no older zmr's
+    `.zmr/` is left (nearly always), neither the journal machinery nor the migration is imported; a journal left, or a
+    `.zmr/`, brings them, and the journal is undone as before."""
+    simple_model(project, upstream)
+    machinery = {"zmr.infra.transaction", "zmr.ops.legacy"}
+    assert not machinery & _imported(project.root, "list")[1]
+    journal = state_dir(project.root) / "transactions/update/toy/rollout.json"  # a name with folders, as a rebase's
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps({"version": 1, "phase": "staging", "dirs": [], "files": [], "remove": []}))
+    listed, modules = _imported(project.root, "list")
+    assert "toy" in listed and "zmr.infra.transaction" in modules and "zmr.ops.legacy" not in modules
+    assert not journal.exists()  # undone: what a SIGKILL before the commit point leaves
+    (project.root / ".zmr").mkdir()
+    assert "zmr.ops.legacy" in _imported(project.root, "list")[1]
 
 
 def test_the_probe_sees_a_heavy_import(project, upstream):
