@@ -119,8 +119,9 @@ def read_repo_file(root: Path | None, path: Path, *, limit: int, what: str, disp
 
 # -- writing -----------------------------------------------------------------------------------
 
-# Paths that name an open file descriptor of this process: written through that descriptor.
-_FD_PATH_RE = re.compile(r"/(?:dev/(?P<std>stdout|stderr)|dev/fd/(?P<fd>\d+)|proc/self/fd/(?P<pfd>\d+))\Z")
+# Paths that name an open file descriptor of this process: written through that descriptor. A pattern compiled (and kept)
+# by re when first used, as zmr.infra.git's: a command that writes nothing never pays for it.
+_FD_PATH = r"/(?:dev/(?P<std>stdout|stderr)|dev/fd/(?P<fd>\d+)|proc/self/fd/(?P<pfd>\d+))\Z"
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -142,7 +143,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    match = _FD_PATH_RE.match(os.path.abspath(path))
+    match = re.match(_FD_PATH, os.path.abspath(path))
     if match:
         fd = {"stdout": 1, "stderr": 2}.get(match.group("std") or "") or int(match.group("fd") or match.group("pfd"))
         for stream in (sys.stdout, sys.stderr):

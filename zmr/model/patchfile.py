@@ -94,8 +94,9 @@ DIFF_OPTIONS = (
     "-O/dev/null",
 )
 
-_SIGNATURE_RE = re.compile(r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$")
-_SLUG_RE = re.compile(r"[^a-z0-9]+")
+# Patterns compiled (and kept) by re when first used, as zmr.infra.git's: `zmr status` imports this module and uses none of them.
+_SIGNATURE = r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$"
+_SLUG = r"[^a-z0-9]+"
 SLUG_MAX = 52
 
 
@@ -131,7 +132,7 @@ class CommitMeta:
 
     @classmethod
     def for_commit(cls, info: git.CommitInfo) -> CommitMeta:
-        match = _SIGNATURE_RE.match(info.author.strip())
+        match = re.match(_SIGNATURE, info.author.strip())
         if match:
             name, mail, stamp, offset = match.group(1), match.group(2), int(match.group(3)), match.group(4)
         else:  # pragma: no cover - git never writes such an author line
@@ -159,7 +160,7 @@ def split_message(message: str) -> tuple[str, str]:
 
 # A message line that a reader of the patch file takes for the end of the message or the start of a diff:
 # `---` (zmr and git am end the message there), `--- x` and `Index: x` (zmr's reader does), `diff --git` (git apply reads a diff).
-_MESSAGE_CUT_RE = re.compile(r"^(?:---$|--- |diff --git |Index: )")
+_MESSAGE_CUT = r"^(?:---$|--- |diff --git |Index: )"
 
 
 def message_cut(message: str) -> tuple[int, str] | None:
@@ -177,7 +178,7 @@ def message_cut(message: str) -> tuple[int, str] | None:
         number += 1
     for index in range(number, len(lines)):
         line = lines[index].rstrip()
-        if _MESSAGE_CUT_RE.match(line):
+        if re.match(_MESSAGE_CUT, line):
             return index + 1, line
     return None
 
@@ -189,7 +190,7 @@ def normalize_subject(subject: str) -> str:
 
 def slug(subject: str) -> str:
     """``Use a fixed split size!`` → ``use-a-fixed-split-size`` (a-z, 0-9, '-'; at most 52 characters)."""
-    text = _SLUG_RE.sub("-", normalize_subject(subject).lower()).strip("-")
+    text = re.sub(_SLUG, "-", normalize_subject(subject).lower()).strip("-")
     if len(text) > SLUG_MAX:
         text = text[:SLUG_MAX].rsplit("-", 1)[0] if "-" in text[:SLUG_MAX] else text[:SLUG_MAX]
     return text.strip("-") or "patch"

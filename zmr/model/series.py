@@ -29,10 +29,12 @@ from zmr.model.yamlrecords import invisible_character
 MAX_PATCH_BYTES = 64 << 20
 MAX_SERIES_BYTES = 1 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
-_STRIP_RE = re.compile(r"-p(\d+)\Z")
+# Patterns that reading a plain series never needs (an option, an mbox, a conflict marker, a DEP-3 field, a folded header, the
+# message's checks) are strings, compiled (and kept) by re when first used, as zmr.infra.git's: `zmr list` never pays for them.
+_STRIP = r"-p(\d+)\Z"
 _DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
 # The line that starts each mail of an mbox (git format-patch: "From <id> Mon Sep 17 00:00:00 2001").
-_MBOX_FROM_RE = re.compile(rb"^From \S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}$", re.M)
+_MBOX_FROM = rb"(?m)^From \S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}$"
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -165,7 +167,7 @@ def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[
         strip = 1
         bad = False
         for option in options:
-            match = _STRIP_RE.match(option)
+            match = re.match(_STRIP, option)
             if match:
                 strip = int(match.group(1))
             else:
@@ -290,7 +292,7 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
     # Each mail's From line starts a line with "From ": fewer than two such lines, fewer than two mails (a format-patch has one).
-    mails = _MBOX_FROM_RE.findall(data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
+    mails = re.findall(_MBOX_FROM, data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
     if len(mails) > 1:
         raise SeriesError(
             f"{display}: holds {len(mails)} mails (an mbox); each patch of a series is one file, so each keeps its author and subject",
@@ -305,7 +307,7 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     return parse_patch(data, name, strip, path, display)
 
 
-_MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
+_MARKER = rb"^(<{7}|>{7})(?: |$)|^={7}$"
 _MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
 
 
@@ -322,7 +324,7 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
     markers = (
-        [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+        [(n, line) for n, line in enumerate(lines, start=1) if re.match(_MARKER, line) and (n > first or not line.startswith(b"="))]
         if any(marker in data for marker in _MARKERS)
         else []
     )  # a marker line holds one of them (most patches: none)
@@ -422,7 +424,7 @@ _GIT_DIFF_NEXT = (
     "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ", "rename from ", "rename to ",
     "similarity index ", "dissimilarity index ", "index ", "--- ", "Binary files ", "GIT binary patch", "diff --git ",
 )  # fmt: skip
-_FIRST_HUNK_RE = re.compile(r"^(?:@@ |GIT binary patch|Binary files )")
+_FIRST_HUNK = r"^(?:@@ |GIT binary patch|Binary files )"
 
 
 def message_split_problem(patch: Patch) -> tuple[int, str] | None:
@@ -436,7 +438,7 @@ def message_split_problem(patch: Patch) -> tuple[int, str] | None:
     ``git apply`` would try to read.
     """
     lines = patch.data.decode("utf-8", "surrogateescape").split("\n")
-    end = next((i for i, line in enumerate(lines) if _FIRST_HUNK_RE.match(line)), len(lines))
+    end = next((i for i, line in enumerate(lines) if re.match(_FIRST_HUNK, line)), len(lines))
     for i in range(end):
         if lines[i].startswith("diff --git ") and not (i + 1 < len(lines) and lines[i + 1].startswith(_GIT_DIFF_NEXT)):
             return i + 1, f"`{lines[i]}` quotes a diff header in the message: git apply reads a diff there and fails"
@@ -516,7 +518,7 @@ def _mail_headers(header: str) -> dict[str, str]:
 _DEP3_FIELDS = frozenset(
     ["description", "subject", "origin", "bug", "forwarded", "author", "from", "reviewed-by", "acked-by", "last-update", "applied-upstream", "signed-off-by"]
 )
-_FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+_FIELD = r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$"
 
 
 def _dep3_headers(text: str) -> dict[str, str]:
@@ -541,7 +543,7 @@ def _dep3_headers(text: str) -> dict[str, str]:
         if not line.strip():
             current, at_paragraph_start = None, True
             continue
-        match = _FIELD_RE.match(line)
+        match = re.match(_FIELD, line)
         key = match.group(1).lower() if match else ""
         if match and (current is not None or (at_paragraph_start and (not fields or key in _DEP3_FIELDS or key.startswith("bug-")))):
             current, at_paragraph_start = key, False
@@ -592,7 +594,7 @@ def _decode_words(value: str) -> str:
         return value
 
 
-_SPACE_RUN_RE = re.compile(r"\s+")
+_SPACE_RUN = r"\s+"
 
 
 def _unfold(value: str) -> str:
@@ -603,7 +605,7 @@ def _unfold(value: str) -> str:
     """
     if "\n" not in value:
         return value
-    return _SPACE_RUN_RE.sub(lambda m: " " if "\n" in m.group()[:-1] else m.group(), value)
+    return re.sub(_SPACE_RUN, lambda m: " " if "\n" in m.group()[:-1] else m.group(), value)
 
 
 def _parse_date(value: str) -> tuple[int | None, str]:
