@@ -79,6 +79,21 @@ def test_opening_a_project_imports_recovery_and_migration_only_when_there_is_som
     assert "zmr.ops.legacy" in _imported(project.root, "list")[1]
 
 
+def test_the_command_runs_with_the_garbage_collector_on_and_what_the_import_made_frozen(project, upstream):
+    """`zmr` and `python -m zmr` (zmr.__main__.run) import the CLI with the collector off and freeze what it made (it lives as
+    long as the process); the command itself runs with the collector on: a long build or update makes garbage in cycles."""
+    simple_model(project, upstream)
+    probe = (
+        "import gc, sys, zmr.cli\n"
+        "command = zmr.cli.main\n"
+        "zmr.cli.main = lambda: print(gc.isenabled(), gc.get_freeze_count() > 10000, file=sys.stderr) or command()\n"
+        "from zmr.__main__ import run\nsys.exit(run())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, "list"], cwd=project.root, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "toy" in done.stdout, done.stderr
+    assert done.stderr.splitlines()[0] == "True True"
+
+
 def test_the_probe_sees_a_heavy_import(project, upstream):
     """The check above can fail: the same probe with numpy imported on the way (as `zmr mismatch` does) sees it."""
     pytest.importorskip("numpy")
