@@ -74,7 +74,7 @@ def open_regular(path: Path, *, limit: int | None, what: str, root: Path | None 
     """
     shown = display or str(path)
     target = Path(os.path.realpath(path))
-    if root is not None and not target.is_relative_to(os.path.realpath(root)):
+    if root is not None and not _resolved_inside(target, root):
         raise FileRefused(
             shown, f"resolves outside the repository (a symbolic link?); zmr does not read a {what} from there", "replace the link with the file itself"
         )
@@ -94,6 +94,13 @@ def open_regular(path: Path, *, limit: int | None, what: str, root: Path | None 
     except BaseException:
         os.close(fd)
         raise
+
+
+def _resolved_inside(target: Path, root: Path) -> bool:
+    """*target*, a resolved path, lies inside *root* resolved: inside *root* as written is enough (no part of a resolved
+    path is a symbolic link, so neither is any part of *root* it starts with), which saves resolving *root* (an lstat
+    per part) for each file of a folder read in a row, a series' patches; else inside ``realpath(root)``."""
+    return target.is_relative_to(root) or target.is_relative_to(os.path.realpath(root))
 
 
 def read_repo_file(root: Path | None, path: Path, *, limit: int, what: str, display: str | None = None) -> bytes:
