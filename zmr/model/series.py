@@ -51,11 +51,12 @@ class SeriesEntry:
 class Patch:
     """A patch file: exact bytes plus the metadata a commit needs.
 
-    Author and date are kept as their headers say them (*author*: ``From:``,
-    or DEP-3's ``Author:``, unfolded; *date*: ``Date:``; *last_update*: DEP-3's
-    ``Last-Update:``) and read on first use (`author_name`, `author_email`,
-    `timestamp`, `offset`): the standard library's mail parsers cost a command
-    that never asks (``zmr list``) a few ms to import.
+    Author and date are kept as their headers give them (*author*: ``From:``,
+    or DEP-3's ``Author:``, decoded and unfolded; *date*: ``Date:``;
+    *last_update*: DEP-3's ``Last-Update:``) and read on first use
+    (`author_name`, `author_email`, `timestamp`, `offset`): the standard
+    library's mail parsers cost a command that never asks (``zmr list``) a few
+    ms to import.
     """
 
     name: str
