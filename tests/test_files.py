@@ -19,6 +19,22 @@ def test_a_regular_file_inside_the_root_is_read(tmp_path):
     assert read_repo_file(tmp_path, tmp_path / "link.yaml", limit=10, what="manifest") == b"x: 1\n"
 
 
+def test_a_root_named_through_a_link_or_relatively_holds_what_its_real_folder_holds(tmp_path, monkeypatch):
+    """The file, resolved, must lie inside the root resolved: a root named through a symbolic link, or relative to the
+    current folder, reads its files and refuses a link out of it (the check compares the root as written first)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.yaml").write_bytes(b"x: 1\n")
+    (tmp_path / "secret").write_bytes(b"outside\n")
+    (real / "out.yaml").symlink_to(tmp_path / "secret")
+    (tmp_path / "via").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    for root in (tmp_path / "via", Path("via"), Path("real"), tmp_path / "real" / ".." / "via"):
+        assert read_repo_file(root, root / "a.yaml", limit=10, what="manifest") == b"x: 1\n", root
+        with pytest.raises(FileRefused, match="resolves outside the repository"):
+            read_repo_file(root, root / "out.yaml", limit=10, what="manifest")
+
+
 def test_what_is_refused_unread(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()

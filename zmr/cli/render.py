@@ -165,7 +165,7 @@ class Progress:
         return Text(message)
 
     def _line(self, message: str) -> None:
-        counting = _COUNTING_RE.match(message)
+        counting = re.match(_COUNTING, message)
         if self._held is not None and not (counting and self._held.startswith(counting.group(1))):
             print(self._held, file=sys.stderr, flush=True)
         self._held = None
@@ -183,4 +183,4 @@ class Progress:
 
 
 # "<what>: Receiving objects:  45% (450/1000), 1.20 MiB": group 1 is the phase, for telling an update from a new phase.
-_COUNTING_RE = re.compile(r"(.*?: +)\d+% \(\d+/\d+\)")
+_COUNTING = r"(.*?: +)\d+% \(\d+/\d+\)"  # compiled by re when first used (a command that shows no progress never does)

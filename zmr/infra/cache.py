@@ -74,8 +74,10 @@ class Pinned(Protocol):
     def label(self) -> str: ...
 
 
-_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_SCP_LIKE_RE = re.compile(r"^[^/:]+:(?!//)")
+# A URL's scheme, scp's `host:path`, and what git says below: patterns compiled (and kept) by re when first used, as
+# zmr.infra.git's, so that a command that fetches nothing never pays for them.
+_SCHEME = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+_SCP_LIKE = r"^[^/:]+:(?!//)"
 
 # The ref prefixes of a mirror, declared here only (checkout, findbase and rebase import them).
 PINS = "refs/zmr/pins/"  # + oid: a pin, every object of its tree present
@@ -142,26 +144,26 @@ class FetchInterrupted(CacheError):
 
 
 # What git says when a transfer was cut short, not refused: no fallback answers that.
-_CUT_SHORT_RE = re.compile(
+_CUT_SHORT = (
     r"early EOF|the remote end hung up unexpectedly|unexpected disconnect while reading sideband packet|index-pack failed"
     r"|index-pack died|fetch-pack: invalid index-pack output|RPC failed; curl|Connection reset by peer|Broken pipe"
 )
 # ... unless the server said why it would not send: then a fallback may still get the commit.
-_REFUSED_RE = re.compile(r"not our ref|unadvertised object|does not support shallow|remote error|couldn't find remote ref|Server does not allow")
+_REFUSED = r"not our ref|unadvertised object|does not support shallow|remote error|couldn't find remote ref|Server does not allow"
 
 
 def _cut_short(err: git.GitError) -> str:
     """Why the fetch of *err* ended early (git killed by a signal, a transfer cut off), or '' when the server refused or the input was wrong."""
     if err.returncode < 0:
         return f"git was killed by signal {-err.returncode}"
-    if _REFUSED_RE.search(err.stderr_text) or git.storage_problem(err.stderr_text):
+    if re.search(_REFUSED, err.stderr_text) or git.storage_problem(err.stderr_text):
         return ""  # a refusal, or this disk (full, read-only): said as such elsewhere
-    match = _CUT_SHORT_RE.search(err.stderr_text)
+    match = re.search(_CUT_SHORT, err.stderr_text)
     return f"the transfer was cut off ({match.group(0)})" if match else ""
 
 
 # Network errors that may pass on their own (a dropped connection, DNS, a busy server): a fetch is tried again for them.
-_TRANSIENT_RE = re.compile(
+_TRANSIENT = (
     r"Could not resolve host|Temporary failure in name resolution|Connection timed out|Operation timed out"
     r"|The requested URL returned error: (?:429|5\d\d)|gnutls_handshake|SSL_read|TLS connection was non-properly terminated"
 )
@@ -171,9 +173,9 @@ FETCH_BACKOFF_ENV = "ZMR_FETCH_BACKOFF"  # seconds before the first retry (defau
 
 def _transient(err: git.GitError) -> str:
     """The transient network error of a failed fetch ('' when it is not one: a refusal, a kill, a full disk, a wrong name)."""
-    if err.returncode < 0 or isinstance(err, git.DamagedRepoError) or _REFUSED_RE.search(err.stderr_text) or git.storage_problem(err.stderr_text):
+    if err.returncode < 0 or isinstance(err, git.DamagedRepoError) or re.search(_REFUSED, err.stderr_text) or git.storage_problem(err.stderr_text):
         return ""
-    match = _TRANSIENT_RE.search(err.stderr_text)  # a transfer cut off is not retried: FetchInterrupted says so
+    match = re.search(_TRANSIENT, err.stderr_text)  # a transfer cut off is not retried: FetchInterrupted says so
     return match.group(0) if match else ""
 
 
@@ -201,7 +203,7 @@ def default_cache_dir() -> Path:
 
 def resolve_upstream(upstream: str, root: Path) -> str:
     """The URL git fetches from: network URLs as written, paths made absolute from *root*."""
-    if _SCHEME_RE.match(upstream) or (_SCP_LIKE_RE.match(upstream) and not upstream.startswith(("./", "../", "/"))):
+    if re.match(_SCHEME, upstream) or (re.match(_SCP_LIKE, upstream) and not upstream.startswith(("./", "../", "/"))):
         return upstream
     path = Path(upstream)
     if not path.is_absolute():

@@ -141,10 +141,11 @@ _FIXED_CONFIG = (
 
 # Transports git never gets from zmr, whatever the caller allows: ext:: runs a command, fd:: talks over a descriptor.
 _REFUSED_PROTOCOLS = frozenset({"ext", "fd"})
-# git's `<transport>::<address>` form: a remote helper, not a URL.
-_REMOTE_HELPER_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)::")
-_URL_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_SCP_LIKE_RE = re.compile(r"[^/:]+:(?!//)")
+# git's `<transport>::<address>` form: a remote helper, not a URL; a URL's scheme; scp's `host:path`. Compiled (and kept)
+# by re when first used, as the failure patterns below: a command that names no remote never pays for them.
+_REMOTE_HELPER = r"([A-Za-z][A-Za-z0-9+.-]*)::"
+_URL_SCHEME = r"([A-Za-z][A-Za-z0-9+.-]*)://"
+_SCP_LIKE = r"[^/:]+:(?!//)"
 _SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
 
 # User config keys that only steer a transport; honoured for network commands.
@@ -561,21 +562,21 @@ def caller_protocols() -> frozenset[str] | None:
 
 def url_protocol(url: str) -> str:
     """The protocol git would use for *url*, by git's names (``https``, ``ssh``, ``file``, or a remote helper's)."""
-    helper = _REMOTE_HELPER_RE.match(url)
+    helper = re.match(_REMOTE_HELPER, url)
     if helper:
         return helper.group(1).lower()
-    scheme = _URL_SCHEME_RE.match(url)
+    scheme = re.match(_URL_SCHEME, url)
     if scheme:
         name = scheme.group(1).lower()
         return "ssh" if name in _SSH_SCHEMES else name
-    if _SCP_LIKE_RE.match(url) and not url.startswith(("./", "../", "/")):
+    if re.match(_SCP_LIKE, url) and not url.startswith(("./", "../", "/")):
         return "ssh"
     return "file"
 
 
 def remote_refusal(url: str) -> str:
     """Why zmr does not let git talk to *url*, or '': a remote helper (``fd::0``), or a protocol the caller's GIT_ALLOW_PROTOCOL forbids."""
-    helper = _REMOTE_HELPER_RE.match(url)
+    helper = re.match(_REMOTE_HELPER, url)
     if helper:
         return f"{url!r} names the remote helper {helper.group(1) + '::'!r}, not a URL; zmr talks to URLs and paths only"
     protocol = url_protocol(url)
@@ -673,7 +674,7 @@ def run(
     A repository of another user that the caller does not trust (``safe.directory``) raises NotTrusted.
     """
     global _trusting
-    if transport and _subcommand(args) in ("fetch", "ls-remote", "push", "clone") and _REMOTE_HELPER_RE.match(_remote_of(args)):
+    if transport and _subcommand(args) in ("fetch", "ls-remote", "push", "clone") and re.match(_REMOTE_HELPER, _remote_of(args)):
         check_remote(_remote_of(args))
     argv = ["git", "--no-pager"]
     for item in _FIXED_CONFIG:

@@ -101,7 +101,7 @@ class Lockable(Protocol):
 
 
 MAX_TIMEOUT = 86400.0
-_SECONDS_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_SECONDS = r"\d+(?:\.\d*)?|\.\d+"  # compiled by re when first used (a variable is set): as zmr.infra.git's patterns
 
 
 def timeout(default: float = DEFAULT_TIMEOUT) -> float:
@@ -114,7 +114,7 @@ def env_seconds(name: str, default: float, what: str) -> float:
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
-    if not _SECONDS_RE.fullmatch(value.strip()) or float(value) > MAX_TIMEOUT:
+    if not re.fullmatch(_SECONDS, value.strip()) or float(value) > MAX_TIMEOUT:
         raise ZmrError(
             f"{name}={value!r}: not a number of seconds from 0 to {MAX_TIMEOUT:g}",
             details=[f"set it to {what} (e.g. {name}=60), or unset it ({default:g} s)"],

@@ -252,7 +252,8 @@ def recover(root: Path, journal: Path) -> str | None:
     return "finished" if record["phase"] == COMMIT else "undone"
 
 
-_STAGED_ENTRY_RE = re.compile(rb'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"')
+# A `[target, staged]` pair of a journal cut short: compiled (and kept) by re when first used, as zmr.infra.git's patterns.
+_STAGED_ENTRY = rb'\[\s*"((?:[^"\\]|\\.)*)"\s*,\s*"((?:[^"\\]|\\.)*)"'
 
 
 def _undo_truncated(root: Path, data: bytes, display: str) -> None:
@@ -279,7 +280,7 @@ def _undo_truncated(root: Path, data: bytes, display: str) -> None:
                 f"rename each over its file (or delete them all to keep the old content), then remove {display}",
             ],
         )
-    for match in _STAGED_ENTRY_RE.finditer(text):
+    for match in re.finditer(_STAGED_ENTRY, text):
         try:
             rel, name = (json_string(b'"' + group + b'"') for group in match.groups())
             _checked(root, {"version": JOURNAL_VERSION, "phase": STAGING, "dirs": [], "files": [[rel, name]], "remove": []})

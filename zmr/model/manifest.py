@@ -196,7 +196,7 @@ _BORROWING = {
     "http-alternates": "objects/info/http-alternates names another object folder",
     "commondir": "commondir names another git directory",
 }
-_CONFIG_INCLUDE_RE = re.compile(rb"^\s*\[\s*include(?:If)?\b", re.IGNORECASE | re.MULTILINE)
+_CONFIG_INCLUDE = rb"(?im)^\s*\[\s*include(?:If)?\b"  # compiled (and kept) by re when first used, as zmr.infra.git's patterns
 
 
 def _borrowing_file(path: Path, root: Path) -> tuple[str, str] | None:
@@ -217,7 +217,7 @@ def _borrowing_file(path: Path, root: Path) -> tuple[str, str] | None:
                 return shown, "a gitfile names another git directory"
         elif file.name in _BORROWING and (file.name == "commondir" or file.parent.name == "info"):
             return shown, _BORROWING[file.name]
-        elif file.name == "config" and _CONFIG_INCLUDE_RE.search(_head(file)):
+        elif file.name == "config" and re.search(_CONFIG_INCLUDE, _head(file)):
             return shown, "its [include] reads another config"
     return None
 

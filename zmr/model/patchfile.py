@@ -41,8 +41,6 @@ commit is still a pure function of the patch bytes.
 from __future__ import annotations
 
 import datetime
-import email.header
-import email.utils
 import re
 import subprocess
 from collections.abc import Sequence
@@ -96,8 +94,9 @@ DIFF_OPTIONS = (
     "-O/dev/null",
 )
 
-_SIGNATURE_RE = re.compile(r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$")
-_SLUG_RE = re.compile(r"[^a-z0-9]+")
+# Patterns compiled (and kept) by re when first used, as zmr.infra.git's: `zmr status` imports this module and uses none of them.
+_SIGNATURE = r"^(.*?) ?<([^<>]*)> (-?\d+) ([+-]\d{4})$"
+_SLUG = r"[^a-z0-9]+"
 SLUG_MAX = 52
 
 
@@ -133,7 +132,7 @@ class CommitMeta:
 
     @classmethod
     def for_commit(cls, info: git.CommitInfo) -> CommitMeta:
-        match = _SIGNATURE_RE.match(info.author.strip())
+        match = re.match(_SIGNATURE, info.author.strip())
         if match:
             name, mail, stamp, offset = match.group(1), match.group(2), int(match.group(3)), match.group(4)
         else:  # pragma: no cover - git never writes such an author line
@@ -161,7 +160,7 @@ def split_message(message: str) -> tuple[str, str]:
 
 # A message line that a reader of the patch file takes for the end of the message or the start of a diff:
 # `---` (zmr and git am end the message there), `--- x` and `Index: x` (zmr's reader does), `diff --git` (git apply reads a diff).
-_MESSAGE_CUT_RE = re.compile(r"^(?:---$|--- |diff --git |Index: )")
+_MESSAGE_CUT = r"^(?:---$|--- |diff --git |Index: )"
 
 
 def message_cut(message: str) -> tuple[int, str] | None:
@@ -179,7 +178,7 @@ def message_cut(message: str) -> tuple[int, str] | None:
         number += 1
     for index in range(number, len(lines)):
         line = lines[index].rstrip()
-        if _MESSAGE_CUT_RE.match(line):
+        if re.match(_MESSAGE_CUT, line):
             return index + 1, line
     return None
 
@@ -191,7 +190,7 @@ def normalize_subject(subject: str) -> str:
 
 def slug(subject: str) -> str:
     """``Use a fixed split size!`` → ``use-a-fixed-split-size`` (a-z, 0-9, '-'; at most 52 characters)."""
-    text = _SLUG_RE.sub("-", normalize_subject(subject).lower()).strip("-")
+    text = re.sub(_SLUG, "-", normalize_subject(subject).lower()).strip("-")
     if len(text) > SLUG_MAX:
         text = text[:SLUG_MAX].rsplit("-", 1)[0] if "-" in text[:SLUG_MAX] else text[:SLUG_MAX]
     return text.strip("-") or "patch"
@@ -235,6 +234,8 @@ def diff_tree(repo: git.Repo, *rest: str, input: bytes | None = None) -> subproc
 
 def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
     """Header, message and diff of one patch mail."""
+    import email.utils  # here, as email.header below: a command that writes no patch (`zmr status`) needs neither
+
     ascii_only = all(ord(c) < 128 for c in meta.subject + meta.body + meta.name)
     headers = [
         ZERO_FROM_LINE,
@@ -254,6 +255,8 @@ def format_mail(meta: CommitMeta, diff: bytes) -> bytes:
 def _encode_header(value: str) -> str:
     if all(32 <= ord(c) < 127 for c in value):
         return value
+    import email.header
+
     return email.header.Header(value, "utf-8", maxlinelen=1 << 20).encode()
 
 

@@ -113,9 +113,10 @@ def recorded(root: Path, patch: Patch) -> Patch | NotReplayed | None:
     return dataclasses.replace(patch, data=diff, strip=1)
 
 
-_MARKER_RE = re.compile(rb"^\+(?:<<<<<<<|>>>>>>>|\|\|\|\|\|\|\|)(?: |$)")
-_PATH_LINE_RE = re.compile(rb"^(?:diff --git |--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$")
-_LINK_MODE_RE = re.compile(rb"^(?:new file mode|new mode|old mode|deleted file mode) 120000$")
+# Patterns compiled (and kept) by re when first used, as zmr.infra.git's: only a command that reads a resolution pays for them.
+_MARKER = rb"^\+(?:<<<<<<<|>>>>>>>|\|\|\|\|\|\|\|)(?: |$)"
+_PATH_LINE = rb"^(?:diff --git |--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$"
+_LINK_MODE = rb"^(?:new file mode|new mode|old mode|deleted file mode) 120000$"
 
 
 def unsafe(diff: bytes) -> str | None:
@@ -128,11 +129,11 @@ def unsafe(diff: bytes) -> str | None:
             in_hunk = False
         elif line.startswith(b"@@ "):
             in_hunk = True
-        if in_hunk and _MARKER_RE.match(line):
+        if in_hunk and re.match(_MARKER, line):
             return f"line {number} adds a conflict marker ({line[1:8].decode()}): a resolution is replayed only without them"
-        if _LINK_MODE_RE.match(line.rstrip(b"\r")):
+        if re.match(_LINK_MODE, line.rstrip(b"\r")):
             return f"line {number} changes a symbolic link: a resolution may not make or change one"
-        match = _PATH_LINE_RE.match(line)
+        match = re.match(_PATH_LINE, line)
         if match:
             names = match.group(1).split(b"\t", 1)[0].replace(b'"', b" ")
             for name in names.split(b" "):
@@ -176,7 +177,7 @@ def try_recorded(
     return False
 
 
-_HEADER_PATH_RE = re.compile(rb"^(diff --git a/(\S+) b/(\S+)|(?:---|\+\+\+) [ab]/(\S+)|(?:rename|copy) (?:from|to) (\S+))$")
+_HEADER_PATH = rb"^(diff --git a/(\S+) b/(\S+)|(?:---|\+\+\+) [ab]/(\S+)|(?:rename|copy) (?:from|to) (\S+))$"
 
 
 def moved(resolution: Patch, renames: Mapping[str, str]) -> tuple[Patch, dict[str, str]] | None:
@@ -195,7 +196,7 @@ def moved(resolution: Patch, renames: Mapping[str, str]) -> tuple[Patch, dict[st
         elif line.startswith(b"@@ "):
             header = False
         for group in range(2, 6) if header else ():
-            match = _HEADER_PATH_RE.match(line)  # again after each name replaced: the spans after it moved
+            match = re.match(_HEADER_PATH, line)  # again after each name replaced: the spans after it moved
             name = match.group(group) if match else None
             if match and name is not None and name in keys:
                 start, end = match.span(group)

@@ -13,7 +13,6 @@ digest and the changes commit are functions of those bytes.
 from __future__ import annotations
 
 import datetime
-import email.utils
 import functools
 import os
 import re
@@ -30,10 +29,12 @@ from zmr.model.yamlrecords import invisible_character
 MAX_PATCH_BYTES = 64 << 20
 MAX_SERIES_BYTES = 1 << 20
 PATCH_SUFFIXES = (".patch", ".diff")
-_STRIP_RE = re.compile(r"-p(\d+)\Z")
+# Patterns that reading a plain series never needs (an option, an mbox, a conflict marker, a DEP-3 field, a folded header, the
+# message's checks) are strings, compiled (and kept) by re when first used, as zmr.infra.git's: `zmr list` never pays for them.
+_STRIP = r"-p(\d+)\Z"
 _DIFF_START_RE = re.compile(rb"^(?:diff --git |--- \S|GIT binary patch)", re.MULTILINE)
 # The line that starts each mail of an mbox (git format-patch: "From <id> Mon Sep 17 00:00:00 2001").
-_MBOX_FROM_RE = re.compile(rb"^From \S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}$", re.M)
+_MBOX_FROM = rb"(?m)^From \S+ +[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d \d{4}$"
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -48,7 +49,15 @@ class SeriesEntry:
 
 @dataclass(frozen=True)
 class Patch:
-    """A patch file: exact bytes plus the metadata a commit needs."""
+    """A patch file: exact bytes plus the metadata a commit needs.
+
+    Author and date are kept as their headers give them (*author*: ``From:``,
+    or DEP-3's ``Author:``, decoded and unfolded; *date*: ``Date:``;
+    *last_update*: DEP-3's ``Last-Update:``) and read on first use
+    (`author_name`, `author_email`, `timestamp`, `offset`): the standard
+    library's mail parsers cost a command that never asks (``zmr list``) a few
+    ms to import.
+    """
 
     name: str
     path: Path
@@ -56,10 +65,43 @@ class Patch:
     data: bytes
     subject: str
     body: str
-    author_name: str | None
-    author_email: str | None
-    timestamp: int | None  # author date, epoch seconds
-    offset: str = "+0000"
+    author: str | None = None
+    date: str | None = None
+    last_update: str | None = None
+
+    @functools.cached_property
+    def _author(self) -> tuple[str | None, str | None]:
+        if not self.author:
+            return None, None
+        import email.utils
+
+        name, address = email.utils.parseaddr(self.author)
+        return name or None, address or None
+
+    @property
+    def author_name(self) -> str | None:
+        return self._author[0]
+
+    @property
+    def author_email(self) -> str | None:
+        return self._author[1]
+
+    @functools.cached_property
+    def _date(self) -> tuple[int | None, str]:
+        timestamp, offset = _parse_date(self.date) if self.date else (None, "+0000")
+        if timestamp is None and self.last_update:  # DEP-3: the day its information was last updated, the nearest to an author date
+            timestamp, offset = _parse_day(self.last_update)
+        return timestamp, offset
+
+    @property
+    def timestamp(self) -> int | None:
+        """The author date, epoch seconds; None when the patch gives none zmr can read."""
+        return self._date[0]
+
+    @property
+    def offset(self) -> str:
+        """The author date's time zone, ``+HHMM``; ``+0000`` without a date."""
+        return self._date[1]
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -126,7 +168,7 @@ def parse_series_file(text: str, display: str) -> tuple[list[SeriesEntry], list[
         strip = 1
         bad = False
         for option in options:
-            match = _STRIP_RE.match(option)
+            match = re.match(_STRIP, option)
             if match:
                 strip = int(match.group(1))
             else:
@@ -251,7 +293,7 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     if not _DIFF_START_RE.search(data):
         raise SeriesError(f"{display}: contains no diff", details=["remove it from series, or give it the changes it was meant to carry"])
     # Each mail's From line starts a line with "From ": fewer than two such lines, fewer than two mails (a format-patch has one).
-    mails = _MBOX_FROM_RE.findall(data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
+    mails = re.findall(_MBOX_FROM, data) if data.startswith(b"From ") + data.count(b"\nFrom ") > 1 else []
     if len(mails) > 1:
         raise SeriesError(
             f"{display}: holds {len(mails)} mails (an mbox); each patch of a series is one file, so each keeps its author and subject",
@@ -266,7 +308,7 @@ def load_patch(path: Path, name: str, strip: int, display: str, *, root: Path | 
     return parse_patch(data, name, strip, path, display)
 
 
-_MARKER_RE = re.compile(rb"^(<{7}|>{7})(?: |$)|^={7}$")
+_MARKER = rb"^(<{7}|>{7})(?: |$)|^={7}$"
 _MARKERS = (b"<" * 7, b">" * 7, b"=" * 7)
 
 
@@ -283,7 +325,7 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
     markers = (
-        [(n, line) for n, line in enumerate(lines, start=1) if _MARKER_RE.match(line) and (n > first or not line.startswith(b"="))]
+        [(n, line) for n, line in enumerate(lines, start=1) if re.match(_MARKER, line) and (n > first or not line.startswith(b"="))]
         if any(marker in data for marker in _MARKERS)
         else []
     )  # a marker line holds one of them (most patches: none)
@@ -365,16 +407,6 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         subject = PurePosixPath(name).stem
         subject = re.sub(r"^\d{4}-", "", subject).replace("-", " ")
     author = fields.get("from") or fields.get("author")
-    author_name = author_email = None
-    if author:
-        author_name, author_email = email.utils.parseaddr(_unfold(author))
-        author_name = author_name or None
-        author_email = author_email or None
-    timestamp, offset = None, "+0000"
-    if fields.get("date"):
-        timestamp, offset = _parse_date(fields["date"])
-    if timestamp is None and fields.get("last-update"):  # DEP-3: the day its information was last updated, the nearest to an author date
-        timestamp, offset = _parse_day(fields["last-update"])
     return Patch(
         name=name,
         path=path or Path(name),
@@ -382,10 +414,9 @@ def parse_patch(data: bytes, name: str, strip: int = 1, path: Path | None = None
         data=data,
         subject=subject,
         body=body_text.strip("\n"),
-        author_name=author_name,
-        author_email=author_email,
-        timestamp=timestamp,
-        offset=offset,
+        author=_unfold(author) if author else None,  # author and date are read on first use (`Patch`)
+        date=fields.get("date") or None,
+        last_update=fields.get("last-update") or None,
     )
 
 
@@ -394,7 +425,7 @@ _GIT_DIFF_NEXT = (
     "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ", "rename from ", "rename to ",
     "similarity index ", "dissimilarity index ", "index ", "--- ", "Binary files ", "GIT binary patch", "diff --git ",
 )  # fmt: skip
-_FIRST_HUNK_RE = re.compile(r"^(?:@@ |GIT binary patch|Binary files )")
+_FIRST_HUNK = r"^(?:@@ |GIT binary patch|Binary files )"
 
 
 def message_split_problem(patch: Patch) -> tuple[int, str] | None:
@@ -408,7 +439,7 @@ def message_split_problem(patch: Patch) -> tuple[int, str] | None:
     ``git apply`` would try to read.
     """
     lines = patch.data.decode("utf-8", "surrogateescape").split("\n")
-    end = next((i for i, line in enumerate(lines) if _FIRST_HUNK_RE.match(line)), len(lines))
+    end = next((i for i, line in enumerate(lines) if re.match(_FIRST_HUNK, line)), len(lines))
     for i in range(end):
         if lines[i].startswith("diff --git ") and not (i + 1 < len(lines) and lines[i + 1].startswith(_GIT_DIFF_NEXT)):
             return i + 1, f"`{lines[i]}` quotes a diff header in the message: git apply reads a diff there and fails"
@@ -488,7 +519,7 @@ def _mail_headers(header: str) -> dict[str, str]:
 _DEP3_FIELDS = frozenset(
     ["description", "subject", "origin", "bug", "forwarded", "author", "from", "reviewed-by", "acked-by", "last-update", "applied-upstream", "signed-off-by"]
 )
-_FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+_FIELD = r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$"
 
 
 def _dep3_headers(text: str) -> dict[str, str]:
@@ -513,7 +544,7 @@ def _dep3_headers(text: str) -> dict[str, str]:
         if not line.strip():
             current, at_paragraph_start = None, True
             continue
-        match = _FIELD_RE.match(line)
+        match = re.match(_FIELD, line)
         key = match.group(1).lower() if match else ""
         if match and (current is not None or (at_paragraph_start and (not fields or key in _DEP3_FIELDS or key.startswith("bug-")))):
             current, at_paragraph_start = key, False
@@ -564,7 +595,7 @@ def _decode_words(value: str) -> str:
         return value
 
 
-_SPACE_RUN_RE = re.compile(r"\s+")
+_SPACE_RUN = r"\s+"
 
 
 def _unfold(value: str) -> str:
@@ -575,10 +606,12 @@ def _unfold(value: str) -> str:
     """
     if "\n" not in value:
         return value
-    return _SPACE_RUN_RE.sub(lambda m: " " if "\n" in m.group()[:-1] else m.group(), value)
+    return re.sub(_SPACE_RUN, lambda m: " " if "\n" in m.group()[:-1] else m.group(), value)
 
 
 def _parse_date(value: str) -> tuple[int | None, str]:
+    import email.utils
+
     try:
         parsed = email.utils.parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError):

@@ -27,7 +27,7 @@ from zmr.model.series import Patch
 KINDS = ("submitted", "backport", "inappropriate", "pending", "accepted", "denied")
 NEEDS_DETAIL = {"submitted": "the URL of the submission", "backport": "the upstream commit id", "inappropriate": "why it cannot go upstream"}
 _LINE = re.compile(r"^(Upstream-Status|Forwarded|Origin)\s*:\s*(.*)$", re.I)  # the value stripped by str.strip: `(.*?)\s*$` is quadratic
-_COMMIT = re.compile(r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])")
+_COMMIT = r"(?<![0-9A-Za-z])[0-9a-f]{7,40}(?![0-9A-Za-z])"  # compiled (and kept) by re when first used: a count never needs it
 FIX = "write `Upstream-Status: submitted <url>`, `backport <commit>`, `inappropriate <why>`, `pending`, `accepted` or `denied` in the patch's message"
 
 
@@ -56,7 +56,7 @@ class UpstreamStatus:
         """The upstream commit a ``backport``/``accepted`` status names."""
         if self.kind not in ("backport", "accepted"):
             return None
-        match = _COMMIT.search(self.detail)
+        match = re.search(_COMMIT, self.detail)
         return match.group(0) if match else None
 
     @property

@@ -434,12 +434,12 @@ def commit_infos(repo: git.Repo, commits: Sequence[str]) -> list[git.CommitInfo]
     return infos
 
 
-_NUMBER_RE = re.compile(r"(\d{4})-")
+_NUMBER = r"(\d{4})-"  # compiled (and kept) by re when first used, as zmr.infra.git's patterns (here too _ENTRY)
 
 
 def _next_number(index: int, before: Sequence[PlannedPatch]) -> int:
     """The NNNN of a new patch at *index*: its position, or after the patch before it (a kept ``0003-`` after a drop: ``0004-``)."""
-    match = _NUMBER_RE.match(before[-1].name.rsplit("/", 1)[-1]) if before else None
+    match = re.match(_NUMBER, before[-1].name.rsplit("/", 1)[-1]) if before else None
     return max(index + 1, int(match.group(1)) + 1 if match else 0)
 
 
@@ -453,7 +453,7 @@ def _free_name(position: int, subject: str, folder: Path, taken: set[str], ours:
     return candidate
 
 
-_ENTRY_RE = re.compile(r"^(\s*)(\S+)((?:\s+-p\d+)*)(\s*#.*)?\s*$")
+_ENTRY = r"^(\s*)(\S+)((?:\s+-p\d+)*)(\s*#.*)?\s*$"
 
 
 def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple[str, int, str | None]]) -> str:
@@ -495,7 +495,7 @@ def render_series(old_text: str, old_entries: list[SeriesEntry], new: list[tuple
         entry, comments, raw = old_by_name[old_name]
         if entry.name == name and entry.strip == strip:
             return [*comments, raw]
-        match = _ENTRY_RE.match(raw)
+        match = re.match(_ENTRY, raw)
         indent, options, comment = (match.group(1), match.group(3), match.group(4) or "") if match else ("", "", "")
         if entry.strip != strip:
             options = f" -p{strip}" if strip != 1 else ""

@@ -12,18 +12,24 @@ and so does a library caller that reads or writes the project's files:
    multi-file write a SIGKILL or a crash cut short is finished (its journal
    was committed) or undone (it was not), before anything reads the files.
 
-What was done comes back in `Opened.report`; nothing is printed.
+What was done comes back in `Opened.report`; nothing is printed. Each step
+looks first, for the price of an ``lstat`` or two, whether it has anything to
+do (a ``.zmr/`` folder; a journal): the machinery of migration and recovery is
+imported only then, not by every command every time.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zmr.infra.transaction import Recovered
+from zmr.infra.errors import ZmrError
 from zmr.model.manifest import Policy
-from zmr.model.project import Project
+from zmr.model.project import LEGACY_STATE_DIR, Project
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zmr.infra.transaction import Recovered
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,29 @@ def open_project(start: str | os.PathLike[str] | None = None, policy: Policy = P
     pull request's CI writes nothing) and nothing is migrated; the report
     says so.
     """
-    from zmr.infra import transaction
-    from zmr.ops import legacy
-
     project = Project.find(start, policy=policy)
-    migrated = legacy.migrate(project)
-    recovered = [] if policy.untrusted else transaction.finish_all(project)
+    migrated: list[str] = []
+    if os.path.lexists(project.root / LEGACY_STATE_DIR):  # `legacy.migrate`'s own first look
+        from zmr.ops import legacy
+
+        migrated = legacy.migrate(project)
+    recovered: list[Recovered] = []
+    if not policy.untrusted and _journal_left(project):
+        from zmr.infra import transaction
+
+        recovered = transaction.finish_all(project)
     return Opened(project, OpenReport(recovered, migrated))
+
+
+def _journal_left(project: Project) -> bool:
+    """Whether ``transaction.finish_all`` may have work: a ``*.json`` in the journals' folder, found as it finds them.
+
+    The same search over the same folder, so never False where it would find
+    one (it may be True where ``finish_all`` then refuses the folder: a
+    symbolic link); False, the journal machinery stays unimported.
+    """
+    try:
+        folder = project.journal_path("x").parent
+    except ZmrError:
+        return False  # no git repository, so no state folder: nothing was ever journaled here
+    return any(folder.rglob("*.json"))

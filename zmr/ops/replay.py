@@ -68,7 +68,7 @@ def apply_options(strip: int) -> list[str]:
     return ["--cached", f"-p{strip}", "--whitespace=nowarn"]
 
 
-_FAILED_AT_RE = re.compile(r"patch failed: (.+):(\d+)$")
+_FAILED_AT = r"patch failed: (.+):(\d+)$"  # compiled (and kept) by re when first used, as zmr.infra.git's patterns (here too below)
 
 
 def apply_error(component: Component, patch: Patch, stderr: str, store: Path | None = None) -> ZmrError:
@@ -83,7 +83,7 @@ def apply_error(component: Component, patch: Patch, stderr: str, store: Path | N
     lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
     where = ""
     for line in lines:
-        match = _FAILED_AT_RE.search(line)
+        match = re.search(_FAILED_AT, line)
         if match:
             file, start = match.group(1), int(match.group(2))
             hunk = next((h for h in patch.hunks() if h.file == file and h.old_start == start), None)
@@ -303,14 +303,14 @@ def _plain_ident(text: str) -> bool:
     return bool(text) and not _crud(text[0]) and not _crud(text[-1]) and not any(c in "<>\n" for c in text)
 
 
-_OFFSET_RE = re.compile(r"[+-]\d{4}")
+_OFFSET = r"[+-]\d{4}"
 
 
 def _keys(files: frozenset[str]) -> set[bytes]:
     return {f.encode("utf-8", "surrogateescape") for f in files}
 
 
-_CHECKING_RE = re.compile(rb"Checking patch (.*)\.\.\.")
+_CHECKING = rb"Checking patch (.*)\.\.\."
 
 
 def _moved_by_patch(stderr: bytes, files: Sequence[frozenset[str]]) -> list[bool | None]:
@@ -319,7 +319,7 @@ def _moved_by_patch(stderr: bytes, files: Sequence[frozenset[str]]) -> list[bool
     moved: list[bool | None] = [False] * len(files)
     current: int | None = None
     for line in stderr.split(b"\n"):
-        match = _CHECKING_RE.fullmatch(line)
+        match = re.fullmatch(_CHECKING, line)
         if match:
             # A quoted or renamed name ("a => b") is not looked up: its offsets then cannot be placed.
             current = owner.get(match.group(1).decode("utf-8", "surrogateescape"))
@@ -609,7 +609,7 @@ class Replayer:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        exact = all(_plain_ident(meta.name) and _plain_ident(meta.email) and meta.timestamp >= 0 and _OFFSET_RE.fullmatch(meta.offset) for meta, _ in pending)
+        exact = all(_plain_ident(meta.name) and _plain_ident(meta.email) and meta.timestamp >= 0 and re.fullmatch(_OFFSET, meta.offset) for meta, _ in pending)
         stream = bytearray()
         for n, (meta, changes) in enumerate(pending, 1):
             # With an identity commit-tree would tidy, fast-import only builds the trees; commit-tree writes the commits.

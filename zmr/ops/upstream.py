@@ -51,8 +51,9 @@ class UpstreamError(ZmrError):
 # -- revisions and history ------------------------------------------------------------------------
 
 
-_REV_RE = re.compile(r"(?P<name>.+?)(?P<walk>(?:[~^][0-9]*)*)")
-_ABBREV_RE = re.compile(r"[0-9a-f]{4,39}")
+# Patterns compiled (and kept) by re when first used, as zmr.infra.git's (here too below): `zmr status` imports this module.
+_REV = r"(?P<name>.+?)(?P<walk>(?:[~^][0-9]*)*)"
+_ABBREV = r"[0-9a-f]{4,39}"
 
 
 def resolve_rev(upstream: Upstream, rev: str) -> tuple[git.Repo, str]:
@@ -62,10 +63,10 @@ def resolve_rev(upstream: Upstream, rev: str) -> tuple[git.Repo, str]:
     ``~N`` / ``^N`` (``main~5``, ``v1.2^``). An abbreviated id must name an
     upstream commit (the mirror also holds the commits zmr makes from series).
     """
-    match = _REV_RE.fullmatch(rev)
+    match = re.fullmatch(_REV, rev)
     name, walk = (match.group("name"), match.group("walk")) if match else (rev, "")
     oid = None
-    if _ABBREV_RE.fullmatch(name):
+    if re.fullmatch(_ABBREV, name):
         repo = upstream.ensure_history().repo
         oid = repo.resolve(name)
         if oid is not None and not repo.first_ref_containing(oid, COMPLETE_REFS):
@@ -448,7 +449,7 @@ def upstreamed(project: Project, component: Component, rev: str | None, cache: C
 # -- range-diff ------------------------------------------------------------------------------------
 
 
-_RANGE_LINE_RE = re.compile(r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) (.*)$")
+_RANGE_LINE = r"^\s*(-|\d+):\s+(?:-+|[0-9a-f]+) ([<>=!]) \s*(-|\d+):\s+(?:-+|[0-9a-f]+) (.*)$"
 # Past any cost git's matching can give a pair of two patches: the pair is made (a pair asked for by name or position).
 _FORCE_PAIR = 100_000
 
@@ -575,7 +576,7 @@ def _parse_range_diff(text: str) -> list[_Entry]:
             entries.append(_Entry(None if old == "-" else int(old) - 1, None if new == "-" else int(new) - 1, sign, subject, "".join(lines)))
 
     for line in text.splitlines(keepends=True):
-        match = _RANGE_LINE_RE.match(line.rstrip("\n"))
+        match = re.match(_RANGE_LINE, line.rstrip("\n"))
         if match:
             flush()
             head, lines = match, [line]
@@ -695,23 +696,23 @@ def _messages(repo: git.Repo, commits: Sequence[str]) -> dict[str, str]:
 def _renumbered(block: str, i: int, j: int) -> str:
     """A forced pair's block numbers its two patches 1 and 1: give them their places in the series."""
     head, sep, rest = block.partition("\n")
-    match = _RANGE_LINE_RE.match(head)
+    match = re.match(_RANGE_LINE, head)
     if not match or (match.group(1), match.group(3)) == (str(i + 1), str(j + 1)):
         return block
     start, end = match.span(1)
     head = f"{head[:start]}{' ' * max(0, end - start - len(str(i + 1)))}{i + 1}{head[end:]}"
-    match = _RANGE_LINE_RE.match(head)
+    match = re.match(_RANGE_LINE, head)
     assert match is not None
     start, end = match.span(3)
     head = f"{head[:start]}{' ' * max(0, end - start - len(str(j + 1)))}{j + 1}{head[end:]}"
     return head + sep + rest
 
 
-_DIFF_GIT_RE = re.compile(r"^diff --git a/(.*) b/(.*)$", re.M)
+_DIFF_GIT = r"(?m)^diff --git a/(.*) b/(.*)$"
 
 
 def _files(patch: str) -> set[str]:
-    return {name for pair in _DIFF_GIT_RE.findall(patch) for name in pair}
+    return {name for pair in re.findall(_DIFF_GIT, patch) for name in pair}
 
 
 def _changes(patch: str) -> list[str]:
