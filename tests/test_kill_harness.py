@@ -71,9 +71,9 @@ def test_rebase_continue_killed_after_a_clean_cherry_pick_records_no_resolution(
     assert [t.name for t in trials] == ["atomic-write"] and trials[0].killed
 
 
-def _killed_at(tmp_path, choose):
-    """update-apply-3way SIGKILLed at the point *choose* picks from the uninterrupted run's points: its fixture and that run's snapshot."""
-    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
+def _killed_at(tmp_path, choose, name="update-apply-3way"):
+    """The scenario *name* SIGKILLed at the point *choose* picks from the uninterrupted run's points: its fixture and that run's snapshot."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == name)
     fx = scenario.build(tmp_path / "run")
     pristine = tmp_path / "pristine"
     shutil.copytree(fx.base, pristine, symlinks=True)
@@ -208,6 +208,28 @@ def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_r
     co = fx.cwd / "work/toy/rollout"
     (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
     rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
+    assert killing.snapshot(fx) == expected
+    assert not (co / ".git/shallow.lock").exists()
+
+
+def test_checkout_merge_killed_in_the_fetch_into_its_checkout_is_finished_by_continue(tmp_path):
+    """Found by the random kills of the suite under load: `zmr checkout --merge` SIGKILLed while git fetched the series into
+    the checkout left `.git/shallow.lock`; the rerun said "a --merge is in progress: --continue", and every --continue
+    stopped on "git fetch failed ... Unable to create '.../shallow.lock': File exists" (the advice led round in a circle).
+    The refresh a kill cut short left its marker: the locks of its git are zmr's, removed, and said."""
+
+    def the_fetch_into_the_checkout(points: list[str]) -> int:
+        return max(n for n in range(1, points.index("git cherry-pick") + 1) if points[n - 1] == "git fetch")
+
+    fx, expected = _killed_at(tmp_path, the_fetch_into_the_checkout, "checkout-merge")
+    co = fx.cwd / "work/toy/rollout"
+    assert (co / ".git/zmr-refresh").exists()  # killed inside the refresh
+    (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
+    again = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    assert again.returncode == 2 and "zmr checkout toy -c rollout --continue" in again.stderr, again.stderr
+    rerun = killing.run_zmr(["checkout", "toy", "-c", "rollout", "--continue"], fx.cwd, fx.env)
     assert rerun.returncode == 0, rerun.stderr
     assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
     assert killing.snapshot(fx) == expected

@@ -741,10 +741,7 @@ def _stale_locks(project: Project, state: RebaseState) -> list[str]:
     co = state.open_checkout()
     if co is None:
         return []
-    removed = co.remove_stale_locks()
-    if not removed:
-        return []
-    return [f"undone now: the lock{'s' if len(removed) != 1 else ''} {', '.join(removed)} that zmr's killed git left in {checkout.show_path(project, co.path)}"]
+    return checkout.remove_stale_locks(project, co)
 
 
 def _own_pick(co: Checkout, stopped: StoppedAt, commit: str, what: str) -> list[str]:

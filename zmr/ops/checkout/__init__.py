@@ -90,12 +90,14 @@ from zmr.ops.checkout.state import (
     checkout_path,
     config_values,
     default_path,
+    finish_refresh_locks,
     forget_pointer,
     keep_out_of_status,
     read_pointer,
     rebase_in_progress,
     refuse_during_rebase,
     remembered_checkout,
+    remove_stale_locks,
     require_checkout,
     rewritten_advice,
     same_folder,
@@ -179,6 +181,7 @@ __all__ = [
     "refuse_during_merge",
     "refuse_during_rebase",
     "remembered_checkout",
+    "remove_stale_locks",
     "require_checkout",
     "restore",
     "same_folder",
@@ -350,6 +353,7 @@ def _checkout(project: Project, component: Component, cache: Cache, path: Path |
         create_checkout(target, mirror, branch, component.commit, tip, {**config, TOKEN_KEY: new_token()})
         action, backups = "created", []
     else:
+        finish_refresh_locks(project, co)
         backups = backup(co) if force else []
         action = refresh(co, mirror.path, branch, component.commit, tip, config, clean=force, extra_updates=backups)
     made = open_checkout(target)

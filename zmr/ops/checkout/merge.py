@@ -24,7 +24,7 @@ from zmr.model.manifest import Component
 from zmr.model.patchfile import CommitMeta
 from zmr.model.project import Project
 from zmr.ops.checkout.handoff import SavedCheckout, restore, snapshot
-from zmr.ops.checkout.state import checkout_path, config_values, refuse_during_rebase, require_checkout, rewritten_advice, show_path
+from zmr.ops.checkout.state import checkout_path, config_values, finish_refresh_locks, refuse_during_rebase, require_checkout, rewritten_advice, show_path
 from zmr.ops.checkout.worktree import Checkout, CheckoutError, branch_name, check_identity, dirty, open_checkout, refresh
 from zmr.ops.patchplan import list_commits
 from zmr.ops.replay import build_chain
@@ -176,6 +176,7 @@ def _refresh_to_series(project: Project, component: Component, co: Checkout, tar
     replayed on); run again, it finishes an interrupted one."""
     source, tip = target
     branch = branch_name(component)
+    finish_refresh_locks(project, co)
     refresh(co, source, branch, component.commit, tip, config_values(project, component, branch), clean=False)
 
 

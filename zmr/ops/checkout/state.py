@@ -156,6 +156,27 @@ def show_path(project: Project, path: Path) -> str:
         return str(path)
 
 
+def remove_stale_locks(project: Project, co: Checkout) -> list[str]:
+    """The lock files zmr's own git, killed in *co*, left there (``Checkout.remove_stale_locks``) removed; what to say of it.
+
+    Only for a caller that knows every git of that checkout since was zmr's (a
+    refresh or a replay that handed nothing to the engineer, under zmr's lock
+    of the component): a lock file is otherwise a git at work.
+    """
+    removed = co.remove_stale_locks()
+    if not removed:
+        return []
+    return [f"undone now: the lock{'s' if len(removed) != 1 else ''} {', '.join(removed)} that zmr's killed git left in {show_path(project, co.path)}"]
+
+
+def finish_refresh_locks(project: Project, co: Checkout) -> None:
+    """Before a checkout is refreshed: when a refresh was killed there (its marker left, ``Checkout.half_refreshed``), the lock
+    files its git left (``shallow.lock`` of the fetch, ``index.lock`` of the reset) are removed and said (``Project.notices``):
+    every git of the rerun stopped on them."""
+    if co.half_refreshed:
+        project.notices.extend(remove_stale_locks(project, co))
+
+
 def keep_out_of_status(project: Project, target: Path) -> None:
     """Before zmr makes ``work/``: ``/work/`` in the repository's ``info/exclude``, so no checkout shows in ``git status``."""
     if target.parent.parent == project.root / "work":
