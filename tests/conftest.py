@@ -28,17 +28,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
-# Bytecode, cached for this run outside the tree. The suite starts Python hundreds of times (zmr as a process, the
+# Bytecode, written as Python writes it by default. The suite starts Python hundreds of times (zmr as a process, the
 # demo's engines, scripts): under PYTHONDONTWRITEBYTECODE (set on some machines, CI's included) each start compiled
-# every module it imports again, and each pytest-xdist worker rewrote every test module's asserts again. The cache is
-# one folder per run (xdist's workers inherit it from the main process), removed by the process that made it; a test
-# that starts Python with an environment of its own gets none of this. tests/test_startup.py and scripts/bench_*.py
-# measure start-up with bytecode cached too, as an installed zmr has it.
-if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
-    _PYCACHE = tempfile.mkdtemp(prefix="zmr-test-pycache-")
-    atexit.register(shutil.rmtree, _PYCACHE, True)
-    os.environ.pop("PYTHONDONTWRITEBYTECODE")
-    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = _PYCACHE
+# every module it imports again, and each pytest-xdist worker rewrote every test module's asserts again. The suite
+# lifts it for itself and the processes it starts: each module is compiled once, next to its source (__pycache__,
+# ignored by git), and the installed packages' own bytecode (torch's, pytest's) is used as installed. (A cache folder
+# of the run's own, PYTHONPYCACHEPREFIX, hides the installed bytecode: every run compiled torch again, in each of the
+# processes that imported it first.) A test that starts Python with an environment of its own gets none of this.
+# tests/test_startup.py and scripts/bench_*.py measure start-up with bytecode cached too, as an installed zmr has it.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
     sys.dont_write_bytecode = False
 
 # Fixed identity for fixture commits; zmr's own commits never use it.
@@ -74,17 +72,22 @@ class Upstream:
     _clock: int = 1_700_000_000
 
     def commit(self, files: dict[str, str | bytes | None], message: str) -> str:
-        for name, content in files.items():
+        # One git per command and 500 names, not one per file (a history of many files started thousands of gits). The
+        # removals first: a file removed may be a folder of a file written (a file that became a folder).
+        removed = [name for name, content in files.items() if content is None]
+        for at in range(0, len(removed), 500):
+            git("rm", "-q", "--", *removed[at : at + 500], cwd=self.path)
+        written = [name for name, content in files.items() if content is not None]
+        for name in written:
+            content = files[name]
             target = self.path / name
-            if content is None:
-                git("rm", "-q", "--", name, cwd=self.path)
-                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, bytes):
                 target.write_bytes(content)
             else:
-                target.write_text(content)
-            git("add", "--", name, cwd=self.path)
+                target.write_text(str(content))
+        for at in range(0, len(written), 500):
+            git("add", "--", *written[at : at + 500], cwd=self.path)
         self._clock += 3600
         date = f"@{self._clock} +0000"
         git("commit", "-q", "-m", message, cwd=self.path, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
