@@ -13,7 +13,9 @@ Arms (``--arms``, default all four):
   the CLI in-process), in a ``git clone --shared`` of this repository at that
   commit, its own ``zmr`` first on ``PYTHONPATH``; test files it lacks are left out.
 
-Each run is a fresh ``pytest -q -p no:cacheprovider`` process; the arms run
+Each run is a fresh ``pytest -q -p no:cacheprovider`` process, started with
+no bytecode of the repository's own modules (as on a fresh clone; the suite
+writes bytecode next to the sources, which a second run would find); the arms run
 one after the other, ``--repeat`` times, the order rotating each repetition.
 Per run: wall time, CPU time (user + system of pytest and every process it
 waited for: git, zmr subprocesses), the load average before and after (others'
@@ -41,6 +43,7 @@ Writes ``--out``/``--name``.{json,md} (default results-tests).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -108,6 +111,8 @@ def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, b
         env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])  # its zmr, not the installed one
     present = [f for f in files if (root / f).exists()]
     result: dict[str, object] = {"arm": arm, "files": present, "missing": [f for f in files if f not in present]}
+    if root == ROOT:
+        result["bytecode_removed"] = _cold(root)
     with tempfile.TemporaryDirectory(prefix=f"bench-tests-{arm}-") as tmp:
         pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *(PARALLEL if arm == "parallel" else ()), *present]
         command = [sys.executable, *pytest]
@@ -147,6 +152,24 @@ def run_arm(arm: str, files: list[str], coverage: bool, timeout: float | None, b
         if coverage and not timed_out:
             result |= _coverage_totals(rc, root, env, Path(tmp))
     return result
+
+
+def _cold(root: Path) -> int:
+    """The bytecode of the repository's own modules removed (``__pycache__`` folders that git ignores, in the folders it
+    tracks): every run starts as on a fresh clone, as CI's does, not from a previous run's compiled tests and zmr (the
+    suite writes bytecode next to the sources). How many folders went."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout.decode().split("\0")
+    folders = {(root / name).parent for name in tracked if name.endswith(".py")}
+    removed = 0
+    for folder in sorted(folders):
+        cache = folder / "__pycache__"
+        if cache.is_dir() and not cache.is_symlink():
+            for pyc in cache.glob("*.pyc"):
+                pyc.unlink()
+            with contextlib.suppress(OSError):
+                cache.rmdir()
+            removed += 1
+    return removed
 
 
 def _show(what: str, r: dict[str, object]) -> None:
