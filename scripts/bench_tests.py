@@ -4,7 +4,7 @@
 Arms (``--arms``, default all four):
 
 - ``parallel``: the suite as README's test command runs it: ``-n auto --dist
-  worksteal`` (pytest-xdist, a worker per core and one more), the CLI in-process;
+  worksteal`` (pytest-xdist, a worker per core), the CLI in-process;
 - ``in-process``: the same tests one after the other (tests/conftest.py's ``zmr`` calls
   ``zmr.cli.main`` in the test's process);
 - ``subprocess``: the same tests with every ``zmr(...)`` a ``python -m zmr``

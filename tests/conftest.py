@@ -324,14 +324,6 @@ def _in_process(args: list[str], cwd: Path, env: dict[str, str], input: str | No
     return subprocess.CompletedProcess(["zmr", *args], code, text(out), text(err))
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` (README's test command): one worker per core the suite may use, and one more. Much of the suite waits
-    (the kill harness for the processes it kills, the smoke tests' grace periods and signals, Ray's start): a worker
-    per core left about a sixth of the cores' time idle; one more fills it (1,405 tests on 2 cores: 336 s of wall time
-    against 347 to 360 s)."""
-    return len(os.sched_getaffinity(0)) + 1
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` first, the others in their order: a parallel run (``pytest -n auto --dist worksteal``, as
     README's test command) starts its longest tests at once instead of ending on one of them with the other workers idle."""

@@ -39,8 +39,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from typing import IO
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,16 +224,26 @@ def hang_up_by_default() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def kill_at_instant(fx: Fixture, delay: float, sig: int) -> int | None:
-    """Run the command, and *delay* seconds after its start send *sig* to its process group; its exit status, None when killed."""
+def kill_at_instant(fx: Fixture, delay: float, sig: int, said: list[str] | None = None) -> int | None:
+    """Run the command, and *delay* seconds after its start send *sig* to its process group; its exit status, None when killed.
+    What it wrote to stderr goes to *said* (a failed trial names it)."""
     full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
     full.update(fx.env)
+    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nobody reads it while the command runs
+        status = _killed(fx, full, delay, sig, stderr)
+        stderr.seek(0)
+        if said is not None:
+            said.append(stderr.read()[-2000:].decode("utf-8", "replace"))
+    return status
+
+
+def _killed(fx: Fixture, full: dict[str, str], delay: float, sig: int, stderr: IO[bytes]) -> int | None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "zmr", *fx.args],
         cwd=fx.cwd,
         env=full,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         start_new_session=True,
         preexec_fn=hang_up_by_default,
     )
@@ -288,11 +300,12 @@ def run_random(scenario: Scenario, folder: Path, seeds: list[int]) -> list[Rando
         sig = rng.choice(_RANDOM_SIGNALS)
         shutil.rmtree(base)
         shutil.copytree(pristine, base, symlinks=True)
-        status = kill_at_instant(fx, delay, sig)
+        said: list[str] = []
+        status = kill_at_instant(fx, delay, sig, said)
         trial = RandomTrial(seed, signal.Signals(sig).name, delay, status is None, "")
         where = f"{scenario.name}, {trial.signal} at {delay:.3f} s of {total:.3f} s (seed {seed})"
         try:
-            assert status is None or status == fx.code, f"{where}: exit {status}"
+            assert status is None or status == fx.code, f"{where}: exit {status}; it said:\n{said[0]}"
             trial.recovered, trial.steps = converge(fx)
             now = snapshot(fx)
             where += f"; then {trial.steps}"
