@@ -176,9 +176,10 @@ def message_cut(message: str) -> tuple[int, str] | None:
         number += 1
     while number < len(lines) and lines[number].strip():  # the subject paragraph becomes one Subject: line
         number += 1
+    cut = re.compile(_MESSAGE_CUT)  # once, not per line
     for index in range(number, len(lines)):
         line = lines[index].rstrip()
-        if re.match(_MESSAGE_CUT, line):
+        if cut.match(line):
             return index + 1, line
     return None
 

@@ -124,16 +124,17 @@ def unsafe(diff: bytes) -> str | None:
     outside the tree (absolute, ``..`` or ``.git`` in it) or changes a symbolic link. One pass over its lines; a path
     line is checked wherever it stands (git apply may read one after a hunk)."""
     in_hunk = False
+    marker, link_mode, path_line = re.compile(_MARKER), re.compile(_LINK_MODE), re.compile(_PATH_LINE)  # once, not per line
     for number, line in enumerate(diff.split(b"\n"), 1):
         if line.startswith(b"diff --git "):
             in_hunk = False
         elif line.startswith(b"@@ "):
             in_hunk = True
-        if in_hunk and re.match(_MARKER, line):
+        if in_hunk and marker.match(line):
             return f"line {number} adds a conflict marker ({line[1:8].decode()}): a resolution is replayed only without them"
-        if re.match(_LINK_MODE, line.rstrip(b"\r")):
+        if link_mode.match(line.rstrip(b"\r")):
             return f"line {number} changes a symbolic link: a resolution may not make or change one"
-        match = re.match(_PATH_LINE, line)
+        match = path_line.match(line)
         if match:
             names = match.group(1).split(b"\t", 1)[0].replace(b'"', b" ")
             for name in names.split(b" "):
@@ -190,13 +191,14 @@ def moved(resolution: Patch, renames: Mapping[str, str]) -> tuple[Patch, dict[st
     done: dict[str, str] = {}
     out: list[bytes] = []
     header = False
+    header_path = re.compile(_HEADER_PATH)  # once, not per line
     for line in resolution.data.split(b"\n"):
         if line.startswith(b"diff --git "):
             header = True
         elif line.startswith(b"@@ "):
             header = False
         for group in range(2, 6) if header else ():
-            match = re.match(_HEADER_PATH, line)  # again after each name replaced: the spans after it moved
+            match = header_path.match(line)  # again after each name replaced: the spans after it moved
             name = match.group(group) if match else None
             if match and name is not None and name in keys:
                 start, end = match.span(group)

@@ -324,11 +324,10 @@ def form_problems(data: bytes, display: str) -> list[Problem]:
     lines = data.split(b"\n")
     start = _DIFF_START_RE.search(data)
     first = data[: start.start()].count(b"\n") if start else len(lines)
-    markers = (
-        [(n, line) for n, line in enumerate(lines, start=1) if re.match(_MARKER, line) and (n > first or not line.startswith(b"="))]
-        if any(marker in data for marker in _MARKERS)
-        else []
-    )  # a marker line holds one of them (most patches: none)
+    markers: list[tuple[int, bytes]] = []
+    if any(marker in data for marker in _MARKERS):  # a marker line holds one of them (most patches: none)
+        marker_line = re.compile(_MARKER).match  # (re's cache, once for the file: not a lookup per line)
+        markers = [(n, line) for n, line in enumerate(lines, start=1) if marker_line(line) and (n > first or not line.startswith(b"="))]
     for number, line in markers:
         shown = f"conflict marker `{line.decode('utf-8', 'replace')[:40]}`"
         if number != markers[0][0]:  # one cause, its advice said once: at the first marker, which names every line
@@ -439,7 +438,8 @@ def message_split_problem(patch: Patch) -> tuple[int, str] | None:
     ``git apply`` would try to read.
     """
     lines = patch.data.decode("utf-8", "surrogateescape").split("\n")
-    end = next((i for i, line in enumerate(lines) if re.match(_FIRST_HUNK, line)), len(lines))
+    first_hunk = re.compile(_FIRST_HUNK).match  # (re's cache, once for the patch: not a lookup per line)
+    end = next((i for i, line in enumerate(lines) if first_hunk(line)), len(lines))
     for i in range(end):
         if lines[i].startswith("diff --git ") and not (i + 1 < len(lines) and lines[i + 1].startswith(_GIT_DIFF_NEXT)):
             return i + 1, f"`{lines[i]}` quotes a diff header in the message: git apply reads a diff there and fails"
@@ -538,13 +538,14 @@ def _dep3_headers(text: str) -> dict[str, str]:
     current: str | None = None  # the field whose continuation lines may follow
     folded: list[str] = []  # the subject's continuation lines (joined once, at the end)
     at_paragraph_start = True
+    field_line = re.compile(_FIELD).match  # (re's cache, once for the text: not a lookup per line)
     for line in text.split("\n"):
         if line.startswith(("diff --git ", "--- ", "Index: ", "=== ")) or line.rstrip() == "---":
             break
         if not line.strip():
             current, at_paragraph_start = None, True
             continue
-        match = re.match(_FIELD, line)
+        match = field_line(line)
         key = match.group(1).lower() if match else ""
         if match and (current is not None or (at_paragraph_start and (not fields or key in _DEP3_FIELDS or key.startswith("bug-")))):
             current, at_paragraph_start = key, False

@@ -82,8 +82,9 @@ def apply_error(component: Component, patch: Patch, stderr: str, store: Path | N
         return git.StorageError(("apply", *apply_options(patch.strip)), 1, b"", stderr.encode(), store or "the repository's object store", reason)
     lines = [line.removeprefix("error: ").strip() for line in stderr.splitlines() if line.strip()]
     where = ""
+    failed_at = re.compile(_FAILED_AT)  # once, not per line
     for line in lines:
-        match = re.search(_FAILED_AT, line)
+        match = failed_at.search(line)
         if match:
             file, start = match.group(1), int(match.group(2))
             hunk = next((h for h in patch.hunks() if h.file == file and h.old_start == start), None)
@@ -318,8 +319,9 @@ def _moved_by_patch(stderr: bytes, files: Sequence[frozenset[str]]) -> list[bool
     owner = {name: k for k, names in enumerate(files) for name in names}
     moved: list[bool | None] = [False] * len(files)
     current: int | None = None
+    checking = re.compile(_CHECKING)  # once, not per line
     for line in stderr.split(b"\n"):
-        match = re.fullmatch(_CHECKING, line)
+        match = checking.fullmatch(line)
         if match:
             # A quoted or renamed name ("a => b") is not looked up: its offsets then cannot be placed.
             current = owner.get(match.group(1).decode("utf-8", "surrogateescape"))

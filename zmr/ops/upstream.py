@@ -575,8 +575,9 @@ def _parse_range_diff(text: str) -> list[_Entry]:
             old, sign, new, subject = head.groups()
             entries.append(_Entry(None if old == "-" else int(old) - 1, None if new == "-" else int(new) - 1, sign, subject, "".join(lines)))
 
+    range_line = re.compile(_RANGE_LINE)  # once, not per line
     for line in text.splitlines(keepends=True):
-        match = re.match(_RANGE_LINE, line.rstrip("\n"))
+        match = range_line.match(line.rstrip("\n"))
         if match:
             flush()
             head, lines = match, [line]
