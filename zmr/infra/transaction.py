@@ -60,6 +60,8 @@ class JournalOwner(Protocol):
 
     def journal_path(self, name: str) -> Path: ...
 
+    def journal_folder(self) -> Path | None: ...
+
 
 JOURNAL_VERSION = 1
 STAGED_SUFFIX = ".zmr-stage"
@@ -186,11 +188,8 @@ class Recovered:
 
 def finish_all(project: JournalOwner) -> list[Recovered]:
     """Every interrupted transaction of *project* finished or undone (one whose lock a running zmr holds is left to it): what was done."""
-    try:
-        folder = project.journal_path("x").parent
-    except ZmrError:
-        return []  # no git repository, so no state folder: nothing was ever journaled here
-    if folder.is_symlink() or not folder.is_dir():
+    folder = project.journal_folder()
+    if folder is None or folder.is_symlink() or not folder.is_dir():
         return []
     done = []
     for journal in sorted(folder.rglob("*.json")):

@@ -162,6 +162,14 @@ class Project:
         """``zmr/transactions/<name>.json``: the journal of a multi-file write (zmr.infra.transaction) under way or interrupted."""
         return self.state_path(JOURNAL, name=name)
 
+    def journal_folder(self) -> Path | None:
+        """``zmr/transactions/``, the folder of every ``journal_path``; None where there is no git repository, so no state
+        folder: nothing was ever journaled here. The one lookup of it (``transaction.finish_all`` and the opening check)."""
+        try:
+            return self.state_path(JOURNAL, name="-").parent
+        except ZmrError:
+            return None
+
     def smoke_artifacts(self, model: str) -> Path:
         """``zmr/smoke/<model>/``: logs and test outputs of ``zmr smoke`` when no ``--artifacts`` is given."""
         return self.state_path(SMOKE, model=model)

@@ -741,7 +741,7 @@ def _stale_locks(project: Project, state: RebaseState) -> list[str]:
     co = state.open_checkout()
     if co is None:
         return []
-    return checkout.remove_stale_locks(project, co)
+    return checkout.clear_stale_locks(project, co)
 
 
 def _own_pick(co: Checkout, stopped: StoppedAt, commit: str, what: str) -> list[str]:

@@ -24,7 +24,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zmr.infra.errors import ZmrError
 from zmr.model.manifest import Policy
 from zmr.model.project import LEGACY_STATE_DIR, Project
 
@@ -88,8 +87,5 @@ def _journal_left(project: Project) -> bool:
     one (it may be True where ``finish_all`` then refuses the folder: a
     symbolic link); False, the journal machinery stays unimported.
     """
-    try:
-        folder = project.journal_path("x").parent
-    except ZmrError:
-        return False  # no git repository, so no state folder: nothing was ever journaled here
-    return any(folder.rglob("*.json"))
+    folder = project.journal_folder()
+    return folder is not None and any(folder.rglob("*.json"))

@@ -156,7 +156,7 @@ def show_path(project: Project, path: Path) -> str:
         return str(path)
 
 
-def remove_stale_locks(project: Project, co: Checkout) -> list[str]:
+def clear_stale_locks(project: Project, co: Checkout) -> list[str]:
     """The lock files zmr's own git, killed in *co*, left there (``Checkout.remove_stale_locks``) removed; what to say of it.
 
     Only for a caller that knows every git of that checkout since was zmr's (a
@@ -174,7 +174,7 @@ def finish_refresh_locks(project: Project, co: Checkout) -> None:
     files its git left (``shallow.lock`` of the fetch, ``index.lock`` of the reset) are removed and said (``Project.notices``):
     every git of the rerun stopped on them."""
     if co.half_refreshed:
-        project.notices.extend(remove_stale_locks(project, co))
+        project.notices.extend(clear_stale_locks(project, co))
 
 
 def keep_out_of_status(project: Project, target: Path) -> None:
