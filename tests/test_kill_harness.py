@@ -196,6 +196,54 @@ def test_a_hang_up_or_sigterm_handled_in_string_compiled_code_ends_zmr_with_129_
     assert killing.snapshot(fx) == expected, steps
 
 
+@pytest.mark.parametrize("left", [["refs/heads/toy/rollout.lock"], ["index.lock", "refs/heads/toy/rollout.lock"]], ids=["ref", "index-and-ref"])
+def test_a_hang_up_that_kills_a_git_in_the_checkout_still_undoes_the_move_and_exits_129(tmp_path, left):
+    """Found by the random kills under load (CI, a third test worker): SIGHUP to `zmr update --apply`'s process group
+    killed its git in the rebase's checkout, which left its lock files there. zmr's handler undid the move, but the undo's
+    own git stopped on those locks: "git update-ref failed ... refs/heads/toy/rollout.lock: File exists", exit 2, the
+    move half undone. Ctrl-C in a terminal signals the whole group the same way. The locks of zmr's own killed git
+    are removed (and said) before the undo, which then completes: 129, and the next commands reach the uninterrupted
+    run's state. Here the pause hook holds zmr inside the move, and the locks are what its killed git leaves."""
+    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
+    fx = scenario.build(tmp_path / "run")
+    pristine = tmp_path / "pristine"
+    shutil.copytree(fx.base, pristine, symlinks=True)
+    assert killing.run_zmr(fx.args, fx.cwd, fx.env).returncode == 0
+    expected = killing.snapshot(fx)
+    shutil.rmtree(fx.base)
+    shutil.copytree(pristine, fx.base, symlinks=True)
+    marker = tmp_path / "paused"
+    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zmr", *fx.args],
+        cwd=fx.cwd,
+        env={**full, **fx.env, "ZMR_TEST_PAUSE": f"transaction-staged={marker}"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=killing.hang_up_by_default,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, f"zmr ended (exit {proc.returncode}) before the pause: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, "zmr never paused"
+        time.sleep(0.02)
+    co = fx.cwd / "work/toy/rollout"
+    assert (fx.cwd / ".git/zmr/rebase/toy/rollout/state.json").is_file()  # inside the move: the undo has work to do
+    for name in left:
+        (co / ".git" / name).write_bytes(b"")
+    os.killpg(proc.pid, signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 129, err
+    assert err.startswith("zmr: hung up\n"), err
+    assert f"undone now: the lock{'s' if len(left) > 1 else ''} {', '.join(sorted(left))} that zmr's killed git left in work/toy/rollout" in err, err
+    assert not (fx.cwd / ".git/zmr/rebase/toy/rollout").exists()  # the move undone, all of it
+    assert not list((co / ".git").rglob("*.lock"))
+    _, steps = killing.converge(fx)
+    assert killing.snapshot(fx) == expected, steps
+
+
 def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_rerun(tmp_path):
     """Issue #47.10, found by random kills of `zmr update --apply` on verl's history: killed while git fetched the old
     commits into the checkout (before any pick), git left `.git/shallow.lock`, and the rerun stopped with "git fetch

@@ -846,8 +846,16 @@ class Aborted(Report):
 
 @locked
 def abort(project: Project, component: Component) -> Aborted:
-    """Put pin, series and checkout back exactly as they were before the rebase started."""
+    """Put pin, series and checkout back exactly as they were before the rebase started.
+
+    The lock files that zmr's own git, killed in the checkout, left there are
+    removed first and said (``Project.notices``): a Ctrl-C or a hang-up of the
+    whole process group kills that git as it interrupts zmr, and the undo's own
+    git would stop on them (never where a conflict handed the checkout to the
+    engineer: ``_stale_locks``).
+    """
     state = _load(project, component)
+    project.notices.extend(_stale_locks(project, state))
     folder = project.rebase_dir(component)
     saved = state.saved
     assert saved is not None
