@@ -157,13 +157,9 @@ def test_a_writer_killed_at_random_instants_is_recovered_by_the_next_commands(tm
     assert len(trials) == len(RANDOM[scenario.name])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "point"), [("SIGHUP", "locked"), ("SIGHUP", "transaction-staged"), ("SIGTERM", "transaction-staged")])
-def test_a_hang_up_or_sigterm_handled_in_string_compiled_code_ends_zmr_with_129_or_143(tmp_path, name, point):
-    """Issue #47, found by the random kills under load: `zmr update --apply` hung up (SIGHUP to its process group) said
-    "zmr: hung up", undid its work, returned 129, and ended killed by SIGINT (-2). The interrupt zmr's handler raised had
-    left code compiled from a string (a dataclass made by a lazy import): CPython notes that as an unhandled Ctrl-C, and
-    `python -m` ends by SIGINT at exit whatever the status. The pause hook waits in such code, so the signal lands there."""
+def _paused_update_apply(tmp_path, point: str) -> tuple[killing.Fixture, dict[str, object], subprocess.Popen[str]]:
+    """update-apply-3way run in a process group of its own, held by the pause hook at *point* (`zmr.infra.faults`): its
+    fixture, the uninterrupted run's snapshot, and the paused process (stderr piped) for the test to signal."""
     scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
     fx = scenario.build(tmp_path / "run")
     pristine = tmp_path / "pristine"
@@ -189,6 +185,17 @@ def test_a_hang_up_or_sigterm_handled_in_string_compiled_code_ends_zmr_with_129_
         assert proc.poll() is None, f"zmr ended (exit {proc.returncode}) before {point}: {proc.communicate()[1]}"
         assert time.monotonic() < deadline, f"zmr never reached {point}"
         time.sleep(0.02)
+    return fx, expected, proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "point"), [("SIGHUP", "locked"), ("SIGHUP", "transaction-staged"), ("SIGTERM", "transaction-staged")])
+def test_a_hang_up_or_sigterm_handled_in_string_compiled_code_ends_zmr_with_129_or_143(tmp_path, name, point):
+    """Issue #47, found by the random kills under load: `zmr update --apply` hung up (SIGHUP to its process group) said
+    "zmr: hung up", undid its work, returned 129, and ended killed by SIGINT (-2). The interrupt zmr's handler raised had
+    left code compiled from a string (a dataclass made by a lazy import): CPython notes that as an unhandled Ctrl-C, and
+    `python -m` ends by SIGINT at exit whatever the status. The pause hook waits in such code, so the signal lands there."""
+    fx, expected, proc = _paused_update_apply(tmp_path, point)
     os.killpg(proc.pid, getattr(signal, name))
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == ((129, "zmr: hung up\n") if name == "SIGHUP" else (143, "zmr: terminated\n"))
@@ -204,31 +211,7 @@ def test_a_hang_up_that_kills_a_git_in_the_checkout_still_undoes_the_move_and_ex
     move half undone. Ctrl-C in a terminal signals the whole group the same way. The locks of zmr's own killed git
     are removed (and said) before the undo, which then completes: 129, and the next commands reach the uninterrupted
     run's state. Here the pause hook holds zmr inside the move, and the locks are what its killed git leaves."""
-    scenario = next(s for s in killing.SCENARIOS if s.name == "update-apply-3way")
-    fx = scenario.build(tmp_path / "run")
-    pristine = tmp_path / "pristine"
-    shutil.copytree(fx.base, pristine, symlinks=True)
-    assert killing.run_zmr(fx.args, fx.cwd, fx.env).returncode == 0
-    expected = killing.snapshot(fx)
-    shutil.rmtree(fx.base)
-    shutil.copytree(pristine, fx.base, symlinks=True)
-    marker = tmp_path / "paused"
-    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zmr", *fx.args],
-        cwd=fx.cwd,
-        env={**full, **fx.env, "ZMR_TEST_PAUSE": f"transaction-staged={marker}"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=killing.hang_up_by_default,
-    )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None, f"zmr ended (exit {proc.returncode}) before the pause: {proc.communicate()[1]}"
-        assert time.monotonic() < deadline, "zmr never paused"
-        time.sleep(0.02)
+    fx, expected, proc = _paused_update_apply(tmp_path, "transaction-staged")
     co = fx.cwd / "work/toy/rollout"
     assert (fx.cwd / ".git/zmr/rebase/toy/rollout/state.json").is_file()  # inside the move: the undo has work to do
     for name in left:
