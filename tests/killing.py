@@ -42,9 +42,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import IO
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from conftest import git, make_project, make_upstream, simple_model
 
@@ -224,17 +224,15 @@ def hang_up_by_default() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def kill_at_instant(fx: Fixture, delay: float, sig: int, said: list[str] | None = None) -> int | None:
-    """Run the command, and *delay* seconds after its start send *sig* to its process group; its exit status, None when killed.
-    What it wrote to stderr goes to *said* (a failed trial names it)."""
+def kill_at_instant(fx: Fixture, delay: float, sig: int) -> tuple[int | None, str]:
+    """Run the command, and *delay* seconds after its start send *sig* to its process group: its exit status, None when
+    killed, and the end of what it wrote to stderr (a failed trial names it)."""
     full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
     full.update(fx.env)
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nobody reads it while the command runs
         status = _killed(fx, full, delay, sig, stderr)
         stderr.seek(0)
-        if said is not None:
-            said.append(stderr.read()[-2000:].decode("utf-8", "replace"))
-    return status
+        return status, stderr.read()[-2000:].decode("utf-8", "replace")
 
 
 def _killed(fx: Fixture, full: dict[str, str], delay: float, sig: int, stderr: IO[bytes]) -> int | None:
@@ -300,12 +298,11 @@ def run_random(scenario: Scenario, folder: Path, seeds: list[int]) -> list[Rando
         sig = rng.choice(_RANDOM_SIGNALS)
         shutil.rmtree(base)
         shutil.copytree(pristine, base, symlinks=True)
-        said: list[str] = []
-        status = kill_at_instant(fx, delay, sig, said)
+        status, said = kill_at_instant(fx, delay, sig)
         trial = RandomTrial(seed, signal.Signals(sig).name, delay, status is None, "")
         where = f"{scenario.name}, {trial.signal} at {delay:.3f} s of {total:.3f} s (seed {seed})"
         try:
-            assert status is None or status == fx.code, f"{where}: exit {status}; it said:\n{said[0]}"
+            assert status is None or status == fx.code, f"{where}: exit {status}; it said:\n{said}"
             trial.recovered, trial.steps = converge(fx)
             now = snapshot(fx)
             where += f"; then {trial.steps}"
