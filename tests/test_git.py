@@ -6,6 +6,11 @@ are not UTF-8, a submodule entry (gitlink) whose commit is not in the repository
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -364,3 +369,51 @@ def test_head_is_read_pointed_and_detached_through_repo_methods(tmp_path):
     assert repo.head_symref() == "refs/heads/other"
     assert zgit.Repo.at(work / "sub").absolute_toplevel() == work.resolve()
     assert zgit.Repo.at(tmp_path).absolute_toplevel() is None
+
+
+def test_a_run_with_progress_passes_the_progress_lines_and_keeps_the_rest_and_its_input_whole(tmp_path):
+    """With a progress callback, git's progress lines go to it as they come; stdout, the other stderr lines and the exit
+    status are those of a run without one, and an input larger than a pipe holds reaches git whole."""
+    src, dst = tmp_path / "src", tmp_path / "dst.git"
+    git("init", "-q", "-b", "main", str(src))
+    for n in range(30):
+        (src / f"f{n}").write_text(f"{n}\n")
+        git("add", f"f{n}", cwd=src)
+        git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", str(n), cwd=src)
+    git("init", "-q", "--bare", str(dst))
+    lines: list[str] = []
+    fetched = zgit.run(["fetch", "--progress", src.as_uri(), "+refs/heads/*:refs/heads/*"], git_dir=dst, transport=True, progress=lines.append)
+    assert fetched.returncode == 0 and any(" objects: " in line and "% (" in line for line in lines), lines
+    assert b"% (" not in fetched.stderr and b"[new branch]" in fetched.stderr  # progress out of what is kept, the rest in it
+    assert git("rev-parse", "main", cwd=dst).strip() == git("rev-parse", "main", cwd=src).strip()
+    data = bytes(range(256)) * 4096  # 1 MiB: many pipe buffers
+    args = ["hash-object", "--stdin"]
+    assert zgit.run(args, input=data, progress=lines.append).stdout == zgit.run(args, input=data).stdout
+    failed = zgit.run(["rev-parse", "--verify", "nothing"], cwd=src, check=False, progress=lines.append)
+    assert failed.returncode == 128 and b"fatal" in failed.stderr
+
+
+def test_an_interrupt_while_git_shows_progress_ends_the_run_at_once_though_a_child_of_git_holds_its_pipes(tmp_path):
+    """A Ctrl-C (or the SIGTERM or SIGHUP zmr turns into one) while zmr reads a git's progress kills that git and returns
+    at once, as `subprocess.run` does for the other git commands: a child of git that keeps the pipes open (a fetch's remote
+    helper; here an alias's command, sleeping a minute) does not hold zmr. It used to wait for that child's end."""
+    pid_file = tmp_path / "child.pid"
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    start = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            zgit.run(["-c", f"alias.hang=!echo $$ > {pid_file}; exec sleep 60", "hang"], cwd=tmp_path, progress=lambda line: None)
+        took = time.monotonic() - start
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+        if pid_file.is_file():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert pid_file.is_file()  # the child was running when the interrupt came
+    assert took < 10, took

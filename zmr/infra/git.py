@@ -37,12 +37,11 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from zmr.infra import lock
 from zmr.infra.errors import ZmrError
@@ -758,40 +757,64 @@ _PROGRESS_LINE = rb"^(?:remote: )?[A-Z][a-z]+(?: [a-z]+)*: +\d+% \(\d+/\d+\)"
 def _run_with_progress(
     argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], progress: Progress, input: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin."""
+    """Run git reading its stderr as it comes: progress lines (ended by CR) go to *progress*, the rest is kept; *input* is its stdin.
+
+    This thread alone waits on git's pipes (as ``Popen.communicate`` does), so an interrupt (Ctrl-C, or the SIGTERM and
+    SIGHUP zmr turns into one) ends the wait at once: git is killed, as ``subprocess.run`` kills it, and the pipes are
+    closed, even where a child of git (a fetch's remote helper) still holds them open.
+    """
+    import select
+    import selectors
+
     stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    if input is not None:
-        threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True).start()
+    out: list[bytes] = []
     kept: list[bytes] = []
-    pending = b""
-    with proc:
-        while True:
-            chunk = os.read(proc.stderr.fileno(), 65536)
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = re.split(rb"[\r\n]", pending)
-            for line in lines:
-                if re.match(_PROGRESS_LINE, line):
-                    progress(line.decode("utf-8", "replace").removeprefix("remote: ").strip())
-                elif line.strip():
-                    kept.append(line)
-        reader.join()
+    pending, sent = b"", 0
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            if proc.stdin is not None:
+                selector.register(proc.stdin, selectors.EVENT_WRITE)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    if key.fileobj is proc.stdin:
+                        assert input is not None and proc.stdin is not None
+                        try:  # at most PIPE_BUF bytes: a write to a pipe said writable that never blocks
+                            sent += os.write(key.fd, input[sent : sent + select.PIPE_BUF])
+                        except BrokenPipeError:  # git exited without reading it all (a failed fetch): not an error here
+                            sent = len(input)
+                        if sent >= len(input):
+                            selector.unregister(key.fileobj)
+                            proc.stdin.close()
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                    elif key.fileobj is proc.stdout:
+                        out.append(chunk)
+                    else:
+                        pending += chunk
+                        *lines, pending = re.split(rb"[\r\n]", pending)
+                        for line in lines:
+                            if re.match(_PROGRESS_LINE, line):
+                                progress(line.decode("utf-8", "replace").removeprefix("remote: ").strip())
+                            elif line.strip():
+                                kept.append(line)
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()  # git itself, killed: at once (a child of its that holds a pipe gets EPIPE once the pipes are closed)
+        raise
+    finally:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     if pending.strip():
         kept.append(pending)
-    return subprocess.CompletedProcess(argv, proc.returncode, b"".join(chunks), b"".join(line + b"\n" for line in kept))
-
-
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    """Write *data* to a child's stdin and close it; a child that exits first (a failed fetch) is not an error here."""
-    with contextlib.suppress(BrokenPipeError, OSError):
-        with pipe:
-            pipe.write(data)
+    return subprocess.CompletedProcess(argv, proc.returncode, b"".join(out), b"".join(line + b"\n" for line in kept))
 
 
 def out(args: Sequence[str], **kwargs: Any) -> str:
