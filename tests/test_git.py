@@ -14,7 +14,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import git
+from conftest import git, make_upstream
 
 from zmr.infra import git as zgit
 from zmr.infra.git import GitObject, ObjectInfo, RawDiffEntry, TreeEntry
@@ -374,12 +374,7 @@ def test_head_is_read_pointed_and_detached_through_repo_methods(tmp_path):
 def test_a_run_with_progress_passes_the_progress_lines_and_keeps_the_rest_and_its_input_whole(tmp_path):
     """With a progress callback, git's progress lines go to it as they come; stdout, the other stderr lines and the exit
     status are those of a run without one, and an input larger than a pipe holds reaches git whole."""
-    src, dst = tmp_path / "src", tmp_path / "dst.git"
-    git("init", "-q", "-b", "main", str(src))
-    for n in range(30):
-        (src / f"f{n}").write_text(f"{n}\n")
-        git("add", f"f{n}", cwd=src)
-        git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", str(n), cwd=src)
+    src, dst = make_upstream(tmp_path / "src").path, tmp_path / "dst.git"
     git("init", "-q", "--bare", str(dst))
     lines: list[str] = []
     fetched = zgit.run(["fetch", "--progress", src.as_uri(), "+refs/heads/*:refs/heads/*"], git_dir=dst, transport=True, progress=lines.append)
