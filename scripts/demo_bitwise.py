@@ -27,8 +27,10 @@ toy_trainer.moe.MoEPolicy; --experts, --top-k) in place of the dense one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
+import io
 import json
 import os
 import random
@@ -249,34 +251,38 @@ def compare(rollout_path: Path, train_path: Path) -> dict:
 _ZMR_MISMATCH: bool | None = None
 
 
-def zmr_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
-def zmr_mismatch_available() -> bool:
+def run_zmr(*args: str) -> tuple[int, str, str] | None:
+    """`zmr ARGS` run in this process by the CLI's own entry point (the zmr of this checkout, as `python -m zmr` with
+    PYTHONPATH=REPO runs it): its exit status, stdout and stderr; None when zmr cannot be imported here. Not a new
+    interpreter for each call: the demos compare after every pass, and each fresh Python spent a fifth of a second
+    of CPU importing zmr and numpy, which this process holds already."""
     global _ZMR_MISMATCH
     if _ZMR_MISMATCH is None:
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
         try:
-            proc = subprocess.run([sys.executable, "-m", "zmr", "mismatch", "--help"], cwd=REPO,
-                                  env=zmr_env(), capture_output=True, text=True, timeout=120)
-            _ZMR_MISMATCH = proc.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
+            importlib.import_module("zmr.cli")
+            _ZMR_MISMATCH = True
+        except ImportError:
             _ZMR_MISMATCH = False
-    return _ZMR_MISMATCH
+    if not _ZMR_MISMATCH:
+        return None
+    from zmr.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
 
 
 def zmr_mismatch(rollout_path: Path, train_path: Path, out: Path) -> int | None:
-    """Exit status of `zmr mismatch --check --json` (its report saved to out), None if absent."""
-    if not zmr_mismatch_available():
+    """Exit status of `zmr mismatch --check --json` (its report saved to out), None if zmr cannot run here."""
+    ran = run_zmr("mismatch", str(rollout_path), str(train_path), "--check", "--json")
+    if ran is None:
         return None
-    proc = subprocess.run(
-        [sys.executable, "-m", "zmr", "mismatch", str(rollout_path), str(train_path), "--check", "--json"],
-        cwd=REPO, env=zmr_env(), capture_output=True, text=True, timeout=600,
-    )
-    out.write_text(proc.stdout + (("\n# stderr\n" + proc.stderr) if proc.stderr.strip() else ""), encoding="utf-8")
-    return proc.returncode
+    code, stdout, stderr = ran
+    out.write_text(stdout + (("\n# stderr\n" + stderr) if stderr.strip() else ""), encoding="utf-8")
+    return code
 
 
 # ---------------------------------------------------------------------------

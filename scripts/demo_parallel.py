@@ -304,17 +304,19 @@ def main_locate(args, rollout: Path, trainer: Path, t0: float) -> int:
               "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "break_rank": args.break_rank, "timeout": args.timeout}
     with tempfile.TemporaryDirectory(prefix="run-", dir=out) as tmp:
         run_world(args.tp, Path(tmp), config, args.timeout, args.device)
-    env = db.zmr_env()
     per_rank = []
     for rank in range(args.tp):
-        proc = subprocess.run([sys.executable, "-m", "zmr", "locate", str(out / f"rollout-rank{rank}"), str(out / f"trainer-rank{rank}"), "--json"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        if proc.returncode not in (0, 1):
-            print(f"error: zmr locate on rank {rank} exited {proc.returncode}: {proc.stdout}{proc.stderr}", file=sys.stderr)
+        ran = db.run_zmr("locate", str(out / f"rollout-rank{rank}"), str(out / f"trainer-rank{rank}"), "--json")
+        if ran is None:
+            print("error: zmr cannot be imported here: run the demo from a checkout of zmr with its dependencies installed", file=sys.stderr)
             return 2
-        report = json.loads(proc.stdout)
-        (out / f"locate-rank{rank}.json").write_text(proc.stdout, encoding="utf-8")
-        per_rank.append({"rank": rank, "exit": proc.returncode, "first": report["first"]})
+        code, stdout, stderr = ran
+        if code not in (0, 1):
+            print(f"error: zmr locate on rank {rank} exited {code}: {stdout}{stderr}", file=sys.stderr)
+            return 2
+        report = json.loads(stdout)
+        (out / f"locate-rank{rank}.json").write_text(stdout, encoding="utf-8")
+        per_rank.append({"rank": rank, "exit": code, "first": report["first"]})
     diverged = [r for r in per_rank if r["first"]]
     first = min(diverged, key=lambda r: (r["first"]["order"], r["rank"])) if diverged else None
     summary = {"tp": args.tp, "break_rank": args.break_rank, "ranks": per_rank, "seconds": round(time.time() - t0, 1),

@@ -25,6 +25,11 @@ and the git it runs: inside a cherry-pick too, between any two of git's own
 writes), then checks steps 3 to 5 the same way. The instants are drawn from
 the time between the first fault point of the uninterrupted run and its end.
 
+The killed command, and the uninterrupted runs that log its fault points
+or time it, run as processes of their own (``run_zmr``); the commands of
+steps 3 and 4, and those that build a fixture, run the CLI's `main` in this
+process (``run_here``): what they are tested for is on disk.
+
 Used by tests/test_kill_harness.py (a few points per command, seeded) and
 scripts/kill_harness.py (every point, or more seeds).
 """
@@ -46,16 +51,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from conftest import git, make_project, make_upstream, simple_model
+from conftest import _in_process, git, make_project, make_upstream, simple_model
 
 _PROBE = ["list"]
 
 
-def run_zmr(args: list[str], cwd: Path, env: dict[str, str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _environment(env: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What a command of the harness runs with: this process's environment without ZMR_REPO, git's variables and the test
+    hooks, then the fixture's *env* and *extra*."""
     full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
     full.update(env)
     full.update(extra or {})
-    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=300)
+    return full
+
+
+def run_zmr(args: list[str], cwd: Path, env: dict[str, str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The command as a process of its own: the one that is killed, and the uninterrupted run that is its reference."""
+    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=_environment(env, extra), capture_output=True, text=True, timeout=300)
+
+
+def run_here(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A command whose process is not what is tested (one that builds a fixture; after a kill, ``zmr list``, the rerun and
+    the advice followed): the CLI's `main` in this process, with the environment `run_zmr` gives a process (conftest's
+    in-process runner: its folder, environment and streams as a process has them). What the commands after a kill are
+    tested for is what they make of the state the killed process left, which is all on disk; a fresh interpreter for
+    each was most of the harness's CPU."""
+    return _in_process(list(args), cwd, _environment(env), None)
 
 
 @dataclass
@@ -131,7 +152,7 @@ def converge(fx: Fixture) -> tuple[str, list[str]]:
     steps = []
     said = ""
     if (fx.cwd / ".git").exists():
-        probe = run_zmr(_PROBE, fx.cwd, fx.env)
+        probe = run_here(_PROBE, fx.cwd, fx.env)
         _check_output("zmr list after the kill", probe)
         if (fx.cwd / "manifests").is_dir():
             assert probe.returncode == 0, probe.stderr
@@ -139,7 +160,7 @@ def converge(fx: Fixture) -> tuple[str, list[str]]:
         said = found.group(1) if found else ""
         steps.append("list")
     for _ in range(4):
-        rerun = run_zmr(fx.args, fx.cwd, fx.env)
+        rerun = run_here(fx.args, fx.cwd, fx.env)
         _check_output(f"rerun of zmr {' '.join(fx.args)}", rerun)
         steps.append(" ".join(fx.args) + f" -> {rerun.returncode}")
         own = re.search(r": (finished|undone) now: (?:zmr's|the lock)", rerun.stderr)  # its own work in a checkout, finished or undone (#47.10)
@@ -148,7 +169,7 @@ def converge(fx: Fixture) -> tuple[str, list[str]]:
             return said, steps
         advised = _advice(rerun.stderr)
         assert advised is not None, f"zmr {' '.join(fx.args)} refused with no command to run:\n{rerun.stderr}"
-        followed = run_zmr(advised, fx.cwd, fx.env)
+        followed = run_here(advised, fx.cwd, fx.env)
         _check_output(f"advised zmr {' '.join(advised)}", followed)
         steps.append(" ".join(advised) + f" -> {followed.returncode}")
     raise AssertionError(f"zmr {' '.join(fx.args)} did not converge: {steps}\n{rerun.stderr}\nzmr {' '.join(advised)}:\n{followed.stderr}")
@@ -198,9 +219,7 @@ _RANDOM_SIGNALS = (signal.SIGKILL, signal.SIGHUP)
 
 def _timed_run(fx: Fixture, log: Path) -> tuple[int, list[float], float]:
     """The uninterrupted run: (exit status, the second at which each fault point was reached, seconds in all)."""
-    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
-    full.update(fx.env)
-    full[KILL_LOG] = str(log)
+    full = _environment(fx.env, {KILL_LOG: str(log)})
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "zmr", *fx.args], cwd=fx.cwd, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times: list[float] = []
@@ -227,8 +246,7 @@ def hang_up_by_default() -> None:
 def kill_at_instant(fx: Fixture, delay: float, sig: int) -> tuple[int | None, str]:
     """Run the command, and *delay* seconds after its start send *sig* to its process group: its exit status, None when
     killed, and the end of what it wrote to stderr (a failed trial names it)."""
-    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
-    full.update(fx.env)
+    full = _environment(fx.env)
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nobody reads it while the command runs
         status = _killed(fx, full, delay, sig, stderr)
         stderr.seek(0)
@@ -345,7 +363,7 @@ def _project(base: Path, with_checkout: bool = True) -> tuple[Path, object, dict
     simple_model(project, upstream)
     project.commit_all("ignore work")
     if with_checkout:
-        assert run_zmr(["checkout", "toy"], project.root, env).returncode == 0
+        assert run_here(["checkout", "toy"], project.root, env).returncode == 0
     return project.root, upstream, env
 
 
@@ -381,7 +399,7 @@ def _rebase(base: Path) -> Fixture:
 def _stopped_rebase(base: Path) -> tuple[Path, dict[str, str]]:
     root, upstream, env = _project(base)
     _upstream_moves(upstream, conflict=True)
-    stopped = run_zmr(["rebase", "toy", "--onto", "main"], root, env)
+    stopped = run_here(["rebase", "toy", "--onto", "main"], root, env)
     assert stopped.returncode == 1, stopped.stderr
     return root, env
 
@@ -447,7 +465,7 @@ def _update_apply_3way(base: Path) -> Fixture:
 
 def _import(base: Path) -> Fixture:
     source, _, env = _project(base / "src", with_checkout=False)
-    assert run_zmr(["build", "--all"], source, env).returncode == 0
+    assert run_here(["build", "--all"], source, env).returncode == 0
     target = make_project(base / "target").root
     return Fixture(base, target, ["import", "rollout/toy", "--remote", str(source)], env, done=r"already exists")
 
@@ -475,7 +493,7 @@ def _publish(base: Path) -> Fixture:
     remote = base / "remote.git"
     git("init", "-q", "--bare", str(remote))
     git("remote", "add", "origin", str(remote), cwd=root)
-    assert run_zmr(["build", "toy"], root, env).returncode == 0
+    assert run_here(["build", "toy"], root, env).returncode == 0
     return Fixture(base, root, ["publish", "toy"], env, remote=remote)
 
 
@@ -496,9 +514,9 @@ def _checkout_merge(base: Path) -> Fixture:
     _commit(work, "src/notes.md", "my notes\n", "Add my notes")
     scratch = base / "colleague"
     git("clone", "-q", str(root), str(scratch))
-    assert run_zmr(["checkout", "toy"], scratch, env).returncode == 0
+    assert run_here(["checkout", "toy"], scratch, env).returncode == 0
     _commit(scratch / "work/toy/rollout", "docs/theirs.md", "their doc\n", "Add their doc")
-    assert run_zmr(["export", "toy"], scratch, env).returncode == 0
+    assert run_here(["export", "toy"], scratch, env).returncode == 0
     git("add", "-A", "patches", cwd=scratch)
     git("commit", "-q", "-m", "colleague: their doc", cwd=scratch)
     git("pull", "-q", "--ff-only", str(scratch), "main", cwd=root)

@@ -119,7 +119,7 @@ def test_update_apply_killed_inside_git_cherry_pick_is_finished_by_the_rerun(tmp
         git("read-tree", "HEAD", cwd=co)
         if left == "tree-locked":
             (co / ".git/index.lock").write_bytes(b"")
-    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    rerun = killing.run_here(fx.args, fx.cwd, fx.env)
     assert rerun.returncode == 0, rerun.stderr
     assert "not clean" not in rerun.stderr
     if left == "ref-locked":
@@ -143,7 +143,7 @@ def test_a_user_edit_left_in_the_checkout_of_an_interrupted_move_is_not_taken_fo
     git("cherry-pick", "--no-commit", commit, cwd=co)
     git("read-tree", "HEAD", cwd=co)
     (co / "README.md").write_text("my own edit\n")
-    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    rerun = killing.run_here(fx.args, fx.cwd, fx.env)
     assert rerun.returncode != 0 and "README.md" in rerun.stderr, rerun.stderr
     assert (co / "README.md").read_text() == "my own edit\n"
 
@@ -164,7 +164,7 @@ def _paused_update_apply(tmp_path, point: str) -> tuple[killing.Fixture, dict[st
     fx = scenario.build(tmp_path / "run")
     pristine = tmp_path / "pristine"
     shutil.copytree(fx.base, pristine, symlinks=True)
-    assert killing.run_zmr(fx.args, fx.cwd, fx.env).returncode == 0
+    assert killing.run_here(fx.args, fx.cwd, fx.env).returncode == 0
     expected = killing.snapshot(fx)
     shutil.rmtree(fx.base)
     shutil.copytree(pristine, fx.base, symlinks=True)
@@ -238,7 +238,7 @@ def test_update_apply_killed_in_the_fetch_into_its_checkout_is_finished_by_the_r
     fx, expected = _killed_at(tmp_path, the_fetch_into_the_checkout)
     co = fx.cwd / "work/toy/rollout"
     (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
-    rerun = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    rerun = killing.run_here(fx.args, fx.cwd, fx.env)
     assert rerun.returncode == 0, rerun.stderr
     assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
     assert killing.snapshot(fx) == expected
@@ -258,9 +258,9 @@ def test_checkout_merge_killed_in_the_fetch_into_its_checkout_is_finished_by_con
     co = fx.cwd / "work/toy/rollout"
     assert (co / ".git/zmr-refresh").exists()  # killed inside the refresh
     (co / ".git/shallow.lock").write_bytes(b"")  # what git's fetch, killed there, leaves
-    again = killing.run_zmr(fx.args, fx.cwd, fx.env)
+    again = killing.run_here(fx.args, fx.cwd, fx.env)
     assert again.returncode == 2 and "zmr checkout toy -c rollout --continue" in again.stderr, again.stderr
-    rerun = killing.run_zmr(["checkout", "toy", "-c", "rollout", "--continue"], fx.cwd, fx.env)
+    rerun = killing.run_here(["checkout", "toy", "-c", "rollout", "--continue"], fx.cwd, fx.env)
     assert rerun.returncode == 0, rerun.stderr
     assert "undone now: the lock shallow.lock that zmr's killed git left in work/toy/rollout" in rerun.stderr, rerun.stderr
     assert killing.snapshot(fx) == expected
