@@ -248,7 +248,7 @@ def compare(rollout_path: Path, train_path: Path) -> dict:
             "per_batch": {k: {"tokens": v[0], "differ": v[1]} for k, v in per_batch.items()}}
 
 
-_ZMR_MISMATCH: bool | None = None
+_ZMR_HERE: bool | None = None
 
 
 def run_zmr(*args: str) -> tuple[int, str, str] | None:
@@ -256,16 +256,16 @@ def run_zmr(*args: str) -> tuple[int, str, str] | None:
     PYTHONPATH=REPO runs it): its exit status, stdout and stderr; None when zmr cannot be imported here. Not a new
     interpreter for each call: the demos compare after every pass, and each fresh Python spent a fifth of a second
     of CPU importing zmr and numpy, which this process holds already."""
-    global _ZMR_MISMATCH
-    if _ZMR_MISMATCH is None:
+    global _ZMR_HERE
+    if _ZMR_HERE is None:
         if str(REPO) not in sys.path:
             sys.path.insert(0, str(REPO))
         try:
             importlib.import_module("zmr.cli")
-            _ZMR_MISMATCH = True
+            _ZMR_HERE = True
         except ImportError:
-            _ZMR_MISMATCH = False
-    if not _ZMR_MISMATCH:
+            _ZMR_HERE = False
+    if not _ZMR_HERE:
         return None
     from zmr.cli import main
 
@@ -420,7 +420,7 @@ def main(argv=None) -> int:
         "config": cfg, "moe": {"experts": args.experts, "top_k": args.top_k} if args.moe else None,
         "batch_sizes": args.batch_sizes, "max_running": args.max_running,
         "results": results, "problems": problems, "seconds": round(elapsed, 1),
-        "zmr_mismatch": bool(_ZMR_MISMATCH),
+        "zmr_mismatch": bool(_ZMR_HERE),
         "cuda_graphs": {f"{d}/{mode}": used for d, mode, used in sorted(GRAPHS_USED)},
     }
     (artifacts / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
