@@ -56,7 +56,7 @@ from conftest import _in_process, git, make_project, make_upstream, simple_model
 _PROBE = ["list"]
 
 
-def _environment(env: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+def environment(env: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
     """What a command of the harness runs with: this process's environment without ZMR_REPO, git's variables and the test
     hooks, then the fixture's *env* and *extra*."""
     full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
@@ -67,7 +67,7 @@ def _environment(env: dict[str, str], extra: dict[str, str] | None = None) -> di
 
 def run_zmr(args: list[str], cwd: Path, env: dict[str, str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The command as a process of its own: the one that is killed, and the uninterrupted run that is its reference."""
-    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=_environment(env, extra), capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "zmr", *args], cwd=cwd, env=environment(env, extra), capture_output=True, text=True, timeout=300)
 
 
 def run_here(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -76,7 +76,7 @@ def run_here(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comp
     in-process runner: its folder, environment and streams as a process has them). What the commands after a kill are
     tested for is what they make of the state the killed process left, which is all on disk; a fresh interpreter for
     each was most of the harness's CPU."""
-    return _in_process(list(args), cwd, _environment(env), None)
+    return _in_process(list(args), cwd, environment(env), None)
 
 
 @dataclass
@@ -219,7 +219,7 @@ _RANDOM_SIGNALS = (signal.SIGKILL, signal.SIGHUP)
 
 def _timed_run(fx: Fixture, log: Path) -> tuple[int, list[float], float]:
     """The uninterrupted run: (exit status, the second at which each fault point was reached, seconds in all)."""
-    full = _environment(fx.env, {KILL_LOG: str(log)})
+    full = environment(fx.env, {KILL_LOG: str(log)})
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "zmr", *fx.args], cwd=fx.cwd, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times: list[float] = []
@@ -246,7 +246,7 @@ def hang_up_by_default() -> None:
 def kill_at_instant(fx: Fixture, delay: float, sig: int) -> tuple[int | None, str]:
     """Run the command, and *delay* seconds after its start send *sig* to its process group: its exit status, None when
     killed, and the end of what it wrote to stderr (a failed trial names it)."""
-    full = _environment(fx.env)
+    full = environment(fx.env)
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nobody reads it while the command runs
         status = _killed(fx, full, delay, sig, stderr)
         stderr.seek(0)

@@ -169,11 +169,10 @@ def _paused_update_apply(tmp_path, point: str) -> tuple[killing.Fixture, dict[st
     shutil.rmtree(fx.base)
     shutil.copytree(pristine, fx.base, symlinks=True)
     marker = tmp_path / "paused"
-    full = {k: v for k, v in os.environ.items() if k != "ZMR_REPO" and not k.startswith(("GIT_", "ZMR_TEST_"))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "zmr", *fx.args],
         cwd=fx.cwd,
-        env={**full, **fx.env, "ZMR_TEST_PAUSE": f"{point}={marker}"},
+        env=killing.environment(fx.env, {"ZMR_TEST_PAUSE": f"{point}={marker}"}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
